@@ -1,0 +1,174 @@
+"""Exact expected error of the matrix mechanism, and the SVD lower bound.
+
+Notation: W (m × n) the workload, A (p × n) the strategy, G = WᵀW, M = (AᵀA)⁺.
+
+Math:
+    Answers W A⁺(A x + z) are unbiased when W A⁺ A = W (the support condition); with i.i.d. noise
+    of variance v, query i has variance v · (W M Wᵀ)_ii and the total squared error is
+    v · trace(G M). At unit privacy the noise variance is
+        gaussian: σ² = Δ₂(A)²         (σ = Δ₂, i.e. ρ = Δ₂²/(2σ²) = 1/2),
+        laplace:  2 b² = 2 Δ₁(A)²      (scale b = Δ₁/ε at ε = 1).
+    SVD bound (Li & Miklau): no strategy has Gaussian total error below
+        svdb(W) = (Σᵢ λᵢ)² / n = trace(G^{1/2})² / n,
+    λᵢ the singular values of W and n its number of non-zero columns (all-zero columns removed
+    first); for a Kronecker product svdb(⊗Wᵢ) = Π svdb(Wᵢ).
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+from typing import Literal
+
+import numpy as np
+
+from dpsql.errors import ShapeError, UnsupportedStrategyError
+from dpsql.linalg import (
+    RANK_TOLERANCE,
+    group_factors,
+    nuclear_norm_of_root,
+    pinv_gram,
+    projector,
+    quadratic_diag,
+    trace_of_product,
+)
+from dpsql.workloads import (
+    FloatArray,
+    Kron,
+    Sum,
+    Weighted,
+    Workload,
+    check_dense_size,
+    kron_factors,
+)
+
+Noise = Literal["gaussian", "laplace"]
+
+#: Relative residual trace(G (I − A⁺A)) / trace(G) above which A does not support W.
+SUPPORT_TOLERANCE = 1e-8
+
+
+def unit_noise_variance(A: Workload, noise: Noise) -> float:
+    """Per-measurement noise variance at unit privacy: Δ₂² (Gaussian, ρ = 1/2) or 2Δ₁² (Laplace, ε = 1)."""
+    if noise == "gaussian":
+        return A.sensitivity("l2") ** 2
+    if noise == "laplace":
+        return 2.0 * A.sensitivity("l1") ** 2
+    raise ValueError(f"noise must be 'gaussian' or 'laplace'; got {noise!r}.")
+
+
+def support_residual(W: Workload, A: Workload) -> float:
+    """trace(G (I − A⁺A)) / trace(G): zero exactly when A supports W (W A⁺ A = W)."""
+    _check_columns(W, A)
+    G = W.gram()
+    total = G.trace()
+    if total == 0.0:
+        return 0.0
+    return max(0.0, (total - trace_of_product(G, projector(A))) / total)
+
+
+def check_support(W: Workload, A: Workload) -> None:
+    """Raise UnsupportedStrategyError unless W A⁺ A = W (to SUPPORT_TOLERANCE)."""
+    residual = support_residual(W, A)
+    if residual > SUPPORT_TOLERANCE:
+        raise UnsupportedStrategyError(
+            f"strategy {A!r} does not support workload {W!r}: W A⁺ A ≠ W (relative residual "
+            f"{residual:.3g}); some queries lie outside the strategy's row space and cannot be answered "
+            "without bias. Use a full-rank strategy such as strategies.identity(n) or add the missing queries."
+        )
+
+
+def expected_error(W: Workload, A: Workload, *, noise: Noise = "gaussian") -> float:
+    """Total squared error Σᵢ Var(answerᵢ) = v · trace(G (AᵀA)⁺) at unit privacy (see module doc)."""
+    check_support(W, A)
+    return unit_noise_variance(A, noise) * trace_of_product(W.gram(), pinv_gram(A))
+
+
+def per_query_variance(W: Workload, A: Workload, *, noise: Noise = "gaussian") -> FloatArray:
+    """Each answer's variance v · (W (AᵀA)⁺ Wᵀ)ᵢᵢ at unit privacy, in W's row order."""
+    check_support(W, A)
+    return unit_noise_variance(A, noise) * quadratic_diag(W, pinv_gram(A))
+
+
+def rmse(W: Workload, A: Workload, *, noise: Noise = "gaussian") -> float:
+    """Root mean squared error per query, sqrt(expected_error / m), at unit privacy."""
+    return float(np.sqrt(expected_error(W, A, noise=noise) / W.shape[0]))
+
+
+def svd_bound(W: Workload) -> float:
+    """svdb(W) = trace(G^{1/2})² / n over W's non-zero columns (seed 002, Thm 4.2).
+
+    Kronecker products use the product rule; unions of Kronecker products whose factor Grams
+    commute attribute by attribute (marginals, range marginals) are diagonalised factor-wise;
+    anything else is computed densely.
+    """
+    terms = _gram_terms(W.gram())
+    if len(terms) == 1:
+        weight, factors = terms[0]
+        roots = [nuclear_norm_of_root(_dense(f)) for f in factors]
+        nonzero = [int(np.count_nonzero(np.diag(_dense(f)) > 0)) for f in factors]
+        return float(weight * np.prod(roots) ** 2 / np.prod(nonzero))
+    eigenvalues, diagonal = _union_spectrum(terms)
+    eigenvalues[eigenvalues < RANK_TOLERANCE * eigenvalues.max()] = 0.0
+    return float(np.sqrt(eigenvalues).sum() ** 2 / np.count_nonzero(diagonal > 0))
+
+
+def _check_columns(W: Workload, A: Workload) -> None:
+    if W.shape[1] != A.shape[1]:
+        raise ShapeError(
+            f"workload has {W.shape[1]} columns (cells) but the strategy has {A.shape[1]}; both must "
+            "be over the same cells."
+        )
+
+
+def _dense(G: Workload) -> FloatArray:
+    n = G.shape[0]
+    check_dense_size(n, n, "an attribute's Gram matrix")
+    return G.dense()
+
+
+def _gram_terms(G: Workload, weight: float = 1.0) -> list[tuple[float, tuple[Workload, ...]]]:
+    """G as Σ_k c_k ⊗ᵢ G_ki: (c_k, factors) pairs, flattening sums and weights."""
+    if isinstance(G, Sum):
+        return [term for t in G.terms for term in _gram_terms(t, weight)]
+    if isinstance(G, Weighted):
+        return _gram_terms(G.base, weight * G.weight)
+    return [(weight, kron_factors(G))]
+
+
+def _union_spectrum(terms: list[tuple[float, tuple[Workload, ...]]]) -> tuple[FloatArray, FloatArray]:
+    """Eigenvalues and diagonal of Σ_k c_k ⊗ᵢ G_ki as n-vectors, diagonalising attribute by attribute.
+
+    Falls back to one dense eigendecomposition when some attribute's Grams do not commute.
+    """
+    cuts = set.intersection(*[set(np.cumprod([f.shape[1] for f in factors]).tolist()) for _, factors in terms])
+    grouped = [(c, group_factors(factors, cuts)) for c, factors in terms]
+    per_axis = []
+    for axis in range(len(cuts)):
+        joint = _joint_eigenvalues([_dense(factors[axis]) for _, factors in grouped])
+        if joint is None:
+            return _dense_spectrum(terms)
+        per_axis.append(joint)
+    eigenvalues = sum(c * reduce(np.kron, [axis[k][0] for axis in per_axis]) for k, (c, _) in enumerate(grouped))
+    diagonal = sum(c * reduce(np.kron, [axis[k][1] for axis in per_axis]) for k, (c, _) in enumerate(grouped))
+    return np.asarray(eigenvalues), np.asarray(diagonal)
+
+
+def _joint_eigenvalues(grams: list[FloatArray]) -> list[tuple[FloatArray, FloatArray]] | None:
+    """Per Gram (eigenvalues, diagonal) in one shared eigenbasis, or None if they do not commute."""
+    mix = sum(g / (k + 1.6180339887) for k, g in enumerate(grams))
+    _, basis = np.linalg.eigh(mix)
+    result = []
+    for g in grams:
+        rotated = basis.T @ g @ basis
+        off = rotated - np.diag(np.diag(rotated))
+        if np.abs(off).max(initial=0.0) > 1e-8 * max(np.abs(g).max(), 1e-300):
+            return None
+        result.append((np.diag(rotated).copy(), np.diag(g).copy()))
+    return result
+
+
+def _dense_spectrum(terms: list[tuple[float, tuple[Workload, ...]]]) -> tuple[FloatArray, FloatArray]:
+    G = sum(c * Kron(list(factors)).dense() for c, factors in terms)
+    G = np.asarray(G)
+    return np.linalg.eigvalsh(G), np.diag(G).copy()
+

@@ -1,0 +1,71 @@
+"""The dpsql exception tree.
+
+Every dpsql error derives from :class:`DpsqlError` and also from its nearest PEP 249 class, so
+code written against any DB-API driver catches it where it expects to.
+"""
+
+from __future__ import annotations
+
+
+class Warning(Exception):  # noqa: A001 - the name PEP 249 requires
+    """PEP 249 ``Warning``: important warnings such as data truncation."""
+
+
+class Error(Exception):
+    """PEP 249 ``Error``: the base of every error raised by dpsql."""
+
+
+class InterfaceError(Error):
+    """PEP 249: an error in the database interface rather than the database."""
+
+
+class DatabaseError(Error):
+    """PEP 249: an error related to the database."""
+
+
+class DataError(DatabaseError):
+    """PEP 249: a problem with the processed data (value out of range, division by zero...)."""
+
+
+class OperationalError(DatabaseError):
+    """PEP 249: an error in the database's operation, not necessarily under the caller's control."""
+
+
+class IntegrityError(DatabaseError):
+    """PEP 249: the relational integrity of the database is affected."""
+
+
+class InternalError(DatabaseError):
+    """PEP 249: the database met an internal error."""
+
+
+class ProgrammingError(DatabaseError):
+    """PEP 249: a programming error (bad SQL, wrong number of parameters, bad arguments)."""
+
+
+class NotSupportedError(DatabaseError):
+    """PEP 249: a method or database API was used that the database does not support."""
+
+
+class DpsqlError(Error):
+    """Root of dpsql's own errors; each subclass also derives from a PEP 249 class."""
+
+
+class DpsqlWarning(Warning):
+    """Legal but unusual input, such as epsilon above 5."""
+
+
+class PrivacyParameterError(DpsqlError, ProgrammingError, ValueError):
+    """A privacy parameter (epsilon, rho, delta, a noise scale) is not acceptable."""
+
+
+class ShapeError(DpsqlError, ProgrammingError, ValueError):
+    """Matrices or vectors whose shapes do not fit together."""
+
+
+class UnsupportedStrategyError(DpsqlError, NotSupportedError, ValueError):
+    """A strategy cannot answer a workload (the support condition W A⁺ A = W fails)."""
+
+
+class DomainTooLargeError(DpsqlError, NotSupportedError, ValueError):
+    """An operation would need a dense matrix over a domain larger than the configured limit."""

@@ -1,0 +1,88 @@
+"""Sums of Kronecker products of non-negative vectors, and their maximum.
+
+A column-norm profile of a union of Kronecker products is v = Σ_k v_k1 ⊗ v_k2 ⊗ … ⊗ v_kd with
+v_ki ≥ 0. Its maximum is the sensitivity of the operator; we find it exactly without forming the
+product domain: for one term it is Π_i max v_ki; for several, a cell tuple (j_1, …, j_d) can be
+restricted, attribute by attribute, to the Pareto front of the vectors (v_1i[j], …, v_Ki[j]), since
+every term is monotone in each of them.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+
+import numpy as np
+import numpy.typing as npt
+
+ColumnTerm = tuple[npt.NDArray[np.float64], ...]
+
+#: Fronts larger than this (points × candidates) are combined densely instead.
+_PARETO_WORK_LIMIT = 5_000_000
+
+
+def align_terms(terms: list[ColumnTerm]) -> list[ColumnTerm]:
+    """Rewrite every term over the coarsest factorisation of the domain that all terms share.
+
+    >>> [tuple(len(v) for v in t) for t in align_terms([(np.ones(2), np.ones(6)), (np.ones(4), np.ones(3))])]
+    [(12,), (12,)]
+    """
+    cuts = [set(np.cumprod([len(v) for v in term]).tolist()) for term in terms]
+    common = sorted(set.intersection(*cuts))
+    aligned = []
+    for term in terms:
+        merged, group, size = [], [], 1
+        for vector in term:
+            group.append(vector)
+            size *= len(vector)
+            if size in common:
+                merged.append(reduce(np.kron, group))
+                group = []
+        aligned.append(tuple(merged))
+    return aligned
+
+
+def pareto_front(points: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Rows of ``points`` (N × K) not dominated by another row (≥ everywhere); duplicates dropped.
+
+    >>> pareto_front(np.array([[1., 2.], [2., 1.], [0., 0.], [2., 2.]])).tolist()
+    [[2.0, 2.0]]
+    """
+    unique = np.unique(points, axis=0)
+    if unique.shape[1] == 1:
+        return unique[-1:]
+    if unique.shape[1] == 2:
+        return _pareto_front_2d(unique)
+    order = np.argsort(-unique.sum(axis=1), kind="stable")
+    kept: list[npt.NDArray[np.float64]] = []
+    for point in unique[order]:
+        if not kept or not np.any(np.all(np.asarray(kept) >= point, axis=1)):
+            kept.append(point)
+    return np.asarray(kept)
+
+
+def _pareto_front_2d(unique: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """O(N log N): sweep by the first coordinate downwards, keep strict records of the second."""
+    order = np.lexsort((-unique[:, 1], -unique[:, 0]))
+    swept = unique[order]
+    running = np.maximum.accumulate(swept[:, 1])
+    record = np.concatenate([[True], swept[1:, 1] > running[:-1]])
+    return swept[record]
+
+
+def max_of_kron_sum(terms: list[ColumnTerm]) -> float:
+    """max over cells of Σ_k ⊗_i v_ki, exactly, for non-negative vectors.
+
+    >>> max_of_kron_sum([(np.array([1., 3.]), np.array([2., 1.]))])
+    6.0
+    >>> max_of_kron_sum([(np.array([1., 0.]), np.array([1., 1.])), (np.array([1., 1.]), np.array([0., 1.]))])
+    2.0
+    """
+    terms = align_terms(terms)
+    if len(terms) == 1:
+        return float(np.prod([v.max() for v in terms[0]]))
+    partial = np.ones((1, len(terms)))
+    for axis in range(len(terms[0])):
+        candidates = pareto_front(np.stack([term[axis] for term in terms], axis=1))
+        combined = (partial[:, None, :] * candidates[None, :, :]).reshape(-1, len(terms))
+        partial = combined if combined.shape[0] * len(candidates) > _PARETO_WORK_LIMIT else pareto_front(combined)
+    return float(partial.sum(axis=1).max())

@@ -1,0 +1,148 @@
+"""Structured linear algebra on implicit operators.
+
+With M = (AᵀA)⁺ (the strategy's *error profile*) and G = WᵀW, the matrix mechanism's errors are
+trace(G M) and diag(W M Wᵀ). These are computed factor by factor whenever W and A share a
+Kronecker factorisation: (⊗Aᵢ)⁺ = ⊗Aᵢ⁺, trace(⊗Gᵢ ⊗Mᵢ) = Π trace(GᵢMᵢ) and
+diag((⊗Wᵢ)(⊗Mᵢ)(⊗Wᵢ)ᵀ) = ⊗ diag(WᵢMᵢWᵢᵀ). Only per-factor matrices are ever dense.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from functools import reduce
+
+import numpy as np
+import scipy.linalg as sla
+
+from dpsql.workloads import (
+    Explicit,
+    FloatArray,
+    Identity,
+    Kron,
+    Sum,
+    VStack,
+    Weighted,
+    Workload,
+    check_dense_size,
+    kron_factors,
+)
+
+#: Eigenvalues below this fraction of the largest are treated as exact zeros.
+RANK_TOLERANCE = 1e-10
+
+_pinv_cache: weakref.WeakKeyDictionary[Workload, Workload] = weakref.WeakKeyDictionary()
+
+
+def pinv_psd(G: FloatArray) -> FloatArray:
+    """(G)⁺ of a symmetric positive semi-definite matrix: Cholesky when definite, else eigh."""
+    factor, info = sla.lapack.dpotrf(G, lower=False)
+    if info == 0:
+        inverse, info = sla.lapack.dpotri(factor, lower=False)
+        if info == 0:
+            return np.triu(inverse) + np.triu(inverse, 1).T
+    values, vectors = np.linalg.eigh(G)
+    keep = values > RANK_TOLERANCE * max(values.max(), 0.0)
+    return (vectors[:, keep] / values[keep]) @ vectors[:, keep].T
+
+
+def pinv_gram(A: Workload) -> Workload:
+    """M = (AᵀA)⁺, kept in structure (Identity, Kronecker, weighted); cached per strategy."""
+    if A in _pinv_cache:
+        return _pinv_cache[A]
+    if isinstance(A, Identity):
+        result: Workload = A
+    elif isinstance(A, Kron):
+        result = Kron([pinv_gram(f) for f in A.factors])
+    elif isinstance(A, Weighted):
+        result = Weighted(1.0 / A.weight**2, pinv_gram(A.base))
+    else:
+        n = A.shape[1]
+        check_dense_size(n, n, "the strategy's error profile (AᵀA)⁺")
+        result = Explicit(pinv_psd(A.gram().dense()))
+    _pinv_cache[A] = result
+    return result
+
+
+def projector(A: Workload) -> Workload:
+    """P = A⁺A, the orthogonal projector onto A's row space, in structure."""
+    if isinstance(A, Identity):
+        return A
+    if isinstance(A, Kron):
+        return Kron([projector(f) for f in A.factors])
+    if isinstance(A, Weighted):
+        return projector(A.base)
+    return Explicit(pinv_gram(A).dense() @ A.gram().dense())
+
+
+def paired_factors(X: Workload, Y: Workload) -> list[tuple[Workload, Workload]]:
+    """Split X and Y into matching Kronecker groups over the finest factorisation they share.
+
+    Both are viewed through their column sizes; an Identity is split to fit the other side.
+    """
+    xs, ys = _expand_identity(X, Y), _expand_identity(Y, X)
+    cuts = set(np.cumprod([f.shape[1] for f in xs]).tolist()) & set(np.cumprod([f.shape[1] for f in ys]).tolist())
+    return list(zip(group_factors(xs, cuts), group_factors(ys, cuts)))
+
+
+def _expand_identity(X: Workload, other: Workload) -> Sequence[Workload]:
+    if isinstance(X, Identity) and isinstance(other, Kron):
+        return [Identity(f.shape[1]) for f in other.factors]
+    return kron_factors(X)
+
+
+def group_factors(factors: Sequence[Workload], cuts: set[int]) -> list[Workload]:
+    """Merge consecutive Kronecker factors so that each group ends at a cumulative size in ``cuts``."""
+    groups: list[Workload] = []
+    pending: list[Workload] = []
+    size = 1
+    for factor in factors:
+        pending.append(factor)
+        size *= factor.shape[1]
+        if size in cuts:
+            groups.append(pending[0] if len(pending) == 1 else Kron(pending))
+            pending = []
+    return groups
+
+
+def trace_of_product(G: Workload, M: Workload) -> float:
+    """trace(G M) for square operators of one size, exploiting sums, weights and Kronecker form."""
+    if isinstance(G, Sum):
+        return float(sum(trace_of_product(term, M) for term in G.terms))
+    if isinstance(G, Weighted):
+        return G.weight * trace_of_product(G.base, M)
+    if isinstance(M, Weighted):
+        return M.weight * trace_of_product(G, M.base)
+    if isinstance(M, Identity):
+        return G.trace()
+    if isinstance(G, Identity):
+        return M.trace()
+    pairs = paired_factors(G, M)
+    if len(pairs) > 1:
+        return float(np.prod([trace_of_product(g, m) for g, m in pairs]))
+    n = G.shape[0]
+    check_dense_size(n, n, "trace(G M)")
+    return float(np.sum(G.dense() * M.dense().T))
+
+
+def quadratic_diag(W: Workload, M: Workload) -> FloatArray:
+    """diag(W M Wᵀ): each query's variance under error profile M, without forming W."""
+    if isinstance(W, VStack):
+        return np.concatenate([quadratic_diag(block, M) for block in W.blocks])
+    if isinstance(W, Weighted):
+        return W.weight**2 * quadratic_diag(W.base, M)
+    if isinstance(M, Weighted):
+        return M.weight * quadratic_diag(W, M.base)
+    pairs = paired_factors(W, M)
+    if len(pairs) > 1:
+        return reduce(np.kron, [quadratic_diag(w, m) for w, m in pairs])
+    n = W.shape[1]
+    check_dense_size(n, n, "diag(W M Wᵀ)")
+    return W._quadratic_diag_dense(np.eye(n) if isinstance(M, Identity) else M.dense())
+
+
+def nuclear_norm_of_root(G: FloatArray) -> float:
+    """trace(G^{1/2}) of a PSD matrix, with eigenvalues below the rank tolerance set to zero."""
+    values = np.linalg.eigvalsh(G)
+    values[values < RANK_TOLERANCE * max(values.max(), 0.0)] = 0.0
+    return float(np.sqrt(values).sum())
