@@ -51,8 +51,8 @@ class DpsqlError(Error):
     """Root of dpsql's own errors; each subclass also derives from a PEP 249 class."""
 
 
-class DpsqlWarning(Warning):
-    """Legal but unusual input, such as epsilon above 5."""
+class DpsqlWarning(UserWarning):
+    """Legal but unusual input, such as epsilon above 5 (issued with ``warnings.warn``)."""
 
 
 class PrivacyParameterError(DpsqlError, ProgrammingError, ValueError):

@@ -28,6 +28,7 @@ the pure-Python reference samplers. The output is an exact sample whatever path 
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import os
@@ -70,6 +71,9 @@ _I64_MAX = 2**63 - 1
 _ARITH_LIMIT = _I64_MAX
 # Bernoulli-exp chains (CKS Algorithm 1) longer than this finish in Python; P[K > 64] < 1e-89.
 _MAX_CHAIN = 64
+# Bernoulli(e^-1) draws one uniform in [0, N), N a multiple of 20! < 2^63; chains longer than
+# 20 (P = 1/20! < 1e-18) finish in Python.
+_EXP1_TERMS = 20
 # Geometric counts of Bernoulli(e^-1) successes above this finish in Python; P = e^-64 < 1e-27.
 _MAX_GEOMETRIC = 64
 # Parameters whose integers exceed this use the pure-Python samplers: it keeps den * K < 2^63.
@@ -97,9 +101,12 @@ class RandomSource(Protocol):
         ...
 
 
-def _check_high(high: IntArray) -> None:
-    if high.size and int(high.min()) < 1:
-        raise ValueError(f"every high must be >= 1; got min {int(high.min())}")
+def _common_high(flat: IntArray) -> bool:
+    """Check every bound is >= 1 (flat non-empty); True when all bounds are equal."""
+    low = int(flat.min())
+    if low < 1:
+        raise ValueError(f"every high must be >= 1; got {low}")
+    return low == int(flat.max())
 
 
 def _smear(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
@@ -127,10 +134,14 @@ class SystemRandomSource:
     def integers(self, high: IntArray) -> IntArray:
         """Independent uniform integers in [0, high) per element (high >= 1), same shape."""
         high = np.asarray(high, dtype=np.int64)
-        _check_high(high)
-        bound = high.ravel().astype(np.uint64)
+        flat = high.ravel()
+        if not flat.size:
+            return np.zeros(high.shape, dtype=np.int64)
+        if _common_high(flat):
+            return self._uniform(int(flat[0]), flat.size).reshape(high.shape)
+        bound = flat.astype(np.uint64)
         mask = _smear(bound - np.uint64(1))
-        out = _urandom_words(bound.size, int(mask.max(initial=0))) & mask
+        out = _urandom_words(bound.size, int(mask.max())) & mask
         todo = np.flatnonzero(out >= bound)
         while todo.size:
             cand = _urandom_words(todo.size, int(mask[todo].max())) & mask[todo]
@@ -144,6 +155,17 @@ class SystemRandomSource:
         if high < 1:
             raise ValueError(f"high must be >= 1; got {high}")
         return secrets.randbelow(high)
+
+    @staticmethod
+    def _uniform(high: int, n: int) -> IntArray:
+        """n uniform integers in [0, high) for one common bound."""
+        mask = (1 << (high - 1).bit_length()) - 1
+        out = _urandom_words(n, mask) & np.uint64(mask)
+        redo = np.flatnonzero(out >= high)
+        while redo.size:
+            out[redo] = _urandom_words(redo.size, mask) & np.uint64(mask)
+            redo = redo[out[redo] >= high]
+        return out.astype(np.int64)
 
 
 class SeededRandomSource:
@@ -162,7 +184,11 @@ class SeededRandomSource:
     def integers(self, high: IntArray) -> IntArray:
         """Independent uniform integers in [0, high) per element (high >= 1), same shape."""
         high = np.asarray(high, dtype=np.int64)
-        _check_high(high)
+        flat = high.ravel()
+        if not flat.size:
+            return np.zeros(high.shape, dtype=np.int64)
+        if _common_high(flat):
+            return self._generator.integers(int(flat[0]), size=high.shape, dtype=np.int64)
         return self._generator.integers(high, dtype=np.int64)
 
     def randbelow(self, high: int) -> int:
@@ -412,10 +438,28 @@ def _bernoulli_exp_vec(num: IntArray, den: IntArray, rng: RandomSource, k: int =
     return out
 
 
+@functools.lru_cache(maxsize=4)
+def _exp1_table(terms: int) -> tuple[int, IntArray]:
+    """(N, ascending N/j! for j = terms..1) with N the largest multiple of terms! below 2^63."""
+    top = math.factorial(terms)
+    n = _I64_MAX // top * top
+    return n, np.array([n // math.factorial(j) for j in range(terms, 0, -1)], dtype=np.int64)
+
+
 def _exp1_vec(n: int, rng: RandomSource) -> BoolArray:
-    """n iid Bernoulli(e^-1); the chain starts at K = 2 since Bernoulli(1/1) is certain."""
-    ones = np.ones(n, dtype=np.int64)
-    return _bernoulli_exp_vec(ones, ones, rng, k=2)
+    """n iid Bernoulli(e^-1): CKS Algorithm 1 for γ = 1, with its chain length K from one draw.
+
+    For γ = 1, P[K >= k] = 1/(k-1)!. With R uniform in [0, N) and N divisible by j! for
+    j <= _EXP1_TERMS, K >= k iff R < N/(k-1)!, so K = 1 + #{j : R < N/j!} exactly. When
+    R < N/_EXP1_TERMS! the chain has reached K = _EXP1_TERMS + 1 and continues in Python.
+    """
+    top, thresholds = _exp1_table(_EXP1_TERMS)
+    r = rng.integers(np.full(n, top, dtype=np.int64))
+    k = 1 + thresholds.size - np.searchsorted(thresholds, r, side="right")
+    out = (k & 1).astype(bool)
+    for i in np.flatnonzero(r < thresholds[0]).tolist():
+        out[i] = _bernoulli_exp_unit(1, 1, rng, _EXP1_TERMS + 1)
+    return out
 
 
 def _geometric_vec(n: int, rng: RandomSource, limit: IntArray | None = None) -> IntArray:
@@ -587,8 +631,8 @@ def discrete_gaussian(
         which is correct for every t > 0. For σ < 1 this uses CKS's t = floor(σ) + 1 = 1; for
         σ >= 1 it uses t = σ²/c with c the integer nearest σ, so σ²/t = c is an integer and, with
         σ² = p/q, γ = (|Y| - c)² q/(2p) has denominator 2p instead of 2pqt²: int64 arithmetic
-        then covers far larger σ² and denominators, at the same acceptance rate (about 0.76 for
-        large σ). γ is split into floor(γ) Bernoulli(e^-1) draws and one
+        then covers far larger σ² and denominators, at an acceptance rate like CKS's (0.65-0.76
+        for σ >= 1, tending to √(π/2) e^{-1/2} = 0.760). γ is split into floor(γ) Bernoulli(e^-1) draws and one
         Bernoulli(exp(-frac(γ))). Vectorised in int64 numpy; parameters too large for int64 use
         the pure-Python reference sampler (:func:`discrete_gaussian_scalar`).
 

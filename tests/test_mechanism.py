@@ -1,0 +1,132 @@
+"""The matrix mechanism: unbiased answers whose spread matches the predicted variances."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dpsql import error, mechanism, strategies, workloads
+from dpsql.errors import DataError, DpsqlWarning, PrivacyParameterError, ShapeError, UnsupportedStrategyError
+from dpsql.noise import SeededRandomSource
+
+TRIALS = 2000
+
+
+def _batch() -> tuple[workloads.Workload, workloads.Workload, np.ndarray]:
+    W = workloads.VStack([
+        workloads.Kron([workloads.AllRange(6), workloads.Identity(2)]),
+        workloads.Kron([workloads.Prefix(6), workloads.Total(2)]),
+    ])
+    A = strategies.kron([strategies.hierarchical(6, 2), strategies.identity(2)])
+    x = np.array([5, 0, 12, 3, 40, 41, 7, 0, 0, 1, 9, 2])
+    return W, A, x
+
+
+@pytest.mark.parametrize(("budget", "seed"), [({"rho": 0.25}, 11), ({"epsilon": 0.7}, 12)])
+def test_answers_are_unbiased_with_the_predicted_variance(budget: dict[str, float], seed: int) -> None:
+    W, A, x = _batch()
+    truth = W @ x
+    rng = SeededRandomSource(seed)
+    runs = [mechanism.answer(W, mechanism.measure(A, x, rng=rng, **budget)) for _ in range(TRIALS)]
+    errors = np.array([r.values for r in runs]) - truth
+    predicted = runs[0].variances
+    # Standardised squared error per trial: E[S] = m exactly when the variances are right. The
+    # trials are iid, so the mean of S is within 6 estimated standard errors of m except with
+    # probability ~2e-9 (CLT); a variance formula off by a few percent fails.
+    S = np.sum(errors**2 / predicted, axis=1)
+    assert abs(S.mean() - W.shape[0]) <= 6 * S.std(ddof=1) / np.sqrt(TRIALS)
+    # Bias: each query's mean error is within 6 standard errors of zero (P ≈ 2e-9 per query).
+    assert np.all(np.abs(errors.mean(axis=0)) <= 6 * np.sqrt(predicted / TRIALS))
+    # Per query, the empirical variance is within 1 ± 6·sqrt((2 + κ)/T), κ = 3 bounding the excess
+    # kurtosis of sums of Laplace or Gaussian noise.
+    ratio = errors.var(axis=0, ddof=1) / predicted
+    assert np.all(np.abs(ratio - 1) <= 6 * np.sqrt(5 / TRIALS))
+
+
+def test_reported_variance_uses_the_exact_discrete_noise() -> None:
+    W, A, x = _batch()
+    release = mechanism.measure(A, x, rho=Fraction(1, 2), rng=SeededRandomSource(1))
+    assert release.rho == Fraction(1, 2)  # σ² = Δ₂²/(2ρ) = Δ₂² is rational already: nothing rounded
+    assert release.noise_scale == A.max_column_power_sum(2) == 4  # H2(6) has 4 levels
+    unit = error.per_query_variance(W, A)  # at σ² = Δ₂²
+    np.testing.assert_allclose(mechanism.answer(W, release).variances, unit * release.noise_variance / 4)
+    small = mechanism.measure(A, x, rho=8, rng=SeededRandomSource(1))
+    assert small.noise_scale == Fraction(1, 4)
+    assert small.noise_variance == pytest.approx(0.2150126751, rel=1e-9)  # exact-samplers §3.2: Var < σ²
+
+
+def test_spent_budget_never_exceeds_the_request() -> None:
+    W, A, x = _batch()
+    for epsilon in (0.1, 1 / 3, 2.0):
+        release = mechanism.measure(A, x, epsilon=epsilon, rng=SeededRandomSource(2))
+        assert release.epsilon is not None and release.epsilon <= Fraction(epsilon)
+        assert float(release.epsilon) == pytest.approx(epsilon, rel=1e-6)
+        assert release.noise_scale >= Fraction(3) / Fraction(epsilon) * (1 - Fraction(1, 10**6))
+
+
+def test_noise_free_round_trip_recovers_the_data() -> None:
+    for A in [strategies.hierarchical(11, 3), strategies.wavelet(11), strategies.kron([strategies.wavelet(5), strategies.hierarchical(3)])]:
+        x = np.arange(A.shape[1], dtype=float) ** 2
+        exact = mechanism.Measurement(strategy=A, y=A @ x, noise="gaussian", noise_scale=Fraction(1), noise_variance=1.0)
+        np.testing.assert_allclose(mechanism.reconstruct(exact), x, atol=1e-8)
+
+
+def test_lsmr_path_agrees_with_the_dense_solve(monkeypatch: pytest.MonkeyPatch) -> None:
+    A = strategies.hierarchical(40, 2)
+    y = np.random.default_rng(3).normal(size=A.shape[0])
+    dense = mechanism.pseudo_inverse(A) @ y
+    monkeypatch.setattr(mechanism, "DENSE_SOLVE_LIMIT", 10)
+    iterative = mechanism.pseudo_inverse(A)
+    assert isinstance(iterative, mechanism.LeastSquares)
+    np.testing.assert_allclose(iterative @ y, dense, atol=1e-7)
+
+
+def test_real_valued_strategy_is_rounded_to_integers() -> None:
+    rng = np.random.default_rng(4)
+    A = workloads.Explicit(rng.normal(size=(8, 5)))
+    rounded = mechanism.integral_strategy(A)
+    assert rounded.integral and rounded.shape[1] == 5
+    W = workloads.AllRange(5)
+    assert error.expected_error(W, rounded) == pytest.approx(error.expected_error(W, A), rel=1e-4)
+    kron = mechanism.integral_strategy(workloads.Kron([A, workloads.Weighted(0.5, workloads.Identity(2))]))
+    assert kron.integral
+    release = mechanism.measure(A, np.arange(5), rho=1.0, rng=SeededRandomSource(5))
+    assert release.strategy.integral and np.all(np.mod(release.y, 1) == 0)
+
+
+def test_unsupported_strategy_is_refused() -> None:
+    x = np.arange(4)
+    release = mechanism.measure(workloads.Total(4), x, rho=1.0, rng=SeededRandomSource(6))
+    with pytest.raises(UnsupportedStrategyError, match="W A⁺ A ≠ W"):
+        mechanism.answer(workloads.Prefix(4), release)
+    assert mechanism.answer(workloads.Total(4), release).values.shape == (1,)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"epsilon": -1.0}, "epsilon must be a finite number > 0; got -1.0"),
+        ({"rho": 0}, "rho must be a finite number > 0; got 0"),
+        ({"rho": float("nan")}, "rho must be a finite number > 0"),
+        ({"epsilon": "1"}, "epsilon must be a finite number > 0"),
+        ({}, "exactly one of epsilon"),
+        ({"epsilon": 1.0, "rho": 1.0}, "exactly one of epsilon"),
+    ],
+)
+def test_bad_privacy_parameters(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(PrivacyParameterError, match=message):
+        mechanism.measure(strategies.identity(3), np.ones(3), **kwargs)  # type: ignore[arg-type]
+
+
+def test_bad_data_vectors() -> None:
+    with pytest.raises(ShapeError, match="one entry per cell \\(3\\)"):
+        mechanism.measure(strategies.identity(3), np.ones(4), rho=1.0)
+    with pytest.raises(DataError, match="integer counts"):
+        mechanism.measure(strategies.identity(3), np.array([1.5, 0, 0]), rho=1.0)
+
+
+def test_large_epsilon_warns() -> None:
+    with pytest.warns(DpsqlWarning, match="above 5"):
+        mechanism.measure(strategies.identity(3), np.ones(3), epsilon=8.0, rng=SeededRandomSource(7))
