@@ -128,7 +128,8 @@ class SystemRandomSource:
     """Production randomness: bytes from ``os.urandom``, exact rejection sampling.
 
     Each value is drawn as random bits masked to the next power of two >= high and redrawn while
-    it is >= high, so it is exactly uniform: no float, no modulo bias.
+    it is >= high, so it is exactly uniform: no float, no modulo bias. Bits come from one
+    ``os.urandom`` block per pass, 1, 2, 4 or 8 bytes per value (the fewest that cover the mask).
     """
 
     def integers(self, high: IntArray) -> IntArray:
@@ -159,6 +160,8 @@ class SystemRandomSource:
     @staticmethod
     def _uniform(high: int, n: int) -> IntArray:
         """n uniform integers in [0, high) for one common bound."""
+        if high == 1:
+            return np.zeros(n, dtype=np.int64)
         mask = (1 << (high - 1).bit_length()) - 1
         out = _urandom_words(n, mask) & np.uint64(mask)
         redo = np.flatnonzero(out >= high)
@@ -442,7 +445,7 @@ def _bernoulli_exp_vec(num: IntArray, den: IntArray, rng: RandomSource, k: int =
 def _exp1_table(terms: int) -> tuple[int, IntArray]:
     """(N, ascending N/j! for j = terms..1) with N the largest multiple of terms! below 2^63."""
     top = math.factorial(terms)
-    n = _I64_MAX // top * top
+    n = (2**63 - 1) // top * top
     return n, np.array([n // math.factorial(j) for j in range(terms, 0, -1)], dtype=np.int64)
 
 
@@ -542,7 +545,8 @@ class _GaussPlan:
             t, a, b = Fraction(1), p, q
         else:
             c = math.isqrt(p // q)
-            c += 4 * p >= q * (2 * c + 1) ** 2
+            if 4 * p >= q * (2 * c + 1) ** 2:  # σ >= c + 1/2
+                c += 1
             t, a, b = sigma2 / c, c, 1
         g = math.gcd(q, 2 * p * b * b)
         return cls(t, a, b, q // g, 2 * p * b * b // g)
@@ -632,9 +636,9 @@ def discrete_gaussian(
         σ >= 1 it uses t = σ²/c with c the integer nearest σ, so σ²/t = c is an integer and, with
         σ² = p/q, γ = (|Y| - c)² q/(2p) has denominator 2p instead of 2pqt²: int64 arithmetic
         then covers far larger σ² and denominators, at an acceptance rate like CKS's (0.65-0.76
-        for σ >= 1, tending to √(π/2) e^{-1/2} = 0.760). γ is split into floor(γ) Bernoulli(e^-1) draws and one
-        Bernoulli(exp(-frac(γ))). Vectorised in int64 numpy; parameters too large for int64 use
-        the pure-Python reference sampler (:func:`discrete_gaussian_scalar`).
+        for σ >= 1, tending to √(π/2) e^{-1/2} = 0.760). γ is split into floor(γ) Bernoulli(e^-1)
+        draws and one Bernoulli(exp(-frac(γ))). Vectorised in int64 numpy; parameters too large
+        for int64 use the pure-Python reference sampler (:func:`discrete_gaussian_scalar`).
 
     Privacy:
         Adding iid samples to an integer vector of L2 sensitivity Δ₂ is ρ-zCDP with
