@@ -242,11 +242,16 @@ class Ranges(Workload):
         cumulative = np.concatenate([np.zeros((1, X.shape[1]), dtype=X.dtype), np.cumsum(X, axis=0)])
         return cumulative[self.hi + 1] - cumulative[self.lo]
 
+    @cached_property
+    def _endpoints(self) -> sp.csr_array:
+        """(n+1) × m: +1 at each interval's start, −1 just past its end (a difference array)."""
+        m = self.shape[0]
+        rows = np.concatenate([self.lo, self.hi + 1])
+        values = np.concatenate([np.ones(m), -np.ones(m)])
+        return sp.csr_array((values, (rows, np.tile(np.arange(m), 2))), shape=(self.n + 1, m))
+
     def _rmatmat(self, Y: FloatArray) -> FloatArray:
-        diff = np.zeros((self.n + 1, Y.shape[1]), dtype=np.result_type(Y.dtype, np.int64))
-        np.add.at(diff, self.lo, Y)
-        np.subtract.at(diff, self.hi + 1, Y)
-        return np.cumsum(diff[:-1], axis=0)
+        return np.cumsum(np.asarray(self._endpoints @ Y)[:-1], axis=0)
 
     def gram(self) -> Workload:
         """Σ_r 1_[lo,hi] 1_[lo,hi]ᵀ by a two-dimensional difference array: O(m + n²)."""
@@ -320,13 +325,17 @@ class AllRange(Ranges):
         return (self.n * (self.n + 1) // 2, self.n)
 
     def _rmatmat(self, Y: FloatArray) -> FloatArray:
-        """(Aᵀy)_l = Σ_{i <= l <= j} y_ij: reverse cumsum over j, cumsum over i, take the diagonal."""
-        k = Y.shape[1]
-        upper = np.zeros((self.n, self.n, k), dtype=np.result_type(Y.dtype, np.float64))
-        upper[np.triu_indices(self.n)] = Y
-        reach = np.cumsum(np.cumsum(upper[:, ::-1], axis=1)[:, ::-1], axis=0)
-        diagonal = np.arange(self.n)
-        return reach[diagonal, diagonal]
+        """(Aᵀy)_l = Σ_{i <= l} Σ_{j >= l} y_ij: per start i, a reverse cumulative sum over j.
+
+        O(n²k) time and O(nk) memory.
+        """
+        out = np.zeros((self.n, Y.shape[1]), dtype=np.result_type(Y.dtype, np.float64))
+        start = 0
+        for i in range(self.n):
+            block = Y[start:start + self.n - i]
+            out[i:] += np.cumsum(block[::-1], axis=0)[::-1]
+            start += self.n - i
+        return out
 
     def gram(self) -> Workload:
         """G_ij = (min(i, j) + 1)·(n − max(i, j)) (0-based): the number of ranges holding both."""
