@@ -22,6 +22,7 @@ from typing import Literal
 import numpy as np
 
 from dpsql.errors import ShapeError, UnsupportedStrategyError
+from dpsql.kronvec import shared_cuts
 from dpsql.linalg import (
     RANK_TOLERANCE,
     group_factors,
@@ -102,6 +103,8 @@ def svd_bound(W: Workload) -> float:
     anything else is computed densely.
     """
     terms = _gram_terms(W.gram())
+    if W.gram().trace() == 0.0:
+        return 0.0  # no query touches any cell
     if len(terms) == 1:
         weight, factors = terms[0]
         roots = [nuclear_norm_of_root(_dense(f)) for f in factors]
@@ -140,10 +143,10 @@ def _union_spectrum(terms: list[tuple[float, tuple[Workload, ...]]]) -> tuple[Fl
 
     Falls back to one dense eigendecomposition when some attribute's Grams do not commute.
     """
-    cuts = set.intersection(*[set(np.cumprod([f.shape[1] for f in factors]).tolist()) for _, factors in terms])
+    cuts = shared_cuts([[f.shape[1] for f in factors] for _, factors in terms])
     grouped = [(c, group_factors(factors, cuts)) for c, factors in terms]
     per_axis = []
-    for axis in range(len(cuts)):
+    for axis in range(len(grouped[0][1])):
         joint = _joint_eigenvalues([_dense(factors[axis]) for _, factors in grouped])
         if joint is None:
             return _dense_spectrum(terms)

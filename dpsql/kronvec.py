@@ -9,6 +9,7 @@ every term is monotone in each of them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import reduce
 
 import numpy as np
@@ -20,25 +21,42 @@ ColumnTerm = tuple[npt.NDArray[np.float64], ...]
 _PARETO_WORK_LIMIT = 5_000_000
 
 
+def shared_cuts(factorisations: Sequence[Sequence[int]]) -> set[int]:
+    """Cumulative domain sizes at which every factorisation can be cut (all end at the total)."""
+    return set.intersection(*[set(np.cumprod(sizes).tolist()) for sizes in factorisations])
+
+
+def group_by_cuts(sizes: Sequence[int], cuts: set[int]) -> list[range]:
+    """Index ranges of consecutive factors, one group per cut, in order.
+
+    A group closes at the first factor whose cumulative size reaches the next cut; factors of size
+    one that follow the last cut join the last group, so every factorisation of the same domain
+    yields one group per cut.
+
+    >>> group_by_cuts([2, 1, 3, 1], {2, 6})
+    [range(0, 1), range(1, 4)]
+    """
+    groups: list[range] = []
+    start, size, last = 0, 1, 0
+    for index, width in enumerate(sizes):
+        size *= width
+        if size in cuts and size > last:
+            groups.append(range(start, index + 1))
+            start, last = index + 1, size
+    if start < len(sizes):
+        groups[-1] = range(groups[-1].start, len(sizes)) if groups else range(0, len(sizes))
+    return groups
+
+
 def align_terms(terms: list[ColumnTerm]) -> list[ColumnTerm]:
     """Rewrite every term over the coarsest factorisation of the domain that all terms share.
 
     >>> [tuple(len(v) for v in t) for t in align_terms([(np.ones(2), np.ones(6)), (np.ones(4), np.ones(3))])]
     [(12,), (12,)]
     """
-    cuts = [set(np.cumprod([len(v) for v in term]).tolist()) for term in terms]
-    common = sorted(set.intersection(*cuts))
-    aligned = []
-    for term in terms:
-        merged, group, size = [], [], 1
-        for vector in term:
-            group.append(vector)
-            size *= len(vector)
-            if size in common:
-                merged.append(reduce(np.kron, group))
-                group = []
-        aligned.append(tuple(merged))
-    return aligned
+    cuts = shared_cuts([[len(v) for v in term] for term in terms])
+    return [tuple(reduce(np.kron, [term[i] for i in group]) for group in group_by_cuts([len(v) for v in term], cuts))
+            for term in terms]
 
 
 def pareto_front(points: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

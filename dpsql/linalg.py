@@ -15,6 +15,7 @@ from functools import reduce
 import numpy as np
 import scipy.linalg as sla
 
+from dpsql.kronvec import group_by_cuts, shared_cuts
 from dpsql.workloads import (
     Explicit,
     FloatArray,
@@ -40,7 +41,11 @@ def pinv_psd(G: FloatArray) -> FloatArray:
     if info == 0:
         inverse, info = sla.lapack.dpotri(factor, lower=False)
         if info == 0:
-            return np.triu(inverse) + np.triu(inverse, 1).T
+            inverse = np.triu(inverse) + np.triu(inverse, 1).T
+            # κ₁(G) = ‖G‖₁‖G⁻¹‖₁ bounds λ_max/λ_min; a Cholesky that "succeeds" on a numerically
+            # singular G shows up here as a huge inverse.
+            if np.abs(G).sum(axis=0).max() * np.abs(inverse).sum(axis=0).max() * RANK_TOLERANCE < 1.0:
+                return inverse
     values, vectors = np.linalg.eigh(G)
     keep = values > RANK_TOLERANCE * max(values.max(), 0.0)
     return (vectors[:, keep] / values[keep]) @ vectors[:, keep].T
@@ -81,8 +86,8 @@ def paired_factors(X: Workload, Y: Workload) -> list[tuple[Workload, Workload]]:
     Both are viewed through their column sizes; an Identity is split to fit the other side.
     """
     xs, ys = _expand_identity(X, Y), _expand_identity(Y, X)
-    cuts = set(np.cumprod([f.shape[1] for f in xs]).tolist()) & set(np.cumprod([f.shape[1] for f in ys]).tolist())
-    return list(zip(group_factors(xs, cuts), group_factors(ys, cuts)))
+    cuts = shared_cuts([[f.shape[1] for f in xs], [f.shape[1] for f in ys]])
+    return list(zip(group_factors(xs, cuts), group_factors(ys, cuts), strict=True))
 
 
 def _expand_identity(X: Workload, other: Workload) -> Sequence[Workload]:
@@ -92,17 +97,9 @@ def _expand_identity(X: Workload, other: Workload) -> Sequence[Workload]:
 
 
 def group_factors(factors: Sequence[Workload], cuts: set[int]) -> list[Workload]:
-    """Merge consecutive Kronecker factors so that each group ends at a cumulative size in ``cuts``."""
-    groups: list[Workload] = []
-    pending: list[Workload] = []
-    size = 1
-    for factor in factors:
-        pending.append(factor)
-        size *= factor.shape[1]
-        if size in cuts:
-            groups.append(pending[0] if len(pending) == 1 else Kron(pending))
-            pending = []
-    return groups
+    """Consecutive Kronecker factors merged into one operator per cut (see kronvec.group_by_cuts)."""
+    groups = group_by_cuts([f.shape[1] for f in factors], cuts)
+    return [factors[g.start] if len(g) == 1 else Kron([factors[i] for i in g]) for g in groups]
 
 
 def trace_of_product(G: Workload, M: Workload) -> float:

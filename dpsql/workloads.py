@@ -180,10 +180,10 @@ class Identity(Workload):
         return (self.n, self.n)
 
     def _matmat(self, X: FloatArray) -> FloatArray:
-        return X
+        return X.copy()
 
     def _rmatmat(self, Y: FloatArray) -> FloatArray:
-        return Y
+        return Y.copy()
 
     @property
     def integral(self) -> bool:
@@ -236,7 +236,7 @@ class Ranges(Workload):
         return True
 
     def max_abs_entry(self) -> float:
-        return 1.0
+        return 1.0 if self.shape[0] else 0.0
 
     def _matmat(self, X: FloatArray) -> FloatArray:
         cumulative = np.concatenate([np.zeros((1, X.shape[1]), dtype=X.dtype), np.cumsum(X, axis=0)])
@@ -452,7 +452,10 @@ class Kron(Workload):
         return Kron([f.gram() for f in self.factors])
 
     def trace(self) -> float:
-        return float(np.prod([f.trace() for f in self.factors]))
+        """Π trace(Aᵢ) when every factor is square; otherwise densely."""
+        if all(f.shape[0] == f.shape[1] for f in self.factors):
+            return float(np.prod([f.trace() for f in self.factors]))
+        return super().trace()
 
     def max_abs_entry(self) -> float:
         return float(np.prod([f.max_abs_entry() for f in self.factors]))
