@@ -16,13 +16,12 @@ Math:
 
 from __future__ import annotations
 
-from functools import reduce
 from typing import Literal
 
 import numpy as np
 
 from dpsql.errors import ShapeError, UnsupportedStrategyError
-from dpsql.kronvec import shared_cuts
+from dpsql.kronvec import kron_vectors, shared_cuts
 from dpsql.linalg import (
     RANK_TOLERANCE,
     group_factors,
@@ -151,9 +150,9 @@ def _union_spectrum(terms: list[tuple[float, tuple[Workload, ...]]]) -> tuple[Fl
         if joint is None:
             return _dense_spectrum(terms)
         per_axis.append(joint)
-    eigenvalues = sum(c * reduce(np.kron, [axis[k][0] for axis in per_axis]) for k, (c, _) in enumerate(grouped))
-    diagonal = sum(c * reduce(np.kron, [axis[k][1] for axis in per_axis]) for k, (c, _) in enumerate(grouped))
-    return np.asarray(eigenvalues), np.asarray(diagonal)
+    eigenvalues = np.sum([c * kron_vectors([axis[k][0] for axis in per_axis]) for k, (c, _) in enumerate(grouped)], axis=0)
+    diagonal = np.sum([c * kron_vectors([axis[k][1] for axis in per_axis]) for k, (c, _) in enumerate(grouped)], axis=0)
+    return eigenvalues, diagonal
 
 
 def _joint_eigenvalues(grams: list[FloatArray]) -> list[tuple[FloatArray, FloatArray]] | None:
@@ -171,7 +170,6 @@ def _joint_eigenvalues(grams: list[FloatArray]) -> list[tuple[FloatArray, FloatA
 
 
 def _dense_spectrum(terms: list[tuple[float, tuple[Workload, ...]]]) -> tuple[FloatArray, FloatArray]:
-    G = sum(c * Kron(list(factors)).dense() for c, factors in terms)
-    G = np.asarray(G)
-    return np.linalg.eigvalsh(G), np.diag(G).copy()
+    G = np.sum([c * Kron(list(factors)).dense() for c, factors in terms], axis=0)
+    return np.asarray(np.linalg.eigvalsh(G), dtype=np.float64), np.diag(G).copy()
 

@@ -10,7 +10,6 @@ every term is monotone in each of them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import reduce
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +18,14 @@ ColumnTerm = tuple[npt.NDArray[np.float64], ...]
 
 #: Fronts larger than this (points × candidates) are combined densely instead.
 _PARETO_WORK_LIMIT = 5_000_000
+
+
+def kron_vectors(vectors: Sequence[npt.NDArray[np.float64]]) -> npt.NDArray[np.float64]:
+    """v₁ ⊗ v₂ ⊗ … as one vector (row-major, like np.kron)."""
+    result: npt.NDArray[np.float64] = np.ones(1)
+    for vector in vectors:
+        result = np.asarray(np.kron(result, vector), dtype=np.float64)
+    return result
 
 
 def shared_cuts(factorisations: Sequence[Sequence[int]]) -> set[int]:
@@ -55,7 +62,7 @@ def align_terms(terms: list[ColumnTerm]) -> list[ColumnTerm]:
     [(12,), (12,)]
     """
     cuts = shared_cuts([[len(v) for v in term] for term in terms])
-    return [tuple(reduce(np.kron, [term[i] for i in group]) for group in group_by_cuts([len(v) for v in term], cuts))
+    return [tuple(kron_vectors([term[i] for i in group]) for group in group_by_cuts([len(v) for v in term], cuts))
             for term in terms]
 
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from functools import reduce
 
 import numpy as np
 import scipy.linalg as sla
 
-from dpsql.kronvec import group_by_cuts, shared_cuts
+from dpsql.kronvec import group_by_cuts, kron_vectors, shared_cuts
 from dpsql.workloads import (
     Explicit,
     FloatArray,
@@ -132,7 +131,7 @@ def quadratic_diag(W: Workload, M: Workload) -> FloatArray:
         return M.weight * quadratic_diag(W, M.base)
     pairs = paired_factors(W, M)
     if len(pairs) > 1:
-        return reduce(np.kron, [quadratic_diag(w, m) for w, m in pairs])
+        return kron_vectors([quadratic_diag(w, m) for w, m in pairs])
     n = W.shape[1]
     check_dense_size(n, n, "diag(W M Wᵀ)")
     return W._quadratic_diag_dense(np.eye(n) if isinstance(M, Identity) else M.dense())

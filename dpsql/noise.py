@@ -181,8 +181,8 @@ class SeededRandomSource:
     def __init__(self, seed: int) -> None:
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
             raise ValueError(f"seed must be a non-negative int; got {seed!r}")
-        self._generator = np.random.Generator(np.random.PCG64(int(seed)))
-        self._random = random.Random(int(seed))
+        self._generator: np.random.Generator = np.random.Generator(np.random.PCG64(int(seed)))
+        self._random: random.Random = random.Random(int(seed))
 
     def integers(self, high: IntArray) -> IntArray:
         """Independent uniform integers in [0, high) per element (high >= 1), same shape."""

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from functools import cached_property, reduce
-from typing import Literal
+from functools import cached_property
+from typing import Literal, overload
 
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
 from dpsql.errors import DomainTooLargeError, ShapeError
-from dpsql.kronvec import ColumnTerm, align_terms, max_of_kron_sum
+from dpsql.kronvec import ColumnTerm, align_terms, kron_vectors, max_of_kron_sum
 
 FloatArray = npt.NDArray[np.float64]
 Norm = Literal["l1", "l2"]
@@ -69,7 +69,13 @@ class Workload(ABC):
         return bool(np.all(np.mod(self.dense(), 1.0) == 0.0))
 
     # ----------------------------------------------------------------------------- products
-    def __matmul__(self, other: object) -> npt.NDArray[np.float64] | Workload:
+    @overload
+    def __matmul__(self, other: Workload) -> Workload: ...
+
+    @overload
+    def __matmul__(self, other: npt.ArrayLike) -> FloatArray: ...
+
+    def __matmul__(self, other: Workload | npt.ArrayLike) -> FloatArray | Workload:
         if isinstance(other, Workload):
             return Product(self, other)
         X = np.asarray(other)
@@ -118,7 +124,7 @@ class Workload(ABC):
     def column_norms(self, norm: Norm = "l2") -> FloatArray:
         """Every column's L1 or L2 norm as a dense n-vector (forms the product domain)."""
         p = _norm_power(norm)
-        total = sum(reduce(np.kron, term) for term in align_terms(self._column_terms(p)))
+        total = np.sum([kron_vectors(term) for term in align_terms(self._column_terms(p))], axis=0)
         return np.asarray(total, dtype=np.float64) ** (1.0 / p)
 
     def max_column_power_sum(self, p: int) -> float:
@@ -345,7 +351,7 @@ class AllRange(Ranges):
 
     def _column_terms(self, p: int) -> list[ColumnTerm]:
         index = np.arange(self.n)
-        return [((index + 1.0) * (self.n - index),)]
+        return [(((index + 1) * (self.n - index)).astype(np.float64),)]
 
     def __repr__(self) -> str:
         return f"AllRange({self.n})"
@@ -354,9 +360,11 @@ class AllRange(Ranges):
 class Explicit(Workload):
     """A matrix given as a dense numpy array or a scipy.sparse matrix."""
 
+    matrix: FloatArray | sp.csr_array
+
     def __init__(self, matrix: npt.ArrayLike | sp.spmatrix | sp.sparray) -> None:
         if sp.issparse(matrix):
-            self.matrix: FloatArray | sp.csr_array = sp.csr_array(matrix, dtype=np.float64)
+            self.matrix = sp.csr_array(matrix, dtype=np.float64)
         else:
             dense = np.asarray(matrix, dtype=np.float64)
             if dense.ndim != 2:
@@ -389,7 +397,9 @@ class Explicit(Workload):
 
     def dense(self) -> FloatArray:
         check_dense_size(*self.shape, "densifying an explicit matrix")
-        return self.matrix.toarray() if sp.issparse(self.matrix) else self.matrix.copy()
+        if isinstance(self.matrix, sp.csr_array):
+            return np.asarray(self.matrix.toarray(), dtype=np.float64)
+        return self.matrix.copy()
 
     def trace(self) -> float:
         return float(self.matrix.diagonal().sum())
@@ -404,7 +414,7 @@ class Explicit(Workload):
 
     def _quadratic_diag_dense(self, M: FloatArray) -> FloatArray:
         product = np.asarray(self.matrix @ M)
-        if sp.issparse(self.matrix):
+        if isinstance(self.matrix, sp.csr_array):
             return np.asarray(self.matrix.multiply(product).sum(axis=1), dtype=np.float64).ravel()
         return np.einsum("ij,ij->i", product, self.matrix)
 

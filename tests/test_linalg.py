@@ -20,6 +20,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
+from _helpers import groupings
+
 from dpsql import error
 from dpsql import strategies as strat
 from dpsql.errors import ShapeError, UnsupportedStrategyError
@@ -91,22 +93,6 @@ class Op:
 seeds = st.integers(0, 2**32 - 1)
 weights = st.one_of(st.sampled_from([2.0, -1.0, 0.5, -3.0, 0.25, 4.0]), st.floats(0.25, 4.0), st.floats(-4.0, -0.25))
 DOMAINS = [(2, 3, 2), (3, 2, 2), (2, 2, 3), (2, 2, 2), (3, 4), (4, 3), (2, 3), (6,), (5,)]
-
-
-def groupings(dims: tuple[int, ...]) -> st.SearchStrategy[tuple[int, ...]]:
-    """Coarsenings of a domain's factorisation, e.g. (2,3,2) -> (2,3,2), (6,2), (2,6) or (12,)."""
-
-    def merge(cuts: list[bool]) -> tuple[int, ...]:
-        groups, current = [], dims[0]
-        for d, cut in zip(dims[1:], cuts):
-            if cut:
-                groups.append(current)
-                current = d
-            else:
-                current *= d
-        return (*groups, current)
-
-    return st.lists(st.booleans(), min_size=len(dims) - 1, max_size=len(dims) - 1).map(merge)
 
 
 def leaf(A: Workload) -> Op:

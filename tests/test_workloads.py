@@ -19,6 +19,8 @@ import scipy.sparse as sp
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from _helpers import groupings
+
 from dpsql import kronvec
 from dpsql import strategies as strat
 from dpsql.errors import DomainTooLargeError, ShapeError
@@ -301,22 +303,6 @@ def test_unknown_norm_is_rejected(norm: str) -> None:
 
 
 # =================================================================================== Kronecker stacks
-def groupings(dims: tuple[int, ...]) -> st.SearchStrategy[tuple[int, ...]]:
-    """Coarsenings of a domain's factorisation: (2,3,2) -> (2,3,2), (6,2), (2,6) or (12,)."""
-
-    def merge(cuts: list[bool]) -> tuple[int, ...]:
-        groups, current = [], dims[0]
-        for d, cut in zip(dims[1:], cuts):
-            if cut:
-                groups.append(current)
-                current = d
-            else:
-                current *= d
-        return (*groups, current)
-
-    return st.lists(st.booleans(), min_size=len(dims) - 1, max_size=len(dims) - 1).map(merge)
-
-
 DOMAINS = [(2, 3, 2), (3, 2, 2), (2, 2, 3), (2, 2, 2), (3, 4), (4, 3), (2, 3, 4), (2, 2, 2, 2)]
 
 
