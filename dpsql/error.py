@@ -33,6 +33,7 @@ from dpsql.linalg import (
 )
 from dpsql.workloads import (
     FloatArray,
+    Identity,
     Kron,
     Sum,
     Weighted,
@@ -101,13 +102,15 @@ def svd_bound(W: Workload) -> float:
     commute attribute by attribute (marginals, range marginals) are diagonalised factor-wise;
     anything else is computed densely.
     """
-    terms = _gram_terms(W.gram())
-    if W.gram().trace() == 0.0:
+    G = W.gram()
+    if G.trace() == 0.0:
         return 0.0  # no query touches any cell
+    terms = _gram_terms(G)
     if len(terms) == 1:
         weight, factors = terms[0]
-        roots = [nuclear_norm_of_root(_dense(f)) for f in factors]
-        nonzero = [int(np.count_nonzero(np.diag(_dense(f)) > 0)) for f in factors]
+        roots = [nuclear_norm_of_root(f) for f in factors]
+        nonzero = [f.shape[0] if isinstance(f, Identity) else int(np.count_nonzero(np.diag(_dense(f)) > 0))
+                   for f in factors]
         return float(weight * np.prod(roots) ** 2 / np.prod(nonzero))
     eigenvalues, diagonal = _union_spectrum(terms)
     eigenvalues[eigenvalues < RANK_TOLERANCE * eigenvalues.max()] = 0.0

@@ -32,10 +32,11 @@ from dpsql.workloads import (
 RANK_TOLERANCE = 1e-10
 
 _pinv_cache: weakref.WeakKeyDictionary[Workload, Workload] = weakref.WeakKeyDictionary()
+_full_column_rank: weakref.WeakSet[Workload] = weakref.WeakSet()
 
 
-def pinv_psd(G: FloatArray) -> FloatArray:
-    """(G)⁺ of a symmetric positive semi-definite matrix: Cholesky when definite, else eigh."""
+def pinv_psd(G: FloatArray) -> tuple[FloatArray, bool]:
+    """(G⁺, definite) for a symmetric PSD matrix: Cholesky when numerically definite, else eigh."""
     factor, info = sla.lapack.dpotrf(G, lower=False)
     if info == 0:
         inverse, info = sla.lapack.dpotri(factor, lower=False)
@@ -44,10 +45,10 @@ def pinv_psd(G: FloatArray) -> FloatArray:
             # κ₁(G) = ‖G‖₁‖G⁻¹‖₁ bounds λ_max/λ_min; a Cholesky that "succeeds" on a numerically
             # singular G shows up here as a huge inverse.
             if np.abs(G).sum(axis=0).max() * np.abs(inverse).sum(axis=0).max() * RANK_TOLERANCE < 1.0:
-                return inverse
+                return inverse, True
     values, vectors = np.linalg.eigh(G)
     keep = values > RANK_TOLERANCE * max(values.max(), 0.0)
-    return (vectors[:, keep] / values[keep]) @ vectors[:, keep].T
+    return (vectors[:, keep] / values[keep]) @ vectors[:, keep].T, bool(keep.all())
 
 
 def pinv_gram(A: Workload) -> Workload:
@@ -63,7 +64,10 @@ def pinv_gram(A: Workload) -> Workload:
     else:
         n = A.shape[1]
         check_dense_size(n, n, "the strategy's error profile (AᵀA)⁺")
-        result = Explicit(pinv_psd(A.gram().dense()))
+        inverse, definite = pinv_psd(A.gram().dense())
+        result = Explicit(inverse)
+        if definite:
+            _full_column_rank.add(A)
     _pinv_cache[A] = result
     return result
 
@@ -76,7 +80,10 @@ def projector(A: Workload) -> Workload:
         return Kron([projector(f) for f in A.factors])
     if isinstance(A, Weighted):
         return projector(A.base)
-    return Explicit(pinv_gram(A).dense() @ A.gram().dense())
+    M = pinv_gram(A)
+    if A in _full_column_rank:
+        return Identity(A.shape[1])
+    return Explicit(M.dense() @ A.gram().dense())
 
 
 def paired_factors(X: Workload, Y: Workload) -> list[tuple[Workload, Workload]]:
@@ -137,8 +144,15 @@ def quadratic_diag(W: Workload, M: Workload) -> FloatArray:
     return W._quadratic_diag_dense(np.eye(n) if isinstance(M, Identity) else M.dense())
 
 
-def nuclear_norm_of_root(G: FloatArray) -> float:
-    """trace(G^{1/2}) of a PSD matrix, with eigenvalues below the rank tolerance set to zero."""
-    values = np.linalg.eigvalsh(G)
+def nuclear_norm_of_root(G: Workload) -> float:
+    """trace(G^{1/2}) of a PSD operator, with eigenvalues below the rank tolerance set to zero."""
+    if isinstance(G, Identity):
+        return float(G.n)
+    known = getattr(G, "known_eigenvalues", None)
+    if known is not None:
+        values = np.array(known, dtype=np.float64)
+    else:
+        check_dense_size(G.shape[0], G.shape[1], "the spectrum of a Gram matrix")
+        values = np.asarray(np.linalg.eigvalsh(G.dense()), dtype=np.float64)
     values[values < RANK_TOLERANCE * max(values.max(), 0.0)] = 0.0
     return float(np.sqrt(values).sum())

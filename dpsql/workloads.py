@@ -306,10 +306,12 @@ class Prefix(Ranges):
         return np.cumsum(Y[::-1], axis=0)[::-1]
 
     def gram(self) -> Workload:
-        """G_ij = n − max(i, j) (0-based)."""
+        """G_ij = n − max(i, j) (0-based); eigenvalues 1 / (4 sin²((2k−1)π/(4n+2))), k = 1..n."""
         check_dense_size(self.n, self.n, "the Gram matrix")
         index = np.arange(self.n)
-        return Explicit((self.n - np.maximum.outer(index, index)).astype(np.float64))
+        k = np.arange(1, self.n + 1)
+        spectrum = 1.0 / (2.0 * np.sin((2 * k - 1) * np.pi / (4 * self.n + 2))) ** 2
+        return Explicit((self.n - np.maximum.outer(index, index)).astype(np.float64), eigenvalues=spectrum)
 
     def __repr__(self) -> str:
         return f"Prefix({self.n})"
@@ -344,10 +346,17 @@ class AllRange(Ranges):
         return out
 
     def gram(self) -> Workload:
-        """G_ij = (min(i, j) + 1)·(n − max(i, j)) (0-based): the number of ranges holding both."""
+        """G_ij = (min(i, j) + 1)·(n − max(i, j)) (0-based): the number of ranges holding both.
+
+        G = (n+1)·T⁻¹ with T = tridiag(−1, 2, −1), so its eigenvalues are
+        (n+1) / (4 sin²(kπ / (2(n+1)))), k = 1..n.
+        """
         check_dense_size(self.n, self.n, "the Gram matrix")
         index = np.arange(self.n)
-        return Explicit(((np.minimum.outer(index, index) + 1) * (self.n - np.maximum.outer(index, index))).astype(np.float64))
+        k = np.arange(1, self.n + 1)
+        spectrum = (self.n + 1) / (4.0 * np.sin(k * np.pi / (2 * (self.n + 1))) ** 2)
+        dense = (np.minimum.outer(index, index) + 1) * (self.n - np.maximum.outer(index, index))
+        return Explicit(dense.astype(np.float64), eigenvalues=spectrum)
 
     def _column_terms(self, p: int) -> list[ColumnTerm]:
         index = np.arange(self.n)
@@ -362,7 +371,10 @@ class Explicit(Workload):
 
     matrix: FloatArray | sp.csr_array
 
-    def __init__(self, matrix: npt.ArrayLike | sp.spmatrix | sp.sparray) -> None:
+    def __init__(self, matrix: npt.ArrayLike | sp.spmatrix | sp.sparray, *,
+                 eigenvalues: FloatArray | None = None) -> None:
+        """``eigenvalues``: the spectrum of a symmetric matrix when it is known in closed form."""
+        self.known_eigenvalues = eigenvalues
         if sp.issparse(matrix):
             self.matrix = sp.csr_array(matrix, dtype=np.float64)
         else:
