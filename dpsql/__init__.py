@@ -1,10 +1,15 @@
 """dpsql: differentially private aggregate SQL, answered jointly with the matrix mechanism.
 
-The math layers (workloads, strategies, error, noise, mechanism) import only numpy and scipy.
-The module also carries the PEP 249 globals and exception classes.
+This is the PEP 249 module: ``dpsql.connect(...)``, ``apilevel``, ``threadsafety``, ``paramstyle``
+and the exception classes. The math layers (workloads, strategies, error, noise, mechanism)
+import only numpy and scipy; the database shell (``connect``, ``Connection``, ``Cursor``) is
+imported lazily so that importing the math never loads DuckDB or Arrow.
 """
 
+from typing import Any
+
 from dpsql import error, mechanism, noise, strategies, workloads
+from dpsql.accounting import Budget, PrivacyCost
 from dpsql.errors import (
     DatabaseError,
     DataError,
@@ -16,9 +21,13 @@ from dpsql.errors import (
     InternalError,
     NotSupportedError,
     OperationalError,
+    BudgetExhaustedError,
     PrivacyParameterError,
     ProgrammingError,
+    SchemaError,
     ShapeError,
+    SqlSyntaxError,
+    UnsupportedQueryError,
     UnsupportedStrategyError,
     Warning,
 )
@@ -29,7 +38,20 @@ apilevel = "2.0"
 threadsafety = 1
 paramstyle = "qmark"
 
+_SHELL = {"connect", "Connection", "Cursor"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SHELL:
+        from dpsql import dbapi
+
+        return getattr(dbapi, name)
+    raise AttributeError(f"module 'dpsql' has no attribute {name!r}")
+
+
 __all__ = [
+    "Budget", "BudgetExhaustedError", "Connection", "Cursor", "PrivacyCost", "SchemaError", "SqlSyntaxError",
+    "UnsupportedQueryError", "connect",
     "DataError", "DatabaseError", "DpsqlError", "DpsqlWarning", "Error", "IntegrityError", "InterfaceError",
     "InternalError", "NotSupportedError", "OperationalError", "PrivacyParameterError", "ProgrammingError",
     "ShapeError", "UnsupportedStrategyError", "Warning", "apilevel", "error", "mechanism", "noise",

@@ -1,22 +1,118 @@
-"""The ``dpsql`` command line."""
+"""The ``dpsql`` command line: run, explain, schema suggest, demo — over the Python API only."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
+
+from dpsql.errors import Error
+from dpsql.results import format_table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``dpsql`` command."""
-    parser = argparse.ArgumentParser(prog="dpsql", description="Differentially private aggregate SQL.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("demo", help="run the matrix mechanism end to end on a generated population")
-    arguments = parser.parse_args(argv)
-    if arguments.command == "demo":
-        from dpsql import demo
+    """Entry point of the ``dpsql`` command; returns the exit status."""
+    arguments = _parser().parse_args(argv)
+    try:
+        return int(arguments.handler(arguments) or 0)
+    except Error as err:
+        print(f"dpsql: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
 
-        demo.run()
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dpsql", description="Differentially private aggregate SQL, answered jointly.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, handler, text in (("run", _run, "answer a batch of SQL privately"),
+                                ("explain", _explain, "show the plan and cost of a batch without spending")):
+        command = commands.add_parser(name, help=text)
+        command.add_argument("queries", type=Path, help="a .sql file with one or more statements")
+        command.add_argument("--db", required=True, help="the DuckDB database file")
+        command.add_argument("--schema", required=True, type=Path, help="the public schema (TOML)")
+        cost = command.add_mutually_exclusive_group(required=True)
+        cost.add_argument("--epsilon", type=float, help="the batch's cost in pure ε-DP (discrete Laplace noise)")
+        cost.add_argument("--rho", type=float, help="the batch's cost in ρ-zCDP (discrete Gaussian noise)")
+        command.set_defaults(handler=handler)
+    run = commands.choices["run"]
+    run.add_argument("--out", type=Path, help="write each statement's result to this folder instead of the terminal")
+    run.add_argument("--format", choices=("parquet", "csv"), default="parquet", help="file format for --out")
+    schema = commands.add_parser("schema", help="schema helpers").add_subparsers(dest="action", required=True)
+    suggest = schema.add_parser("suggest", help="print a starting schema read from a table (NOT private)")
+    suggest.add_argument("--db", required=True)
+    suggest.add_argument("--table", required=True)
+    suggest.set_defaults(handler=_suggest)
+    demo = commands.add_parser("demo", help="build a census-like database and answer a dozen queries privately")
+    demo.add_argument("--dir", type=Path, help="where to write the database, schema and queries (default: a temp folder)")
+    demo.add_argument("--rows", type=int, default=1_000_000, help="people in the generated table")
+    demo.add_argument("--epsilon", type=float, default=1.0, help="the batch's privacy cost")
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def _progress(message: str, started: float) -> None:
+    print(f"[{time.perf_counter() - started:6.1f}s] {message}", file=sys.stderr)
+
+
+def _open(arguments: argparse.Namespace):  # type: ignore[no-untyped-def]
+    import dpsql
+
+    budget = dpsql.Budget(epsilon=arguments.epsilon) if arguments.epsilon is not None else dpsql.Budget(rho=arguments.rho)
+    return dpsql.connect(arguments.db, schema=arguments.schema, budget=budget, read_only=True)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as err:
+        from dpsql.errors import InterfaceError
+
+        raise InterfaceError(f"cannot read the queries file '{path}': {err.strerror}.") from err
+
+
+def _run(arguments: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    text = _read(arguments.queries)
+    with _open(arguments) as connection:
+        _progress("planning and answering the batch (one scan, one charge)", started)
+        cursor = connection.cursor().execute(text, epsilon=arguments.epsilon, rho=arguments.rho)
+        tables = cursor.fetch_arrow_tables()
+        _progress(f"answered {len(tables)} statement(s)", started)
+    if arguments.out:
+        arguments.out.mkdir(parents=True, exist_ok=True)
+        for number, table in enumerate(tables, start=1):
+            path = arguments.out / f"statement_{number}.{arguments.format}"
+            pq.write_table(table, path) if arguments.format == "parquet" else pa_csv.write_csv(table, path)
+            print(path)
+        return 0
+    for number, table in enumerate(tables, start=1):
+        print(f"-- statement {number}")
+        print(format_table(table))
+        print()
+    return 0
+
+
+def _explain(arguments: argparse.Namespace) -> int:
+    with _open(arguments) as connection:
+        print(connection.cursor().explain(_read(arguments.queries), epsilon=arguments.epsilon, rho=arguments.rho))
+    return 0
+
+
+def _suggest(arguments: argparse.Namespace) -> int:
+    from dpsql.suggest import suggest_schema
+
+    print(suggest_schema(arguments.db, arguments.table))
+    return 0
+
+
+def _demo(arguments: argparse.Namespace) -> int:
+    from dpsql import demo
+
+    demo.run(arguments.dir, people=arguments.rows, epsilon=arguments.epsilon)
     return 0
 
 

@@ -1,91 +1,154 @@
-"""``dpsql demo``: the matrix mechanism end to end on a generated population.
+"""``dpsql demo``: a census-like DuckDB table, its schema, a dozen analyst queries, answered privately.
 
-A batch asks for the number of people in every age range, by sex and in total (15,150 range
-queries over 200 cells). The demo scores the standard strategies by their exact expected error,
-measures the best one once with exact discrete Gaussian noise, and prints answers with their
-standard errors next to the true values, and the gain over answering each query on its own.
+The population is synthetic (a fixed seed, so it is the same every run); the schema and the
+queries are the ones in ``examples/census/``. The demo writes the database, ``schema.toml`` and
+``queries.sql`` into a folder, runs the batch once at ε = 1 with OS randomness, and prints each
+statement's private answers with their standard errors.
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable
-from fractions import Fraction
+from pathlib import Path
 
+import duckdb
 import numpy as np
+import pyarrow as pa
 
-from dpsql import error, mechanism, strategies, workloads
-from dpsql.noise import RandomSource
+STATES = ("AL AK AZ AR CA CO CT DE DC FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO MT NE NV NH NJ NM NY NC "
+          "ND OH OK OR PA RI SC SD TN TX UT VT VA WA WV WI WY").split()
+RACES = ("white", "black", "asian", "native", "pacific", "multiple", "other")
+EDUCATION = ("none", "primary", "some_high_school", "high_school", "some_college", "bachelors", "masters", "doctorate")
 
-AGES, SEXES = 100, 2
-RHO = Fraction(1, 2)
+SCHEMA = f"""# Public schema of the demo census table. Domains are declared, never read from the data.
+[tables.census]
+privacy_unit = "row"
+
+[tables.census.columns.age]
+type = "integer"
+lower = 0
+upper = 99
+bin_width = 5          # GROUP BY age reports 5-year bands
+resolution = 1         # predicates may cut at any whole year
+
+[tables.census.columns.sex]
+type = "categorical"
+values = ["F", "M"]
+
+[tables.census.columns.race]
+type = "categorical"
+values = {list(RACES)!r}
+
+[tables.census.columns.education]
+type = "categorical"
+values = {list(EDUCATION)!r}
+
+[tables.census.columns.state]
+type = "categorical"
+values = {STATES!r}
+
+[tables.census.columns.hours]  # usual hours worked per week
+type = "integer"
+lower = 0
+upper = 99
+bin_width = 10
+resolution = 1
+
+[tables.census.columns.income]  # yearly income; SUM/AVG clamp it to [0, 500000]
+type = "numeric"
+lower = 0
+upper = 500000
+bin_width = 25000
+resolution = 5000
+""".replace("'", '"')
+
+QUERIES = """-- A dozen analyst queries, answered as ONE private batch.
+-- 1. Population by sex
+SELECT sex, COUNT(*) AS people FROM census GROUP BY sex;
+-- 2. Working-age adults
+SELECT COUNT(*) AS working_age FROM census WHERE age BETWEEN 18 AND 64;
+-- 3. Age pyramid: 5-year bands by sex
+SELECT age, sex, COUNT(*) AS people FROM census GROUP BY age, sex;
+-- 4. The ten most populous states
+SELECT state, COUNT(*) AS people FROM census GROUP BY state ORDER BY people DESC LIMIT 10;
+-- 5. Mean income by education
+SELECT education, AVG(income) AS mean_income FROM census GROUP BY education;
+-- 6. Total income by sex
+SELECT sex, SUM(income) AS total_income FROM census GROUP BY sex;
+-- 7. High earners
+SELECT COUNT(*) AS high_earners FROM census WHERE income >= 100000;
+-- 8. Seniors by race
+SELECT race, COUNT(*) AS seniors FROM census WHERE age >= 65 GROUP BY race;
+-- 9. Women working full time
+SELECT COUNT(*) AS women_full_time FROM census WHERE hours >= 40 AND sex = 'F';
+-- 10. People working by 10-hour band, among adults
+SELECT hours, COUNT(*) AS workers FROM census WHERE hours > 0 AND age >= 18 GROUP BY hours;
+-- 11. Three large states
+SELECT COUNT(*) AS people FROM census WHERE state IN ('CA', 'NY', 'TX');
+-- 12. Dependents: children or seniors
+SELECT COUNT(*) AS dependents FROM census WHERE age < 18 OR age >= 65;
+"""
 
 
-def population(people: int = 1_000_000, seed: int = 20261121) -> np.ndarray:
-    """Counts per (age, sex) cell of a synthetic population (public, generated data)."""
-    generator = np.random.default_rng(seed)
-    age = np.clip(generator.gamma(4.0, 10.0, size=people).astype(int), 0, AGES - 1)
-    sex = generator.integers(0, SEXES, size=people)
-    return np.bincount(age * SEXES + sex, minlength=AGES * SEXES)
+def population(people: int = 1_000_000, seed: int = 20261121) -> pa.Table:
+    """A synthetic census table (public, generated data; the same for a given seed)."""
+    rng = np.random.default_rng(seed)
+    age = np.clip(rng.gamma(3.2, 12.5, size=people), 0, 99).astype(np.int64)
+    sex = rng.choice(np.array(["F", "M"]), size=people)
+    race = rng.choice(np.array(RACES), size=people, p=[0.60, 0.13, 0.06, 0.01, 0.005, 0.035, 0.16])
+    weights = np.linspace(3.0, 0.4, len(STATES)) * rng.uniform(0.5, 1.5, len(STATES))
+    state = rng.choice(np.array(STATES), size=people, p=weights / weights.sum())
+    schooling = np.clip(rng.normal(3.6, 1.5, size=people) + (age > 22) * 0.4, 0, len(EDUCATION) - 1)
+    schooling = np.where(age < 16, np.minimum(schooling, age // 6), schooling).astype(np.int64)
+    working = (age >= 16) & (age < 70) & (rng.random(people) < 0.78)
+    hours = np.where(working, np.clip(rng.normal(38, 10, size=people), 1, 99), 0).astype(np.int64)
+    income = np.where(age >= 16, rng.lognormal(9.6 + 0.22 * schooling + 0.012 * hours, 0.7), 0.0)
+    return pa.table({"age": age, "sex": sex, "race": race, "education": np.array(EDUCATION)[schooling],
+                     "state": state, "hours": hours, "income": np.round(income, 2)})
 
 
-def workload() -> workloads.Workload:
-    """Every age range, split by sex and in total."""
-    return workloads.VStack([
-        workloads.Kron([workloads.AllRange(AGES), workloads.Identity(SEXES)]),
-        workloads.Kron([workloads.AllRange(AGES), workloads.Total(SEXES)]),
-    ])
+def write_files(folder: Path, people: int = 1_000_000) -> Path:
+    """Write census.duckdb, schema.toml and queries.sql into ``folder``; return the database path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    database = folder / "census.duckdb"
+    database.unlink(missing_ok=True)
+    table = population(people)
+    with duckdb.connect(str(database)) as connection:
+        connection.register("generated", table)
+        connection.execute("CREATE TABLE census AS SELECT * FROM generated")
+    (folder / "schema.toml").write_text(SCHEMA)
+    (folder / "queries.sql").write_text(QUERIES)
+    return database
 
 
-def candidates() -> dict[str, workloads.Workload]:
-    """Standard strategies over the age × sex domain."""
-    return {
-        "identity": strategies.identity(AGES * SEXES),
-        "hierarchical b=2 ⊗ identity": strategies.kron([strategies.hierarchical(AGES, 2), strategies.identity(SEXES)]),
-        "hierarchical b=4 ⊗ identity": strategies.kron([strategies.hierarchical(AGES, 4), strategies.identity(SEXES)]),
-        "wavelet ⊗ identity": strategies.kron([strategies.wavelet(AGES), strategies.identity(SEXES)]),
-    }
+def run(folder: Path | None = None, *, people: int = 1_000_000, epsilon: float = 1.0,
+        echo: Callable[[str], None] = print) -> list[pa.Table]:
+    """Build the demo database and answer the example batch privately; returns the result tables."""
+    import dpsql
+    from dpsql.results import format_table
 
-
-def run(echo: Callable[[str], None] = print, rng: RandomSource | None = None) -> float:
-    """Run the demo; returns the chosen strategy's RMSE gain over answering queries one by one."""
     started = time.perf_counter()
-    x, W = population(), workload()
-    echo(f"Population: {int(x.sum()):,} people in {AGES} ages × {SEXES} sexes; batch of {W.shape[0]:,} range queries.")
-    bound = error.svd_bound(W)
-    scale = 1 / (2 * float(RHO))  # expected_error is at ρ = 1/2; σ² scales by 1/(2ρ)
-    scores = {name: error.expected_error(W, A) * scale for name, A in candidates().items()}
-    separately = error.expected_error(W, strategies.workload(W)) * scale
-    echo(f"\nExpected RMSE per query at ρ = {RHO} (lower bound: {np.sqrt(bound * scale / W.shape[0]):.2f})")
-    for name, total in sorted(scores.items(), key=lambda item: item[1]):
-        echo(f"  {name:<30} {np.sqrt(total / W.shape[0]):8.2f}")
-    echo(f"  {'the queries as asked (A = W)':<30} {np.sqrt(separately / W.shape[0]):8.2f}")
-    best = min(scores, key=scores.__getitem__)
-    release = mechanism.measure(candidates()[best], x, rho=RHO, rng=rng)
-    answers = mechanism.answer(W, release)
-    truth = W @ x
-    echo(f"\nOne release with '{best}' (ρ = {release.rho}, exact discrete Gaussian noise, σ² = {release.noise_scale}):")
-    echo(f"  {'query':<28} {'private':>12} {'± stderr':>10} {'true':>10}")
-    for label, row in _examples():
-        echo(f"  {label:<28} {answers.values[row]:12.1f} {answers.stddevs[row]:10.2f} {truth[row]:10d}")
-    empirical = np.sqrt(np.mean((answers.values - truth) ** 2))
-    gain = float(np.sqrt(separately / scores[best]))
-    echo(f"\nEmpirical RMSE of this release: {empirical:.2f}; predicted {np.sqrt(scores[best] / W.shape[0]):.2f}.")
-    echo(f"The chosen strategy is {gain:.1f}× more accurate (RMSE) than measuring the queries as asked.")
-    echo(f"Done in {time.perf_counter() - started:.1f} s.")
-    return gain
-
-
-def _examples() -> list[tuple[str, int]]:
-    """(label, row of W) for a few readable queries."""
-    def range_row(lo: int, hi: int) -> int:  # row of [lo, hi] in AllRange's (i, then j) order
-        return lo * AGES - lo * (lo - 1) // 2 + (hi - lo)
-    by_sex = AGES * (AGES + 1) // 2 * SEXES
-    return [
-        ("age 18-64, female", range_row(18, 64) * SEXES),
-        ("age 18-64, male", range_row(18, 64) * SEXES + 1),
-        ("age 18-64, all", by_sex + range_row(18, 64)),
-        ("age 65-99, all", by_sex + range_row(65, 99)),
-        ("age 30-30, all", by_sex + range_row(30, 30)),
-        ("age 0-99, all", by_sex + range_row(0, 99)),
-    ]
+    keep = folder is not None
+    folder = folder or Path(tempfile.mkdtemp(prefix="dpsql-demo-"))
+    echo(f"Building a census-like table of {people:,} people in {folder} ...")
+    database = write_files(folder, people)
+    echo(f"  done in {time.perf_counter() - started:.1f} s. Schema: {folder / 'schema.toml'}; queries: {folder / 'queries.sql'}")
+    statements = [line for line in QUERIES.splitlines() if line.startswith("-- ") and line[3].isdigit()]
+    with dpsql.connect(str(database), schema=folder / "schema.toml", budget=dpsql.Budget(epsilon=epsilon),
+                       read_only=True) as connection:
+        cursor = connection.cursor()
+        echo(f"\nPlan (nothing spent yet):\n{cursor.explain(QUERIES, epsilon=epsilon)}\n")
+        answering = time.perf_counter()
+        cursor.execute(QUERIES, epsilon=epsilon)
+        tables = cursor.fetch_arrow_tables()
+        echo(f"Answered {len(tables)} statements as one release at ε = {epsilon} in "
+             f"{time.perf_counter() - answering:.1f} s; budget left: {connection.budget.remaining:g}.\n")
+    for title, table in zip(statements, tables):
+        echo(title[3:])
+        echo(format_table(table, limit=12))
+        echo("")
+    if not keep:
+        echo(f"(The files are in {folder}; run `dpsql demo --dir DIR` to keep them somewhere else.)")
+    return tables

@@ -69,3 +69,23 @@ class UnsupportedStrategyError(DpsqlError, NotSupportedError, ValueError):
 
 class DomainTooLargeError(DpsqlError, NotSupportedError, ValueError):
     """An operation would need a dense matrix over a domain larger than the configured limit."""
+
+
+class SqlSyntaxError(DpsqlError, ProgrammingError):
+    """The batch text is not valid SQL; the message gives the line and column."""
+
+
+class UnsupportedQueryError(DpsqlError, NotSupportedError):
+    """A SQL construct dpsql does not answer privately; the message names it and its position."""
+
+
+class SchemaError(DpsqlError, ProgrammingError):
+    """The schema is invalid, or a query refers to something the schema does not declare."""
+
+
+class BudgetExhaustedError(DpsqlError, OperationalError):
+    """A batch costs more privacy budget than is left; nothing was run or charged."""
+
+
+class ParameterError(DpsqlError, ProgrammingError):
+    """The qmark parameters do not match the batch's ? placeholders, or a value cannot be bound."""

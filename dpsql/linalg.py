@@ -136,12 +136,28 @@ def quadratic_diag(W: Workload, M: Workload) -> FloatArray:
         return W.weight**2 * quadratic_diag(W.base, M)
     if isinstance(M, Weighted):
         return M.weight * quadratic_diag(W, M.base)
+    if isinstance(W, Sum):
+        return np.sum([bilinear_diag(left, M, right) for left in W.terms for right in W.terms], axis=0)
     pairs = paired_factors(W, M)
     if len(pairs) > 1:
         return kron_vectors([quadratic_diag(w, m) for w, m in pairs])
     n = W.shape[1]
     check_dense_size(n, n, "diag(W M Wᵀ)")
     return W._quadratic_diag_dense(np.eye(n) if isinstance(M, Identity) else M.dense())
+
+
+def bilinear_diag(U: Workload, M: Workload, V: Workload) -> FloatArray:
+    """diag(U M Vᵀ) for U, V of one shape: factor by factor when U, V and M share a Kronecker form."""
+    if isinstance(M, Weighted):
+        return M.weight * bilinear_diag(U, M.base, V)
+    if isinstance(U, Kron) and isinstance(V, Kron) and [f.shape for f in U.factors] == [f.shape for f in V.factors]:
+        pairs = paired_factors(U, M)
+        if len(pairs) == len(U.factors):
+            return kron_vectors([bilinear_diag(u, m, v) for u, (_, m), v in zip(U.factors, pairs, V.factors)])
+    m, n = U.shape
+    check_dense_size(m, n, "diag(U M Vᵀ)")
+    dense_m = np.eye(n) if isinstance(M, Identity) else M.dense()
+    return np.einsum("ij,ij->i", U.dense() @ dense_m, V.dense())
 
 
 def nuclear_norm_of_root(G: Workload) -> float:

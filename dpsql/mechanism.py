@@ -103,27 +103,33 @@ def measure(
     *,
     epsilon: float | Fraction | None = None,
     rho: float | Fraction | None = None,
+    max_contribution: int = 1,
     rng: exact.RandomSource | None = None,
 ) -> Measurement:
     """Release y = Ã x + z: ε-DP with discrete Laplace noise or ρ-zCDP with discrete Gaussian noise.
 
-    Math / Privacy: see the module docstring.
+    Math / Privacy: see the module docstring. ``max_contribution`` = c is the largest ‖x − x′‖₁ one
+    privacy unit can cause (1 for a row's count; k·B when a unit has up to k rows each adding up
+    to B to a sum cell). Then ‖Ã(x − x′)‖₁ ≤ c·Δ₁ and ‖Ã(x − x′)‖₂ ≤ Σ_j |x_j − x′_j|·‖ã_j‖₂ ≤ c·Δ₂,
+    so the noise is scaled by c.
     Raises:
         PrivacyParameterError: not exactly one of epsilon, rho, or not a finite number > 0.
         ShapeError: x is not a vector over A's cells.
         DataError: x is not integer counts.
     """
     noise, budget = _privacy_parameter(epsilon=epsilon, rho=rho)
+    if isinstance(max_contribution, bool) or not isinstance(max_contribution, (int, np.integer)) or max_contribution < 1:
+        raise PrivacyParameterError(f"max_contribution must be a positive integer; got {max_contribution!r}.")
     counts = _data_vector(A, x)
     strategy = integral_strategy(A)
     exact_answers = _exact_product(strategy, counts)
     if noise == "laplace":
-        delta1 = _integer(strategy.max_column_power_sum(1))
+        delta1 = _integer(strategy.max_column_power_sum(1)) * int(max_contribution)
         scale = exact.fraction_at_least(delta1 / budget)
         z = exact.discrete_laplace(scale, strategy.shape[0], rng=rng)
         variance, spent = exact.discrete_laplace_variance(scale), {"epsilon": delta1 / scale}
     else:
-        delta2_squared = _integer(strategy.max_column_power_sum(2))
+        delta2_squared = _integer(strategy.max_column_power_sum(2)) * int(max_contribution) ** 2
         scale = exact.fraction_at_least(delta2_squared / (2 * budget))
         z = exact.discrete_gaussian(scale, strategy.shape[0], rng=rng)
         variance, spent = exact.discrete_gaussian_variance(scale), {"rho": delta2_squared / (2 * scale)}

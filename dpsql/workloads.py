@@ -604,6 +604,17 @@ class Sum(Workload):
     def T(self) -> Workload:
         return Sum([t.T for t in self.terms])
 
+    @property
+    def integral(self) -> bool:
+        return all(t.integral for t in self.terms)
+
+    def gram(self) -> Workload:
+        """(Σ_b K_b)ᵀ(Σ_b' K_b') = Σ_{b,b'} K_bᵀ K_b'; Kronecker terms give Kronecker cross terms."""
+        if all(isinstance(t, Kron) for t in self.terms) and len({tuple(f.shape for f in t.factors) for t in self.terms}) == 1:  # type: ignore[attr-defined]
+            return Sum([Kron([Explicit(f.rmatvec(g.dense())) for f, g in zip(left.factors, right.factors)])  # type: ignore[attr-defined]
+                        for left in self.terms for right in self.terms])
+        return super().gram()
+
     def trace(self) -> float:
         return float(sum(t.trace() for t in self.terms))
 

@@ -1,0 +1,145 @@
+"""Arrow tables of private answers: group columns, values and their standard errors.
+
+One ``pyarrow.Table`` per statement: the SELECT list in order — group columns in their declared
+types (a bin as its lower bound, plus ``<name>_upper``, its exclusive upper bound, when bins are
+wider than one value), each aggregate as float64 with ``<alias>_stddev`` beside it. Every declared
+group is present, in deterministic order (GROUP BY order, each column's declared order); ORDER BY
+and LIMIT apply to the noisy values. The schema metadata key ``dpsql`` holds JSON with the
+mechanism, strategies, budget spent and left, and the expected RMSE.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from dpsql.mechanism import Answers
+from dpsql.schema import Categorical, Ordered
+from dpsql.sql import ir
+from dpsql.sql.compile import CompiledBatch, CompiledStatement, OutputAggregate
+
+
+def statement_tables(compiled: CompiledBatch, answers: Mapping[tuple[int, int], Answers],
+                     metadata: Mapping[str, Any]) -> list[pa.Table]:
+    """One table per statement, from the answers of every block, keyed (group, block index)."""
+    encoded = {b"dpsql": json.dumps(metadata, default=str).encode()}
+    return [_table(compiled, statement, answers).replace_schema_metadata(encoded) for statement in compiled.statements]
+
+
+def _table(compiled: CompiledBatch, statement: CompiledStatement, answers: Mapping[tuple[int, int], Answers]) -> pa.Table:
+    columns: dict[str, pa.Array] = {}
+    numbers: dict[str, npt.NDArray[np.float64]] = {}
+    for item in statement.statement.select:
+        if isinstance(item, ir.GroupColumn):
+            index = next(i for i, c in enumerate(statement.statement.group_by) if c.name.lower() == item.column.name.lower())
+            columns.update(_group_columns(compiled, statement, index, item.alias))
+        else:
+            mine = {block: found for (group, block), found in answers.items() if group == statement.group}
+            value, stddev = _aggregate_values(statement, _find(statement, item), mine)
+            numbers[item.alias] = value
+            columns[item.alias] = pa.array(value, type=pa.float64(), from_pandas=True)
+            columns[f"{item.alias}_stddev"] = pa.array(stddev, type=pa.float64(), from_pandas=True)
+    table = pa.table(columns)
+    order = _order(statement.statement, table, numbers)
+    table = table.take(pa.array(order, type=pa.int64()))
+    return table.slice(0, statement.statement.limit) if statement.statement.limit is not None else table
+
+
+def _find(statement: CompiledStatement, aggregate: ir.Aggregate) -> OutputAggregate:
+    return next(a for a in statement.aggregates if a.aggregate is aggregate)
+
+
+def _aggregate_values(statement: CompiledStatement, output: OutputAggregate,
+                      answers: Mapping[int, Answers]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Values and standard errors in output row order; AVG = SUM/COUNT by the delta method."""
+    rows = statement.block_rows
+    first = answers[output.blocks[0]]
+    if output.aggregate.function != "avg":
+        return first.values[rows], np.sqrt(first.variances[rows])
+    second = answers[output.blocks[1]]
+    total, count = first.values[rows], second.values[rows]
+    var_total, var_count = first.variances[rows], second.variances[rows]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(count > 0, total / count, np.nan)
+        # Var(S/C) ≈ Var(S)/C² + S²·Var(C)/C⁴ (S and C are measured independently, so Cov = 0)
+        variance = np.where(count > 0, var_total / count**2 + total**2 * var_count / count**4, np.nan)
+    low, high = output.column.measure_bounds  # type: ignore[union-attr]
+    return np.clip(mean, low, high), np.sqrt(variance)
+
+
+def _group_columns(compiled: CompiledBatch, statement: CompiledStatement, index: int, alias: str) -> dict[str, pa.Array]:
+    axis = compiled.groups[statement.group].axes[statement.group_axes[index]]
+    labels = statement.group_labels[index]
+    picked = [labels[g] for g in statement.group_rows[:, index]]
+    domain = axis.column.domain
+    if isinstance(domain, Categorical):
+        kind = pa.string() if all(isinstance(v, str) for v in domain.values) else pa.int64()
+        return {alias: pa.array(picked, type=kind)}
+    arrow_type = {"integer": pa.int64(), "numeric": pa.float64(), "date": pa.date32()}[domain.kind]
+    result = {alias: pa.array([None if p is None else p[0] for p in picked], type=arrow_type)}
+    if _wide_bins(domain):
+        result[f"{alias}_upper"] = pa.array([None if p is None else p[1] for p in picked], type=arrow_type)
+    return result
+
+
+def _wide_bins(domain: Ordered) -> bool:
+    """Whether a bin holds more than one value (numeric bins always do)."""
+    if domain.kind == "numeric":
+        return True
+    if domain.kind == "integer":
+        return any(hi - lo > 1 for lo, hi in domain.bin_labels())  # type: ignore[misc, operator]
+    return len(domain.bin_starts) != domain.size or domain.unit != "day"
+
+
+def _order(statement: ir.Statement, table: pa.Table, numbers: Mapping[str, npt.NDArray[np.float64]]) -> list[int]:
+    """Row order for ORDER BY (stable, NULLs last), applied to the noisy values."""
+    order = list(range(table.num_rows))
+    outputs = [item.alias for item in statement.select]
+    for item in reversed(statement.order_by):
+        name = outputs[item.key - 1] if isinstance(item.key, int) else item.key
+        values = table.column(name).to_pylist()
+        order.sort(key=lambda r: _sort_key(values[r], item.descending))
+    return order
+
+
+def _sort_key(value: object, descending: bool) -> tuple[int, object]:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return (1, 0)
+    if descending:
+        if isinstance(value, (int, float)):
+            return (0, -value)
+        if isinstance(value, dt.date):
+            return (0, -value.toordinal())
+        return (0, tuple(-ord(ch) for ch in str(value)))
+    return (0, value)
+
+
+def format_table(table: pa.Table, *, limit: int | None = None) -> str:
+    """A plain-text rendering: values and their ± standard errors, aligned."""
+    shown = table if limit is None else table.slice(0, limit)
+    names = [n for n in shown.column_names if not n.endswith("_stddev")]
+    cells = []
+    for name in names:
+        values = shown.column(name).to_pylist()
+        errors = shown.column(f"{name}_stddev").to_pylist() if f"{name}_stddev" in shown.column_names else None
+        cells.append([_cell(v, None if errors is None else errors[i]) for i, v in enumerate(values)])
+    widths = [max([len(name)] + [len(c) for c in column]) for name, column in zip(names, cells)]
+    lines = ["  ".join(name.rjust(w) for name, w in zip(names, widths))]
+    lines += ["  ".join(column[r].rjust(w) for column, w in zip(cells, widths)) for r in range(shown.num_rows)]
+    if limit is not None and table.num_rows > limit:
+        lines.append(f"... {table.num_rows - limit} more rows")
+    return "\n".join(lines)
+
+
+def _cell(value: object, stddev: object) -> str:
+    if value is None:
+        return "NULL"
+    if stddev is not None and isinstance(value, float):
+        return f"{value:,.1f} ± {float(stddev):,.1f}"  # type: ignore[arg-type]
+    return f"{value:,.1f}" if isinstance(value, float) else str(value)

@@ -1,0 +1,394 @@
+"""The declared, public schema: tables, attribute domains, measure bounds and the privacy unit.
+
+Nothing here is ever read from the private data. Each attribute's domain is a list of *base
+cells*, the finest grid a query may cut:
+
+- categorical: one base cell per declared value;
+- integer / numeric: half-open intervals [b_k, b_{k+1}) between the boundaries b_0 < … < b_K
+  (the last one closed at ``upper``); the grid step is ``resolution`` if declared, else
+  ``bin_width``; explicit ``edges`` give a non-uniform grid;
+- date: the same over day numbers, with boundaries at the starts of days, months or years.
+
+GROUP BY reports *bins*: ``bin_width`` (or ``edges``) groups of base cells. Predicates may only
+cut at base boundaries, so a range endpoint inside a base cell is an error that names the
+boundaries around it. Every attribute also has one *outside* cell for NULL and out-of-domain
+values: predicates on the attribute never match it (as SQL's NULL never satisfies a comparison),
+statements that do not touch the attribute count it, and GROUP BY shows it as a NULL group only
+when the column declares ``other = true``. ``out_of_domain = "clamp"`` (ordered attributes) puts
+values outside [lower, upper] into the first or last bin instead.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from dpsql.errors import SchemaError
+
+EPOCH = dt.date(1970, 1, 1)
+DateUnit = Literal["day", "month", "year"]
+OrderedKind = Literal["integer", "numeric", "date"]
+#: Largest number of base cells one attribute may declare.
+MAX_BASE_CELLS = 2**22
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Categorical:
+    """A finite list of values; one base cell and one bin per value."""
+
+    values: tuple[str | int, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.values)
+
+    def bin_of_base(self) -> npt.NDArray[np.int64]:
+        return np.arange(self.size)
+
+    def bin_labels(self) -> list[object]:
+        return list(self.values)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ordered:
+    """Base cells [b_k, b_{k+1}) over numbers (dates as day numbers), grouped into bins.
+
+    ``boundaries`` has K+1 entries for K base cells; ``bin_starts`` are the base indices where the
+    GROUP BY bins begin. ``uniform_step`` is the grid step when the grid is uniform (None for
+    explicit edges or month/year dates), which lets the backend bin with arithmetic.
+    """
+
+    kind: OrderedKind
+    boundaries: tuple[float, ...]
+    bin_starts: tuple[int, ...]
+    uniform_step: float | None
+    unit: DateUnit | None = None
+    clamp: bool = False
+
+    @property
+    def size(self) -> int:
+        return len(self.boundaries) - 1
+
+    @property
+    def lower(self) -> float:
+        return self.boundaries[0]
+
+    @property
+    def upper(self) -> float:
+        return self.boundaries[-1]
+
+    def bin_of_base(self) -> npt.NDArray[np.int64]:
+        """Bin index of every base cell."""
+        return np.searchsorted(np.asarray(self.bin_starts), np.arange(self.size), side="right") - 1
+
+    def bin_labels(self) -> list[object]:
+        """Each bin as its (low, high) bounds in the column's type (high exclusive, last inclusive)."""
+        edges = list(self.bin_starts) + [self.size]
+        return [(self.to_value(self.boundaries[a]), self.to_value(self.boundaries[b])) for a, b in zip(edges[:-1], edges[1:])]
+
+    def to_value(self, number: float) -> object:
+        """A boundary back in the column's type."""
+        if self.kind == "date":
+            return EPOCH + dt.timedelta(days=int(number))
+        if self.kind == "integer":
+            return int(number)
+        return float(number)
+
+    def to_number(self, value: object) -> float:
+        """A literal as a number on this domain's axis (dates as day numbers); ValueError if it is not one."""
+        if self.kind == "date":
+            day = value if isinstance(value, dt.date) else dt.date.fromisoformat(str(value))
+            return float((day - EPOCH).days)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{value!r} is not a number")
+        return float(value)
+
+    def boundary_index(self, number: float) -> int | None:
+        """The base boundary equal to ``number`` (to rounding), or None when it falls inside a cell."""
+        position = int(np.searchsorted(np.asarray(self.boundaries), number - 1e-9 * max(1.0, abs(number))))
+        if position < len(self.boundaries) and math.isclose(self.boundaries[position], number, rel_tol=1e-9, abs_tol=1e-9):
+            return position
+        return None
+
+    def neighbours(self, number: float) -> tuple[object, object]:
+        """The base boundaries just below and above ``number`` (for error messages)."""
+        position = int(np.searchsorted(np.asarray(self.boundaries), number))
+        below = self.boundaries[max(position - 1, 0)]
+        above = self.boundaries[min(position, len(self.boundaries) - 1)]
+        return self.to_value(below), self.to_value(above)
+
+    @property
+    def discrete(self) -> bool:
+        """Integer and date values: ``x <= c`` is ``x < c + 1``."""
+        return self.kind in ("integer", "date")
+
+
+Domain = Categorical | Ordered
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Column:
+    """A declared column: its domain, whether GROUP BY shows the outside cell, measure bounds."""
+
+    table: str
+    name: str
+    domain: Domain
+    other: bool = False
+    measure_bounds: tuple[float, float] | None = None
+
+    @property
+    def key(self) -> str:
+        return f"tables.{self.table}.columns.{self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrivacyUnit:
+    """Whose privacy is protected: each row (column None), or each distinct ``column`` value with at most ``max_rows`` rows kept."""
+
+    column: str | None = None
+    max_rows: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Table:
+    name: str
+    columns: Mapping[str, Column]
+    privacy_unit: PrivacyUnit = field(default_factory=PrivacyUnit)
+
+    def column(self, name: str, where: str = "") -> Column:
+        """The declared column ``name`` (case-insensitive); SchemaError naming the table otherwise."""
+        found = self.columns.get(name.lower())
+        if found is None:
+            place = f" ({where})" if where else ""
+            raise SchemaError(
+                f"Column '{name}' is not in the schema of table '{self.name}'{place}. Declared columns: "
+                f"{', '.join(sorted(self.columns)) or 'none'}. Declare its domain in the schema or drop it from the query."
+            )
+        return found
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Schema:
+    tables: Mapping[str, Table]
+
+    def table(self, name: str, where: str = "") -> Table:
+        """The declared table ``name`` (case-insensitive); SchemaError otherwise."""
+        found = self.tables.get(name.lower())
+        if found is None:
+            place = f" ({where})" if where else ""
+            raise SchemaError(
+                f"Table '{name}' is not in the schema{place}. Declared tables: {', '.join(sorted(self.tables)) or 'none'}."
+            )
+        return found
+
+    @classmethod
+    def load(cls, source: str | Path | Mapping[str, Any] | Schema) -> Schema:
+        """A Schema from a TOML file path, a TOML string, a dict, or an existing Schema."""
+        if isinstance(source, Schema):
+            return source
+        if isinstance(source, Mapping):
+            return _schema_from_dict(source)
+        text = str(source)
+        if isinstance(source, Path) or (not text.lstrip().startswith("[") and "\n" not in text and Path(text).exists()):
+            try:
+                text = Path(text).read_text()
+            except OSError as err:
+                raise SchemaError(f"cannot read the schema file '{source}': {err}.") from err
+        try:
+            return _schema_from_dict(tomllib.loads(text))
+        except tomllib.TOMLDecodeError as err:
+            raise SchemaError(f"the schema is not valid TOML: {err}.") from err
+
+
+# ==================================================================================== parsing
+def _schema_from_dict(data: Mapping[str, Any]) -> Schema:
+    tables = data.get("tables")
+    if not isinstance(tables, Mapping) or not tables:
+        raise SchemaError("the schema needs a [tables.<name>] section for at least one table.")
+    return Schema(tables={name.lower(): _table(name, spec) for name, spec in tables.items()})
+
+
+def _table(name: str, spec: Any) -> Table:
+    key = f"tables.{name}"
+    if not isinstance(spec, Mapping):
+        raise SchemaError(f"{key} must be a table of settings.")
+    _only(key, spec, {"columns", "privacy_unit"})
+    columns = spec.get("columns")
+    if not isinstance(columns, Mapping) or not columns:
+        raise SchemaError(f"{key} declares no columns; add [{key}.columns.<column>] sections.")
+    declared = {column.lower(): _column(name, column, column_spec) for column, column_spec in columns.items()}
+    return Table(name=name.lower(), columns=declared, privacy_unit=_privacy_unit(key, spec.get("privacy_unit", "row")))
+
+
+def _privacy_unit(key: str, spec: Any) -> PrivacyUnit:
+    if spec == "row":
+        return PrivacyUnit()
+    if isinstance(spec, Mapping) and set(spec) == {"column", "max_rows"}:
+        rows = spec["max_rows"]
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+            raise SchemaError(f"{key}.privacy_unit.max_rows must be a positive integer; got {rows!r}.")
+        return PrivacyUnit(column=str(spec["column"]).lower(), max_rows=rows)
+    raise SchemaError(f'{key}.privacy_unit must be "row" or {{ column = "...", max_rows = N }}; got {spec!r}.')
+
+
+_COMMON = {"type", "other", "out_of_domain"}
+_KEYS = {
+    "categorical": _COMMON | {"values"},
+    "integer": _COMMON | {"lower", "upper", "bin_width", "edges", "resolution", "measure_lower", "measure_upper"},
+    "numeric": _COMMON | {"lower", "upper", "bin_width", "edges", "resolution", "measure_lower", "measure_upper"},
+    "date": _COMMON | {"lower", "upper", "unit", "bin_width"},
+}
+
+
+def _column(table: str, name: str, spec: Any) -> Column:
+    key = f"tables.{table}.columns.{name}"
+    if not isinstance(spec, Mapping):
+        raise SchemaError(f"{key} must be a table of settings.")
+    kind = spec.get("type")
+    if kind not in _KEYS:
+        raise SchemaError(f'{key}.type must be one of "categorical", "integer", "numeric", "date"; got {kind!r}.')
+    _only(key, spec, _KEYS[kind])
+    other = spec.get("other", False)
+    if not isinstance(other, bool):
+        raise SchemaError(f"{key}.other must be true or false; got {other!r}.")
+    policy = spec.get("out_of_domain", "drop")
+    if policy not in ("drop", "clamp") or (policy == "clamp" and kind == "categorical"):
+        allowed = '"drop"' if kind == "categorical" else '"drop" or "clamp"'
+        raise SchemaError(f"{key}.out_of_domain must be {allowed}; got {policy!r}.")
+    if kind == "categorical":
+        domain: Domain = _categorical(key, spec)
+    elif kind == "date":
+        domain = _dates(key, spec, clamp=policy == "clamp")
+    else:
+        domain = _numbers(key, kind, spec, clamp=policy == "clamp")
+    return Column(table=table.lower(), name=name.lower(), domain=domain, other=other, measure_bounds=_measure(key, spec, domain))
+
+
+def _only(key: str, spec: Mapping[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(spec) - allowed)
+    if unknown:
+        raise SchemaError(f"{key} has unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}.")
+
+
+def _categorical(key: str, spec: Mapping[str, Any]) -> Categorical:
+    values = spec.get("values")
+    if not isinstance(values, list) or not values:
+        raise SchemaError(f"{key}.values must be a non-empty list of the column's possible values.")
+    if any(isinstance(v, bool) or not isinstance(v, (str, int)) for v in values):
+        raise SchemaError(f"{key}.values must hold strings or integers; got {values!r}.")
+    if len(set(values)) != len(values):
+        raise SchemaError(f"{key}.values lists a value twice.")
+    return Categorical(values=tuple(values))
+
+
+def _number(key: str, spec: Mapping[str, Any], name: str) -> float:
+    value = spec.get(name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SchemaError(f"{key}.{name} must be a finite number; got {value!r}.")
+    return float(value)
+
+
+def _numbers(key: str, kind: OrderedKind, spec: Mapping[str, Any], *, clamp: bool) -> Ordered:
+    if "edges" in spec:
+        return _explicit_edges(key, kind, spec, clamp=clamp)
+    lower, upper = _number(key, spec, "lower"), _number(key, spec, "upper")
+    if upper < lower or (upper == lower and kind == "numeric"):
+        raise SchemaError(f"{key}: upper ({spec['upper']}) must be greater than lower ({spec['lower']}).")
+    width = _number(key, spec, "bin_width") if "bin_width" in spec else 1.0
+    step = _number(key, spec, "resolution") if "resolution" in spec else width
+    if width <= 0 or step <= 0 or (kind == "integer" and not (width.is_integer() and step.is_integer())):
+        raise SchemaError(f"{key}: bin_width and resolution must be positive{' integers' if kind == 'integer' else ''}.")
+    ratio = width / step
+    if not math.isclose(ratio, round(ratio), rel_tol=1e-9):
+        raise SchemaError(f"{key}: bin_width ({width:g}) must be a whole multiple of resolution ({step:g}).")
+    top = upper + 1 if kind == "integer" else upper  # integers: the last cell is [upper, upper + 1)
+    cells = math.ceil((top - lower) / step - 1e-9)
+    _check_cells(key, cells)
+    boundaries = np.minimum(lower + step * np.arange(cells + 1), top)
+    return Ordered(kind=kind, boundaries=tuple(boundaries.tolist()), bin_starts=tuple(range(0, cells, round(ratio))),
+                   uniform_step=step, clamp=clamp)
+
+
+def _explicit_edges(key: str, kind: OrderedKind, spec: Mapping[str, Any], *, clamp: bool) -> Ordered:
+    edges = spec["edges"]
+    if "resolution" in spec or "bin_width" in spec or not isinstance(edges, list) or len(edges) < 2:
+        raise SchemaError(f"{key}.edges must be a list of at least two increasing numbers, without bin_width or resolution.")
+    values = [float(e) for e in edges if not isinstance(e, bool) and isinstance(e, (int, float))]
+    if len(values) != len(edges) or any(b <= a for a, b in zip(values, values[1:])):
+        raise SchemaError(f"{key}.edges must be strictly increasing numbers; got {edges!r}.")
+    _check_cells(key, len(values) - 1)
+    return Ordered(kind=kind, boundaries=tuple(values), bin_starts=tuple(range(len(values) - 1)), uniform_step=None, clamp=clamp)
+
+
+def _dates(key: str, spec: Mapping[str, Any], *, clamp: bool) -> Ordered:
+    lower, upper = (_date(key, spec, name) for name in ("lower", "upper"))
+    unit = spec.get("unit", "day")
+    if unit not in ("day", "month", "year"):
+        raise SchemaError(f'{key}.unit must be "day", "month" or "year"; got {unit!r}.')
+    width = spec.get("bin_width", 1)
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise SchemaError(f"{key}.bin_width must be a positive integer number of {unit}s; got {width!r}.")
+    if upper < lower:
+        raise SchemaError(f"{key}: upper ({upper}) must not be before lower ({lower}).")
+    starts = _unit_starts(_unit_floor(lower, unit), upper, unit)
+    _check_cells(key, len(starts) - 1)
+    boundaries = tuple(float((day - EPOCH).days) for day in starts)
+    return Ordered(kind="date", boundaries=boundaries, bin_starts=tuple(range(0, len(starts) - 1, width)),
+                   uniform_step=1.0 if unit == "day" else None, unit=unit, clamp=clamp)
+
+
+def _date(key: str, spec: Mapping[str, Any], name: str) -> dt.date:
+    value = spec.get(name)
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, dt.date):
+        return value
+    try:
+        return dt.date.fromisoformat(str(value))
+    except ValueError as err:
+        raise SchemaError(f"{key}.{name} must be a date such as 2020-01-31; got {value!r}.") from err
+
+
+def _unit_floor(day: dt.date, unit: DateUnit) -> dt.date:
+    return day if unit == "day" else day.replace(day=1) if unit == "month" else day.replace(month=1, day=1)
+
+
+def _unit_starts(first: dt.date, last: dt.date, unit: DateUnit) -> list[dt.date]:
+    """Start dates of every unit from ``first`` through the unit holding ``last``, plus the next start."""
+    starts = [first]
+    while starts[-1] <= last:
+        current = starts[-1]
+        if unit == "day":
+            starts.append(current + dt.timedelta(days=1))
+        elif unit == "month":
+            starts.append(current.replace(year=current.year + current.month // 12, month=current.month % 12 + 1))
+        else:
+            starts.append(current.replace(year=current.year + 1))
+        if len(starts) > MAX_BASE_CELLS + 1:
+            break
+    return starts
+
+
+def _check_cells(key: str, cells: int) -> None:
+    if cells > MAX_BASE_CELLS:
+        raise SchemaError(f"{key} declares {cells:,} base cells; the limit is {MAX_BASE_CELLS:,}. Use a coarser resolution.")
+
+
+def _measure(key: str, spec: Mapping[str, Any], domain: Domain) -> tuple[float, float] | None:
+    """Clamping bounds for SUM/AVG: measure_lower/measure_upper, else the domain's lower/upper."""
+    if not isinstance(domain, Ordered) or domain.kind == "date":
+        return None
+    lower = _number(key, spec, "measure_lower") if "measure_lower" in spec else domain.lower
+    upper = _number(key, spec, "measure_upper") if "measure_upper" in spec else (
+        domain.upper - 1 if domain.kind == "integer" and "edges" not in spec else domain.upper)
+    if upper < lower:
+        raise SchemaError(f"{key}: measure_upper ({upper:g}) must not be below measure_lower ({lower:g}).")
+    return (lower, upper)

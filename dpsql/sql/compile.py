@@ -1,0 +1,481 @@
+"""Compile a parsed batch against the schema into workloads over the batch's cells.
+
+The batch's cells are the product, over every column the batch groups or filters on (its *axes*,
+in schema order), of the coarsest partition of the column's base cells that every statement
+respects, plus one *outside* cell per axis for NULL and out-of-domain values. Each aggregate of
+each statement becomes a block of linear queries over those cells:
+
+- GROUP BY gives one row per declared group (every bin, and the outside group when the column
+  declares ``other``), so group keys never come from the data;
+- WHERE follows SQL's three-valued logic: a predicate is held as the disjoint unions of
+  Kronecker boxes on which it is TRUE and FALSE (rows in an axis's outside cell make its atoms
+  UNKNOWN); NOT swaps the two, AND and OR combine them, and a row counts where the WHERE clause
+  is TRUE. The block is then Σ_boxes ⊗_axes (bin membership or mask) — OR becomes a sum of
+  Kronecker terms.
+
+COUNT(*) reads the cell counts; COUNT(col) the per-cell non-NULL counts of col; SUM(col) the
+per-cell sums of col clamped to its measure bounds; AVG(col) is SUM(col) / COUNT(col).
+
+A batch whose columns span too large a product domain is split into *groups* of statements:
+statements are grouped by the columns they touch, a group is merged into another when its
+columns are a subset or the union stays under MERGE_CELLS, and each group is answered jointly over
+its own cells. (ResidualPlanner answers many-column marginal batches without this split.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from dpsql import schema as sch
+from dpsql.errors import SchemaError, UnsupportedQueryError
+from dpsql.sql import ir
+from dpsql.workloads import Explicit, Kron, Sum, VStack, Workload
+
+BoolArray = npt.NDArray[np.bool_]
+Box = tuple[BoolArray, ...]  # one mask per axis over the axis's batch cells (outside cell last)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Axis:
+    """One grouped or filtered column: its batch cells and how base cells map onto them."""
+
+    column: sch.Column
+    cell_of_base: npt.NDArray[np.int64]  # base cell (outside = domain.size) → batch cell (outside last)
+    bin_of_cell: npt.NDArray[np.int64]   # batch cell → GROUP BY bin (outside cell: -1)
+
+    @property
+    def size(self) -> int:
+        return int(self.cell_of_base.max()) + 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Block:
+    """The linear queries of one aggregate input of one statement, over one data kind."""
+
+    data: tuple[str, str | None]  # ("count", None) | ("sum", col) | ("nonnull", col)
+    workload: Workload
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputAggregate:
+    """An aggregate's output column: SUM/COUNT read one block; AVG reads a sum and a count block."""
+
+    aggregate: ir.Aggregate
+    blocks: tuple[int, ...]  # indices into CompiledBatch.blocks (AVG: (sum, count))
+    column: sch.Column | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompiledStatement:
+    statement: ir.Statement
+    group: int                           # index of the CompiledGroup answering this statement
+    group_axes: tuple[int, ...]          # axis index of each GROUP BY column, in GROUP BY order
+    group_labels: tuple[list[object], ...]  # per GROUP BY column, the label of each of its groups
+    group_rows: npt.NDArray[np.int64]    # (groups, len(group_axes)) group index per column, output order
+    block_rows: npt.NDArray[np.int64]    # for each output row, its row inside the statement's blocks
+    aggregates: tuple[OutputAggregate, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompiledGroup:
+    """Statements answered jointly: their axes and query blocks over the axes' cells."""
+
+    axes: tuple[Axis, ...]
+    blocks: tuple[Block, ...]
+
+    @property
+    def cells(self) -> int:
+        return int(np.prod([axis.size for axis in self.axes], dtype=np.int64))
+
+    def data_kinds(self) -> list[tuple[str, str | None]]:
+        """The data vectors the group needs, in a stable order."""
+        return sorted({block.data for block in self.blocks}, key=lambda kind: (kind[0], kind[1] or ""))
+
+    def workload(self, kind: tuple[str, str | None]) -> Workload:
+        """All blocks over one data vector, stacked in block order."""
+        return VStack([block.workload for block in self.blocks if block.data == kind])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompiledBatch:
+    table: sch.Table
+    groups: tuple[CompiledGroup, ...]
+    statements: tuple[CompiledStatement, ...]
+
+
+#: Groups of statements are merged while their joint domain stays at or below this many cells.
+MERGE_CELLS = 2**18
+#: No statement may span more cells than this.
+MAX_CELLS = 2**24
+
+
+def compile_batch(batch: ir.Batch, schema: sch.Schema) -> CompiledBatch:
+    """IR + Schema → groups of statements with their axes, query blocks and output plan."""
+    tables = {statement.table.lower() for statement in batch.statements}
+    if len(tables) != 1:
+        first = batch.statements[0]
+        raise UnsupportedQueryError(
+            f"a batch must query one table; this one queries {', '.join(sorted(tables))} "
+            f"({first.span.describe()}). Send one batch per table."
+        )
+    table = schema.table(batch.statements[0].table, batch.statements[0].span.describe())
+    groups, compiled = [], {}
+    for members in _partition(batch, table):
+        sub = [batch.statements[i] for i in members]
+        axes = tuple(_axis(column, sub, table) for column in _touched_columns(sub, table))
+        compiler = _StatementCompiler(table=table, axes=axes, group=len(groups))
+        compiled.update({i: compiler.compile(batch.statements[i]) for i in members})
+        groups.append(CompiledGroup(axes=axes, blocks=tuple(compiler.blocks)))
+    return CompiledBatch(table=table, groups=tuple(groups), statements=tuple(compiled[i] for i in range(len(batch.statements))))
+
+
+# ==================================================================================== axes
+def _touched_columns(statements: Sequence[ir.Statement], table: sch.Table) -> list[sch.Column]:
+    names = set()
+    for statement in statements:
+        for column in statement.group_by:
+            names.add(_resolve(table, column).name)
+        for atom in _atoms(statement.where):
+            names.add(_resolve(table, atom.column).name)
+    return [column for name, column in table.columns.items() if name in names]
+
+
+def _partition(batch: ir.Batch, table: sch.Table) -> list[list[int]]:
+    """Statements grouped so that each group's product of (base cells + 1) stays small."""
+    def cells(names: frozenset[str]) -> int:
+        return int(np.prod([table.columns[n].domain.size + 1 for n in names], dtype=np.float64))
+
+    touched = [frozenset(c.name for c in _touched_columns([s], table)) for s in batch.statements]
+    for statement, names in zip(batch.statements, touched):
+        if cells(names) > MAX_CELLS:
+            raise UnsupportedQueryError(
+                f"the statement at {statement.span.describe()} spans {cells(names):,} cells over {', '.join(sorted(names))}; "
+                f"the limit is {MAX_CELLS:,}. Group by fewer or coarser columns."
+            )
+    groups: list[tuple[frozenset[str], list[int]]] = []
+    for index in sorted(range(len(touched)), key=lambda i: -cells(touched[i])):
+        options = [(cells(names | touched[index]), g) for g, (names, _) in enumerate(groups)
+                   if touched[index] <= names or cells(names | touched[index]) <= MERGE_CELLS]
+        if options:
+            _, chosen = min(options)
+            groups[chosen] = (groups[chosen][0] | touched[index], groups[chosen][1] + [index])
+        else:
+            groups.append((touched[index], [index]))
+    return [sorted(members) for _, members in groups]
+
+
+def _resolve(table: sch.Table, column: ir.Column) -> sch.Column:
+    return table.column(column.name, column.span.describe())
+
+
+def _atoms(predicate: ir.Predicate | None) -> list[ir.Comparison | ir.Between | ir.InList]:
+    if predicate is None:
+        return []
+    if isinstance(predicate, (ir.And, ir.Or)):
+        return [atom for operand in predicate.operands for atom in _atoms(operand)]
+    if isinstance(predicate, ir.Not):
+        return _atoms(predicate.operand)
+    return [predicate]
+
+
+def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Table) -> Axis:
+    """Batch cells of one column: contiguous runs of base cells for ordered domains, and classes
+    of values no statement tells apart for categorical ones."""
+    size = column.domain.size
+    signature = [np.zeros(size, dtype=np.int64)]
+    grouped = any(_resolve(table, c).name == column.name for s in statements for c in s.group_by)
+    if grouped:
+        signature.append(column.domain.bin_of_base())
+    for statement in statements:
+        for atom in _atoms(statement.where):
+            if _resolve(table, atom.column).name == column.name:
+                signature.append(_base_mask(column, atom).astype(np.int64))
+    stacked = np.stack(signature, axis=1)
+    if isinstance(column.domain, sch.Ordered):
+        starts = np.concatenate([[True], np.any(stacked[1:] != stacked[:-1], axis=1)])
+        cell = np.cumsum(starts) - 1
+    else:
+        _, cell = np.unique(stacked, axis=0, return_inverse=True)
+        cell = cell.ravel()
+    cells = int(cell.max()) + 1
+    bins = column.domain.bin_of_base()
+    bin_of_cell = np.full(cells + 1, -1, dtype=np.int64)
+    bin_of_cell[cell] = bins if grouped else 0
+    return Axis(column=column, cell_of_base=np.append(cell, cells), bin_of_cell=bin_of_cell)
+
+
+# ==================================================================================== atoms
+def _base_mask(column: sch.Column, atom: ir.Comparison | ir.Between | ir.InList) -> BoolArray:
+    """The base cells (outside excluded) where ``atom`` is TRUE."""
+    domain = column.domain
+    if isinstance(domain, sch.Categorical):
+        return _categorical_mask(column, domain, atom)
+    if isinstance(atom, ir.Comparison):
+        if atom.operator == "<>":
+            return ~_ordered_interval(column, domain, "=", atom.value)
+        return _ordered_interval(column, domain, atom.operator, atom.value)
+    if isinstance(atom, ir.Between):
+        inside = _ordered_interval(column, domain, ">=", atom.low) & _ordered_interval(column, domain, "<=", atom.high)
+        return ~inside if atom.negated else inside
+    member = np.zeros(domain.size, dtype=bool)
+    for value in atom.values:
+        member |= _ordered_interval(column, domain, "=", value)
+    return ~member if atom.negated else member
+
+
+def _categorical_mask(column: sch.Column, domain: sch.Categorical, atom: ir.Comparison | ir.Between | ir.InList) -> BoolArray:
+    if isinstance(atom, ir.Between) or (isinstance(atom, ir.Comparison) and atom.operator not in ("=", "<>")):
+        raise UnsupportedQueryError(
+            f"ordering comparison on the categorical column '{column.name}' is not supported ({atom.span.describe()}). "
+            "Use =, <>, IN or NOT IN with its declared values."
+        )
+    literals = atom.values if isinstance(atom, ir.InList) else (atom.value,)
+    member = np.zeros(domain.size, dtype=bool)
+    for literal in literals:
+        if literal.value not in domain.values:
+            raise SchemaError(
+                f"{literal.value!r} is not a declared value of {column.key} ({literal.span.describe()}); "
+                f"declared values: {', '.join(map(str, domain.values))}."
+            )
+        member[domain.values.index(literal.value)] = True
+    negated = atom.negated if isinstance(atom, ir.InList) else atom.operator == "<>"
+    return ~member if negated else member
+
+
+def _ordered_interval(column: sch.Column, domain: sch.Ordered, operator: str, literal: ir.Literal) -> BoolArray:
+    """Base cells where ``column <operator> literal`` holds, for a literal on a base boundary."""
+    try:
+        number = domain.to_number(literal.value)
+    except (ValueError, TypeError) as err:
+        raise SchemaError(f"{literal.value!r} is not a valid {domain.kind} for {column.key} ({literal.span.describe()}).") from err
+    unit = 1.0 if domain.discrete else 0.0
+    lo, hi = -np.inf, np.inf  # the TRUE set is [lo, hi) on the value axis
+    if operator in ("<", "<="):
+        hi = number + (unit if operator == "<=" else 0.0)
+    elif operator in (">", ">="):
+        lo = number + (unit if operator == ">" else 0.0)
+    else:  # "="
+        lo, hi = number, number + unit
+    closed_top = operator in ("<=", "=") and not domain.discrete
+    start = _boundary(column, domain, lo, literal)
+    stop = domain.size if closed_top and number >= domain.upper else _boundary(column, domain, hi, literal, closed_top)
+    mask = np.zeros(domain.size, dtype=bool)
+    mask[start:stop] = True
+    return mask
+
+
+def _boundary(column: sch.Column, domain: sch.Ordered, number: float, literal: ir.Literal, closed: bool = False) -> int:
+    """The base boundary index of ``number``, clipped to the domain; errors inside a cell."""
+    if number <= domain.lower:
+        return 0
+    if number >= domain.upper:
+        return domain.size
+    index = None if closed else domain.boundary_index(number)
+    if index is None:
+        below, above = domain.neighbours(number)
+        hint = ("numeric cells are half-open [low, high): write < or >= at a cell boundary. " if closed
+                else f"use {below} or {above}, or declare a finer resolution for {column.key}. ")
+        raise UnsupportedQueryError(
+            f"the range endpoint {literal.value} on '{column.name}' ({literal.span.describe()}) falls inside the cell "
+            f"[{below}, {above}); {hint}Answers are exact only on declared cells."
+        )
+    return index
+
+
+# ==================================================================================== predicates
+@dataclass(frozen=True, slots=True)
+class _Truth:
+    """Where a predicate is TRUE and where it is FALSE, each a disjoint union of boxes."""
+
+    true: list[Box]
+    false: list[Box]
+
+
+class _StatementCompiler:
+    def __init__(self, *, table: sch.Table, axes: tuple[Axis, ...], group: int) -> None:
+        self.table, self.axes, self.group = table, axes, group
+        self.position = {axis.column.name: index for index, axis in enumerate(axes)}
+        self.blocks: list[Block] = []
+
+    def compile(self, statement: ir.Statement) -> CompiledStatement:
+        truth = self._truth(statement.where) if statement.where is not None else _Truth(true=[self._everywhere()], false=[])
+        group_axes = tuple(self.position[_resolve(self.table, c).name] for c in statement.group_by)
+        if len(set(group_axes)) != len(group_axes):
+            raise UnsupportedQueryError(f"a column appears twice in GROUP BY ({statement.span.describe()}); list each column once.")
+        rows_in_axis_order, group_rows = self._group_order(group_axes)
+        aggregates = tuple(self._aggregate(statement, aggregate, truth.true, group_axes) for aggregate in statement.aggregates)
+        _check_order_by(statement)
+        labels = tuple(self._labels(self.axes[a]) for a in group_axes)
+        return CompiledStatement(statement=statement, group=self.group, group_axes=group_axes, group_labels=labels, group_rows=group_rows,
+                                 block_rows=rows_in_axis_order, aggregates=aggregates)
+
+    def _everywhere(self) -> Box:
+        return tuple(np.ones(axis.size, dtype=bool) for axis in self.axes)
+
+    def _truth(self, predicate: ir.Predicate) -> _Truth:
+        if isinstance(predicate, ir.Not):
+            inner = self._truth(predicate.operand)
+            return _Truth(true=inner.false, false=inner.true)
+        if isinstance(predicate, (ir.And, ir.Or)):
+            parts = [self._truth(operand) for operand in predicate.operands]
+            result = parts[0]
+            for part in parts[1:]:
+                if isinstance(predicate, ir.And):
+                    result = _Truth(true=_intersect(result.true, part.true), false=_union(result.false, part.false))
+                else:
+                    result = _Truth(true=_union(result.true, part.true), false=_intersect(result.false, part.false))
+            return result
+        return self._atom_truth(predicate)
+
+    def _atom_truth(self, atom: ir.Comparison | ir.Between | ir.InList) -> _Truth:
+        column = _resolve(self.table, atom.column)
+        axis_index = self.position[column.name]
+        axis = self.axes[axis_index]
+        base = _base_mask(column, atom)
+        true_cells = np.zeros(axis.size, dtype=bool)
+        true_cells[axis.cell_of_base[:-1][base]] = True
+        false_cells = np.zeros(axis.size, dtype=bool)
+        false_cells[axis.cell_of_base[:-1][~base]] = True
+        return _Truth(true=[self._on_axis(axis_index, true_cells)], false=[self._on_axis(axis_index, false_cells)])
+
+    def _on_axis(self, axis_index: int, mask: BoolArray) -> Box:
+        box = list(self._everywhere())
+        box[axis_index] = mask
+        return tuple(box)
+
+    def _group_order(self, group_axes: tuple[int, ...]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Groups are the product of each GROUP BY column's groups; Kronecker rows come in axis order,
+        output rows in GROUP BY order. Returns (block row of each output row, group index tuples)."""
+        if not group_axes:
+            return np.zeros(1, dtype=np.int64), np.zeros((1, 0), dtype=np.int64)
+        counts = [self._group_count(self.axes[a]) for a in group_axes]
+        output = np.stack(np.unravel_index(np.arange(int(np.prod(counts, dtype=np.int64))), counts), axis=1)
+        order = np.argsort(group_axes, kind="stable")
+        block_rows = np.ravel_multi_index(tuple(output[:, i] for i in order), [counts[i] for i in order])
+        return np.asarray(block_rows, dtype=np.int64), output.astype(np.int64)
+
+    @staticmethod
+    def _group_count(axis: Axis) -> int:
+        bins = axis.column.domain.size if isinstance(axis.column.domain, sch.Categorical) else len(axis.column.domain.bin_starts)
+        return bins + (1 if axis.column.other else 0)
+
+    def _labels(self, axis: Axis) -> list[object]:
+        labels = axis.column.domain.bin_labels()
+        return labels + [None] if axis.column.other else labels
+
+    def _membership(self, axis: Axis) -> npt.NDArray[np.float64]:
+        """(groups × batch cells) 0/1 matrix: which cells each GROUP BY group of this axis holds."""
+        groups = self._group_count(axis)
+        matrix = np.zeros((groups, axis.size))
+        inside = axis.bin_of_cell >= 0
+        matrix[axis.bin_of_cell[inside], np.flatnonzero(inside)] = 1.0
+        if axis.column.other:
+            matrix[groups - 1, axis.size - 1] = 1.0
+        return matrix
+
+    def _block(self, true: list[Box], group_axes: tuple[int, ...]) -> Workload:
+        """Σ_boxes ⊗_axes (membership · diag(mask) on grouped axes, maskᵀ elsewhere)."""
+        grouped = set(group_axes)
+        terms: list[Workload] = []
+        for box in _merge(true):
+            factors = [Explicit(self._membership(axis) * mask[None, :]) if i in grouped else Explicit(mask[None, :].astype(np.float64))
+                       for i, (axis, mask) in enumerate(zip(self.axes, box))]
+            terms.append(Kron(factors) if factors else Explicit(np.ones((1, 1))))
+        if not terms:  # the WHERE clause is never TRUE: rows of zeros
+            factors = [Explicit(np.zeros((self._group_count(a) if i in grouped else 1, a.size))) for i, a in enumerate(self.axes)]
+            terms.append(Kron(factors) if factors else Explicit(np.zeros((1, 1))))
+        return terms[0] if len(terms) == 1 else Sum(terms)
+
+    def _aggregate(self, statement: ir.Statement, aggregate: ir.Aggregate, true: list[Box],
+                   group_axes: tuple[int, ...]) -> OutputAggregate:
+        column = None if aggregate.column is None else _resolve(self.table, aggregate.column)
+        if aggregate.function in ("sum", "avg") and (column is None or column.measure_bounds is None):
+            name = aggregate.column.name if aggregate.column else "*"
+            raise SchemaError(
+                f"{aggregate.function.upper()}({name}) needs a numeric column with declared bounds "
+                f"({aggregate.span.describe()}); declare {self.table.name}.{name} as integer or numeric with lower/upper."
+            )
+        kinds: list[tuple[str, str | None]]
+        if aggregate.function == "count":
+            kinds = [("count", None)] if column is None else [("nonnull", column.name)]
+        elif aggregate.function == "sum":
+            kinds = [("sum", column.name)]  # type: ignore[union-attr]
+        else:
+            kinds = [("sum", column.name), ("nonnull", column.name)]  # type: ignore[union-attr]
+        workload = self._block(true, group_axes)
+        indices = []
+        for kind in kinds:
+            self.blocks.append(Block(data=kind, workload=workload))
+            indices.append(len(self.blocks) - 1)
+        return OutputAggregate(aggregate=aggregate, blocks=tuple(indices), column=column)
+
+
+def _check_order_by(statement: ir.Statement) -> None:
+    """ORDER BY keys must name an output column (checked before anything is spent)."""
+    outputs = [item.alias for item in statement.select]
+    allowed = set(outputs) | {f"{a.alias}_stddev" for a in statement.aggregates}
+    for item in statement.order_by:
+        if isinstance(item.key, str) and item.key not in allowed:
+            raise UnsupportedQueryError(
+                f"ORDER BY {item.key} ({item.span.describe()}) names no output column; use one of {', '.join(outputs)} "
+                "or a 1-based position."
+            )
+
+
+# ==================================================================================== box algebra
+def _intersect(left: Sequence[Box], right: Sequence[Box]) -> list[Box]:
+    """Pairwise intersections of two disjoint unions: still disjoint; empty boxes dropped."""
+    boxes = [tuple(a & b for a, b in zip(x, y)) for x in left for y in right]
+    return [box for box in boxes if all(mask.any() for mask in box)]
+
+
+def _subtract(box: Box, cut: Box) -> list[Box]:
+    """box \\ cut as disjoint boxes: peel one axis at a time."""
+    pieces, kept = [], list(box)
+    for axis, (mask, other) in enumerate(zip(box, cut)):
+        outside = mask & ~other
+        if outside.any():
+            pieces.append(tuple(kept[:axis]) + (outside,) + tuple(box[axis + 1:]))
+        kept[axis] = mask & other
+        if not kept[axis].any():
+            return pieces
+    return pieces
+
+
+def _union(left: Sequence[Box], right: Sequence[Box]) -> list[Box]:
+    """left ∪ right as a disjoint union: left plus the parts of right outside left."""
+    extra = list(right)
+    for box in left:
+        extra = [piece for candidate in extra for piece in _subtract(candidate, box)]
+    return list(left) + extra
+
+
+def _merge(boxes: list[Box]) -> list[Box]:
+    """Join disjoint boxes that differ on a single axis (their masks there are disjoint)."""
+    merged = list(boxes)
+    changed = True
+    while changed and len(merged) > 1:
+        changed = False
+        for i in range(len(merged)):
+            for j in range(i + 1, len(merged)):
+                differ = [k for k, (a, b) in enumerate(zip(merged[i], merged[j])) if not np.array_equal(a, b)]
+                if len(differ) == 1:
+                    k = differ[0]
+                    joined = tuple(m | n if axis == k else m for axis, (m, n) in enumerate(zip(merged[i], merged[j])))
+                    merged = [b for index, b in enumerate(merged) if index not in (i, j)] + [joined]
+                    changed = True
+                    break
+            if changed:
+                break
+    return merged
+
+
+def label_value(label: object) -> object:
+    """A group label's lower bound (bins are (low, high) tuples), else the label itself."""
+    return label[0] if isinstance(label, tuple) else label
+
+

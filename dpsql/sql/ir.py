@@ -1,0 +1,165 @@
+"""The small typed IR a batch of aggregate SQL statements is parsed into.
+
+Frozen dataclasses only; no numpy, no sqlglot. Every node carries the ``Span`` of the SQL text it
+came from, so errors raised later (by the compiler, against the schema) can point into the text.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Literal as TypingLiteral
+from typing import Union
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Span:
+    """Where a node is in the batch text: 1-based line and column, 0-based [start, end) offsets."""
+
+    line: int
+    column: int
+    start: int
+    end: int
+
+    def describe(self) -> str:
+        """'line L, col C' for error messages."""
+        return f"line {self.line}, col {self.column}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Column:
+    """A column reference, optionally qualified by a table name or alias."""
+
+    name: str
+    qualifier: str | None
+    span: Span
+
+
+Value = Union[int, float, str, dt.date]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Literal:
+    """A constant: number, string or date (DATE '2020-01-01', or a string compared with a date column)."""
+
+    value: Value
+    span: Span
+
+
+ComparisonOperator = TypingLiteral["=", "<>", "<", "<=", ">", ">="]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Comparison:
+    """``column op literal``; a ``literal op column`` in the text is normalised to this form."""
+
+    column: Column
+    operator: ComparisonOperator
+    value: Literal
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Between:
+    """``column [NOT] BETWEEN low AND high`` (inclusive)."""
+
+    column: Column
+    low: Literal
+    high: Literal
+    negated: bool
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InList:
+    """``column [NOT] IN (literal, ...)``."""
+
+    column: Column
+    values: tuple[Literal, ...]
+    negated: bool
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Not:
+    operand: Predicate
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class And:
+    operands: tuple[Predicate, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Or:
+    operands: tuple[Predicate, ...]
+    span: Span
+
+
+Predicate = Union[Comparison, Between, InList, Not, And, Or]
+
+AggregateFunction = TypingLiteral["count", "sum", "avg"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Aggregate:
+    """COUNT(*) (column None), COUNT(col), SUM(col) or AVG(col), with its output name.
+
+    ``alias`` is the AS name, or a default: ``count``, ``sum_<col>``, ``avg_<col>``, made unique
+    within the statement by a numeric suffix.
+    """
+
+    function: AggregateFunction
+    column: Column | None
+    alias: str
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupColumn:
+    """A selected GROUP BY column, with its output name (the column name, or its AS alias)."""
+
+    column: Column
+    alias: str
+    span: Span
+
+
+SelectItem = Union[GroupColumn, Aggregate]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OrderItem:
+    """ORDER BY key: an output name (alias or group column name) or a 1-based select position."""
+
+    key: str | int
+    descending: bool
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Statement:
+    """One ``SELECT ... FROM table [WHERE] [GROUP BY] [ORDER BY] [LIMIT]`` statement."""
+
+    text: str
+    table: str
+    table_alias: str | None
+    select: tuple[SelectItem, ...]
+    where: Predicate | None
+    group_by: tuple[Column, ...]
+    order_by: tuple[OrderItem, ...]
+    limit: int | None
+    span: Span
+
+    @property
+    def aggregates(self) -> tuple[Aggregate, ...]:
+        return tuple(item for item in self.select if isinstance(item, Aggregate))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Batch:
+    """The statements of one batch, in text order, and the whole text."""
+
+    statements: tuple[Statement, ...]
+    text: str
