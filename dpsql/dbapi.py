@@ -45,7 +45,8 @@ def connect(
     """
     if not isinstance(budget, Budget):
         raise ProgrammingError("connect() needs budget=dpsql.Budget(epsilon=...) or Budget(rho=...): the total privacy budget.")
-    return Connection(DuckDBBackend(database, read_only=read_only), Schema.load(schema), budget, rng)
+    source = schema if isinstance(schema, (str, Mapping, Schema)) else os.fspath(schema)
+    return Connection(DuckDBBackend(database, read_only=read_only), Schema.load(source), budget, rng)
 
 
 class Connection:

@@ -28,7 +28,7 @@ from dpsql.backends.duckdb import CellData, DuckDBBackend, measure_quantum
 from dpsql.noise import RandomSource
 from dpsql.results import statement_tables
 from dpsql.schema import Ordered, Schema
-from dpsql.sql.compile import CompiledGroup, compile_batch
+from dpsql.sql.compile import CompiledBatch, CompiledGroup, compile_batch
 from dpsql.sql.parse import parse_batch
 
 DataKind = tuple[str, str | None]
@@ -159,7 +159,8 @@ def explain(prepared: Prepared, budget: Budget | None = None) -> str:
         if m.plan.svd_bound is not None:
             floor = m.plan.svd_bound * (2 if m.plan.noise == "laplace" else 1)  # Laplace variance is 2b², b ≥ Δ₂
             ratio = m.plan.expected_error / floor if floor else float("nan")
-            lines.append(f"    SVD lower bound: RMSE {m.expected_rmse(m.plan.name) / math.sqrt(ratio):.4g}; "
+            kind = "" if m.plan.svd_bound_exact else " (partial: from the largest sub-workload, the true bound is higher)"
+            lines.append(f"    SVD lower bound{kind}: RMSE {m.expected_rmse(m.plan.name) / math.sqrt(ratio):.4g}; "
                          f"chosen strategy's error / bound = {ratio:.3f}")
         else:
             lines.append("    SVD bound: not computed (domain too large for a dense spectrum)")

@@ -21,7 +21,7 @@ from typing import Literal
 import numpy as np
 
 from dpsql.errors import ShapeError, UnsupportedStrategyError
-from dpsql.kronvec import kron_vectors, shared_cuts
+from dpsql.kronvec import align_terms, kron_vectors, shared_cuts
 from dpsql.linalg import (
     RANK_TOLERANCE,
     group_factors,
@@ -33,8 +33,8 @@ from dpsql.linalg import (
 )
 from dpsql.workloads import (
     FloatArray,
-    Identity,
     Kron,
+    VStack,
     Sum,
     Weighted,
     Workload,
@@ -98,23 +98,54 @@ def rmse(W: Workload, A: Workload, *, noise: Noise = "gaussian") -> float:
 def svd_bound(W: Workload) -> float:
     """svdb(W) = trace(G^{1/2})² / n over W's non-zero columns (seed 002, Thm 4.2).
 
-    Kronecker products use the product rule; unions of Kronecker products whose factor Grams
-    commute attribute by attribute (marginals, range marginals) are diagonalised factor-wise;
-    anything else is computed densely.
+    Exact for Kronecker products (product rule), for unions of Kronecker products whose factor
+    Grams commute attribute by attribute (marginals, range marginals), and densely up to
+    DENSE_SPECTRUM_CELLS cells. Otherwise a union (VStack) uses its best block: a block's Gram is
+    ⪯ G and trace(·^{1/2}) is monotone, so trace(G_b^{1/2})²/n is still a lower bound, only weaker.
     """
-    G = W.gram()
-    if G.trace() == 0.0:
-        return 0.0  # no query touches any cell
-    terms = _gram_terms(G)
+    return svd_bound_detail(W)[0]
+
+
+def svd_bound_detail(W: Workload) -> tuple[float, bool]:
+    """(bound, exact): the SVD bound and whether it is the exact svdb or a weaker lower bound."""
+    if W.gram().trace() == 0.0:
+        return 0.0, True  # no query touches any cell
+    root, exact = _root_trace(W)
+    return root**2 / _nonzero_columns(W), exact
+
+
+def _nonzero_columns(W: Workload) -> int:
+    """How many columns of W are not all zero (per factor for a single Kronecker term)."""
+    terms = align_terms(W._column_terms(2))
+    if len(terms) == 1:
+        return int(np.prod([np.count_nonzero(v > 0) for v in terms[0]]))
+    return int(np.count_nonzero(np.sum([kron_vectors(term) for term in terms], axis=0) > 0))
+
+
+#: Largest number of cells for which the SVD bound falls back to one dense eigendecomposition.
+DENSE_SPECTRUM_CELLS = 2048
+
+
+def _root_trace(W: Workload) -> tuple[float, bool]:
+    """(trace((WᵀW)^{1/2}), exact): exact where the structure allows, else a lower bound (see svd_bound)."""
+    terms = _gram_terms(W.gram())
     if len(terms) == 1:
         weight, factors = terms[0]
-        roots = [nuclear_norm_of_root(f) for f in factors]
-        nonzero = [f.shape[0] if isinstance(f, Identity) else int(np.count_nonzero(np.diag(_dense(f)) > 0))
-                   for f in factors]
-        return float(weight * np.prod(roots) ** 2 / np.prod(nonzero))
-    eigenvalues, diagonal = _union_spectrum(terms)
-    eigenvalues[eigenvalues < RANK_TOLERANCE * eigenvalues.max()] = 0.0
-    return float(np.sqrt(eigenvalues).sum() ** 2 / np.count_nonzero(diagonal > 0))
+        return float(np.sqrt(weight) * np.prod([nuclear_norm_of_root(f) for f in factors])), True
+    spectrum = _union_spectrum(terms)
+    if spectrum is not None:
+        values = spectrum
+    elif W.shape[1] <= DENSE_SPECTRUM_CELLS:
+        values = np.linalg.eigvalsh(np.sum([c * Kron(list(factors)).dense() for c, factors in terms], axis=0))
+    elif isinstance(W, VStack):
+        return max(_root_trace(block)[0] for block in W.blocks), False
+    elif isinstance(W, Weighted):
+        root, exact = _root_trace(W.base)
+        return abs(W.weight) * root, exact
+    else:
+        return 0.0, False  # the trivial bound: nothing cheaper is known for this structure
+    values = np.where(values < RANK_TOLERANCE * values.max(), 0.0, values)
+    return float(np.sqrt(values).sum()), True
 
 
 def _check_columns(W: Workload, A: Workload) -> None:
@@ -140,26 +171,22 @@ def _gram_terms(G: Workload, weight: float = 1.0) -> list[tuple[float, tuple[Wor
     return [(weight, kron_factors(G))]
 
 
-def _union_spectrum(terms: list[tuple[float, tuple[Workload, ...]]]) -> tuple[FloatArray, FloatArray]:
-    """Eigenvalues and diagonal of Σ_k c_k ⊗ᵢ G_ki as n-vectors, diagonalising attribute by attribute.
-
-    Falls back to one dense eigendecomposition when some attribute's Grams do not commute.
-    """
+def _union_spectrum(terms: list[tuple[float, tuple[Workload, ...]]]) -> FloatArray | None:
+    """Eigenvalues of Σ_k c_k ⊗ᵢ G_ki as an n-vector, diagonalising attribute by attribute;
+    None when some attribute's Grams do not commute."""
     cuts = shared_cuts([[f.shape[1] for f in factors] for _, factors in terms])
     grouped = [(c, group_factors(factors, cuts)) for c, factors in terms]
     per_axis = []
     for axis in range(len(grouped[0][1])):
         joint = _joint_eigenvalues([_dense(factors[axis]) for _, factors in grouped])
         if joint is None:
-            return _dense_spectrum(terms)
+            return None
         per_axis.append(joint)
-    eigenvalues = np.sum([c * kron_vectors([axis[k][0] for axis in per_axis]) for k, (c, _) in enumerate(grouped)], axis=0)
-    diagonal = np.sum([c * kron_vectors([axis[k][1] for axis in per_axis]) for k, (c, _) in enumerate(grouped)], axis=0)
-    return eigenvalues, diagonal
+    return np.sum([c * kron_vectors([axis[k] for axis in per_axis]) for k, (c, _) in enumerate(grouped)], axis=0)
 
 
-def _joint_eigenvalues(grams: list[FloatArray]) -> list[tuple[FloatArray, FloatArray]] | None:
-    """Per Gram (eigenvalues, diagonal) in one shared eigenbasis, or None if they do not commute."""
+def _joint_eigenvalues(grams: list[FloatArray]) -> list[FloatArray] | None:
+    """Each Gram's eigenvalues in one shared eigenbasis, or None if they do not commute."""
     mix = sum(g / (k + 1.6180339887) for k, g in enumerate(grams))
     _, basis = np.linalg.eigh(mix)
     result = []
@@ -168,11 +195,5 @@ def _joint_eigenvalues(grams: list[FloatArray]) -> list[tuple[FloatArray, FloatA
         off = rotated - np.diag(np.diag(rotated))
         if np.abs(off).max(initial=0.0) > 1e-8 * max(np.abs(g).max(), 1e-300):
             return None
-        result.append((np.diag(rotated).copy(), np.diag(g).copy()))
+        result.append(np.diag(rotated).copy())
     return result
-
-
-def _dense_spectrum(terms: list[tuple[float, tuple[Workload, ...]]]) -> tuple[FloatArray, FloatArray]:
-    G = np.sum([c * Kron(list(factors)).dense() for c, factors in terms], axis=0)
-    return np.asarray(np.linalg.eigvalsh(G), dtype=np.float64), np.diag(G).copy()
-

@@ -89,3 +89,7 @@ class BudgetExhaustedError(DpsqlError, OperationalError):
 
 class ParameterError(DpsqlError, ProgrammingError):
     """The qmark parameters do not match the batch's ? placeholders, or a value cannot be bound."""
+
+
+class BackendError(DpsqlError, OperationalError):
+    """The database failed while dpsql ran its generated query; nothing was released."""

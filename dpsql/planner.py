@@ -39,6 +39,7 @@ class Plan:
     noise: Noise
     candidates: dict[str, float]
     svd_bound: float | None
+    svd_bound_exact: bool
     queries: int
 
     @property
@@ -71,10 +72,11 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
     scores = {name: error.expected_error(W, A, noise=noise) for name, A in options.items()}
     best = min(scores, key=scores.__getitem__)
     try:
-        bound: float | None = error.svd_bound(W)
+        bound, exact = error.svd_bound_detail(W)
     except DomainTooLargeError:
-        bound = None
-    return Plan(strategy=options[best], name=best, noise=noise, candidates=scores, svd_bound=bound, queries=W.shape[0])
+        bound, exact = None, False
+    return Plan(strategy=options[best], name=best, noise=noise, candidates=scores, svd_bound=bound,
+                svd_bound_exact=exact, queries=W.shape[0])
 
 
 def split_budget(errors: Sequence[float], total: float, *, noise: Noise) -> list[float]:

@@ -69,7 +69,8 @@ def _aggregate_values(statement: CompiledStatement, output: OutputAggregate,
         mean = np.where(count > 0, total / count, np.nan)
         # Var(S/C) ≈ Var(S)/C² + S²·Var(C)/C⁴ (S and C are measured independently, so Cov = 0)
         variance = np.where(count > 0, var_total / count**2 + total**2 * var_count / count**4, np.nan)
-    low, high = output.column.measure_bounds  # type: ignore[union-attr]
+    assert output.column is not None and output.column.measure_bounds is not None  # AVG is compiled only on measures
+    low, high = output.column.measure_bounds
     return np.clip(mean, low, high), np.sqrt(variance)
 
 
@@ -93,7 +94,8 @@ def _wide_bins(domain: Ordered) -> bool:
     if domain.kind == "numeric":
         return True
     if domain.kind == "integer":
-        return any(hi - lo > 1 for lo, hi in domain.bin_labels())  # type: ignore[misc, operator]
+        edges = list(domain.bin_starts) + [domain.size]
+        return any(domain.boundaries[b] - domain.boundaries[a] > 1 for a, b in zip(edges[:-1], edges[1:]))
     return len(domain.bin_starts) != domain.size or domain.unit != "day"
 
 

@@ -25,6 +25,7 @@ import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
@@ -312,9 +313,17 @@ def _numbers(key: str, kind: OrderedKind, spec: Mapping[str, Any], *, clamp: boo
     top = upper + 1 if kind == "integer" else upper  # integers: the last cell is [upper, upper + 1)
     cells = math.ceil((top - lower) / step - 1e-9)
     _check_cells(key, cells)
-    boundaries = np.minimum(lower + step * np.arange(cells + 1), top)
-    return Ordered(kind=kind, boundaries=tuple(boundaries.tolist()), bin_starts=tuple(range(0, cells, round(ratio))),
+    return Ordered(kind=kind, boundaries=_grid(lower, step, cells, top), bin_starts=tuple(range(0, cells, round(ratio))),
                    uniform_step=step, clamp=clamp)
+
+
+def _grid(lower: float, step: float, cells: int, top: float) -> tuple[float, ...]:
+    """lower + k·step for k = 0..cells, capped at top, computed in decimal so that 0.1-steps land
+    on the numbers users write (0.3, not 0.30000000000000004)."""
+    if lower.is_integer() and step.is_integer():
+        return tuple(np.minimum(lower + step * np.arange(cells + 1), top).tolist())
+    start, width, cap = Decimal(repr(lower)), Decimal(repr(step)), Decimal(repr(top))
+    return tuple(float(min(start + k * width, cap)) for k in range(cells + 1))
 
 
 def _explicit_edges(key: str, kind: OrderedKind, spec: Mapping[str, Any], *, clamp: bool) -> Ordered:

@@ -18,8 +18,17 @@ def test_example_runs(script: Path) -> None:
     assert "RMSE" in result.stdout
 
 
-def test_demo_command_runs() -> None:
-    result = subprocess.run([sys.executable, "-m", "dpsql.cli", "demo"], capture_output=True, text=True, timeout=300,
-                            check=False, cwd=ROOT)
+def test_demo_command_runs(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "dpsql.cli", "demo", "--dir", str(tmp_path), "--rows", "200000"],
+                            capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
     assert result.returncode == 0, result.stderr
-    assert "more accurate" in result.stdout and "± stderr" in result.stdout
+    assert "Answered 12 statements as one release" in result.stdout and " ± " in result.stdout
+    assert {p.name for p in tmp_path.iterdir()} >= {"census.duckdb", "schema.toml", "queries.sql"}
+
+
+def test_census_example_files_are_the_demo_batch() -> None:
+    """examples/census holds exactly the schema and queries `dpsql demo` runs."""
+    from dpsql import demo
+
+    assert (ROOT / "examples" / "census" / "schema.toml").read_text() == demo.SCHEMA
+    assert (ROOT / "examples" / "census" / "queries.sql").read_text() == demo.QUERIES

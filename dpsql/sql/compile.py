@@ -123,7 +123,8 @@ def compile_batch(batch: ir.Batch, schema: sch.Schema) -> CompiledBatch:
             f"({first.span.describe()}). Send one batch per table."
         )
     table = schema.table(batch.statements[0].table, batch.statements[0].span.describe())
-    groups, compiled = [], {}
+    groups: list[CompiledGroup] = []
+    compiled: dict[int, CompiledStatement] = {}
     for members in _partition(batch, table):
         sub = [batch.statements[i] for i in members]
         axes = tuple(_axis(column, sub, table) for column in _touched_columns(sub, table))

@@ -1,0 +1,637 @@
+"""The DuckDB backend: one GROUP BY scan turns a table into row counts (and sums) per base cell.
+
+The data vector x of the matrix mechanism is the number of rows in each cell of the product of
+the declared domains. :meth:`DuckDBBackend.cell_data` computes its non-empty entries with a
+single ``GROUP BY`` query and returns them sparsely as :class:`CellData`; the dense product
+domain is never built here.
+
+Where a row goes (per cell column, shape ``domain.size + 1``):
+
+- categorical: the position of its value in the declared ``values``;
+- ordered: the base cell [b_k, b_{k+1}) holding it, compared as DOUBLE (numbers) or DATE
+  (dates; TIMESTAMP columns are cast to DATE, TIMESTAMPTZ in the session's time zone). The last
+  boundary is included for numeric domains and explicit integer ``edges``; a uniform integer
+  grid's last cell is [upper, upper + 1); dates end at the start of the unit after ``upper``;
+- the *outside* cell (last index, ``domain.size``): NULL, NaN, an undeclared category, or a
+  value outside [lower, upper]. Outside cells are counted, so the counts always add up to the
+  rows kept. With ``out_of_domain = "clamp"`` a value below ``lower`` (or above ``upper``) goes
+  to the first (or last) cell instead; NULL and NaN still go outside.
+
+Measures: SUM columns add ``round(clamp(value, lo, hi) / quantum)`` per row as a BIGINT (round
+half away from zero, bounds from ``Column.measure_bounds``); NULL and NaN add 0. COUNT(col)
+columns count the non-NULL values.
+
+Privacy unit: with ``privacy_unit = { column = "u", max_rows = k }`` the generated SQL drops rows
+whose unit is NULL (they belong to no one we can bound) and keeps at most k rows per unit,
+chosen by a hash of the row's cell and measure values (ties broken by the values). The choice
+depends only on that unit's own rows, so adding or removing one unit changes the kept rows by
+at most k: the stability the noise calibration assumes. (Which rows are kept may differ
+between queries over different columns; how many per unit does not.)
+
+Why the SQL comes from the schema only: the query text is built with sqlglot expressions from
+the declared table and column names (quoted, matched case-insensitively to the names in the
+database catalog) and from the declared boundaries and values as literals. No user SQL, no
+value read from the data, reaches it, so what the query computes is fixed before any data is
+read. Error messages name columns and types, never data values.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType, TracebackType
+from typing import Any, Literal
+
+import duckdb
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+from sqlglot import exp
+
+from dpsql.errors import (
+    DataError,
+    DomainTooLargeError,
+    InterfaceError,
+    InternalError,
+    OperationalError,
+    ProgrammingError,
+    SchemaError,
+    ShapeError,
+)
+from dpsql.schema import EPOCH, Categorical, Column, Ordered, Table
+
+IntArray = npt.NDArray[np.int64]
+TypeFamily = Literal["integer", "decimal", "float", "boolean", "date", "timestamp", "text", "other"]
+
+_NO_SUMS: Mapping[Column, float] = MappingProxyType({})
+_INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT",
+                            "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT"})
+_NUMBER_FAMILIES = frozenset({"integer", "decimal", "float"})
+#: Largest per-row |measure| / quantum: beyond 2**53 doubles no longer hold every integer.
+_MAX_SCALED_MEASURE = 2.0**53
+#: Most boundaries searched with a CASE tree (explicit edges, or a grid that is not lower + k*step).
+_MAX_EDGES = 2**16
+#: DuckDB errors whose text describes the catalog or the SQL, never data values.
+_QUIET_ERRORS = (duckdb.CatalogException, duckdb.BinderException, duckdb.ParserException,
+                 duckdb.IOException, duckdb.ConnectionException, duckdb.PermissionException)
+
+
+# ======================================================================================= result
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CellData:
+    """The non-empty cells of a table's data vector, in row-major order over ``shape``.
+
+    Every array is aligned with ``index`` and read-only.
+    """
+
+    #: Per cell column ``domain.size + 1``; the last index is the outside cell.
+    shape: tuple[int, ...]
+    #: Flat row-major indices (``np.ravel_multi_index`` over ``shape``) of the non-empty cells, sorted.
+    index: IntArray
+    #: Rows in each listed cell, after the privacy-unit cap.
+    counts: IntArray
+    #: Per SUM column name: sum of round(clamp(value, lo, hi) / quantum) in each listed cell.
+    sums: Mapping[str, IntArray]
+    #: Per COUNT(col) column name: rows with a non-NULL value in each listed cell.
+    nonnull: Mapping[str, IntArray]
+
+    def __post_init__(self) -> None:
+        arrays = [self.counts, *self.sums.values(), *self.nonnull.values()]
+        if self.index.ndim != 1 or any(a.shape != self.index.shape for a in arrays):
+            raise ShapeError(f"CellData arrays must all have the shape of index {self.index.shape}.")
+        if self.index.size and (np.any(np.diff(self.index) <= 0) or self.index[0] < 0 or self.index[-1] >= self.size):
+            raise ShapeError(f"CellData.index must be strictly increasing flat indices below {self.size}.")
+
+    @property
+    def size(self) -> int:
+        """Number of cells in the product domain, outside cells included."""
+        return math.prod(self.shape)
+
+    def dense(self, values: npt.ArrayLike) -> IntArray:
+        """Scatter one value per listed cell into the whole product domain (zeros elsewhere).
+
+        >>> data = CellData(shape=(2, 2), index=np.array([1, 2]), counts=np.array([5, 7]), sums={}, nonnull={})
+        >>> data.dense(data.counts).tolist()
+        [0, 5, 7, 0]
+        """
+        array = np.asarray(values)
+        if array.shape != self.index.shape:
+            raise ShapeError(f"dense() needs one value per listed cell ({self.index.size}); got shape {array.shape}.")
+        out = np.zeros(self.size, dtype=array.dtype)
+        out[self.index] = array
+        return out
+
+    def dense_counts(self) -> IntArray:
+        """Row counts over the whole product domain, length ``prod(shape)``."""
+        return self.dense(self.counts)
+
+
+# ====================================================================================== backend
+class DuckDBBackend:
+    """Runs the one data-vector query of a table in DuckDB.
+
+    Args:
+        database: a database path, ``":memory:"``, or an open ``duckdb`` connection. A connection
+            passed in stays open after :meth:`close`; one opened here is closed by it.
+        read_only: open a path read-only (ignored for a connection passed in).
+
+    Raises:
+        OperationalError: DuckDB cannot open the database.
+    """
+
+    def __init__(self, database: str | os.PathLike[str] | duckdb.DuckDBPyConnection = ":memory:", *,
+                 read_only: bool = False) -> None:
+        if isinstance(database, duckdb.DuckDBPyConnection):
+            self._connection: duckdb.DuckDBPyConnection | None = database
+            self._owns_connection = False
+            return
+        try:
+            self._connection = duckdb.connect(os.fspath(database), read_only=read_only)
+        except duckdb.Error as err:
+            raise OperationalError(f"DuckDB cannot open the database '{os.fspath(database)}': {err}") from err
+        self._owns_connection = True
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """The open DuckDB connection; InterfaceError after :meth:`close`."""
+        if self._connection is None:
+            raise InterfaceError("This DuckDBBackend is closed; create a new one.")
+        return self._connection
+
+    def close(self) -> None:
+        """Close the connection if this backend opened it; later calls raise InterfaceError."""
+        if self._connection is not None and self._owns_connection:
+            self._connection.close()
+        self._connection = None
+
+    def __enter__(self) -> DuckDBBackend:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+        self.close()
+
+    def check_table(self, table: Table) -> None:
+        """Check that the table, every declared column and the privacy-unit column exist with fitting types.
+
+        Reads only the catalog, never the data.
+
+        Raises:
+            SchemaError: the table or columns are missing, or a column's type cannot hold its
+                declared domain; the message lists every problem.
+        """
+        catalog = describe(self.connection, table.name)
+        _raise_problems(table, catalog, list(table.columns.values()), [])
+
+    def sql_for(self, table: Table, cell_columns: Sequence[Column], *, sum_columns: Mapping[Column, float] = _NO_SUMS,
+                count_columns: Sequence[Column] = ()) -> str:
+        """The SQL text :meth:`cell_data` runs for these arguments (for EXPLAIN, debugging and tests)."""
+        return self._query(table, cell_columns, sum_columns, count_columns).sql("duckdb", pretty=True)
+
+    def cell_data(self, table: Table, cell_columns: Sequence[Column], *, sum_columns: Mapping[Column, float] = _NO_SUMS,
+                  count_columns: Sequence[Column] = ()) -> CellData:
+        """Count rows (and sum measures) per cell of the product of ``cell_columns``' domains, in one scan.
+
+        Args:
+            table: the declared table.
+            cell_columns: declared columns of ``table`` whose domains span the cells (may be empty:
+                one cell holding every row).
+            sum_columns: measure column -> quantum (a public positive number; use
+                :func:`measure_quantum`). Each row adds round(clamp(value, lo, hi) / quantum).
+            count_columns: columns whose non-NULL values are counted per cell.
+
+        Returns:
+            The non-empty cells, sorted by flat index.
+
+        Raises:
+            SchemaError: a column is not in ``table``, missing from the database, of a type that
+                cannot hold its domain, or summed without measure bounds.
+            ProgrammingError: a quantum is not a positive finite number, or is so small that
+                values would no longer be exact integers.
+            DataError: a sum overflowed int64 (use a coarser quantum).
+            OperationalError: DuckDB failed (the message omits anything that may quote data).
+        """
+        query = self._query(table, cell_columns, sum_columns, count_columns)
+        result = self._run(query.sql("duckdb"))
+        shape = tuple(c.domain.size + 1 for c in cell_columns)
+        return _cell_data(result, shape, [c.name for c in sum_columns], [c.name for c in count_columns])
+
+    # ------------------------------------------------------------------------------- internals
+    def _query(self, table: Table, cells: Sequence[Column], sums: Mapping[Column, float],
+               counts: Sequence[Column]) -> exp.Select:
+        for column in [*cells, *sums, *counts]:
+            if column.table != table.name or table.columns.get(column.name) != column:
+                raise SchemaError(f"Column '{column.name}' ({column.key}) is not a column of table '{table.name}'; "
+                                  f"pass columns from Schema.table('{table.name}').columns.")
+        catalog = describe(self.connection, table.name)
+        _raise_problems(table, catalog, [*cells, *counts], list(sums))
+        for column, quantum in sums.items():
+            _check_quantum(column, quantum)
+        return _build_query(table, catalog, cells, sums, counts)
+
+    def _run(self, sql: str) -> pa.Table:
+        try:
+            return arrow_table(self.connection.sql(sql))
+        except (duckdb.OutOfRangeException, duckdb.ConversionException) as err:
+            # The only cast that can fail is CAST(SUM(...) AS BIGINT): every per-row value is bounded.
+            raise DataError("A SUM overflowed int64 in the cell query; use a coarser quantum or narrower "
+                            "measure bounds.") from err
+        except _QUIET_ERRORS as err:
+            raise OperationalError(f"DuckDB failed to run the cell query: {err}") from err
+        except duckdb.Error as err:
+            raise OperationalError(f"DuckDB failed to run the cell query ({type(err).__name__}); its message is "
+                                   "withheld because it may quote data values (see the chained exception).") from err
+
+
+def measure_quantum(column: Column) -> float:
+    """The quantum a SUM over ``column`` is counted in: 1 for integers, else a power of two.
+
+    For numeric columns it is 2^(ceil(log2(max(|lo|, |hi|))) - 24) over the measure bounds, so a
+    clamped value keeps about 7 significant digits and per-row values stay below 2^24 in
+    magnitude: sums are exact int64.
+
+    >>> from dpsql.schema import Schema
+    >>> columns = Schema.load({"tables": {"t": {"columns": {
+    ...     "n": {"type": "integer", "lower": 0, "upper": 9},
+    ...     "x": {"type": "numeric", "lower": -3, "upper": 100}}}}}).table("t").columns
+    >>> measure_quantum(columns["n"]), measure_quantum(columns["x"]) == 2.0**-17
+    (1.0, True)
+
+    Raises:
+        SchemaError: the column has no measure bounds (categorical or date).
+    """
+    if column.measure_bounds is None or not isinstance(column.domain, Ordered):
+        raise SchemaError(f"{column.key} cannot be summed: only integer and numeric columns have measure bounds.")
+    if column.domain.kind == "integer":
+        return 1.0
+    magnitude = max(abs(column.measure_bounds[0]), abs(column.measure_bounds[1]))
+    if magnitude == 0:
+        return 1.0
+    mantissa, exponent = math.frexp(magnitude)  # magnitude = mantissa * 2**exponent, 0.5 <= mantissa < 1
+    ceil_log2 = exponent - 1 if mantissa == 0.5 else exponent
+    return math.ldexp(1.0, ceil_log2 - 24)
+
+
+def arrow_table(result: Any) -> pa.Table:
+    """A DuckDB relation or result as a ``pyarrow.Table`` on DuckDB 1.x and 2.x.
+
+    Uses ``to_arrow_table()`` (2.x), else ``fetch_arrow_table()`` (1.x), else ``arrow()`` (which
+    returns a RecordBatchReader in 2.x and a Table before).
+    """
+    for name in ("to_arrow_table", "fetch_arrow_table", "arrow"):
+        method = getattr(result, name, None)
+        if method is not None:
+            table = method()
+            return table.read_all() if isinstance(table, pa.RecordBatchReader) else table
+    raise InterfaceError(f"{type(result).__name__} offers no Arrow export (to_arrow_table, fetch_arrow_table, arrow).")
+
+
+# ====================================================================================== catalog
+@dataclass(frozen=True, slots=True)
+class DatabaseColumn:
+    """A column as the database has it: its real name and DuckDB type."""
+
+    name: str
+    type_name: str
+
+    @property
+    def family(self) -> TypeFamily:
+        return type_family(self.type_name)
+
+
+def type_family(type_name: str) -> TypeFamily:
+    """The kind of values a DuckDB type holds.
+
+    >>> type_family("DECIMAL(10,2)"), type_family("TIMESTAMP WITH TIME ZONE"), type_family("ENUM('a', 'b')")
+    ('decimal', 'timestamp', 'text')
+    """
+    name = type_name.upper()
+    if name in _INTEGER_TYPES:
+        return "integer"
+    if name.startswith("DECIMAL"):
+        return "decimal"
+    if name in ("FLOAT", "DOUBLE", "REAL"):
+        return "float"
+    if name == "BOOLEAN":
+        return "boolean"
+    if name == "DATE":
+        return "date"
+    if name.startswith("TIMESTAMP"):
+        return "timestamp"
+    if name.startswith(("VARCHAR", "ENUM")):
+        return "text"
+    return "other"
+
+
+def describe(connection: duckdb.DuckDBPyConnection, table_name: str) -> dict[str, DatabaseColumn]:
+    """The table's columns from the catalog (``DESCRIBE``), keyed by lower-case name; no data is read.
+
+    Raises:
+        SchemaError: the table does not exist.
+        OperationalError: DuckDB failed otherwise.
+    """
+    sql = exp.Describe(this=_table_ref(table_name)).sql("duckdb")
+    try:
+        rows = connection.execute(sql).fetchall()
+    except duckdb.CatalogException as err:
+        raise SchemaError(f"Table '{table_name}' is declared in the schema (tables.{table_name}) but does not exist "
+                          "in the database: the schema and the database disagree. Create the table (or a view "
+                          "with that name) or fix the table name in the schema.") from err
+    except duckdb.Error as err:
+        raise OperationalError(f"DuckDB could not describe table '{table_name}': {err}") from err
+    return {str(row[0]).lower(): DatabaseColumn(str(row[0]), str(row[1])) for row in rows}
+
+
+def _raise_problems(table: Table, catalog: Mapping[str, DatabaseColumn], binned: Sequence[Column],
+                    summed: Sequence[Column]) -> None:
+    """SchemaError listing every missing column and every type that cannot hold its column's use."""
+    problems = _missing(table, catalog, [c.name for c in [*binned, *summed]])
+    for column in dict.fromkeys(binned):
+        if column.name in catalog:
+            problems.append(_type_problem(column, catalog[column.name]) or "")
+    for column in summed:
+        if column.name in catalog:
+            problems.append(_measure_problem(column, catalog[column.name]) or "")
+    if any(problems):
+        raise SchemaError(" ".join(p for p in problems if p))
+
+
+def _missing(table: Table, catalog: Mapping[str, DatabaseColumn], names: Sequence[str]) -> list[str]:
+    unit = table.privacy_unit.column
+    wanted = dict.fromkeys([*names, *([unit] if unit else [])])
+    missing = [name for name in wanted if name not in catalog]
+    if not missing:
+        return []
+    listed = ", ".join(f"'{name}'" + (" (the privacy unit)" if name == unit else "") for name in missing)
+    return [f"Column(s) {listed} of table '{table.name}' are declared in the schema but missing from the "
+            f"database table, which has: {', '.join(c.name for c in catalog.values())}. The schema and the "
+            "database disagree: fix the column names in the schema or create a view that provides them."]
+
+
+def _type_problem(column: Column, db: DatabaseColumn) -> str | None:
+    """Why the database column cannot hold the declared domain, or None."""
+    domain = column.domain
+    if isinstance(domain, Categorical):
+        try:
+            _category_literals(domain, db)
+        except ValueError as err:
+            return f"{column.key}: {err}"
+        return None
+    allowed = ("date", "timestamp") if domain.kind == "date" else tuple(_NUMBER_FAMILIES)
+    if db.family in allowed:
+        return None
+    return (f"{column.key} is declared {domain.kind} but the database column '{db.name}' has type {db.type_name}. "
+            f"Declare a domain that fits the type, or create a view that casts the column.")
+
+
+def _measure_problem(column: Column, db: DatabaseColumn) -> str | None:
+    if column.measure_bounds is None:
+        return f"{column.key} cannot be summed: only integer and numeric columns have measure bounds."
+    if db.family not in _NUMBER_FAMILIES:
+        return (f"{column.key} is summed but the database column '{db.name}' has type {db.type_name}, "
+                "not a number type. Create a view that casts the column.")
+    return None
+
+
+def _check_quantum(column: Column, quantum: float) -> None:
+    if isinstance(quantum, bool) or not isinstance(quantum, (int, float)) or not math.isfinite(quantum) or quantum <= 0:
+        raise ProgrammingError(f"The quantum for SUM({column.name}) must be a finite number > 0; got {quantum!r}. "
+                               "Use measure_quantum(column).")
+    if max(map(abs, column.measure_bounds or (0.0, 0.0))) / quantum > _MAX_SCALED_MEASURE:
+        raise ProgrammingError(f"The quantum {quantum!r} for SUM({column.name}) is too small for measure bounds "
+                               f"{column.measure_bounds}: values would exceed 2^53 quanta. Use measure_quantum(column).")
+
+
+# ================================================================================ SQL generation
+def _table_ref(name: str) -> exp.Table:
+    return exp.Table(this=exp.to_identifier(name, quoted=True))
+
+
+def _ref(name: str) -> exp.Column:
+    return exp.column(name, quoted=True)
+
+
+def _call(name: str, *args: exp.Expression) -> exp.Expression:
+    """A DuckDB function call, rendered verbatim (no dialect rewriting)."""
+    return exp.Anonymous(this=name, expressions=list(args))
+
+
+def _int(value: int) -> exp.Expression:
+    return exp.Literal.number(int(value))
+
+
+def _double(value: float) -> exp.Expression:
+    """A DOUBLE literal that round-trips exactly (a bare 0.1 would be a DECIMAL in DuckDB)."""
+    return exp.cast(exp.Literal.string(repr(float(value))), "DOUBLE")
+
+
+def _date(day_number: float) -> exp.Expression:
+    return exp.cast(exp.Literal.string((EPOCH + dt.timedelta(days=int(day_number))).isoformat()), "DATE")
+
+
+def _cell_index(column: Column, db: DatabaseColumn) -> exp.Expression:
+    """The BIGINT cell index of a row for ``column``: 0..size-1, or size for the outside cell."""
+    if isinstance(column.domain, Categorical):
+        return _categorical_index(column.domain, db)
+    return _ordered_index(column.domain, db)
+
+
+def _category_literals(domain: Categorical, db: DatabaseColumn) -> list[exp.Expression]:
+    """The declared values as literals of the column's type; ValueError if the type cannot hold them."""
+    family = db.family
+    converted: list[object]
+    literals: list[exp.Expression]
+    if family == "boolean":
+        words = {"true": True, "1": True, "false": False, "0": False}
+        keys = [str(v).lower() for v in domain.values]
+        if any(k not in words for k in keys):
+            raise ValueError(f"the database column '{db.name}' is BOOLEAN; declare values \"true\" and \"false\".")
+        flags = [words[k] for k in keys]
+        converted, literals = list(flags), [exp.Boolean(this=v) for v in flags]
+    elif family in _NUMBER_FAMILIES:
+        pattern = r"[+-]?\d+" if family == "integer" else r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?"
+        if any(isinstance(v, str) and not re.fullmatch(pattern, v.strip()) for v in domain.values):
+            raise ValueError(f"declares text values but the database column '{db.name}' has type {db.type_name}. "
+                             "Declare values of that type, or create a view that casts the column.")
+        if family == "integer":
+            integers = [int(v) for v in domain.values]
+            converted, literals = list(integers), [_int(v) for v in integers]
+        else:
+            numbers = [float(v) for v in domain.values]
+            converted, literals = list(numbers), [_double(v) for v in numbers]
+    else:
+        texts = [str(v) for v in domain.values]
+        converted, literals = list(texts), [exp.Literal.string(v) for v in texts]
+    if len(set(converted)) != len(converted):
+        raise ValueError(f"two declared values are the same value of the database type {db.type_name}; "
+                         "list each value once.")
+    return literals
+
+
+def _categorical_index(domain: Categorical, db: DatabaseColumn) -> exp.Expression:
+    value: exp.Expression = _ref(db.name)
+    if db.family not in ("boolean", "integer") and not db.type_name.upper().startswith("VARCHAR"):
+        value = exp.cast(value, "DOUBLE" if db.family in _NUMBER_FAMILIES else "VARCHAR")
+    position = _call("list_position", exp.Array(expressions=_category_literals(domain, db)), value)
+    found = exp.Nullif(this=position, expression=_int(0))  # 0 or NULL when absent, depending on the version
+    return exp.Sub(this=exp.Coalesce(this=found, expressions=[_int(domain.size + 1)]), expression=_int(1))
+
+
+def _ordered_index(domain: Ordered, db: DatabaseColumn) -> exp.Expression:
+    outside, last = domain.size, domain.size - 1
+    if domain.kind == "date":
+        value = exp.cast(_ref(db.name), "DATE")
+        lower, top = _date(domain.lower), _date(domain.upper)
+    else:
+        value = exp.cast(_ref(db.name), "DOUBLE")
+        lower, top = _double(domain.lower), _double(domain.upper)
+    inclusive = domain.kind == "numeric" or (domain.kind == "integer" and domain.uniform_step is None)
+    beyond = exp.GT if inclusive else exp.GTE
+    case = exp.Case().when(value.is_(exp.null()), _int(outside))
+    if db.family == "float":
+        case = case.when(_call("isnan", value.copy()), _int(outside))
+    return (case.when(exp.LT(this=value.copy(), expression=lower), _int(0 if domain.clamp else outside))
+            .when(beyond(this=value.copy(), expression=top), _int(last if domain.clamp else outside))
+            .else_(_index_in_range(domain, value, db.family)))
+
+
+def _index_in_range(domain: Ordered, value: exp.Expression, family: TypeFamily) -> exp.Expression:
+    """The base cell of a value known to lie in [lower, upper]."""
+    if domain.kind == "date":
+        unit = domain.unit or "day"
+        return _call("date_diff", exp.Literal.string(unit), _date(domain.lower), value)
+    if domain.uniform_step is not None and _grid_is_arithmetic(domain):
+        exact = family == "integer" and all(float(b).is_integer() for b in (domain.lower, domain.uniform_step))
+        return _grid_index(domain, value, corrected=not exact)
+    if domain.size + 1 > _MAX_EDGES:
+        raise DomainTooLargeError(f"The backend bins at most {_MAX_EDGES} explicit boundaries; this domain has "
+                                  f"{domain.size + 1}. Use a uniform grid (bin_width/resolution).")
+    return _bisect(value, domain.boundaries, 0, domain.size)
+
+
+def _grid_is_arithmetic(domain: Ordered) -> bool:
+    """Whether boundaries are exactly min(lower + step*k, top) in IEEE doubles, as the SQL recomputes them."""
+    step = domain.uniform_step or 0.0
+    k = np.arange(domain.size + 1, dtype=np.float64)
+    return step > 0 and bool(np.array_equal(np.minimum(domain.lower + step * k, domain.upper),
+                               np.asarray(domain.boundaries, dtype=np.float64)))
+
+
+def _grid_index(domain: Ordered, value: exp.Expression, *, corrected: bool) -> exp.Expression:
+    """floor((v - lower) / step), corrected by one cell where the division rounded across a boundary.
+
+    The correction recomputes the boundaries as LEAST(lower + step * k, top) with the IEEE
+    operations the schema used, so the index agrees exactly with ``domain.boundaries``. Integer
+    values on an integer grid need none: the quotient is exact below 2^52.
+    """
+    step_value = domain.uniform_step or 1.0
+    lower, step, top, last = _double(domain.lower), _double(step_value), _double(domain.upper), domain.size - 1
+
+    def boundary(k: exp.Expression) -> exp.Expression:
+        offset = exp.Mul(this=step.copy(), expression=exp.cast(k, "DOUBLE"))
+        return _call("least", exp.Add(this=lower.copy(), expression=offset), top.copy())
+
+    quotient = exp.Div(this=exp.paren(exp.Sub(this=value.copy(), expression=lower.copy())), expression=step.copy())
+    k0 = _call("least", exp.cast(_call("floor", quotient), "BIGINT"), _int(last))
+    if not corrected:
+        return k0
+    down = exp.Case().when(exp.LT(this=value.copy(), expression=boundary(k0.copy())), _int(1)).else_(_int(0))
+    above_next = exp.GTE(this=value.copy(), expression=boundary(exp.Add(this=k0.copy(), expression=_int(1))))
+    up = exp.Case().when(exp.and_(exp.LT(this=k0.copy(), expression=_int(last)), above_next), _int(1)).else_(_int(0))
+    return exp.Add(this=exp.Sub(this=k0, expression=down), expression=up)
+
+
+def _bisect(value: exp.Expression, boundaries: Sequence[float], low: int, high: int) -> exp.Expression:
+    """A CASE tree finding k in [low, high) with boundaries[k] <= value < boundaries[k+1]."""
+    if high - low == 1:
+        return _int(low)
+    middle = (low + high) // 2
+    return (exp.Case().when(exp.LT(this=value.copy(), expression=_double(boundaries[middle])),
+                            _bisect(value, boundaries, low, middle))
+            .else_(_bisect(value, boundaries, middle, high)))
+
+
+def _measure_value(column: Column, db: DatabaseColumn, quantum: float) -> exp.Expression:
+    """round(clamp(v, lo, hi) / quantum) as BIGINT; NULL (adding nothing) for NULL and NaN."""
+    lo, hi = column.measure_bounds or (0.0, 0.0)  # checked by _measure_problem
+    value = exp.cast(_ref(db.name), "DOUBLE")
+    clamped = _call("least", _call("greatest", value, _double(lo)), _double(hi))
+    scaled = exp.cast(exp.Round(this=exp.Div(this=clamped, expression=_double(quantum))), "BIGINT")
+    missing: exp.Expression = value.is_(exp.null())
+    if db.family == "float":
+        missing = exp.Or(this=missing, expression=_call("isnan", value.copy()))
+    return exp.Case().when(missing, exp.null()).else_(scaled)
+
+
+def _build_query(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Sequence[Column],
+                 sums: Mapping[Column, float], counts: Sequence[Column]) -> exp.Select:
+    """SELECT cell indices, COUNT(*), SUMs and COUNTs ... GROUP BY the cell indices, over the capped rows."""
+    cell_names = [f"dpsql_cell_{i}" for i in range(len(cells))]
+    sum_names = [f"dpsql_sum_{i}" for i in range(len(sums))]
+    count_names = [f"dpsql_nonnull_{i}" for i in range(len(counts))]
+    projections = ([exp.alias_(_cell_index(c, catalog[c.name]), n, quoted=True) for c, n in zip(cells, cell_names)]
+                   + [exp.alias_(_measure_value(c, catalog[c.name], q), n, quoted=True)
+                      for (c, q), n in zip(sums.items(), sum_names)]
+                   + [exp.alias_(_ref(catalog[c.name].name).is_(exp.null()).not_(), n, quoted=True)
+                      for c, n in zip(counts, count_names)])
+    unit = table.privacy_unit.column
+    if unit is None:
+        rows = exp.select(*projections).from_(_table_ref(table.name))
+    else:  # rows without a unit are dropped: no one's contribution bound covers them
+        unit_ref = _ref(catalog[unit].name)
+        rows = (exp.select(*projections, exp.alias_(unit_ref, "dpsql_unit", quoted=True)).from_(_table_ref(table.name))
+                .where(unit_ref.copy().is_(exp.null()).not_()))
+        rows = _cap_per_unit(rows, cell_names + sum_names + count_names, table.privacy_unit.max_rows)
+    aggregates = [exp.alias_(exp.Count(this=exp.Star()), "dpsql_rows", quoted=True)]
+    aggregates += [exp.alias_(exp.Coalesce(this=exp.cast(exp.Sum(this=_ref(n)), "BIGINT"), expressions=[_int(0)]), n,
+                              quoted=True) for n in sum_names]
+    aggregates += [exp.alias_(exp.Count(this=exp.Case().when(_ref(n), _int(1))), n, quoted=True) for n in count_names]
+    query = exp.select(*[_ref(n) for n in cell_names], *aggregates).from_(rows.subquery("dpsql_rows", copy=False))
+    return query.group_by(*[_ref(n) for n in cell_names]) if cell_names else query
+
+
+def _cap_per_unit(rows: exp.Select, names: Sequence[str], max_rows: int) -> exp.Select:
+    """Keep at most ``max_rows`` rows per unit, chosen by hash(values) then the values themselves."""
+    order = ([exp.Ordered(this=_call("hash", *[_ref(n) for n in names]))] if names else []) + [
+        exp.Ordered(this=_ref(n)) for n in names]
+    window = exp.Window(this=exp.RowNumber(), partition_by=[_ref("dpsql_unit")],
+                        order=exp.Order(expressions=order) if order else None)
+    capped = exp.select(*[_ref(n) for n in names] or [_ref("dpsql_unit")]).from_(rows.subquery("dpsql_unit_rows"))
+    return capped.qualify(exp.LTE(this=window, expression=_int(max_rows)))
+
+
+# ======================================================================================== result
+def _cell_data(result: pa.Table, shape: tuple[int, ...], sum_names: Sequence[str], count_names: Sequence[str]) -> CellData:
+    """Turn the GROUP BY result into sorted flat indices and aligned read-only arrays."""
+    counts = _int_column(result, "dpsql_rows")
+    keep = counts > 0  # only a query without GROUP BY over zero rows yields an empty cell
+    cells = tuple(_int_column(result, f"dpsql_cell_{i}")[keep] for i in range(len(shape)))
+    try:
+        index = np.ravel_multi_index(cells, shape) if shape else np.zeros(int(keep.sum()), dtype=np.int64)
+    except ValueError as err:
+        raise InternalError("The cell query returned a cell index outside the declared domain.") from err
+    order = np.argsort(index)
+
+    def aligned(array: IntArray, *, kept: bool = False) -> IntArray:
+        out = np.ascontiguousarray((array if kept else array[keep])[order], dtype=np.int64)
+        out.setflags(write=False)
+        return out
+
+    return CellData(
+        shape=shape,
+        index=aligned(np.asarray(index, dtype=np.int64), kept=True),
+        counts=aligned(counts),
+        sums=MappingProxyType({name: aligned(_int_column(result, f"dpsql_sum_{i}")) for i, name in enumerate(sum_names)}),
+        nonnull=MappingProxyType({name: aligned(_int_column(result, f"dpsql_nonnull_{i}"))
+                                  for i, name in enumerate(count_names)}),
+    )
+
+
+def _int_column(result: pa.Table, name: str) -> IntArray:
+    column = result.column(name)
+    if column.null_count:
+        raise InternalError(f"The cell query returned NULL in '{name}'.")
+    return np.asarray(column.to_numpy(), dtype=np.int64)
