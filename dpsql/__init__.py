@@ -10,6 +10,20 @@ from typing import Any
 
 from dpsql import error, mechanism, noise, strategies, workloads
 from dpsql.accounting import Budget, PrivacyCost
+from dpsql.types import (
+    BINARY,
+    DATETIME,
+    NUMBER,
+    ROWID,
+    STRING,
+    Binary,
+    Date,
+    DateFromTicks,
+    Time,
+    TimeFromTicks,
+    Timestamp,
+    TimestampFromTicks,
+)
 from dpsql.errors import (
     DatabaseError,
     DataError,
@@ -50,6 +64,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "BINARY", "DATETIME", "NUMBER", "ROWID", "STRING", "Binary", "Date", "DateFromTicks", "Time", "TimeFromTicks",
+    "Timestamp", "TimestampFromTicks",
     "Budget", "BudgetExhaustedError", "Connection", "Cursor", "PrivacyCost", "SchemaError", "SqlSyntaxError",
     "UnsupportedQueryError", "connect",
     "DataError", "DatabaseError", "DpsqlError", "DpsqlWarning", "Error", "IntegrityError", "InterfaceError",

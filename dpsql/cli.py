@@ -77,13 +77,21 @@ def _read(path: Path) -> str:
 def _run(arguments: argparse.Namespace) -> int:
     started = time.perf_counter()
     text = _read(arguments.queries)
+    if arguments.out is not None:  # checked before anything is spent
+        try:
+            arguments.out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            from dpsql.errors import InterfaceError
+
+            raise InterfaceError(f"cannot write results to '{arguments.out}': {err.strerror or err}. "
+                                 "Pass a folder for --out. Nothing was run or charged.") from err
     with _open(arguments) as connection:
-        _progress("planning and answering the batch (one scan, one charge)", started)
-        cursor = connection.cursor().execute(text, epsilon=arguments.epsilon, rho=arguments.rho)
+        _progress("parsing, compiling and planning the batch", started)
+        cursor = connection.cursor().execute(text, epsilon=arguments.epsilon, rho=arguments.rho,
+                                             progress=lambda message: _progress(message, started))
         tables = cursor.fetch_arrow_tables()
         _progress(f"answered {len(tables)} statement(s)", started)
     if arguments.out:
-        arguments.out.mkdir(parents=True, exist_ok=True)
         for number, table in enumerate(tables, start=1):
             path = arguments.out / f"statement_{number}.{arguments.format}"
             pq.write_table(table, path) if arguments.format == "parquet" else pa_csv.write_csv(table, path)

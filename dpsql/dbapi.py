@@ -9,7 +9,8 @@ drawn from the connection's ``Budget``. ``explain()`` reports the plan without s
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -45,7 +46,7 @@ def connect(
     """
     if not isinstance(budget, Budget):
         raise ProgrammingError("connect() needs budget=dpsql.Budget(epsilon=...) or Budget(rho=...): the total privacy budget.")
-    source = schema if isinstance(schema, (str, Mapping, Schema)) else os.fspath(schema)
+    source = schema if isinstance(schema, (str, Mapping, Schema)) else Path(os.fspath(schema))
     return Connection(DuckDBBackend(database, read_only=read_only), Schema.load(source), budget, rng)
 
 
@@ -101,11 +102,16 @@ class Cursor:
 
     # ------------------------------------------------------------------------------- execution
     def execute(self, operation: str, parameters: Sequence[object] | None = None, *,
-                epsilon: float | None = None, rho: float | None = None) -> Cursor:
-        """Answer a batch of statements privately at the given cost; the first result becomes current."""
+                epsilon: float | None = None, rho: float | None = None,
+                progress: Callable[[str], None] | None = None) -> Cursor:
+        """Answer a batch of statements privately at the given cost; the first result becomes current.
+
+        ``progress``, if given, receives a message before each long step.
+        """
         self._check_open()
         prepared = engine.prepare(operation, self.connection.schema, PrivacyCost(epsilon=epsilon, rho=rho), parameters)
-        results = engine.run(prepared, backend=self.connection._backend, budget=self.connection.budget, rng=self.connection._rng)
+        results = engine.run(prepared, backend=self.connection._backend, budget=self.connection.budget,
+                             rng=self.connection._rng, progress=progress)
         self._results, self._current, self._row = results, 0, 0
         return self
 

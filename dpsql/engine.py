@@ -14,7 +14,7 @@ Privacy:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -27,8 +27,19 @@ from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import CellData, DuckDBBackend, measure_quantum
 from dpsql.noise import RandomSource
 from dpsql.results import statement_tables
-from dpsql.schema import Ordered, Schema
-from dpsql.sql.compile import CompiledBatch, CompiledGroup, compile_batch
+from dpsql.schema import Ordered, Schema, Table
+from dpsql.sql import ir
+from dpsql.sql.compile import (
+    MERGE_CELLS,
+    CompiledBatch,
+    CompiledGroup,
+    batch_table,
+    column_set,
+    compile_batch,
+    compile_group,
+    group_cells,
+    initial_partition,
+)
 from dpsql.sql.parse import parse_batch
 
 DataKind = tuple[str, str | None]
@@ -61,10 +72,15 @@ class Prepared:
     measurements: tuple[Measurement, ...]
 
 
+#: How many candidate statement groups the partition search may plan before it stops merging.
+MAX_GROUP_EVALUATIONS = 60
+
+
 def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[object] | None = None) -> Prepared:
     """Parse, compile, plan every data vector and split the batch's budget — no data read."""
-    compiled = compile_batch(parse_batch(text, parameters), schema)
+    batch = parse_batch(text, parameters)
     noise: planner.Noise = "laplace" if cost.family == "epsilon" else "gaussian"
+    compiled = compile_batch(batch, schema, _choose_partition(batch, batch_table(batch, schema), noise))
     unit_rows = compiled.table.privacy_unit.max_rows if compiled.table.privacy_unit.column else 1
     drafts = []
     for index, group in enumerate(compiled.groups):
@@ -80,6 +96,51 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
     return Prepared(compiled=compiled, cost=cost, measurements=measurements)
 
 
+def _choose_partition(batch: ir.Batch, table: Table, noise: planner.Noise) -> list[list[int]]:
+    """Groups of statements, merged greedily while the batch's total expected error falls.
+
+    Starts from one group per distinct column set. Merging two groups answers both from one
+    measurement over their joint cells; keeping them apart splits the budget. With the optimal
+    split the batch's total error is ∝ (Σ_k c_k^{1/3})³ (Laplace) or (Σ_k √c_k)² (Gaussian) over
+    the measurements' unit errors c_k, which is the score compared here.
+    """
+    power = 1 / 3 if noise == "laplace" else 1 / 2
+    errors: dict[frozenset[int], list[float]] = {}
+
+    def group_errors(members: frozenset[int]) -> list[float]:
+        if members not in errors:
+            group, _ = compile_group(batch, table, sorted(members))
+            sizes = [axis.size for axis in group.axes]
+            ordered = [isinstance(axis.column.domain, Ordered) for axis in group.axes]
+            errors[members] = [planner.plan(group.workload(kind), noise=noise, sizes=sizes, ordered=ordered,
+                                            bound=False).expected_error for kind in group.data_kinds()]
+        return errors[members]
+
+    def score(groups: list[frozenset[int]]) -> float:
+        return float(sum(c**power for g in groups for c in group_errors(g)))
+
+    groups = [frozenset(members) for members in initial_partition(batch, table)]
+    columns = {g: frozenset().union(*(column_set(batch.statements[i], table) for i in g)) for g in groups}
+    current = score(groups)
+    while len(groups) > 1 and len(errors) < MAX_GROUP_EVALUATIONS:
+        best: tuple[float, int, int] | None = None
+        for i in range(len(groups)):
+            for j in range(i + 1, len(groups)):
+                if group_cells(table, columns[groups[i]] | columns[groups[j]]) > MERGE_CELLS or len(errors) >= MAX_GROUP_EVALUATIONS:
+                    continue
+                merged = [g for k, g in enumerate(groups) if k not in (i, j)] + [groups[i] | groups[j]]
+                candidate = score(merged)
+                if candidate < current * (1 - 1e-9) and (best is None or candidate < best[0]):
+                    best = (candidate, i, j)
+        if best is None:
+            break
+        current, i, j = best
+        union = groups[i] | groups[j]
+        columns[union] = columns[groups[i]] | columns[groups[j]]
+        groups = [g for k, g in enumerate(groups) if k not in (i, j)] + [union]
+    return [sorted(g) for g in groups]
+
+
 def _value_scale(compiled: CompiledBatch, kind: DataKind) -> tuple[float, int]:
     """(quantum, B): counts are (1, 1); sums count in quanta, one row moving a cell by at most B."""
     if kind[0] != "sum":
@@ -90,8 +151,13 @@ def _value_scale(compiled: CompiledBatch, kind: DataKind) -> tuple[float, int]:
     return quantum, max(1, math.ceil(max(abs(low), abs(high)) / quantum))
 
 
-def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: RandomSource | None = None) -> list[pa.Table]:
-    """Charge the batch, scan once, measure each data vector, and package one table per statement."""
+def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: RandomSource | None = None,
+        progress: Callable[[str], None] | None = None) -> list[pa.Table]:
+    """Charge the batch, scan once per statement group, measure each data vector, package one table per statement.
+
+    ``progress`` receives a short message before each step (scan, measurement, packaging).
+    """
+    report = progress or (lambda message: None)
     compiled = prepared.compiled
     budget.check(prepared.cost)
     backend.check_table(compiled.table)
@@ -101,16 +167,19 @@ def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: Rand
         mine = [m for m in prepared.measurements if m.group == index]
         sums = {compiled.table.columns[str(m.kind[1])]: m.quantum for m in mine if m.kind[0] == "sum"}
         nonnull = [compiled.table.columns[str(m.kind[1])] for m in mine if m.kind[0] == "nonnull"]
+        report(f"scanning '{compiled.table.name}' for group {index + 1} of {len(compiled.groups)} ({group.cells:,} cells)")
         data = backend.cell_data(compiled.table, [axis.column for axis in group.axes], sum_columns=sums, count_columns=nonnull)
         for m in mine:
+            report(f"measuring {_name(m)} with {m.plan.name} ({m.plan.strategy.shape[0]:,} noisy values)")
             x = _batch_vector(group, data, m.kind)
             budget_argument = {"epsilon" if m.plan.noise == "laplace" else "rho": Fraction(m.share)}
             release = mechanism.measure(m.plan.strategy, x, rng=rng, max_contribution=m.row_scale, **budget_argument)
-            for position, block in enumerate(group.blocks):
-                if block.data == m.kind:
-                    result = mechanism.answer(block.workload, release)
-                    answers[index, position] = mechanism.Answers(values=result.values * m.quantum,
-                                                                 variances=result.variances * m.quantum**2)
+            positions = [p for p, block in enumerate(group.blocks) if block.data == m.kind]
+            results = mechanism.answer_blocks([group.blocks[p].workload for p in positions], release)
+            for position, result in zip(positions, results):
+                answers[index, position] = mechanism.Answers(values=result.values * m.quantum,
+                                                             variances=result.variances * m.quantum**2)
+    report("packaging the results")
     metadata = {
         "mechanism": "matrix mechanism, " + ("discrete Laplace (pure ε-DP)" if prepared.cost.family == "epsilon"
                                              else "discrete Gaussian (ρ-zCDP)"),

@@ -33,6 +33,7 @@ from dpsql.linalg import (
 )
 from dpsql.workloads import (
     FloatArray,
+    Identity,
     Kron,
     VStack,
     Sum,
@@ -60,11 +61,14 @@ def unit_noise_variance(A: Workload, noise: Noise) -> float:
 def support_residual(W: Workload, A: Workload) -> float:
     """trace(G (I − A⁺A)) / trace(G): zero exactly when A supports W (W A⁺ A = W)."""
     _check_columns(W, A)
+    P = projector(A)
+    if isinstance(P, Identity):
+        return 0.0  # A has full column rank: it supports every workload
     G = W.gram()
     total = G.trace()
     if total == 0.0:
         return 0.0
-    return max(0.0, (total - trace_of_product(G, projector(A))) / total)
+    return max(0.0, (total - trace_of_product(G, P)) / total)
 
 
 def check_support(W: Workload, A: Workload) -> None:
@@ -128,6 +132,11 @@ DENSE_SPECTRUM_CELLS = 2048
 
 def _root_trace(W: Workload) -> tuple[float, bool]:
     """(trace((WᵀW)^{1/2}), exact): exact where the structure allows, else a lower bound (see svd_bound)."""
+    if isinstance(W, Weighted):
+        root, exact = _root_trace(W.base)
+        return abs(W.weight) * root, exact
+    if isinstance(W, Kron):  # trace((⊗Gᵢ)^{1/2}) = Π trace(Gᵢ^{1/2})
+        return float(np.prod([_factor_root_trace(f) for f in W.factors])), True
     terms = _gram_terms(W.gram())
     if len(terms) == 1:
         weight, factors = terms[0]
@@ -139,9 +148,6 @@ def _root_trace(W: Workload) -> tuple[float, bool]:
         values = np.linalg.eigvalsh(np.sum([c * Kron(list(factors)).dense() for c, factors in terms], axis=0))
     elif isinstance(W, VStack):
         return max(_root_trace(block)[0] for block in W.blocks), False
-    elif isinstance(W, Weighted):
-        root, exact = _root_trace(W.base)
-        return abs(W.weight) * root, exact
     else:
         return 0.0, False  # the trivial bound: nothing cheaper is known for this structure
     values = np.where(values < RANK_TOLERANCE * values.max(), 0.0, values)
@@ -171,6 +177,18 @@ def _gram_terms(G: Workload, weight: float = 1.0) -> list[tuple[float, tuple[Wor
     return [(weight, kron_factors(G))]
 
 
+def _factor_root_trace(W: Workload) -> float:
+    """Σ singular values of one factor: from a short, wide factor directly, else from its Gram."""
+    m, n = W.shape
+    if m < n and m * n <= 2**22:
+        return float(np.linalg.svd(W.dense(), compute_uv=False).sum())
+    return _root_trace(W)[0]
+
+
+#: Unions with more distinct Grams than this on one attribute are not tested for commuting.
+MAX_COMMUTING_GRAMS = 64
+
+
 def _union_spectrum(terms: list[tuple[float, tuple[Workload, ...]]]) -> FloatArray | None:
     """Eigenvalues of Σ_k c_k ⊗ᵢ G_ki as an n-vector, diagonalising attribute by attribute;
     None when some attribute's Grams do not commute."""
@@ -178,7 +196,10 @@ def _union_spectrum(terms: list[tuple[float, tuple[Workload, ...]]]) -> FloatArr
     grouped = [(c, group_factors(factors, cuts)) for c, factors in terms]
     per_axis = []
     for axis in range(len(grouped[0][1])):
-        joint = _joint_eigenvalues([_dense(factors[axis]) for _, factors in grouped])
+        grams = [_dense(factors[axis]) for _, factors in grouped]
+        if len({g.tobytes() for g in grams}) > MAX_COMMUTING_GRAMS:
+            return None
+        joint = _joint_eigenvalues(grams)
         if joint is None:
             return None
         per_axis.append(joint)

@@ -93,3 +93,7 @@ class ParameterError(DpsqlError, ProgrammingError):
 
 class BackendError(DpsqlError, OperationalError):
     """The database failed while dpsql ran its generated query; nothing was released."""
+
+
+class InvalidQueryError(DpsqlError, ProgrammingError):
+    """Well-formed SQL that dpsql cannot answer as written (for example an output name used twice)."""

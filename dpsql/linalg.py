@@ -77,7 +77,8 @@ def projector(A: Workload) -> Workload:
     if isinstance(A, Identity):
         return A
     if isinstance(A, Kron):
-        return Kron([projector(f) for f in A.factors])
+        factors = [projector(f) for f in A.factors]
+        return Identity(A.shape[1]) if all(isinstance(f, Identity) for f in factors) else Kron(factors)
     if isinstance(A, Weighted):
         return projector(A.base)
     M = pinv_gram(A)
@@ -123,7 +124,9 @@ def trace_of_product(G: Workload, M: Workload) -> float:
     pairs = paired_factors(G, M)
     if len(pairs) > 1:
         return float(np.prod([trace_of_product(g, m) for g, m in pairs]))
-    n = G.shape[0]
+    (G, M), n = pairs[0], G.shape[0]  # a one-factor Kronecker product is its factor
+    if isinstance(M, Identity):
+        return G.trace()
     check_dense_size(n, n, "trace(G M)")
     return float(np.sum(G.dense() * M.dense().T))
 
@@ -141,7 +144,7 @@ def quadratic_diag(W: Workload, M: Workload) -> FloatArray:
     pairs = paired_factors(W, M)
     if len(pairs) > 1:
         return kron_vectors([quadratic_diag(w, m) for w, m in pairs])
-    n = W.shape[1]
+    (W, M), n = pairs[0], W.shape[1]  # a one-factor Kronecker product is its factor
     check_dense_size(n, n, "diag(W M Wᵀ)")
     return W._quadratic_diag_dense(np.eye(n) if isinstance(M, Identity) else M.dense())
 

@@ -23,6 +23,7 @@ Privacy:
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
@@ -41,6 +42,7 @@ from dpsql.workloads import (
     Identity,
     Kron,
     Product,
+    VStack,
     Weighted,
     Workload,
 )
@@ -181,10 +183,16 @@ def reconstruct(measurement: Measurement) -> FloatArray:
 
 def answer(W: Workload, measurement: Measurement) -> Answers:
     """W x̂ and Var(z)·diag(W (ÃᵀÃ)⁺ Wᵀ), after checking that Ã supports W (W Ã⁺ Ã = W)."""
-    check_support(W, measurement.strategy)
-    values = np.asarray(W @ reconstruct(measurement))
-    variances = measurement.noise_variance * quadratic_diag(W, pinv_gram(measurement.strategy))
-    return Answers(values=values, variances=variances)
+    return answer_blocks([W], measurement)[0]
+
+
+def answer_blocks(blocks: Sequence[Workload], measurement: Measurement) -> list[Answers]:
+    """Answers for several workloads over one measurement: one support check, one reconstruction."""
+    check_support(blocks[0] if len(blocks) == 1 else VStack(list(blocks)), measurement.strategy)
+    x_hat = reconstruct(measurement)
+    profile = pinv_gram(measurement.strategy)
+    return [Answers(values=np.asarray(W @ x_hat), variances=measurement.noise_variance * quadratic_diag(W, profile))
+            for W in blocks]
 
 
 def _privacy_parameter(*, epsilon: float | Fraction | None, rho: float | Fraction | None) -> tuple[Noise, Fraction]:

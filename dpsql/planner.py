@@ -8,6 +8,7 @@ the lowest wins; the SVD bound is reported beside them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -47,22 +48,28 @@ class Plan:
         return self.candidates[self.name]
 
 
+@functools.lru_cache(maxsize=256)
+def _factor(family: str, n: int) -> Workload:
+    """One attribute's strategy, shared between plans so that its (AᵀA)⁺ is computed once."""
+    return FAMILIES[family](n)
+
+
 def candidates(sizes: Sequence[int], ordered: Sequence[bool]) -> dict[str, Workload]:
     """Kronecker strategies over attributes of the given cell counts; identity on unordered ones."""
     if not sizes:
         return {"identity": strategies.identity(1)}
     result = {}
-    for name, build in FAMILIES.items():
+    for name in FAMILIES:
         if name != "identity" and not any(o and n > 2 for o, n in zip(ordered, sizes)):
             continue
-        factors = [build(n) if o and n > 2 else strategies.identity(n) for n, o in zip(sizes, ordered)]
+        factors = [_factor(name, n) if o and n > 2 else _factor("identity", n) for n, o in zip(sizes, ordered)]
         result[name] = strategies.kron(factors)
     return result
 
 
 def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None = None,
-         ordered: Sequence[bool] | None = None) -> Plan:
-    """Score every candidate on W and return the best, with all scores and the SVD bound.
+         ordered: Sequence[bool] | None = None, bound: bool = True) -> Plan:
+    """Score every candidate on W and return the best, with all scores and (if ``bound``) the SVD bound.
 
     ``sizes``/``ordered`` describe W's Kronecker attributes (default: one ordered attribute).
     """
@@ -71,11 +78,14 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
     options = candidates(sizes, ordered)
     scores = {name: error.expected_error(W, A, noise=noise) for name, A in options.items()}
     best = min(scores, key=scores.__getitem__)
-    try:
-        bound, exact = error.svd_bound_detail(W)
-    except DomainTooLargeError:
-        bound, exact = None, False
-    return Plan(strategy=options[best], name=best, noise=noise, candidates=scores, svd_bound=bound,
+    value: float | None = None
+    exact = False
+    if bound:
+        try:
+            value, exact = error.svd_bound_detail(W)
+        except DomainTooLargeError:
+            value = None
+    return Plan(strategy=options[best], name=best, noise=noise, candidates=scores, svd_bound=value,
                 svd_bound_exact=exact, queries=W.shape[0])
 
 

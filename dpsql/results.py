@@ -10,7 +10,6 @@ mechanism, strategies, budget spent and left, and the expected RMSE.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -84,42 +83,28 @@ def _group_columns(compiled: CompiledBatch, statement: CompiledStatement, index:
         return {alias: pa.array(picked, type=kind)}
     arrow_type = {"integer": pa.int64(), "numeric": pa.float64(), "date": pa.date32()}[domain.kind]
     result = {alias: pa.array([None if p is None else p[0] for p in picked], type=arrow_type)}
-    if _wide_bins(domain):
+    if domain.reports_upper:
         result[f"{alias}_upper"] = pa.array([None if p is None else p[1] for p in picked], type=arrow_type)
     return result
 
 
-def _wide_bins(domain: Ordered) -> bool:
-    """Whether a bin holds more than one value (numeric bins always do)."""
-    if domain.kind == "numeric":
-        return True
-    if domain.kind == "integer":
-        edges = list(domain.bin_starts) + [domain.size]
-        return any(domain.boundaries[b] - domain.boundaries[a] > 1 for a, b in zip(edges[:-1], edges[1:]))
-    return len(domain.bin_starts) != domain.size or domain.unit != "day"
-
-
 def _order(statement: ir.Statement, table: pa.Table, numbers: Mapping[str, npt.NDArray[np.float64]]) -> list[int]:
-    """Row order for ORDER BY (stable, NULLs last), applied to the noisy values."""
+    """Row order for ORDER BY, applied to the noisy values: stable sorts from the last key to the
+    first, NULLs (and NaN) last in either direction, as DuckDB orders them."""
     order = list(range(table.num_rows))
     outputs = [item.alias for item in statement.select]
     for item in reversed(statement.order_by):
         name = outputs[item.key - 1] if isinstance(item.key, int) else item.key
         values = table.column(name).to_pylist()
-        order.sort(key=lambda r: _sort_key(values[r], item.descending))
+        missing = [r for r in order if _is_null(values[r])]
+        present = [r for r in order if not _is_null(values[r])]
+        present.sort(key=lambda r: values[r], reverse=item.descending)  # type: ignore[no-any-return]
+        order = present + missing
     return order
 
 
-def _sort_key(value: object, descending: bool) -> tuple[int, object]:
-    if value is None or (isinstance(value, float) and np.isnan(value)):
-        return (1, 0)
-    if descending:
-        if isinstance(value, (int, float)):
-            return (0, -value)
-        if isinstance(value, dt.date):
-            return (0, -value.toordinal())
-        return (0, tuple(-ord(ch) for ch in str(value)))
-    return (0, value)
+def _is_null(value: object) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value))
 
 
 def format_table(table: pa.Table, *, limit: int | None = None) -> str:

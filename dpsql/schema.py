@@ -131,6 +131,23 @@ class Ordered:
         """Integer and date values: ``x <= c`` is ``x < c + 1``."""
         return self.kind in ("integer", "date")
 
+    @property
+    def closed_top(self) -> bool:
+        """Whether the last cell includes its upper boundary: numeric domains and explicit integer
+        edges end at ``upper`` inclusive; integer grids end with [upper, upper + 1) and dates
+        before the next unit's start, so their last boundary is never a value in the domain."""
+        return self.kind == "numeric" or (self.kind == "integer" and self.uniform_step is None)
+
+    @property
+    def reports_upper(self) -> bool:
+        """Whether GROUP BY output needs ``<name>_upper``: a bin holds more than one value."""
+        if self.kind == "numeric":
+            return True
+        edges = list(self.bin_starts) + [self.size]
+        if self.kind == "integer":
+            return any(self.boundaries[b] - self.boundaries[a] > 1 for a, b in zip(edges[:-1], edges[1:]))
+        return len(self.bin_starts) != self.size or self.unit != "day"
+
 
 Domain = Categorical | Ordered
 
@@ -198,11 +215,12 @@ class Schema:
         if isinstance(source, Mapping):
             return _schema_from_dict(source)
         text = str(source)
-        if isinstance(source, Path) or (not text.lstrip().startswith("[") and "\n" not in text and Path(text).exists()):
+        if isinstance(source, Path) or ("\n" not in text and "=" not in text and not text.lstrip().startswith("[")):
             try:
                 text = Path(text).read_text()
             except OSError as err:
-                raise SchemaError(f"cannot read the schema file '{source}': {err}.") from err
+                raise SchemaError(f"cannot read the schema file '{source}': {err.strerror or err}. "
+                                  "Pass the path of a TOML schema, TOML text or a dict.") from err
         try:
             return _schema_from_dict(tomllib.loads(text))
         except tomllib.TOMLDecodeError as err:

@@ -14,10 +14,11 @@ vectors), ``_quadratic_diag_dense`` (diag(A M Aᵀ) for a dense M) and ``integra
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -31,6 +32,19 @@ Norm = Literal["l1", "l2"]
 
 #: The most entries any operation here will materialise as a dense array.
 MAX_DENSE_ENTRIES = 2**26
+
+
+def cached(method: Callable[[Any], Workload]) -> Callable[[Any], Workload]:
+    """Memoise a no-argument method on the instance (operators are immutable once built)."""
+    key = f"_cached_{method.__name__}"
+
+    @functools.wraps(method)
+    def wrapper(self: Any) -> Workload:
+        if key not in self.__dict__:
+            self.__dict__[key] = method(self)
+        return self.__dict__[key]  # type: ignore[no-any-return]
+
+    return wrapper
 
 
 def check_dense_size(rows: int, cols: int, what: str) -> None:
@@ -100,6 +114,7 @@ class Workload(ABC):
         """The transpose Aᵀ."""
         return Transpose(self)
 
+    @cached
     def gram(self) -> Workload:
         """AᵀA (n × n); structured subclasses keep their structure."""
         n = self.shape[1]
@@ -199,6 +214,7 @@ class Identity(Workload):
     def T(self) -> Workload:
         return self
 
+    @cached
     def gram(self) -> Workload:
         return self
 
@@ -259,6 +275,7 @@ class Ranges(Workload):
     def _rmatmat(self, Y: FloatArray) -> FloatArray:
         return np.cumsum(np.asarray(self._endpoints @ Y)[:-1], axis=0)
 
+    @cached
     def gram(self) -> Workload:
         """Σ_r 1_[lo,hi] 1_[lo,hi]ᵀ by a two-dimensional difference array: O(m + n²)."""
         check_dense_size(self.n, self.n, "the Gram matrix")
@@ -305,6 +322,7 @@ class Prefix(Ranges):
     def _rmatmat(self, Y: FloatArray) -> FloatArray:
         return np.cumsum(Y[::-1], axis=0)[::-1]
 
+    @cached
     def gram(self) -> Workload:
         """G_ij = n − max(i, j) (0-based); eigenvalues 1 / (4 sin²((2k−1)π/(4n+2))), k = 1..n."""
         check_dense_size(self.n, self.n, "the Gram matrix")
@@ -345,6 +363,7 @@ class AllRange(Ranges):
             start += self.n - i
         return out
 
+    @cached
     def gram(self) -> Workload:
         """G_ij = (min(i, j) + 1)·(n − max(i, j)) (0-based): the number of ranges holding both.
 
@@ -403,6 +422,7 @@ class Explicit(Workload):
         values = self.matrix.data if sp.issparse(self.matrix) else self.matrix
         return bool(np.all(np.mod(values, 1.0) == 0.0))
 
+    @cached
     def gram(self) -> Workload:
         product = self.matrix.T @ self.matrix
         return Explicit(product)
@@ -470,6 +490,7 @@ class Kron(Workload):
     def integral(self) -> bool:
         return all(f.integral for f in self.factors)
 
+    @cached
     def gram(self) -> Workload:
         return Kron([f.gram() for f in self.factors])
 
@@ -518,6 +539,7 @@ class VStack(Workload):
     def integral(self) -> bool:
         return all(b.integral for b in self.blocks)
 
+    @cached
     def gram(self) -> Workload:
         return Sum([b.gram() for b in self.blocks])
 
@@ -562,6 +584,7 @@ class Weighted(Workload):
     def integral(self) -> bool:
         return float(self.weight).is_integer() and self.base.integral
 
+    @cached
     def gram(self) -> Workload:
         return Weighted(self.weight**2, self.base.gram())
 
@@ -608,6 +631,7 @@ class Sum(Workload):
     def integral(self) -> bool:
         return all(t.integral for t in self.terms)
 
+    @cached
     def gram(self) -> Workload:
         """(Σ_b K_b)ᵀ(Σ_b' K_b') = Σ_{b,b'} K_bᵀ K_b'; Kronecker terms give Kronecker cross terms."""
         if all(isinstance(t, Kron) for t in self.terms) and len({tuple(f.shape for f in t.factors) for t in self.terms}) == 1:  # type: ignore[attr-defined]

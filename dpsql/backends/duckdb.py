@@ -578,6 +578,7 @@ def _build_query(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Seq
                    + [exp.alias_(_ref(catalog[c.name].name).is_(exp.null()).not_(), n, quoted=True)
                       for c, n in zip(counts, count_names)])
     unit = table.privacy_unit.column
+    projections = projections or [exp.alias_(_int(0), "dpsql_row", quoted=True)]  # COUNT(*) alone touches no column
     if unit is None:
         rows = exp.select(*projections).from_(_table_ref(table.name))
     else:  # rows without a unit are dropped: no one's contribution bound covers them

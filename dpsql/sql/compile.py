@@ -16,10 +16,9 @@ each statement becomes a block of linear queries over those cells:
 COUNT(*) reads the cell counts; COUNT(col) the per-cell non-NULL counts of col; SUM(col) the
 per-cell sums of col clamped to its measure bounds; AVG(col) is SUM(col) / COUNT(col).
 
-A batch whose columns span too large a product domain is split into *groups* of statements:
-statements are grouped by the columns they touch, a group is merged into another when its
-columns are a subset or the union stays under MERGE_CELLS, and each group is answered jointly over
-its own cells. (ResidualPlanner answers many-column marginal batches without this split.)
+Statements are answered in *groups*, each jointly over its own cells: by default one group per
+distinct set of columns; the caller (the engine) may merge groups when that lowers the expected
+error. (ResidualPlanner answers many-column marginal batches without this split.)
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpsql import schema as sch
-from dpsql.errors import SchemaError, UnsupportedQueryError
+from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
 from dpsql.sql import ir
 from dpsql.workloads import Explicit, Kron, Sum, VStack, Workload
 
@@ -107,31 +106,74 @@ class CompiledBatch:
     statements: tuple[CompiledStatement, ...]
 
 
-#: Groups of statements are merged while their joint domain stays at or below this many cells.
+#: Two groups are only considered for merging while their joint domain has at most this many cells.
 MERGE_CELLS = 2**18
 #: No statement may span more cells than this.
 MAX_CELLS = 2**24
 
 
-def compile_batch(batch: ir.Batch, schema: sch.Schema) -> CompiledBatch:
-    """IR + Schema → groups of statements with their axes, query blocks and output plan."""
-    tables = {statement.table.lower() for statement in batch.statements}
-    if len(tables) != 1:
-        first = batch.statements[0]
-        raise UnsupportedQueryError(
-            f"a batch must query one table; this one queries {', '.join(sorted(tables))} "
-            f"({first.span.describe()}). Send one batch per table."
-        )
-    table = schema.table(batch.statements[0].table, batch.statements[0].span.describe())
+def compile_batch(batch: ir.Batch, schema: sch.Schema, partition: Sequence[Sequence[int]] | None = None) -> CompiledBatch:
+    """IR + Schema → groups of statements with their axes, query blocks and output plan.
+
+    ``partition`` lists the statement indices of each group (default: one group per column set).
+    """
+    table = batch_table(batch, schema)
     groups: list[CompiledGroup] = []
     compiled: dict[int, CompiledStatement] = {}
-    for members in _partition(batch, table):
-        sub = [batch.statements[i] for i in members]
-        axes = tuple(_axis(column, sub, table) for column in _touched_columns(sub, table))
-        compiler = _StatementCompiler(table=table, axes=axes, group=len(groups))
-        compiled.update({i: compiler.compile(batch.statements[i]) for i in members})
-        groups.append(CompiledGroup(axes=axes, blocks=tuple(compiler.blocks)))
+    for members in partition if partition is not None else initial_partition(batch, table):
+        group, statements = compile_group(batch, table, members, len(groups))
+        groups.append(group)
+        compiled.update(zip(members, statements))
     return CompiledBatch(table=table, groups=tuple(groups), statements=tuple(compiled[i] for i in range(len(batch.statements))))
+
+
+def batch_table(batch: ir.Batch, schema: sch.Schema) -> sch.Table:
+    """The one declared table the batch queries."""
+    tables = {statement.table.lower() for statement in batch.statements}
+    first = batch.statements[0]
+    if len(tables) != 1:
+        other = next(s for s in batch.statements if s.table.lower() != first.table.lower())
+        raise UnsupportedQueryError(
+            f"a batch must query one table; this one queries {', '.join(sorted(tables))} "
+            f"({(other.table_span or other.span).describe()}). Send one batch per table."
+        )
+    for statement in batch.statements:
+        schema.table(statement.table, (statement.table_span or statement.span).describe())
+    return schema.table(first.table)
+
+
+def compile_group(batch: ir.Batch, table: sch.Table, members: Sequence[int],
+                  index: int = 0) -> tuple[CompiledGroup, list[CompiledStatement]]:
+    """One group of statements over the coarsest cells that all of them respect."""
+    sub = [batch.statements[i] for i in members]
+    axes = tuple(_axis(column, sub, table) for column in _touched_columns(sub, table))
+    compiler = _StatementCompiler(table=table, axes=axes, group=index)
+    statements = [compiler.compile(statement) for statement in sub]
+    return CompiledGroup(axes=axes, blocks=tuple(compiler.blocks)), statements
+
+
+def column_set(statement: ir.Statement, table: sch.Table) -> frozenset[str]:
+    """The columns a statement groups or filters on."""
+    return frozenset(c.name for c in _touched_columns([statement], table))
+
+
+def group_cells(table: sch.Table, names: frozenset[str]) -> int:
+    """Upper bound on a group's cells: Π (base cells + 1) over its columns."""
+    return int(np.prod([table.columns[n].domain.size + 1 for n in names], dtype=np.float64))
+
+
+def initial_partition(batch: ir.Batch, table: sch.Table) -> list[list[int]]:
+    """One group per distinct set of columns, in order of first appearance; checks MAX_CELLS."""
+    groups: dict[frozenset[str], list[int]] = {}
+    for index, statement in enumerate(batch.statements):
+        names = column_set(statement, table)
+        if group_cells(table, names) > MAX_CELLS:
+            raise UnsupportedQueryError(
+                f"the statement at {statement.span.describe()} spans {group_cells(table, names):,} cells over "
+                f"{', '.join(sorted(names))}; the limit is {MAX_CELLS:,}. Group by fewer or coarser columns."
+            )
+        groups.setdefault(names, []).append(index)
+    return list(groups.values())
 
 
 # ==================================================================================== axes
@@ -143,30 +185,6 @@ def _touched_columns(statements: Sequence[ir.Statement], table: sch.Table) -> li
         for atom in _atoms(statement.where):
             names.add(_resolve(table, atom.column).name)
     return [column for name, column in table.columns.items() if name in names]
-
-
-def _partition(batch: ir.Batch, table: sch.Table) -> list[list[int]]:
-    """Statements grouped so that each group's product of (base cells + 1) stays small."""
-    def cells(names: frozenset[str]) -> int:
-        return int(np.prod([table.columns[n].domain.size + 1 for n in names], dtype=np.float64))
-
-    touched = [frozenset(c.name for c in _touched_columns([s], table)) for s in batch.statements]
-    for statement, names in zip(batch.statements, touched):
-        if cells(names) > MAX_CELLS:
-            raise UnsupportedQueryError(
-                f"the statement at {statement.span.describe()} spans {cells(names):,} cells over {', '.join(sorted(names))}; "
-                f"the limit is {MAX_CELLS:,}. Group by fewer or coarser columns."
-            )
-    groups: list[tuple[frozenset[str], list[int]]] = []
-    for index in sorted(range(len(touched)), key=lambda i: -cells(touched[i])):
-        options = [(cells(names | touched[index]), g) for g, (names, _) in enumerate(groups)
-                   if touched[index] <= names or cells(names | touched[index]) <= MERGE_CELLS]
-        if options:
-            _, chosen = min(options)
-            groups[chosen] = (groups[chosen][0] | touched[index], groups[chosen][1] + [index])
-        else:
-            groups.append((touched[index], [index]))
-    return [sorted(members) for _, members in groups]
 
 
 def _resolve(table: sch.Table, column: ir.Column) -> sch.Column:
@@ -248,43 +266,61 @@ def _categorical_mask(column: sch.Column, domain: sch.Categorical, atom: ir.Comp
 
 
 def _ordered_interval(column: sch.Column, domain: sch.Ordered, operator: str, literal: ir.Literal) -> BoolArray:
-    """Base cells where ``column <operator> literal`` holds, for a literal on a base boundary."""
+    """Base cells where ``column <operator> literal`` is TRUE; refuses a cell the predicate splits.
+
+    Each base cell is a value range [b_k, b_{k+1}) (the last one closed when ``closed_top``;
+    integers and dates count whole values). A cell wholly inside the TRUE set is in the mask, one
+    wholly outside is not, and a cell partly in both cannot be answered from cell counts.
+    """
     try:
         number = domain.to_number(literal.value)
     except (ValueError, TypeError) as err:
         raise SchemaError(f"{literal.value!r} is not a valid {domain.kind} for {column.key} ({literal.span.describe()}).") from err
-    unit = 1.0 if domain.discrete else 0.0
-    lo, hi = -np.inf, np.inf  # the TRUE set is [lo, hi) on the value axis
-    if operator in ("<", "<="):
-        hi = number + (unit if operator == "<=" else 0.0)
-    elif operator in (">", ">="):
-        lo = number + (unit if operator == ">" else 0.0)
-    else:  # "="
-        lo, hi = number, number + unit
-    closed_top = operator in ("<=", "=") and not domain.discrete
-    start = _boundary(column, domain, lo, literal)
-    stop = domain.size if closed_top and number >= domain.upper else _boundary(column, domain, hi, literal, closed_top)
-    mask = np.zeros(domain.size, dtype=bool)
-    mask[start:stop] = True
-    return mask
-
-
-def _boundary(column: sch.Column, domain: sch.Ordered, number: float, literal: ir.Literal, closed: bool = False) -> int:
-    """The base boundary index of ``number``, clipped to the domain; errors inside a cell."""
-    if number <= domain.lower:
-        return 0
-    if number >= domain.upper:
-        return domain.size
-    index = None if closed else domain.boundary_index(number)
-    if index is None:
-        below, above = domain.neighbours(number)
-        hint = ("numeric cells are half-open [low, high): write < or >= at a cell boundary. " if closed
-                else f"use {below} or {above}, or declare a finer resolution for {column.key}. ")
+    number = _snap(domain, number)
+    low, low_closed, high, high_closed = _true_interval(operator, number)
+    b = np.asarray(domain.boundaries)
+    left, right = b[:-1], b[1:].copy()
+    closed_right = np.zeros(domain.size, dtype=bool)
+    if domain.discrete:  # whole values: cell k holds left..right-1 (and right itself if the top is closed)
+        right = right - 1
+        closed_right[:] = True
+    closed_right[-1] = closed_right[-1] or domain.closed_top
+    if domain.discrete and domain.closed_top:
+        right[-1] += 1
+    starts_in = (left > low) | ((left == low) & low_closed)
+    ends_in = np.where(closed_right, (right < high) | ((right == high) & high_closed), right <= high)
+    inside = starts_in & ends_in
+    after = (left > high) | ((left == high) & ~np.bool_(high_closed))
+    before = np.where(closed_right, (right < low) | ((right == low) & ~np.bool_(low_closed)), right <= low)
+    split = ~(inside | after | before)
+    if split.any():
+        k = int(np.flatnonzero(split)[0])
+        lo_value, hi_value = domain.to_value(domain.boundaries[k]), domain.to_value(domain.boundaries[k + 1])
+        close = "]" if k == domain.size - 1 and domain.closed_top else ")"
+        hint = ("numeric cells are half-open [low, high), so write < or >= at a cell boundary" if not domain.discrete
+                else f"use {lo_value} or {hi_value}, or declare a finer resolution for {column.key}")
         raise UnsupportedQueryError(
-            f"the range endpoint {literal.value} on '{column.name}' ({literal.span.describe()}) falls inside the cell "
-            f"[{below}, {above}); {hint}Answers are exact only on declared cells."
+            f"the range endpoint {literal.value} on '{column.name}' ({literal.span.describe()}) splits the cell "
+            f"[{lo_value}, {hi_value}{close}; {hint}. Answers are exact only on whole declared cells."
         )
-    return index
+    return inside
+
+
+def _snap(domain: sch.Ordered, number: float) -> float:
+    """A literal within rounding of a boundary becomes that boundary exactly."""
+    index = domain.boundary_index(number)
+    return domain.boundaries[index] if index is not None else number
+
+
+def _true_interval(operator: str, c: float) -> tuple[float, bool, float, bool]:
+    """(low, low_closed, high, high_closed) of the values where ``x <operator> c`` holds."""
+    return {
+        "<": (-np.inf, False, c, False),
+        "<=": (-np.inf, False, c, True),
+        ">": (c, False, np.inf, False),
+        ">=": (c, True, np.inf, False),
+        "=": (c, True, c, True),
+    }[operator]
 
 
 # ==================================================================================== predicates
@@ -310,6 +346,7 @@ class _StatementCompiler:
         rows_in_axis_order, group_rows = self._group_order(group_axes)
         aggregates = tuple(self._aggregate(statement, aggregate, truth.true, group_axes) for aggregate in statement.aggregates)
         _check_order_by(statement)
+        _check_output_names(statement, self.table)
         labels = tuple(self._labels(self.axes[a]) for a in group_axes)
         return CompiledStatement(statement=statement, group=self.group, group_axes=group_axes, group_labels=labels, group_rows=group_rows,
                                  block_rows=rows_in_axis_order, aggregates=aggregates)
@@ -413,6 +450,27 @@ class _StatementCompiler:
             self.blocks.append(Block(data=kind, workload=workload))
             indices.append(len(self.blocks) - 1)
         return OutputAggregate(aggregate=aggregate, blocks=tuple(indices), column=column)
+
+
+def _check_output_names(statement: ir.Statement, table: sch.Table) -> None:
+    """Output column names must be unique, generated ones (<alias>_stddev, <group>_upper) included."""
+    names: list[str] = []
+    for item in statement.select:
+        names.append(item.alias)
+        if isinstance(item, ir.Aggregate):
+            names.append(f"{item.alias}_stddev")
+        else:
+            domain = _resolve(table, item.column).domain
+            if isinstance(domain, sch.Ordered) and domain.reports_upper:
+                names.append(f"{item.alias}_upper")
+    seen: set[str] = set()
+    for name in names:
+        if name.lower() in seen:
+            raise InvalidQueryError(
+                f"the output column name '{name}' would appear twice in the statement at {statement.span.describe()} "
+                "(dpsql adds <alias>_stddev beside each aggregate and <column>_upper beside wide bins); choose another alias."
+            )
+        seen.add(name.lower())
 
 
 def _check_order_by(statement: ir.Statement) -> None:

@@ -151,6 +151,7 @@ class Statement:
     order_by: tuple[OrderItem, ...]
     limit: int | None
     span: Span
+    table_span: Span | None = None
 
     @property
     def aggregates(self) -> tuple[Aggregate, ...]:

@@ -229,6 +229,7 @@ class _Scope:
     last: int
     table: str = ""
     alias: str | None = None
+    table_span: ir.Span | None = None
 
     @property
     def span(self) -> ir.Span:
@@ -258,6 +259,8 @@ def _token_range(node: exp.Expr, source: _Source) -> tuple[int, int] | None:
         inner = _token_range(node.this, source)
         if inner is None:
             return None
+        if isinstance(node.this, (exp.In, exp.Between)) and _infix_not(source, inner):
+            return inner  # `x NOT IN (...)` / `x NOT BETWEEN ...`: the NOT is inside the operand's tokens
         return _balance(source, _widen_prefix(source, inner[0], _PREFIX_WORDS[type(node)], once=True), inner[1])
     covered = _children_range(node, source)
     if covered is None:
@@ -272,6 +275,18 @@ def _token_range(node: exp.Expr, source: _Source) -> tuple[int, int] | None:
     while source.word(last + 1) in _SUFFIX_WORDS.get(type(node), ()):
         last += 1
     return first, last
+
+
+def _infix_not(source: _Source, covered: tuple[int, int]) -> bool:
+    """Whether the NOT of a negated IN / BETWEEN sits between the operand's first and last tokens."""
+    first, last = covered
+    depth = 0
+    for index in range(first, last + 1):
+        word = source.word(index)
+        depth += (word == "(") - (word == ")")
+        if depth == 0 and word == "NOT" and index > first:
+            return True
+    return False
 
 
 def _children_range(node: exp.Expr, source: _Source) -> tuple[int, int] | None:
@@ -592,6 +607,7 @@ def _parse_statement(tree: exp.Expr, scope: _Scope) -> ir.Statement:
         text=scope.source.text[span.start:span.end],
         table=scope.table,
         table_alias=scope.alias,
+        table_span=scope.table_span,
         select=items,
         where=None if where is None else _parse_predicate(where.this, scope),
         group_by=group_by,
@@ -657,7 +673,8 @@ def _parse_from(select: exp.Select, scope: _Scope) -> _Scope:
     alias = table.args.get("alias")
     if alias is not None and alias.columns:
         raise _unsupported("column aliases on a table", alias, scope)
-    return replace(scope, table=name.name, alias=alias.name if alias is not None else None)
+    return replace(scope, table=name.name, alias=alias.name if alias is not None else None,
+                   table_span=_node_span(name, scope))
 
 
 def _parse_column(node: exp.Expr, scope: _Scope, context: str, supported: str) -> ir.Column:

@@ -1,0 +1,188 @@
+"""The ``dpsql`` command line through ``dpsql.cli.main``: run (terminal, parquet, csv), explain,
+schema suggest, and errors that exit with status 2 and one clear line on stderr."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
+import pytest
+
+from dpsql import demo
+from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.cli import main
+from dpsql.schema import Schema
+from dpsql.sql.compile import compile_batch
+from dpsql.sql.parse import parse_batch
+
+SCHEMA = """
+[tables.people.columns.age]
+type = "integer"
+lower = 0
+upper = 99
+bin_width = 10
+resolution = 1
+
+[tables.people.columns.sex]
+type = "categorical"
+values = ["F", "M"]
+
+[tables.people.columns.income]
+type = "numeric"
+lower = 0
+upper = 1000
+bin_width = 500
+"""
+QUERIES = """-- two statements, one batch
+SELECT sex, COUNT(*) AS n FROM people GROUP BY sex;
+SELECT age, AVG(income) AS mean_income FROM people WHERE age >= 20 GROUP BY age;
+"""
+
+
+@pytest.fixture()
+def files(tmp_path: Path) -> dict[str, str]:
+    database = tmp_path / "people.duckdb"
+    with duckdb.connect(str(database)) as con:
+        con.execute("CREATE TABLE people AS SELECT CAST(i % 100 AS INTEGER) AS age, CASE WHEN i % 3 = 0 THEN 'F' ELSE 'M' END AS sex, "
+                    "CAST(i % 1000 AS DOUBLE) AS income FROM range(2000) AS r(i)")
+    (tmp_path / "schema.toml").write_text(SCHEMA)
+    (tmp_path / "queries.sql").write_text(QUERIES)
+    return {"db": str(database), "schema": str(tmp_path / "schema.toml"), "queries": str(tmp_path / "queries.sql")}
+
+
+def arguments(files: dict[str, str], command: str = "run", *extra: str, cost: tuple[str, str] = ("--epsilon", "1")) -> list[str]:
+    return [command, files["queries"], "--db", files["db"], "--schema", files["schema"], *cost, *extra]
+
+
+def test_run_prints_each_statement_with_standard_errors(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(arguments(files)) == 0
+    out, err = capsys.readouterr()
+    assert "-- statement 1" in out and "-- statement 2" in out
+    lines = out.splitlines()
+    first = lines.index("-- statement 1")
+    assert lines[first + 1].split() == ["sex", "n"]
+    assert lines[first + 2].split()[0] == "F" and "±" in lines[first + 2] and lines[first + 3].split()[0] == "M"
+    second = lines.index("-- statement 2")
+    assert lines[second + 1].split() == ["age", "age_upper", "mean_income"]
+    bands = [line.split() for line in lines[second + 2:second + 12]]
+    assert [band[0] for band in bands] == [str(age) for age in range(0, 100, 10)]  # every declared age band
+    assert [band[2] for band in bands[:2]] == ["NULL", "NULL"]  # WHERE age >= 20 leaves no row in them: AVG is NULL
+    assert all("±" in " ".join(band) for band in bands[2:])
+    assert "answered 2 statement(s)" in err and "Traceback" not in err  # progress goes to stderr, results to stdout
+
+
+def test_run_with_rho(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(arguments(files, cost=("--rho", "0.5"))) == 0
+    assert capsys.readouterr().out.count("±") == 10
+
+
+@pytest.mark.parametrize("file_format, read", [("parquet", pq.read_table), ("csv", pa_csv.read_csv)])
+def test_run_out_writes_one_file_per_statement(files: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              file_format: str, read) -> None:  # type: ignore[no-untyped-def]
+    out_dir = tmp_path / "results" / "nested"
+    assert main(arguments(files, "run", "--out", str(out_dir), "--format", file_format)) == 0
+    written = sorted(out_dir.iterdir())
+    assert [p.name for p in written] == [f"statement_1.{file_format}", f"statement_2.{file_format}"]
+    assert capsys.readouterr().out.split() == [str(p) for p in written]
+    first, second = (read(str(p)) for p in written)
+    assert first.column_names == ["sex", "n", "n_stddev"] and first.column("sex").to_pylist() == ["F", "M"]
+    assert second.column_names == ["age", "age_upper", "mean_income", "mean_income_stddev"] and second.num_rows == 10
+    assert second.schema.field("age").type == pa.int64() and second.schema.field("mean_income").type == pa.float64()
+    if file_format == "parquet":  # parquet keeps the release's metadata
+        assert b"dpsql" in first.schema.metadata
+
+
+def test_run_out_defaults_to_parquet(files: dict[str, str], tmp_path: Path) -> None:
+    assert main(arguments(files, "run", "--out", str(tmp_path / "o"))) == 0
+    assert sorted(p.suffix for p in (tmp_path / "o").iterdir()) == [".parquet", ".parquet"]
+
+
+def test_explain_prints_the_plan_and_spends_nothing(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(arguments(files, "explain", cost=("--epsilon", "0.5"))) == 0
+    out = capsys.readouterr().out
+    assert "2 statement(s) on table 'people'" in out and "Cost: ε=0.5" in out
+    assert "identity" in out and "expected RMSE" in out
+
+
+def test_schema_suggest_prints_the_not_private_warning(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema", "suggest", "--db", files["db"], "--table", "people"]) == 0
+    out = capsys.readouterr().out
+    assert "NOT PRIVATE" in out and "[tables.people" in out and "sex" in out
+
+
+@pytest.mark.parametrize("make_args, error_name, phrase", [
+    (lambda f, t: arguments({**f, "queries": _write(t, "SELECT COUNT(* FROM people")}), "SqlSyntaxError", "line 1, col"),
+    (lambda f, t: arguments({**f, "queries": _write(t, "SELECT sex, COUNT(*) FROM people p JOIN q ON p.a = q.a GROUP BY sex")}),
+     "UnsupportedQueryError", "JOIN is not supported (line 1, col 36"),
+    (lambda f, t: arguments({**f, "queries": _write(t, "SELECT COUNT(*) FROM people WHERE height > 1")}), "SchemaError",
+     "Column 'height'"),
+    (lambda f, t: arguments({**f, "queries": str(t / "missing.sql")}), "InterfaceError", "cannot read the queries file"),
+    (lambda f, t: arguments({**f, "schema": _write(t, "[tables.people.columns.age]\ntype = 'integer'")}), "SchemaError",
+     "tables.people.columns.age.lower must be a finite number"),
+    (lambda f, t: arguments({**f, "db": str(t / "missing.duckdb")}), "OperationalError", "cannot open the database"),
+    (lambda f, t: arguments(f, cost=("--epsilon", "-1")), "PrivacyParameterError", "epsilon must be a finite number > 0"),
+    (lambda f, t: arguments(f, "explain", cost=("--epsilon", "inf")), "PrivacyParameterError", "got inf"),
+    (lambda f, t: ["schema", "suggest", "--db", f["db"], "--table", "nobody"], "SchemaError", "nobody"),
+])
+def test_errors_exit_2_with_one_clear_line(files: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          make_args, error_name: str, phrase: str) -> None:  # type: ignore[no-untyped-def]
+    assert main(make_args(files, tmp_path)) == 2
+    out, err = capsys.readouterr()
+    message = [line for line in err.splitlines() if line.startswith("dpsql: ")]
+    assert message and message[0].startswith(f"dpsql: {error_name}: ") and phrase in message[0], err
+    assert "Traceback" not in err and "Traceback" not in out
+
+
+def test_a_missing_schema_file_is_named(files: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(arguments({**files, "schema": str(tmp_path / "missing.toml")})) == 2
+    assert "missing.toml" in capsys.readouterr().err
+
+
+def test_the_queries_file_may_hold_unicode_and_comments(files: dict[str, str], tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, "/* Übersicht — naïve */\nSELECT COUNT(*) AS n FROM people WHERE sex = 'F'; -- done\n")
+    assert main(arguments({**files, "queries": path})) == 0
+    assert capsys.readouterr().out.count("±") == 1
+
+
+def test_a_usage_error_exits_2_through_argparse(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["run", files["queries"], "--db", files["db"], "--schema", files["schema"]])  # no --epsilon / --rho
+    assert caught.value.code == 2 and "one of the arguments --epsilon --rho is required" in capsys.readouterr().err
+
+
+def test_out_naming_an_existing_file_is_a_clear_error(files: dict[str, str], tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "taken"
+    blocker.write_text("not a folder")
+    assert main(arguments(files, "run", "--out", str(blocker))) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_demo_files_hold_twelve_statements_over_its_schema(tmp_path: Path) -> None:
+    database = demo.write_files(tmp_path, people=2_000)
+    schema = Schema.load(tmp_path / "schema.toml")
+    compiled = compile_batch(parse_batch((tmp_path / "queries.sql").read_text()), schema)
+    assert len(compiled.statements) == 12 and compiled.table.name == "census"
+    with DuckDBBackend(str(database), read_only=True) as backend:
+        backend.check_table(compiled.table)
+        assert backend.connection.execute("SELECT COUNT(*) FROM census").fetchone() == (2_000,)
+
+
+def test_demo_answers_its_twelve_statements(tmp_path: Path) -> None:
+    lines: list[str] = []
+    tables = demo.run(tmp_path, people=20_000, echo=lines.append)
+    assert len(tables) == 12 and all(isinstance(t, pa.Table) for t in tables)
+    assert tables[3].num_rows == 10  # the ten most populous states (ORDER BY ... LIMIT 10)
+    assert tables[2].num_rows == 20 * 2  # age bands by sex
+    assert (tmp_path / "census.duckdb").exists() and (tmp_path / "schema.toml").exists() and (tmp_path / "queries.sql").exists()
+    assert any("Answered 12 statements" in line for line in lines)
+
+
+def _write(folder: Path, text: str) -> str:
+    path = folder / "batch.sql"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
