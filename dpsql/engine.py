@@ -113,7 +113,7 @@ def _choose_partition(batch: ir.Batch, table: Table, noise: planner.Noise) -> li
             sizes = [axis.size for axis in group.axes]
             ordered = [isinstance(axis.column.domain, Ordered) for axis in group.axes]
             errors[members] = [planner.plan(group.workload(kind), noise=noise, sizes=sizes, ordered=ordered,
-                                            bound=False).expected_error for kind in group.data_kinds()]
+                                            bound=False, optimize=False).expected_error for kind in group.data_kinds()]
         return errors[members]
 
     def score(groups: list[frozenset[int]]) -> float:
@@ -224,7 +224,8 @@ def explain(prepared: Prepared, budget: Budget | None = None) -> str:
                      f"{'ε' if m.plan.noise == 'laplace' else 'ρ'}={m.share:.6g}")
         for name in sorted(m.plan.candidates, key=m.plan.candidates.__getitem__):
             marker = "*" if name == m.plan.name else " "
-            lines.append(f"  {marker} {name:<10} expected RMSE {m.expected_rmse(name):12.4g}")
+            lines.append(f"  {marker} {name:<12} expected RMSE {m.expected_rmse(name):12.4g}")
+        lines.extend(f"    note: {note}" for note in m.plan.notes)
         if m.plan.svd_bound is not None:
             floor = m.plan.svd_bound * (2 if m.plan.noise == "laplace" else 1)  # Laplace variance is 2b², b ≥ Δ₂
             ratio = m.plan.expected_error / floor if floor else float("nan")

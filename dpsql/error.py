@@ -24,6 +24,7 @@ from dpsql.errors import ShapeError, UnsupportedStrategyError
 from dpsql.kronvec import align_terms, kron_vectors, shared_cuts
 from dpsql.linalg import (
     RANK_TOLERANCE,
+    gram_terms,
     group_factors,
     nuclear_norm_of_root,
     pinv_gram,
@@ -137,7 +138,7 @@ def _root_trace(W: Workload) -> tuple[float, bool]:
         return abs(W.weight) * root, exact
     if isinstance(W, Kron):  # trace((⊗Gᵢ)^{1/2}) = Π trace(Gᵢ^{1/2})
         return float(np.prod([_factor_root_trace(f) for f in W.factors])), True
-    terms = _gram_terms(W.gram())
+    terms = gram_terms(W.gram())
     if len(terms) == 1:
         weight, factors = terms[0]
         return float(np.sqrt(weight) * np.prod([nuclear_norm_of_root(f) for f in factors])), True
@@ -166,15 +167,6 @@ def _dense(G: Workload) -> FloatArray:
     n = G.shape[0]
     check_dense_size(n, n, "an attribute's Gram matrix")
     return G.dense()
-
-
-def _gram_terms(G: Workload, weight: float = 1.0) -> list[tuple[float, tuple[Workload, ...]]]:
-    """G as Σ_k c_k ⊗ᵢ G_ki: (c_k, factors) pairs, flattening sums and weights."""
-    if isinstance(G, Sum):
-        return [term for t in G.terms for term in _gram_terms(t, weight)]
-    if isinstance(G, Weighted):
-        return _gram_terms(G.base, weight * G.weight)
-    return [(weight, kron_factors(G))]
 
 
 def _factor_root_trace(W: Workload) -> float:

@@ -163,6 +163,15 @@ def bilinear_diag(U: Workload, M: Workload, V: Workload) -> FloatArray:
     return np.einsum("ij,ij->i", U.dense() @ dense_m, V.dense())
 
 
+def gram_terms(G: Workload, weight: float = 1.0) -> list[tuple[float, tuple[Workload, ...]]]:
+    """G as Σ_k c_k ⊗ᵢ G_ki: (c_k, factors) pairs, flattening sums and weights."""
+    if isinstance(G, Sum):
+        return [term for t in G.terms for term in gram_terms(t, weight)]
+    if isinstance(G, Weighted):
+        return gram_terms(G.base, weight * G.weight)
+    return [(weight, kron_factors(G))]
+
+
 def nuclear_norm_of_root(G: Workload) -> float:
     """trace(G^{1/2}) of a PSD operator, with eigenvalues below the rank tolerance set to zero."""
     if isinstance(G, Identity):

@@ -136,7 +136,7 @@ def measure(
         z = exact.discrete_gaussian(scale, strategy.shape[0], rng=rng)
         variance, spent = exact.discrete_gaussian_variance(scale), {"rho": delta2_squared / (2 * scale)}
     return Measurement(
-        strategy=strategy, y=exact_answers + z.astype(np.float64), noise=noise,
+        strategy=strategy, y=np.asarray(exact_answers + z, dtype=np.float64), noise=noise,
         noise_scale=scale, noise_variance=float(variance), **spent,
     )
 
@@ -216,14 +216,29 @@ def _data_vector(A: Workload, x: npt.ArrayLike) -> npt.NDArray[np.int64]:
     return vector.astype(np.int64)
 
 
-def _exact_product(A: Workload, x: npt.NDArray[np.int64]) -> FloatArray:
-    """Ã x in float64, which is exact while every partial sum stays below 2^53."""
-    if A.max_abs_entry() * float(np.abs(x).sum()) >= _EXACT_FLOAT:
-        raise DataError(
-            "the data vector is too large for exact integer arithmetic with this strategy "
-            f"(max |entry| {A.max_abs_entry():g}); use a strategy with smaller integer entries."
-        )
-    return np.asarray(A @ x.astype(np.float64), dtype=np.float64)
+def _exact_product(A: Workload, x: npt.NDArray[np.int64]) -> npt.NDArray[np.int64] | npt.NDArray[np.object_]:
+    """Ã x exactly, for an integer Ã and integer x of any size.
+
+    A float64 product is exact while max|Ã|·Σ|x| < 2^53. Otherwise x = x⁺ − x⁻ is split into
+    base-2^k limbs small enough that each limb's product is exact, and the limbs are recombined in
+    integers (int64 when the result fits, Python integers otherwise).
+    """
+    entry, cells = max(A.max_abs_entry(), 1.0), max(len(x), 1)
+    if entry * float(np.abs(x).sum()) < _EXACT_FLOAT:
+        return np.rint(np.asarray(A @ x.astype(np.float64))).astype(np.int64)
+    bits = int(np.floor(np.log2(_EXACT_FLOAT / (entry * cells))))
+    if bits < 1:
+        raise DataError(f"the strategy's entries (up to {entry:g}) over {cells:,} cells are too large for exact "
+                        "arithmetic; use a strategy with smaller integer entries.")
+    total = np.zeros(A.shape[0], dtype=object)
+    for sign, part in ((1, np.maximum(x, 0)), (-1, np.maximum(-x, 0))):
+        scale = 1
+        while part.any():
+            limb, part = part % (1 << bits), part >> bits
+            product = np.rint(np.asarray(A @ limb.astype(np.float64))).astype(np.int64)
+            total += sign * scale * product.astype(object)
+            scale <<= bits
+    return total.astype(np.int64) if all(abs(int(v)) < 2**62 for v in (total.max(), total.min())) else total
 
 
 def _integer(value: float) -> int:

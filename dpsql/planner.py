@@ -1,9 +1,13 @@
 """Choose the measurement strategy for a workload by exact expected error.
 
 Candidates are Kronecker products of per-attribute standard strategies (identity everywhere; or
-H2, H4 or the Haar wavelet on every ordered attribute with identity on categorical ones). Each is
-scored by its exact expected total squared error at unit privacy (``error.expected_error``) and
-the lowest wins; the SVD bound is reported beside them.
+H2, H4 or the Haar wavelet on every ordered attribute with identity on categorical ones) and, when
+``optimize`` is set, the optimized templates: HDMM (OPT₀ for one attribute, OPT_⊗ for Kronecker
+and union-of-Kronecker workloads) and Eigen-Design for small domains. Optimized strategies are
+rounded to integers as the mechanism measures them and cached on disk by the workload's Gram
+(``dpsql.strategy_cache``). Each candidate is scored by its exact expected total squared error at
+unit privacy (``error.expected_error``) and the lowest wins; the SVD bound is reported beside them.
+A template that fails or runs out of time is left out, and the plan says so.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpsql import error, strategies
-from dpsql.errors import DomainTooLargeError
+from dpsql import error, strategies, strategy_cache
+from dpsql.errors import DomainTooLargeError, DpsqlError, ShapeError
+from dpsql.mechanism import integral_strategy
 from dpsql.workloads import Workload
 
 Noise = error.Noise
@@ -42,6 +47,7 @@ class Plan:
     svd_bound: float | None
     svd_bound_exact: bool
     queries: int
+    notes: tuple[str, ...] = ()
 
     @property
     def expected_error(self) -> float:
@@ -67,15 +73,27 @@ def candidates(sizes: Sequence[int], ordered: Sequence[bool]) -> dict[str, Workl
     return result
 
 
+#: Seconds each optimized template may spend (the best strategy found so far is used after that).
+OPTIMIZE_SECONDS = 10.0
+#: Eigen-Design runs on domains of at most this many cells (it eigendecomposes the dense Gram).
+EIGEN_MAX_CELLS = 1024
+
+
 def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None = None,
-         ordered: Sequence[bool] | None = None, bound: bool = True) -> Plan:
+         ordered: Sequence[bool] | None = None, bound: bool = True, optimize: bool = True) -> Plan:
     """Score every candidate on W and return the best, with all scores and (if ``bound``) the SVD bound.
 
-    ``sizes``/``ordered`` describe W's Kronecker attributes (default: one ordered attribute).
+    ``sizes``/``ordered`` describe W's Kronecker attributes (default: one ordered attribute);
+    ``optimize`` adds the HDMM and Eigen-Design templates.
     """
+    if W.shape[0] == 0 or W.shape[1] == 0:
+        raise ShapeError(f"cannot plan for an empty workload of shape {W.shape}: it needs at least one query and one cell.")
     sizes = list(sizes) if sizes is not None else [W.shape[1]]
     ordered = list(ordered) if ordered is not None else [True] * len(sizes)
     options = candidates(sizes, ordered)
+    notes: list[str] = []
+    if optimize and W.shape[0] > 0:
+        options.update(_optimized(W, noise=noise, attributes=len(sizes), notes=notes))
     scores = {name: error.expected_error(W, A, noise=noise) for name, A in options.items()}
     best = min(scores, key=scores.__getitem__)
     value: float | None = None
@@ -86,7 +104,31 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
         except DomainTooLargeError:
             value = None
     return Plan(strategy=options[best], name=best, noise=noise, candidates=scores, svd_bound=value,
-                svd_bound_exact=exact, queries=W.shape[0])
+                svd_bound_exact=exact, queries=W.shape[0], notes=tuple(notes))
+
+
+def _rounded(build: Callable[[], Workload]) -> Callable[[], Workload]:
+    """``build``, then rounded to the integer strategy the mechanism will measure."""
+    return lambda: integral_strategy(build())
+
+
+def _optimized(W: Workload, *, noise: Noise, attributes: int, notes: list[str]) -> dict[str, Workload]:
+    """The optimized templates that succeed on W, rounded to integers and cached by W's Gram."""
+    from dpsql.strategies import eigen_design, opt0, opt_kron
+
+    templates: dict[str, Callable[[], Workload]] = {
+        "HDMM": (lambda: opt0(W, noise=noise, time_limit=OPTIMIZE_SECONDS)) if attributes == 1
+        else (lambda: opt_kron(W, noise=noise, time_limit=OPTIMIZE_SECONDS)),
+    }
+    if W.shape[1] <= EIGEN_MAX_CELLS:
+        templates["Eigen-Design"] = lambda: eigen_design(W, time_limit=OPTIMIZE_SECONDS)
+    result = {}
+    for name, build in templates.items():
+        try:
+            result[name] = strategy_cache.cached(W, noise=noise, template=name, build=_rounded(build))
+        except (DpsqlError, ArithmeticError, np.linalg.LinAlgError, ValueError) as err:
+            notes.append(f"{name} was not used ({type(err).__name__}: {err}); the best standard strategy stands in.")
+    return result
 
 
 def split_budget(errors: Sequence[float], total: float, *, noise: Noise) -> list[float]:

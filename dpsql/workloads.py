@@ -396,11 +396,14 @@ class Explicit(Workload):
         self.known_eigenvalues = eigenvalues
         if sp.issparse(matrix):
             self.matrix = sp.csr_array(matrix, dtype=np.float64)
+            values = self.matrix.data
         else:
             dense = np.asarray(matrix, dtype=np.float64)
             if dense.ndim != 2:
                 raise ShapeError(f"Explicit needs a 2-D matrix; got an array of shape {dense.shape}.")
-            self.matrix = dense
+            self.matrix = values = dense
+        if not np.all(np.isfinite(values)):
+            raise ShapeError("Explicit needs finite entries; the matrix holds NaN or infinity.")
 
     @property
     def shape(self) -> tuple[int, int]:

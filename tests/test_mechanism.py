@@ -130,3 +130,14 @@ def test_bad_data_vectors() -> None:
 def test_large_epsilon_warns() -> None:
     with pytest.warns(DpsqlWarning, match="above 5"):
         mechanism.measure(strategies.identity(3), np.ones(3), epsilon=8.0, rng=SeededRandomSource(7))
+
+
+def test_exact_product_beyond_float_precision() -> None:
+    """Ã x stays exact when max|Ã|·Σ|x| passes 2^53 (large sums in small quanta, 20-bit strategies)."""
+    rng = np.random.default_rng(8)
+    A = workloads.Explicit(rng.integers(-2**20, 2**20, size=(7, 5)).astype(float))
+    for x in (rng.integers(-10**13, 10**13, size=5), rng.integers(0, 2**40, size=5), np.zeros(5, dtype=np.int64)):
+        expected = [sum(int(a) * int(b) for a, b in zip(row, x)) for row in A.matrix.astype(np.int64)]
+        assert [int(v) for v in mechanism._exact_product(A, x)] == expected
+    release = mechanism.measure(A, rng.integers(0, 2**40, size=5), rho=1.0, rng=SeededRandomSource(9))
+    assert release.y.shape == (7,) and np.all(np.isfinite(release.y))

@@ -432,7 +432,7 @@ def test_metadata_describes_the_release(data: duckdb.DuckDBPyConnection, cost: d
     first = metadata[0]
     assert mechanism_name in first["mechanism"] and first["budget_spent"] == spent
     assert set(first["strategy"]) == set(first["expected_rmse"]) and first["strategy"]
-    assert set(first["strategy"].values()) <= {"identity", "H2", "H4", "wavelet"}
+    assert set(first["strategy"].values()) <= {"identity", "H2", "H4", "wavelet", "HDMM", "Eigen-Design"}
     assert all(isinstance(v, float) and v > 0 for v in first["expected_rmse"].values())
     assert any(key.endswith("sum(income)") for key in first["strategy"]) and any(key.endswith("nonnull(income)") for key in first["strategy"])
 
