@@ -66,7 +66,7 @@ OPTIMIZE_SECONDS: dict[str, float] = {}
 
 
 def main() -> None:
-    print(header("standard strategies: expected error / SVD bound (Gaussian), and seconds"))
+    print(header("standard and optimized strategies: expected error / SVD bound (Gaussian), and seconds"))
     names = list(ONE_ATTRIBUTE) + ["A = W", "HDMM", "Eigen"]
     print(f"{'workload':<34} {'queries':>13} {'svdb':>7}  " + "  ".join(f"{name:>15}" for name in names) + "   planner's choice")
     for make in (workloads.AllRange, workloads.Prefix):
