@@ -71,13 +71,15 @@ class EigenDesignInfo:
     seconds: float
 
 
-#: Diagnostics of the most recent :func:`eigen_design` call (for logging and tests).
-last_info: EigenDesignInfo | None = None
-
-
 def eigen_design(W: Workload, *, completion: bool = True, principal: int | None = None,
                  time_limit: float = 60.0) -> Workload:
-    """Gaussian Eigen-Design strategy for W (see the module docstring for the math).
+    """Gaussian Eigen-Design strategy for W; see :func:`eigen_design_with_info` for the arguments."""
+    return eigen_design_with_info(W, completion=completion, principal=principal, time_limit=time_limit)[0]
+
+
+def eigen_design_with_info(W: Workload, *, completion: bool = True, principal: int | None = None,
+                           time_limit: float = 60.0) -> tuple[Workload, EigenDesignInfo]:
+    """Gaussian Eigen-Design strategy for W and the weighting solve's diagnostics (module docstring: the math).
 
     Args:
         W: the workload (m × n), n ≤ MAX_EIGEN_CELLS.
@@ -87,14 +89,13 @@ def eigen_design(W: Workload, *, completion: bool = True, principal: int | None 
         time_limit: seconds for the weighting solve; on timeout the best iterate so far is used.
 
     Returns:
-        An :class:`Explicit` strategy with Δ₂ = 1 that supports W.
+        An :class:`Explicit` strategy with Δ₂ = 1 that supports W, and the solve's diagnostics.
 
     Raises:
         ShapeError: W has no rows or columns, or no non-zero entry.
         DomainTooLargeError: W has more than MAX_EIGEN_CELLS cells.
         ValueError: ``principal`` or ``time_limit`` is not positive.
     """
-    global last_info
     if principal is not None and principal < 1:
         raise ValueError(f"principal must be a positive number of eigen-queries; got {principal!r}.")
     if not time_limit > 0:
@@ -103,11 +104,11 @@ def eigen_design(W: Workload, *, completion: bool = True, principal: int | None 
     groups = _groups(len(d), principal)
     M = np.stack([np.sum(Q[:, g] ** 2, axis=1) for g in groups], axis=1)
     cost = np.array([d[g].sum() for g in groups])
-    group_weights, last_info = _weights(cost / cost.max(), M, time_limit)
+    group_weights, info = _weights(cost / cost.max(), M, time_limit)
     u = np.empty(len(d))
     for g, weight in zip(groups, group_weights):
         u[g] = weight
-    return _assemble(Q, u, _column_mask(W), completion)
+    return _assemble(Q, u, _column_mask(W), completion), info
 
 
 def _eigen_queries(W: Workload) -> tuple[FloatArray, FloatArray]:
