@@ -33,19 +33,17 @@ def statement_tables(compiled: CompiledBatch, answers: Mapping[tuple[int, int], 
 
 def _table(compiled: CompiledBatch, statement: CompiledStatement, answers: Mapping[tuple[int, int], Answers]) -> pa.Table:
     columns: dict[str, pa.Array] = {}
-    numbers: dict[str, npt.NDArray[np.float64]] = {}
+    mine = {block: found for (group, block), found in answers.items() if group == statement.group}
     for item in statement.statement.select:
         if isinstance(item, ir.GroupColumn):
             index = next(i for i, c in enumerate(statement.statement.group_by) if c.name.lower() == item.column.name.lower())
             columns.update(_group_columns(compiled, statement, index, item.alias))
         else:
-            mine = {block: found for (group, block), found in answers.items() if group == statement.group}
             value, stddev = _aggregate_values(statement, _find(statement, item), mine)
-            numbers[item.alias] = value
             columns[item.alias] = pa.array(value, type=pa.float64(), from_pandas=True)
             columns[f"{item.alias}_stddev"] = pa.array(stddev, type=pa.float64(), from_pandas=True)
     table = pa.table(columns)
-    order = _order(statement.statement, table, numbers)
+    order = _order(statement.statement, table)
     table = table.take(pa.array(order, type=pa.int64()))
     return table.slice(0, statement.statement.limit) if statement.statement.limit is not None else table
 
@@ -88,7 +86,7 @@ def _group_columns(compiled: CompiledBatch, statement: CompiledStatement, index:
     return result
 
 
-def _order(statement: ir.Statement, table: pa.Table, numbers: Mapping[str, npt.NDArray[np.float64]]) -> list[int]:
+def _order(statement: ir.Statement, table: pa.Table) -> list[int]:
     """Row order for ORDER BY, applied to the noisy values: stable sorts from the last key to the
     first, NULLs (and NaN) last in either direction, as DuckDB orders them."""
     order = list(range(table.num_rows))
