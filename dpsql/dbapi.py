@@ -109,7 +109,8 @@ class Cursor:
         ``progress``, if given, receives a message before each long step.
         """
         self._check_open()
-        prepared = engine.prepare(operation, self.connection.schema, PrivacyCost(epsilon=epsilon, rho=rho), parameters)
+        prepared = engine.prepare(operation, self.connection.schema, PrivacyCost(epsilon=epsilon, rho=rho), parameters,
+                                  progress=progress)
         results = engine.run(prepared, backend=self.connection._backend, budget=self.connection.budget,
                              rng=self.connection._rng, progress=progress)
         self._results, self._current, self._row = results, 0, 0

@@ -76,8 +76,12 @@ class Prepared:
 MAX_GROUP_EVALUATIONS = 60
 
 
-def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[object] | None = None) -> Prepared:
-    """Parse, compile, plan every data vector and split the batch's budget — no data read."""
+def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[object] | None = None,
+            progress: planner.Progress | None = None) -> Prepared:
+    """Parse, compile, plan every data vector and split the batch's budget — no data read.
+
+    ``progress`` hears about each strategy that has to be optimized (seconds, not milliseconds).
+    """
     batch = parse_batch(text, parameters)
     noise: planner.Noise = "laplace" if cost.family == "epsilon" else "gaussian"
     compiled = compile_batch(batch, schema, _choose_partition(batch, batch_table(batch, schema), noise))
@@ -87,7 +91,7 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
         sizes = [axis.size for axis in group.axes]
         ordered = [isinstance(axis.column.domain, Ordered) for axis in group.axes]
         for kind in group.data_kinds():
-            plan = planner.plan(group.workload(kind), noise=noise, sizes=sizes, ordered=ordered)
+            plan = planner.plan(group.workload(kind), noise=noise, sizes=sizes, ordered=ordered, progress=progress)
             quantum, bound = _value_scale(compiled, kind)
             drafts.append((index, kind, plan, unit_rows * bound, quantum))
     shares = planner.split_budget([plan.expected_error for _, _, plan, _, _ in drafts], cost.value, noise=noise)
@@ -222,9 +226,10 @@ def explain(prepared: Prepared, budget: Budget | None = None) -> str:
     for m in prepared.measurements:
         lines.append(f"\n{_name(m)}: {m.plan.queries:,} queries, noise {m.plan.noise}, budget share "
                      f"{'ε' if m.plan.noise == 'laplace' else 'ρ'}={m.share:.6g}")
+        width = max(map(len, m.plan.candidates))
         for name in sorted(m.plan.candidates, key=m.plan.candidates.__getitem__):
             marker = "*" if name == m.plan.name else " "
-            lines.append(f"  {marker} {name:<12} expected RMSE {m.expected_rmse(name):12.4g}")
+            lines.append(f"  {marker} {name:<{width}} expected RMSE {m.expected_rmse(name):12.4g}")
         lines.extend(f"    note: {note}" for note in m.plan.notes)
         if m.plan.svd_bound is not None:
             floor = m.plan.svd_bound * (2 if m.plan.noise == "laplace" else 1)  # Laplace variance is 2b², b ≥ Δ₂

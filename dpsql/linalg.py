@@ -3,7 +3,10 @@
 With M = (AᵀA)⁺ (the strategy's *error profile*) and G = WᵀW, the matrix mechanism's errors are
 trace(G M) and diag(W M Wᵀ). These are computed factor by factor whenever W and A share a
 Kronecker factorisation: (⊗Aᵢ)⁺ = ⊗Aᵢ⁺, trace(⊗Gᵢ ⊗Mᵢ) = Π trace(GᵢMᵢ) and
-diag((⊗Wᵢ)(⊗Mᵢ)(⊗Wᵢ)ᵀ) = ⊗ diag(WᵢMᵢWᵢᵀ). Only per-factor matrices are ever dense.
+diag((⊗Wᵢ)(⊗Mᵢ)(⊗Wᵢ)ᵀ) = ⊗ diag(WᵢMᵢWᵢᵀ). A stack of weighted marginals (dpsql.residual_basis) has
+(AᵀA)⁺ = Σ_r λ_r⁻¹ P_r, a sum of Kronecker products (dpsql.residual_basis.ResidualSum, with closed
+forms against Kronecker terms); other sums are handled term by term.
+Only per-factor matrices are ever dense.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from dpsql.kronvec import group_by_cuts, kron_vectors, shared_cuts
+from dpsql.residual_basis import ResidualSum, marginal_form, residual_pinv, residual_projector
 from dpsql.workloads import (
     Explicit,
     FloatArray,
@@ -52,7 +56,7 @@ def pinv_psd(G: FloatArray) -> tuple[FloatArray, bool]:
 
 
 def pinv_gram(A: Workload) -> Workload:
-    """M = (AᵀA)⁺, kept in structure (Identity, Kronecker, weighted); cached per strategy."""
+    """M = (AᵀA)⁺, kept in structure (Identity, Kronecker, weighted, marginals); cached per strategy."""
     if A in _pinv_cache:
         return _pinv_cache[A]
     if isinstance(A, Identity):
@@ -61,6 +65,8 @@ def pinv_gram(A: Workload) -> Workload:
         result = Kron([pinv_gram(f) for f in A.factors])
     elif isinstance(A, Weighted):
         result = Weighted(1.0 / A.weight**2, pinv_gram(A.base))
+    elif (form := marginal_form(A)) is not None:
+        result = residual_pinv(*form, tolerance=RANK_TOLERANCE)
     else:
         n = A.shape[1]
         check_dense_size(n, n, "the strategy's error profile (AᵀA)⁺")
@@ -81,6 +87,8 @@ def projector(A: Workload) -> Workload:
         return Identity(A.shape[1]) if all(isinstance(f, Identity) for f in factors) else Kron(factors)
     if isinstance(A, Weighted):
         return projector(A.base)
+    if (form := marginal_form(A)) is not None:
+        return residual_projector(*form, tolerance=RANK_TOLERANCE)
     M = pinv_gram(A)
     if A in _full_column_rank:
         return Identity(A.shape[1])
@@ -117,6 +125,10 @@ def trace_of_product(G: Workload, M: Workload) -> float:
         return G.weight * trace_of_product(G.base, M)
     if isinstance(M, Weighted):
         return M.weight * trace_of_product(G, M.base)
+    if isinstance(M, ResidualSum) and (value := M.trace_against(G)) is not None:
+        return value
+    if isinstance(M, Sum):
+        return float(sum(trace_of_product(G, term) for term in M.terms))
     if isinstance(M, Identity):
         return G.trace()
     if isinstance(G, Identity):
@@ -139,6 +151,10 @@ def quadratic_diag(W: Workload, M: Workload) -> FloatArray:
         return W.weight**2 * quadratic_diag(W.base, M)
     if isinstance(M, Weighted):
         return M.weight * quadratic_diag(W, M.base)
+    if isinstance(M, ResidualSum) and (diag := M.diag_against(W)) is not None:
+        return diag
+    if isinstance(M, Sum):
+        return np.sum([quadratic_diag(W, term) for term in M.terms], axis=0)
     if isinstance(W, Sum):
         return np.sum([bilinear_diag(left, M, right) for left in W.terms for right in W.terms], axis=0)
     pairs = paired_factors(W, M)
@@ -153,6 +169,8 @@ def bilinear_diag(U: Workload, M: Workload, V: Workload) -> FloatArray:
     """diag(U M Vᵀ) for U, V of one shape: factor by factor when U, V and M share a Kronecker form."""
     if isinstance(M, Weighted):
         return M.weight * bilinear_diag(U, M.base, V)
+    if isinstance(M, Sum):
+        return np.sum([bilinear_diag(U, term, V) for term in M.terms], axis=0)
     if isinstance(U, Kron) and isinstance(V, Kron) and [f.shape for f in U.factors] == [f.shape for f in V.factors]:
         pairs = paired_factors(U, M)
         if len(pairs) == len(U.factors):

@@ -22,6 +22,7 @@ Privacy:
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from dpsql import noise as exact
 from dpsql.error import check_support
 from dpsql.errors import DataError, DpsqlWarning, InternalError, PrivacyParameterError, ShapeError
 from dpsql.linalg import pinv_gram, quadratic_diag
+from dpsql.residual_basis import marginal_form
 from dpsql.workloads import (
     Explicit,
     FloatArray,
@@ -82,21 +84,43 @@ class Answers:
 
 
 def integral_strategy(A: Workload, *, bits: int = STRATEGY_BITS) -> Workload:
-    """An integer-valued strategy equivalent to A up to scale and a relative rounding of 2^-bits.
+    """An integer-valued strategy equivalent to A up to scale and a small relative rounding.
 
-    Scaling a strategy does not change the mechanism (Li's thesis Prop. 3.7), so a weighted integer
-    strategy loses its weight, a Kronecker product is rounded factor by factor, and anything else
-    becomes round(2^bits · A / max|A|) with all-zero rows dropped.
+    Scaling a strategy does not change the mechanism (Li's thesis Prop. 3.7), so only relative
+    scales matter. A dense matrix becomes round(2^bits · A / max|A|), all-zero rows dropped; a
+    Kronecker product is rounded factor by factor (at least KRON_FACTOR_BITS bits each); a stack
+    keeps its blocks' structure and gives them integer weights with at least ``bits`` bits of
+    relative precision (never rounding a block away, so the stack supports what A did). Exact
+    products with such strategies are computed structurally (:func:`_exact_product`).
     """
+    return _integral_with_scale(A, bits)[0]
+
+
+#: Fewest bits each factor of a Kronecker strategy keeps when rounded.
+KRON_FACTOR_BITS = 12
+
+
+def _integral_with_scale(A: Workload, bits: int) -> tuple[Workload, float]:
+    """(B, s): B integer-valued with A ≈ s·B to a relative rounding of about 2^-bits."""
     if A.integral:
-        return A
+        return A, 1.0
     if isinstance(A, Weighted):
-        return integral_strategy(A.base, bits=bits)
+        base, scale = _integral_with_scale(A.base, bits)
+        return base, scale * A.weight
     if isinstance(A, Kron):
-        return Kron([integral_strategy(f, bits=max(8, bits // len(A.factors))) for f in A.factors])
+        parts = [_integral_with_scale(f, max(KRON_FACTOR_BITS, bits // len(A.factors))) for f in A.factors]
+        return Kron([b for b, _ in parts]), float(np.prod([s for _, s in parts]))
+    if isinstance(A, VStack):
+        parts = [_integral_with_scale(block, bits) for block in A.blocks]
+        if all(s == parts[0][1] for _, s in parts):
+            return VStack([b for b, _ in parts]), parts[0][1]
+        unit = min(abs(s) for _, s in parts if s != 0.0) / 2.0**bits  # the smallest weight gets `bits` bits
+        weights = [float(np.sign(s) * np.rint(abs(s) / unit)) for _, s in parts]
+        return VStack([b if w == 1.0 else Weighted(w, b) for (b, _), w in zip(parts, weights) if w != 0.0]), unit
     dense = A.dense()
-    rounded = np.rint(dense * (2.0**bits / np.abs(dense).max()))
-    return Explicit(rounded[np.any(rounded != 0, axis=1)])
+    top = float(np.abs(dense).max())
+    rounded = np.rint(dense * (2.0**bits / top))
+    return Explicit(rounded[np.any(rounded != 0, axis=1)]), top / 2.0**bits
 
 
 def measure(
@@ -126,12 +150,12 @@ def measure(
     strategy = integral_strategy(A)
     exact_answers = _exact_product(strategy, counts)
     if noise == "laplace":
-        delta1 = _integer(strategy.max_column_power_sum(1)) * int(max_contribution)
+        delta1 = _sensitivity(strategy.max_column_power_sum(1)) * int(max_contribution)
         scale = exact.fraction_at_least(delta1 / budget)
         z = exact.discrete_laplace(scale, strategy.shape[0], rng=rng)
         variance, spent = exact.discrete_laplace_variance(scale), {"epsilon": delta1 / scale}
     else:
-        delta2_squared = _integer(strategy.max_column_power_sum(2)) * int(max_contribution) ** 2
+        delta2_squared = _sensitivity(strategy.max_column_power_sum(2)) * int(max_contribution) ** 2
         scale = exact.fraction_at_least(delta2_squared / (2 * budget))
         z = exact.discrete_gaussian(scale, strategy.shape[0], rng=rng)
         variance, spent = exact.discrete_gaussian_variance(scale), {"rho": delta2_squared / (2 * scale)}
@@ -142,14 +166,15 @@ def measure(
 
 
 def pseudo_inverse(A: Workload) -> Workload:
-    """A⁺ as an operator: factor by factor for Kronecker A, (AᵀA)⁺Aᵀ densely per factor, else LSMR."""
+    """A⁺ as an operator: factor by factor for Kronecker A; (AᵀA)⁺Aᵀ densely per factor or in the
+    residual basis for marginal strategies (dpsql.residual_basis); else LSMR."""
     if isinstance(A, Identity):
         return A
     if isinstance(A, Weighted):
         return Weighted(1.0 / A.weight, pseudo_inverse(A.base))
     if isinstance(A, Kron):
         return Kron([pseudo_inverse(f) for f in A.factors])
-    if A.shape[1] <= DENSE_SOLVE_LIMIT:
+    if A.shape[1] <= DENSE_SOLVE_LIMIT or marginal_form(A) is not None:
         return Product(pinv_gram(A), A.T)
     return LeastSquares(A)
 
@@ -216,34 +241,77 @@ def _data_vector(A: Workload, x: npt.ArrayLike) -> npt.NDArray[np.int64]:
     return vector.astype(np.int64)
 
 
-def _exact_product(A: Workload, x: npt.NDArray[np.int64]) -> npt.NDArray[np.int64] | npt.NDArray[np.object_]:
-    """Ã x exactly, for an integer Ã and integer x of any size.
+IntVector = npt.NDArray[np.int64] | npt.NDArray[np.object_]
 
-    A float64 product is exact while max|Ã|·Σ|x| < 2^53. Otherwise x = x⁺ − x⁻ is split into
-    base-2^k limbs small enough that each limb's product is exact, and the limbs are recombined in
-    integers (int64 when the result fits, Python integers otherwise).
+
+def _exact_product(A: Workload, x: IntVector) -> IntVector:
+    """Ã x exactly, for an integer Ã and integer x of any size, following Ã's structure.
+
+    A stack is computed block by block, an integer weight multiplies exactly, and a Kronecker
+    product is applied one factor (axis) at a time, so that only the factors' own entries meet
+    floating point (:func:`_exact_matmul`). Results are int64 when they fit, Python integers otherwise.
     """
-    entry, cells = max(A.max_abs_entry(), 1.0), max(len(x), 1)
-    if entry * float(np.abs(x).sum()) < _EXACT_FLOAT:
-        return np.rint(np.asarray(A @ x.astype(np.float64))).astype(np.int64)
-    bits = int(np.floor(np.log2(_EXACT_FLOAT / (entry * cells))))
+    if isinstance(A, VStack):
+        parts = [_exact_product(block, x) for block in A.blocks]
+        return np.concatenate(parts).astype(object if any(p.dtype == object for p in parts) else np.int64)
+    if isinstance(A, Weighted):
+        return _narrowed(int(A.weight) * _exact_product(A.base, x).astype(object))
+    if isinstance(A, Kron):
+        tensor = x.reshape([f.shape[1] for f in A.factors])
+        for axis, factor in enumerate(A.factors):
+            moved = np.moveaxis(tensor, axis, 0)
+            product = _exact_matmul(factor, moved.reshape(moved.shape[0], -1))
+            tensor = np.moveaxis(product.reshape((factor.shape[0],) + moved.shape[1:]), 0, axis)
+        return tensor.reshape(-1)
+    return _exact_matmul(A, x.reshape(-1, 1)).reshape(-1)
+
+
+def _exact_matmul(A: Workload, X: IntVector) -> IntVector:
+    """A X exactly for an integer operator A and an integer matrix X (int64 or object).
+
+    A float64 product is exact while max|A| · max_j Σᵢ|X_ij| < 2^53. Otherwise X = X⁺ − X⁻ is split
+    into base-2^k limbs small enough that each limb's product is exact, and the limbs are
+    recombined in Python integers.
+    """
+    entry, depth = max(A.max_abs_entry(), 1.0), max(X.shape[0], 1)
+    if X.size == 0 or entry * float(np.abs(X).sum(axis=0).max()) < _EXACT_FLOAT:
+        return np.rint(np.asarray(A @ X.astype(np.float64))).astype(np.int64)
+    bits = int(np.floor(np.log2(_EXACT_FLOAT / (entry * depth))))
     if bits < 1:
-        raise DataError(f"the strategy's entries (up to {entry:g}) over {cells:,} cells are too large for exact "
+        raise DataError(f"the strategy's entries (up to {entry:g}) over {depth:,} cells are too large for exact "
                         "arithmetic; use a strategy with smaller integer entries.")
-    total = np.zeros(A.shape[0], dtype=object)
-    for sign, part in ((1, np.maximum(x, 0)), (-1, np.maximum(-x, 0))):
+    total = np.zeros((A.shape[0], X.shape[1]), dtype=object)
+    for sign, part in ((1, np.maximum(X, 0)), (-1, np.maximum(-X, 0))):
         scale = 1
         while part.any():
             limb, part = part % (1 << bits), part >> bits
             product = np.rint(np.asarray(A @ limb.astype(np.float64))).astype(np.int64)
             total += sign * scale * product.astype(object)
             scale <<= bits
-    return total.astype(np.int64) if all(abs(int(v)) < 2**62 for v in (total.max(), total.min())) else total
+    return _narrowed(total)
 
 
-def _integer(value: float) -> int:
+def _narrowed(values: npt.NDArray[np.object_]) -> IntVector:
+    """Python integers as int64 when every one fits, else unchanged."""
+    if values.size == 0 or all(abs(int(v)) < 2**62 for v in (values.max(), values.min())):
+        return values.astype(np.int64)
+    return values
+
+
+#: Below this, float64 sums and products of integers are exact (every partial result < 2^53).
+_EXACT_INTEGER = 2.0**50
+
+
+def _sensitivity(value: float) -> int:
+    """An integer upper bound on an integer strategy's sensitivity computed in float64.
+
+    Below 2^50 the float computation is exact, so the value must be an integer. Above, products
+    and sums of k terms carry a relative error of at most ~k·2^-53, so value·(1 + 2^-40), rounded
+    up, bounds the true value: a little more noise, never less privacy.
+    """
+    if value >= _EXACT_INTEGER:
+        return math.ceil(value * (1.0 + 2.0**-40))
     rounded = round(value)
     if abs(value - rounded) > 1e-6 * max(1.0, abs(value)):
         raise InternalError(f"an integer strategy has a non-integer sensitivity {value}; please report this bug.")
     return int(rounded)
-

@@ -2,12 +2,20 @@
 
 Candidates are Kronecker products of per-attribute standard strategies (identity everywhere; or
 H2, H4 or the Haar wavelet on every ordered attribute with identity on categorical ones) and, when
-``optimize`` is set, the optimized templates: HDMM (OPT₀ for one attribute, OPT_⊗ for Kronecker
-and union-of-Kronecker workloads) and Eigen-Design for small domains. Optimized strategies are
-rounded to integers as the mechanism measures them and cached on disk by the workload's Gram
-(``dpsql.strategy_cache``). Each candidate is scored by its exact expected total squared error at
-unit privacy (``error.expected_error``) and the lowest wins; the SVD bound is reported beside them.
-A template that fails or runs out of time is left out, and the plan says so.
+``optimize`` is set, the optimized templates:
+
+- ``HDMM`` (one attribute): OPT₀;
+- ``HDMM-Kron``: OPT_⊗, one Kronecker product for a Kronecker or union-of-Kronecker workload;
+- ``HDMM-marginals``: OPT_M, weighted marginals (scored in the residual basis, any domain size);
+- ``HDMM-union``: OPT₊, one Kronecker strategy per group of terms with a budget split, when the
+  workload has several groups and the domain is small enough (UNION_MAX_CELLS) for its exact error;
+- ``Eigen-Design`` for domains of at most EIGEN_MAX_CELLS cells.
+
+Optimized strategies are rounded to integers as the mechanism measures them and cached on disk by
+the workload's Gram (``dpsql.strategy_cache``). Each candidate is scored by its exact expected
+total squared error at unit privacy (``error.expected_error``) and the lowest wins; the SVD bound
+is reported beside them. A template that fails, or whose error cannot be computed exactly, is left
+out, and the plan says so; the standard strategies are always there to fall back on.
 """
 
 from __future__ import annotations
@@ -77,14 +85,22 @@ def candidates(sizes: Sequence[int], ordered: Sequence[bool]) -> dict[str, Workl
 OPTIMIZE_SECONDS = 10.0
 #: Eigen-Design runs on domains of at most this many cells (it eigendecomposes the dense Gram).
 EIGEN_MAX_CELLS = 1024
+#: OPT₊ runs on domains of at most this many cells (its exact error needs a dense (AᵀA)⁺).
+UNION_MAX_CELLS = 4096
+#: OPT_M runs on workloads of at most this many attributes (its objective costs O(d·2^d)).
+MARGINALS_MAX_ATTRIBUTES = 16
+
+Progress = Callable[[str], None]
 
 
 def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None = None,
-         ordered: Sequence[bool] | None = None, bound: bool = True, optimize: bool = True) -> Plan:
+         ordered: Sequence[bool] | None = None, bound: bool = True, optimize: bool = True,
+         progress: Progress | None = None) -> Plan:
     """Score every candidate on W and return the best, with all scores and (if ``bound``) the SVD bound.
 
     ``sizes``/``ordered`` describe W's Kronecker attributes (default: one ordered attribute);
-    ``optimize`` adds the HDMM and Eigen-Design templates.
+    ``optimize`` adds the HDMM and Eigen-Design templates; ``progress`` hears about each template
+    that has to be optimized (not read from the cache).
     """
     if W.shape[0] == 0 or W.shape[1] == 0:
         raise ShapeError(f"cannot plan for an empty workload of shape {W.shape}: it needs at least one query and one cell.")
@@ -92,9 +108,13 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
     ordered = list(ordered) if ordered is not None else [True] * len(sizes)
     options = candidates(sizes, ordered)
     notes: list[str] = []
-    if optimize and W.shape[0] > 0:
-        options.update(_optimized(W, noise=noise, attributes=len(sizes), notes=notes))
     scores = {name: error.expected_error(W, A, noise=noise) for name, A in options.items()}
+    if optimize:
+        for name, A in _optimized(W, noise=noise, sizes=sizes, notes=notes, progress=progress).items():
+            try:
+                scores[name], options[name] = error.expected_error(W, A, noise=noise), A
+            except DpsqlError as err:
+                notes.append(f"{name} was not used ({type(err).__name__}: {err}); the best standard strategy stands in.")
     best = min(scores, key=scores.__getitem__)
     value: float | None = None
     exact = False
@@ -112,20 +132,44 @@ def _rounded(build: Callable[[], Workload]) -> Callable[[], Workload]:
     return lambda: integral_strategy(build())
 
 
-def _optimized(W: Workload, *, noise: Noise, attributes: int, notes: list[str]) -> dict[str, Workload]:
-    """The optimized templates that succeed on W, rounded to integers and cached by W's Gram."""
-    from dpsql.strategies import eigen_design, opt0, opt_kron
+def _templates(W: Workload, *, noise: Noise, sizes: Sequence[int]) -> dict[str, Callable[[], Workload]]:
+    """The optimized templates that apply to W, as builders."""
+    from dpsql.strategies import eigen_design, opt0, opt_kron, opt_marginals, opt_union
 
-    templates: dict[str, Callable[[], Workload]] = {
-        "HDMM": (lambda: opt0(W, noise=noise, time_limit=OPTIMIZE_SECONDS)) if attributes == 1
-        else (lambda: opt_kron(W, noise=noise, time_limit=OPTIMIZE_SECONDS)),
-    }
+    limit = OPTIMIZE_SECONDS
+    if len(sizes) == 1:
+        templates = {"HDMM": lambda: opt0(W, noise=noise, time_limit=limit)}
+    else:
+        templates = {"HDMM-Kron": lambda: opt_kron(W, noise=noise, time_limit=limit)}
+        if len(sizes) <= MARGINALS_MAX_ATTRIBUTES:
+            templates["HDMM-marginals"] = lambda: opt_marginals(W, noise=noise, time_limit=limit)
+        if W.shape[1] <= UNION_MAX_CELLS and _several_groups(W):
+            templates["HDMM-union"] = lambda: opt_union(W, noise=noise, time_limit=limit)
     if W.shape[1] <= EIGEN_MAX_CELLS:
-        templates["Eigen-Design"] = lambda: eigen_design(W, time_limit=OPTIMIZE_SECONDS)
+        templates["Eigen-Design"] = lambda: eigen_design(W, time_limit=limit)
+    return templates
+
+
+def _several_groups(W: Workload) -> bool:
+    """Whether OPT₊ would split W into more than one group (else it is OPT_⊗)."""
+    from dpsql.strategies.hdmm import union_groups
+
+    try:
+        return len(union_groups(W)) > 1
+    except ShapeError:
+        return False  # not a union of Kronecker products: OPT_⊗ reports why
+
+
+def _optimized(W: Workload, *, noise: Noise, sizes: Sequence[int], notes: list[str],
+               progress: Progress | None) -> dict[str, Workload]:
+    """The optimized templates that succeed on W, rounded to integers and cached by W's Gram."""
     result = {}
-    for name, build in templates.items():
+    for name, build in _templates(W, noise=noise, sizes=sizes).items():
+        announce = None if progress is None else functools.partial(
+            progress, f"optimizing the {name} strategy for {W.shape[0]:,} queries over {W.shape[1]:,} cells "
+            f"(at most {OPTIMIZE_SECONDS:g} s; cached afterwards)")
         try:
-            result[name] = strategy_cache.cached(W, noise=noise, template=name, build=_rounded(build))
+            result[name] = strategy_cache.cached(W, noise=noise, template=name, build=_rounded(build), on_build=announce)
         except (DpsqlError, ArithmeticError, np.linalg.LinAlgError, ValueError) as err:
             notes.append(f"{name} was not used ({type(err).__name__}: {err}); the best standard strategy stands in.")
     return result

@@ -559,3 +559,37 @@ def test_random_schemas_count_like_the_reference(case: tuple[Table, dict[str, st
         data = DuckDBBackend(con).cell_data(table, columns)
     assert as_dict(data) == dict(reference(columns, range(len(columns)), rows))
     assert int(data.counts.sum()) == len(rows)
+
+
+# ============================================================================ marginal counts
+@pytest.mark.parametrize("unit", [None, 2])
+def test_marginal_counts_equal_sums_of_the_full_cell_counts(unit: int | None) -> None:
+    """One GROUPING SETS scan gives every marginal; each equals the full data vector summed over the
+    other columns (outside cells and the privacy-unit cap included)."""
+    rng = np.random.default_rng(11)
+    con = duckdb.connect()
+    rows = [(int(rng.integers(0, 12)) if rng.random() > 0.1 else None, str(rng.choice(["x", "y", "z"])),
+             int(rng.integers(-3, 9)), int(rng.integers(0, 40))) for _ in range(400)]
+    make_table(con, "t", {"a": "INTEGER", "b": "VARCHAR", "c": "INTEGER", "u": "INTEGER"}, rows)
+    spec: dict[str, Any] = {"columns": {"a": {"type": "integer", "lower": 0, "upper": 9},
+                                        "b": {"type": "categorical", "values": ["x", "y"]},
+                                        "c": {"type": "integer", "lower": 0, "upper": 5},
+                                        "u": {"type": "integer", "lower": 0, "upper": 100}}}
+    if unit is not None:
+        spec["privacy_unit"] = {"column": "u", "max_rows": unit}
+    table = load_table(spec)
+    columns = [table.columns[name] for name in ("a", "b", "c")]
+    backend = DuckDBBackend(con)
+    full = backend.cell_data(table, columns)
+    cube = full.dense_counts().reshape(full.shape)
+    wanted = [(0, 1), (1, 2), (0,), ()]
+    tables = backend.marginal_counts(table, columns, wanted)
+    assert list(tables) == wanted
+    for marginal, counts in tables.items():
+        others = tuple(i for i in range(3) if i not in marginal)
+        np.testing.assert_array_equal(counts, cube.sum(axis=others))
+        assert not counts.flags.writeable
+    with pytest.raises(ShapeError, match="sorted tuple"):
+        backend.marginal_counts(table, columns, [(1, 0)])
+    with pytest.raises(ShapeError, match="without repeats"):
+        backend.marginal_counts(table, columns, [(0,), (0,)])

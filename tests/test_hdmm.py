@@ -1,4 +1,4 @@
-"""HDMM OPT₀ / OPT⊗ (dpsql.strategies.hdmm): gradients, oracles from the HDMM digest, baselines."""
+"""HDMM OPT₀ / OPT⊗ / OPT₊ (dpsql.strategies.hdmm): gradients, oracles from the HDMM digest, baselines."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dpsql import error
 from dpsql import workloads as wl
 from dpsql.errors import ShapeError
 from dpsql.strategies import hierarchical, identity, wavelet
-from dpsql.strategies.hdmm import opt0, opt_kron, pidentity_loss, pidentity_strategy
+from dpsql.strategies.hdmm import opt0, opt_kron, opt_union, pidentity_loss, pidentity_strategy, union_bound
 
 NOISES = ("gaussian", "laplace")
 
@@ -211,3 +211,110 @@ def test_bad_parameters() -> None:
         opt0(wl.AllRange(16), noise="laplace", p=0)
     with pytest.raises(ValueError):
         opt0(wl.AllRange(16), noise="poisson")  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- OPT₊
+THREE_GROUPS = wl.VStack([wl.Kron([wl.AllRange(8), wl.Total(6)]), wl.Kron([wl.Total(8), wl.Prefix(6)]),
+                          wl.Kron([wl.Identity(8), wl.Identity(6)])])
+MIXED = wl.VStack([wl.Kron([wl.AllRange(16), wl.Total(8)]), wl.Kron([wl.Total(16), wl.Prefix(8)]),
+                   wl.Weighted(0.5, wl.Kron([wl.Identity(16), wl.Identity(8)]))])
+
+
+def test_o9_union_bound() -> None:
+    """Digest §7 O9: errors (3, 10, 0.5) → Laplace (Σ e^{1/3})³, Gaussian (Σ √e)²; budgets exactly spent."""
+    errors = [3.0, 10.0, 0.5]
+    c, bound = union_bound(errors, "laplace")
+    assert bound == pytest.approx((3 ** (1 / 3) + 10 ** (1 / 3) + 0.5 ** (1 / 3)) ** 3, rel=1e-12)
+    assert c.sum() == pytest.approx(1.0, rel=1e-12)
+    assert sum(e / w**2 for e, w in zip(errors, c)) == pytest.approx(bound, rel=1e-12)
+    c, bound = union_bound(errors, "gaussian")
+    assert bound == pytest.approx((np.sqrt(3) + np.sqrt(10) + np.sqrt(0.5)) ** 2, rel=1e-12)
+    assert (c**2).sum() == pytest.approx(1.0, rel=1e-12)
+    assert sum(e / w**2 for e, w in zip(errors, c)) == pytest.approx(bound, rel=1e-12)
+
+
+@pytest.mark.parametrize("noise", NOISES)
+def test_union_bound_is_the_minimum_and_skips_zero_groups(noise: str) -> None:
+    errors = np.array([3.0, 0.0, 10.0])
+    c, bound = union_bound(errors, noise)  # type: ignore[arg-type]
+    assert c[1] == 0.0
+    rng = np.random.default_rng(0)
+    for _ in range(200):  # random feasible budgets never beat U*
+        w = rng.random(2)
+        w = w / (w.sum() if noise == "laplace" else np.sqrt((w**2).sum()))
+        assert errors[0] / w[0] ** 2 + errors[2] / w[1] ** 2 >= bound * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("errors", [[], [0.0, 0.0], [1.0, -1.0], [1.0, np.inf], [[1.0, 2.0]]])
+def test_union_bound_rejects_bad_errors(errors: list[float]) -> None:
+    with pytest.raises(ValueError):
+        union_bound(errors, "laplace")
+
+
+@pytest.mark.parametrize("W", [THREE_GROUPS, MIXED])
+@pytest.mark.parametrize("noise", NOISES)
+def test_opt_union_sensitivity_one_and_error_below_bound(W: wl.Workload, noise: str) -> None:
+    A = opt_union(W, noise=noise)  # type: ignore[arg-type]
+    assert isinstance(A, wl.VStack) and len(A.blocks) == 3  # default groups: one per non-Total pattern
+    weights = np.array([b.weight for b in A.blocks])  # type: ignore[attr-defined]
+    norm: wl.Norm = "l1" if noise == "laplace" else "l2"
+    assert A.sensitivity(norm) == pytest.approx(1.0, abs=1e-12)
+    assert np.allclose(A.column_norms(norm), 1.0, atol=1e-12)  # every column: Σc_g or (Σc_g²)^{1/2}
+    assert (weights.sum() if noise == "laplace" else np.sqrt((weights**2).sum())) == pytest.approx(1.0, abs=1e-12)
+    scale = 2.0 if noise == "laplace" else 1.0
+    errors = np.array([error.expected_error(block, b.base, noise=noise) / scale  # type: ignore[arg-type, attr-defined]
+                       for block, b in zip(W.blocks, A.blocks)])  # type: ignore[attr-defined]
+    _, bound = union_bound(errors, noise)  # type: ignore[arg-type]
+    assert (errors / weights**2).sum() == pytest.approx(bound, rel=1e-9)  # the weights are the optimal split
+    assert error.expected_error(W, A, noise=noise) <= scale * bound * (1 + 1e-9)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("noise", NOISES)
+def test_opt_union_beats_identity_on_distinct_groups(noise: str) -> None:
+    A = opt_union(MIXED, noise=noise)  # type: ignore[arg-type]
+    err = error.expected_error(MIXED, A, noise=noise)  # type: ignore[arg-type]
+    assert err < 0.5 * error.expected_error(MIXED, wl.Kron([identity(16), identity(8)]), noise=noise)  # type: ignore[arg-type]
+    assert err < error.expected_error(MIXED, opt_kron(MIXED, noise=noise), noise=noise)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("noise", NOISES)
+def test_opt_union_explicit_groups(noise: str) -> None:
+    A = opt_union(THREE_GROUPS, noise=noise, groups=[[0, 2], [1]])  # type: ignore[arg-type]
+    assert isinstance(A, wl.VStack) and len(A.blocks) == 2
+    assert A.sensitivity("l1" if noise == "laplace" else "l2") == pytest.approx(1.0, abs=1e-12)
+    one = opt_union(THREE_GROUPS, noise=noise, groups=[[0, 1, 2]])  # type: ignore[arg-type]
+    np.testing.assert_array_equal(one.dense(), opt_kron(THREE_GROUPS, noise=noise).dense())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("groups", [[[0, 1]], [[0, 1], [1, 2]], [[0, 1, 2], []], [[0, 1, 3]], [[0, 1], [2.0]],
+                                    [[0, 1], [True, 2]], [0, 1, 2], "012"])
+def test_opt_union_rejects_bad_groups(groups: object) -> None:
+    with pytest.raises(ShapeError, match="partition"):
+        opt_union(THREE_GROUPS, groups=groups)  # type: ignore[arg-type]
+
+
+def test_opt_union_rejects_unsupported_structure() -> None:
+    with pytest.raises(ShapeError, match="opt_union needs a Kronecker"):
+        opt_union(wl.AllRange(8))
+
+
+def test_opt_union_default_groups_treat_constant_rows_as_total() -> None:
+    """A factor whose rows are all constant (Gram ∝ J) counts as Total: both terms form one group."""
+    W = wl.VStack([wl.Kron([wl.AllRange(8), wl.Explicit(np.full((2, 6), 0.3))]), wl.Kron([wl.Prefix(8), wl.Total(6)])])
+    assert isinstance(opt_union(W, noise="laplace"), wl.Kron)
+
+
+@pytest.mark.parametrize("noise", NOISES)
+def test_opt_union_zero_groups_get_no_block(noise: str) -> None:
+    zero = wl.Explicit(np.zeros((1, 4)))
+    W = wl.VStack([wl.Kron([wl.AllRange(4), wl.Total(3)]), wl.Kron([zero, wl.Prefix(3)])])
+    A = opt_union(W, noise=noise)  # type: ignore[arg-type]
+    assert isinstance(A, wl.Kron) and A.sensitivity("l1" if noise == "laplace" else "l2") == pytest.approx(1.0)
+    assert error.support_residual(W, A) < 1e-12
+    assert isinstance(opt_union(wl.Kron([zero, wl.Prefix(3)]), noise=noise), wl.Kron)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("noise", NOISES)
+def test_opt_union_deterministic_for_fixed_seed(noise: str) -> None:
+    one, two = (opt_union(MIXED, noise=noise, seed=3).dense() for _ in range(2))  # type: ignore[arg-type]
+    np.testing.assert_array_equal(one, two)

@@ -96,6 +96,27 @@ def test_real_valued_strategy_is_rounded_to_integers() -> None:
     assert release.strategy.integral and np.all(np.mod(release.y, 1) == 0)
 
 
+def test_stacked_strategy_keeps_its_blocks_and_relative_weights_when_rounded() -> None:
+    marginal = lambda a, b: workloads.Kron([a, b])  # noqa: E731
+    blocks = [workloads.Weighted(0.3, marginal(workloads.Identity(3), workloads.Total(4))),
+              workloads.Weighted(1.7, marginal(workloads.Total(3), workloads.Identity(4))),
+              workloads.Weighted(1e-3, workloads.Identity(12))]
+    A = workloads.VStack(blocks)
+    rounded = mechanism.integral_strategy(A)
+    assert rounded.integral and isinstance(rounded, workloads.VStack) and len(rounded.blocks) == 3
+    bases = [b.base if isinstance(b, workloads.Weighted) else b for b in rounded.blocks]
+    assert all(isinstance(b, (workloads.Kron, workloads.Identity)) for b in bases)  # no dense matrix
+    weights = [b.weight if isinstance(b, workloads.Weighted) else 1.0 for b in rounded.blocks]
+    assert weights[0] / weights[1] == pytest.approx(0.3 / 1.7, rel=2.0**-19)
+    assert weights[2] / weights[1] == pytest.approx(1e-3 / 1.7, rel=1e-3)
+    W = workloads.Kron([workloads.AllRange(3), workloads.AllRange(4)])
+    # the smallest weight is rounded by at most 1/2 unit, and the error scales at most as weight⁻²
+    assert error.expected_error(W, rounded) == pytest.approx(error.expected_error(W, A), rel=1.0 / weights[2])
+    tiny = mechanism.integral_strategy(workloads.VStack([workloads.Identity(4), workloads.Weighted(1e-9, workloads.Total(4))]))
+    weights = [getattr(b, "weight", 1.0) for b in tiny.blocks]  # type: ignore[attr-defined]
+    assert weights[1] == 2.0**20 and weights[0] == pytest.approx(2.0**20 * 1e9, rel=2.0**-50)  # tiny keeps 20 bits
+
+
 def test_unsupported_strategy_is_refused() -> None:
     x = np.arange(4)
     release = mechanism.measure(workloads.Total(4), x, rho=1.0, rng=SeededRandomSource(6))
@@ -141,3 +162,31 @@ def test_exact_product_beyond_float_precision() -> None:
         assert [int(v) for v in mechanism._exact_product(A, x)] == expected
     release = mechanism.measure(A, rng.integers(0, 2**40, size=5), rho=1.0, rng=SeededRandomSource(9))
     assert release.y.shape == (7,) and np.all(np.isfinite(release.y))
+
+
+def _reference_product(A: workloads.Workload, x: np.ndarray) -> list[int]:
+    """Ã x in Python integers from the dense integer matrix (exact for entries below 2^53)."""
+    dense = [[int(v) for v in row] for row in A.dense()]
+    return [sum(a * int(b) for a, b in zip(row, x)) for row in dense]
+
+
+def test_structured_exact_product_with_entries_far_beyond_float_precision() -> None:
+    """A stack of weighted Kronecker products whose dense entries reach 2^70: computed block by block
+    and axis by axis, every answer is the exact integer."""
+    rng = np.random.default_rng(12)
+    factor = lambda r, n: workloads.Explicit(rng.integers(-2**20, 2**20, size=(r, n)).astype(float))  # noqa: E731
+    A = workloads.VStack([workloads.Weighted(float(2**30 + 7), workloads.Kron([factor(3, 4), factor(2, 5)])),
+                          workloads.Kron([workloads.Identity(4), workloads.Total(5)]),
+                          workloads.Weighted(3.0, workloads.Kron([factor(2, 4), workloads.Identity(5)]))])
+    x = rng.integers(0, 10**9, size=20)
+    expected = [int(2**30 + 7) * v for v in _reference_product(workloads.Kron(A.blocks[0].base.factors), x)]  # type: ignore[attr-defined]
+    expected += _reference_product(A.blocks[1], x) + [3 * v for v in _reference_product(A.blocks[2].base, x)]  # type: ignore[attr-defined]
+    assert [int(v) for v in mechanism._exact_product(A, x)] == expected
+
+
+def test_sensitivity_beyond_exact_floats_is_rounded_up() -> None:
+    assert mechanism._sensitivity(12.0) == 12
+    huge = float(2**60)
+    assert mechanism._sensitivity(huge) >= 2**60 and mechanism._sensitivity(huge) <= 2**60 * (1 + 2.0**-39)
+    with pytest.raises(Exception, match="non-integer sensitivity"):
+        mechanism._sensitivity(12.5)

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 import dpsql
-from dpsql import engine, error, mechanism
+from dpsql import engine, error, mechanism, planner
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import (
@@ -432,7 +432,8 @@ def test_metadata_describes_the_release(data: duckdb.DuckDBPyConnection, cost: d
     first = metadata[0]
     assert mechanism_name in first["mechanism"] and first["budget_spent"] == spent
     assert set(first["strategy"]) == set(first["expected_rmse"]) and first["strategy"]
-    assert set(first["strategy"].values()) <= {"identity", "H2", "H4", "wavelet", "HDMM", "Eigen-Design"}
+    assert set(first["strategy"].values()) <= set(planner.FAMILIES) | {"HDMM", "HDMM-Kron", "HDMM-marginals",
+                                                                       "HDMM-union", "Eigen-Design"}
     assert all(isinstance(v, float) and v > 0 for v in first["expected_rmse"].values())
     assert any(key.endswith("sum(income)") for key in first["strategy"]) and any(key.endswith("nonnull(income)") for key in first["strategy"])
 

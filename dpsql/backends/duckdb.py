@@ -219,9 +219,43 @@ class DuckDBBackend:
         shape = tuple(c.domain.size + 1 for c in cell_columns)
         return _cell_data(result, shape, [c.name for c in sum_columns], [c.name for c in count_columns])
 
+    def marginal_counts(self, table: Table, cell_columns: Sequence[Column],
+                        marginals: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], IntArray]:
+        """Row counts of several marginals of the cell columns' product, in one scan (GROUPING SETS).
+
+        Args:
+            table: the declared table.
+            cell_columns: declared columns of ``table``; a marginal lists indices into this sequence.
+            marginals: distinct, sorted tuples of column indices (``()`` is the total count).
+
+        Returns:
+            Per marginal, a dense int64 array of shape ``(domain.size + 1 for each of its columns)``
+            (the last index of each axis is the outside cell), after the privacy-unit cap. Only the
+            marginals are ever formed, never the product of all the columns' domains.
+
+        Raises:
+            ShapeError: a marginal is not a sorted tuple of distinct valid indices, or is repeated.
+            SchemaError, OperationalError: as for :meth:`cell_data`.
+        """
+        keys = [tuple(m) for m in marginals]
+        for marginal in keys:
+            if list(marginal) != sorted(set(marginal)) or any(not 0 <= i < len(cell_columns) for i in marginal):
+                raise ShapeError(f"marginal {marginal!r} must be a sorted tuple of distinct column indices below "
+                                 f"{len(cell_columns)}.")
+        if len(set(keys)) != len(keys) or not keys:
+            raise ShapeError(f"marginals must be a non-empty list without repeats; got {keys!r}.")
+        catalog = self._checked_catalog(table, cell_columns, _NO_SUMS, ())
+        result = self._run(_marginals_query(table, catalog, cell_columns, keys).sql("duckdb"))
+        return _marginal_tables(result, [c.domain.size + 1 for c in cell_columns], keys)
+
     # ------------------------------------------------------------------------------- internals
     def _query(self, table: Table, cells: Sequence[Column], sums: Mapping[Column, float],
                counts: Sequence[Column]) -> exp.Select:
+        return _build_query(table, self._checked_catalog(table, cells, sums, counts), cells, sums, counts)
+
+    def _checked_catalog(self, table: Table, cells: Sequence[Column], sums: Mapping[Column, float],
+                         counts: Sequence[Column]) -> dict[str, DatabaseColumn]:
+        """The table's database columns, after checking that every column can serve its role."""
         for column in [*cells, *sums, *counts]:
             if column.table != table.name or table.columns.get(column.name) != column:
                 raise SchemaError(f"Column '{column.name}' ({column.key}) is not a column of table '{table.name}'; "
@@ -230,7 +264,7 @@ class DuckDBBackend:
         _raise_problems(table, catalog, [*cells, *counts], list(sums))
         for column, quantum in sums.items():
             _check_quantum(column, quantum)
-        return _build_query(table, catalog, cells, sums, counts)
+        return catalog
 
     def _run(self, sql: str) -> pa.Table:
         try:
@@ -566,9 +600,10 @@ def _measure_value(column: Column, db: DatabaseColumn, quantum: float) -> exp.Ex
     return exp.Case().when(missing, exp.null()).else_(scaled)
 
 
-def _build_query(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Sequence[Column],
-                 sums: Mapping[Column, float], counts: Sequence[Column]) -> exp.Select:
-    """SELECT cell indices, COUNT(*), SUMs and COUNTs ... GROUP BY the cell indices, over the capped rows."""
+def _rows(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Sequence[Column],
+          sums: Mapping[Column, float], counts: Sequence[Column]) -> tuple[exp.Select, list[str], list[str], list[str]]:
+    """(rows, cell names, sum names, count names): one row per (capped) table row with its cell
+    indices, scaled measures and non-NULL flags — the input of every aggregate query."""
     cell_names = [f"dpsql_cell_{i}" for i in range(len(cells))]
     sum_names = [f"dpsql_sum_{i}" for i in range(len(sums))]
     count_names = [f"dpsql_nonnull_{i}" for i in range(len(counts))]
@@ -586,12 +621,33 @@ def _build_query(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Seq
         rows = (exp.select(*projections, exp.alias_(unit_ref, "dpsql_unit", quoted=True)).from_(_table_ref(table.name))
                 .where(unit_ref.copy().is_(exp.null()).not_()))
         rows = _cap_per_unit(rows, cell_names + sum_names + count_names, table.privacy_unit.max_rows)
+    return rows, cell_names, sum_names, count_names
+
+
+def _build_query(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Sequence[Column],
+                 sums: Mapping[Column, float], counts: Sequence[Column]) -> exp.Select:
+    """SELECT cell indices, COUNT(*), SUMs and COUNTs ... GROUP BY the cell indices, over the capped rows."""
+    rows, cell_names, sum_names, count_names = _rows(table, catalog, cells, sums, counts)
     aggregates = [exp.alias_(exp.Count(this=exp.Star()), "dpsql_rows", quoted=True)]
     aggregates += [exp.alias_(exp.Coalesce(this=exp.cast(exp.Sum(this=_ref(n)), "BIGINT"), expressions=[_int(0)]), n,
                               quoted=True) for n in sum_names]
     aggregates += [exp.alias_(exp.Count(this=exp.Case().when(_ref(n), _int(1))), n, quoted=True) for n in count_names]
     query = exp.select(*[_ref(n) for n in cell_names], *aggregates).from_(rows.subquery("dpsql_rows", copy=False))
     return query.group_by(*[_ref(n) for n in cell_names]) if cell_names else query
+
+
+def _marginals_query(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Sequence[Column],
+                     marginals: Sequence[tuple[int, ...]]) -> exp.Select:
+    """SELECT cell indices, COUNT(*) ... GROUP BY GROUPING SETS (one per marginal), over the capped rows.
+
+    Cell indices are never NULL, so a result row's NULL pattern names its grouping set.
+    """
+    rows, cell_names, _, _ = _rows(table, catalog, cells, _NO_SUMS, ())
+    sets = [exp.Tuple(expressions=[_ref(cell_names[i]) for i in marginal]) for marginal in marginals]
+    query = exp.select(*[_ref(n) for n in cell_names], exp.alias_(exp.Count(this=exp.Star()), "dpsql_rows", quoted=True))
+    query = query.from_(rows.subquery("dpsql_rows", copy=False))
+    query.set("group", exp.Group(expressions=[exp.GroupingSets(expressions=sets)]))
+    return query
 
 
 def _cap_per_unit(rows: exp.Select, names: Sequence[str], max_rows: int) -> exp.Select:
@@ -629,6 +685,32 @@ def _cell_data(result: pa.Table, shape: tuple[int, ...], sum_names: Sequence[str
         nonnull=MappingProxyType({name: aligned(_int_column(result, f"dpsql_nonnull_{i}"))
                                   for i, name in enumerate(count_names)}),
     )
+
+
+def _marginal_tables(result: pa.Table, shapes: Sequence[int], marginals: Sequence[tuple[int, ...]]
+                     ) -> dict[tuple[int, ...], IntArray]:
+    """Split a GROUPING SETS result by each row's non-NULL cell columns into dense marginal tables."""
+    counts = _int_column(result, "dpsql_rows")
+    present = np.stack([~np.asarray(result.column(f"dpsql_cell_{i}").is_null()) for i in range(len(shapes))], axis=1) \
+        if shapes else np.zeros((len(counts), 0), dtype=bool)
+    tables = {}
+    for marginal in marginals:
+        pattern = np.zeros(len(shapes), dtype=bool)
+        pattern[list(marginal)] = True
+        mine = np.all(present == pattern, axis=1)
+        table = np.zeros(tuple(shapes[i] for i in marginal), dtype=np.int64)
+        index = tuple(np.asarray(result.column(f"dpsql_cell_{i}").filter(pa.array(mine)).to_numpy(), dtype=np.int64)
+                      for i in marginal)
+        if not marginal:
+            table.fill(counts[mine].sum())
+        else:
+            try:
+                np.add.at(table, index, counts[mine])
+            except IndexError as err:
+                raise InternalError("The marginal query returned a cell index outside the declared domain.") from err
+        table.setflags(write=False)
+        tables[marginal] = table
+    return tables
 
 
 def _int_column(result: pa.Table, name: str) -> IntArray:

@@ -20,6 +20,16 @@ Math (L2 / Gaussian matrix mechanism, unit privacy, total error Δ₂(A)²·trac
 weight to all the remaining non-zero ones (never dropped, so the strategy still supports W). This
 shrinks the weighting problem to k+1 unknowns; the dense eigendecomposition is still needed.
 
+``group_size=s`` (eigen-query separation, thesis §5.2.2.1): split the eigen-queries, in eigenvalue
+order, into consecutive groups of s. Step 1 solves Program 5.1.1 for each group g alone (the other
+eigenvalues treated as zero), giving relative weights r_g. Step 2 treats each group as one design
+unit with weights t_g·r_g: its cost is Σ_{i∈g} dᵢ/(t_g r_{g,i}) = c_g/t_g with c_g = Σ_{i∈g} dᵢ/r_{g,i}
+and its load on cell j is t_g (M_g r_g)_j, so the group scales solve the same program
+    minimise Σ_g c_g/t_g  subject to  Σ_g t_g (M_g r_g)_j ≤ 1,
+and uᵢ = t_g r_{g,i}. Both steps are Program 5.1.1 with k/s or s unknowns; the result is feasible
+(Δ₂ ≤ 1 before completion) and keeps every eigen-query, so it supports W. The full design is the
+case of one group; ``principal`` is the case r = 1 (shared weights).
+
 Privacy note: this only *chooses* a strategy; it never touches data. The returned matrix is
 normalised to Δ₂ = 1 (every non-empty column has unit L2 norm after completion); the mechanism
 computes the sensitivity itself, and dpsql rounds strategies to integers before measuring, so the
@@ -32,7 +42,7 @@ found so far is used (it is always a valid, supporting strategy, just less optim
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -54,14 +64,17 @@ COMPLETION_TOLERANCE = 1e-12
 
 @dataclass(frozen=True)
 class EigenDesignInfo:
-    """Diagnostics of the last weighting solve (restricted to weighted eigen-queries, before completion).
+    """Diagnostics of the weighting (restricted to weighted eigen-queries, before completion).
+
+    ``primal``, ``dual`` and ``gap`` describe the final solve: over the eigen-queries (or the
+    ``principal`` units), or with ``group_size`` over the group scales t_g.
 
     Attributes:
-        primal: Σ dᵢ/uᵢ of the returned (feasible) weights, in units of the normalised eigenvalues.
-        dual: the best dual value found (a lower bound on the restricted optimum).
+        primal: Σ cᵢ/uᵢ of the returned (feasible) weights, in units of the normalised costs cᵢ.
+        dual: the best dual value found (a lower bound on the final solve's optimum).
         gap: (primal − dual) / primal.
-        converged: False when the time limit stopped the solver early.
-        seconds: wall time of the weighting solve.
+        converged: False when the time limit stopped any of the solves early.
+        seconds: wall time of all weighting solves.
     """
 
     primal: float
@@ -72,43 +85,58 @@ class EigenDesignInfo:
 
 
 def eigen_design(W: Workload, *, completion: bool = True, principal: int | None = None,
-                 time_limit: float = 60.0) -> Workload:
+                 group_size: int | None = None, time_limit: float = 60.0) -> Workload:
     """Gaussian Eigen-Design strategy for W; see :func:`eigen_design_with_info` for the arguments."""
-    return eigen_design_with_info(W, completion=completion, principal=principal, time_limit=time_limit)[0]
+    return eigen_design_with_info(W, completion=completion, principal=principal, group_size=group_size,
+                                  time_limit=time_limit)[0]
 
 
 def eigen_design_with_info(W: Workload, *, completion: bool = True, principal: int | None = None,
+                           group_size: int | None = None,
                            time_limit: float = 60.0) -> tuple[Workload, EigenDesignInfo]:
-    """Gaussian Eigen-Design strategy for W and the weighting solve's diagnostics (module docstring: the math).
+    """Gaussian Eigen-Design strategy for W and the weighting's diagnostics (module docstring: the math).
 
     Args:
         W: the workload (m × n), n ≤ MAX_EIGEN_CELLS.
         completion: append the column-completion rows (never increases the error).
         principal: if given, optimise only the top-``principal`` eigen-queries individually and
             share one weight among the rest.
-        time_limit: seconds for the weighting solve; on timeout the best iterate so far is used.
+        group_size: if given, eigen-query separation with groups of this many eigen-queries.
+        time_limit: seconds for all weighting solves together; on timeout the best iterates so far
+            are used.
 
     Returns:
-        An :class:`Explicit` strategy with Δ₂ = 1 that supports W, and the solve's diagnostics.
+        An :class:`Explicit` strategy with Δ₂ = 1 that supports W, and the weighting's diagnostics.
 
     Raises:
         ShapeError: W has no rows or columns, or no non-zero entry.
         DomainTooLargeError: W has more than MAX_EIGEN_CELLS cells.
-        ValueError: ``principal`` or ``time_limit`` is not positive.
+        ValueError: ``principal``, ``group_size`` or ``time_limit`` is not positive, or both
+            ``principal`` and ``group_size`` are given.
     """
+    _check_arguments(principal, group_size, time_limit)
+    d, Q = _eigen_queries(W)
+    start = time.monotonic()
+    deadline = start + time_limit
+    M = Q**2
+    groups = _groups(len(d), principal, group_size)
+    relative, converged = (np.ones(len(d)), True) if group_size is None else _separate(d, M, groups, deadline)
+    u, info = _scale_groups(d, M, groups, relative, deadline)
+    info = replace(info, converged=info.converged and converged, seconds=time.monotonic() - start)
+    return _assemble(Q, u, _column_mask(W), completion), info
+
+
+def _check_arguments(principal: int | None, group_size: int | None, time_limit: float) -> None:
+    """ValueError unless principal / group_size are positive, not both given, and time_limit > 0."""
+    if principal is not None and group_size is not None:
+        raise ValueError("principal and group_size are alternative speed-ups; give at most one of them.")
     if principal is not None and principal < 1:
         raise ValueError(f"principal must be a positive number of eigen-queries; got {principal!r}.")
+    if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer))
+                                   or group_size < 1):
+        raise ValueError(f"group_size must be a positive integer number of eigen-queries; got {group_size!r}.")
     if not time_limit > 0:
         raise ValueError(f"time_limit must be positive; got {time_limit!r}.")
-    d, Q = _eigen_queries(W)
-    groups = _groups(len(d), principal)
-    M = np.stack([np.sum(Q[:, g] ** 2, axis=1) for g in groups], axis=1)
-    cost = np.array([d[g].sum() for g in groups])
-    group_weights, info = _weights(cost / cost.max(), M, time_limit)
-    u = np.empty(len(d))
-    for g, weight in zip(groups, group_weights):
-        u[g] = weight
-    return _assemble(Q, u, _column_mask(W), completion), info
 
 
 def _eigen_queries(W: Workload) -> tuple[FloatArray, FloatArray]:
@@ -137,11 +165,43 @@ def _eigen_queries(W: Workload) -> tuple[FloatArray, FloatArray]:
     return d[keep][order], Q[:, keep][:, order]
 
 
-def _groups(k: int, principal: int | None) -> list[npt.NDArray[np.int64]]:
-    """Index groups sharing one weight: singletons, or the top ``principal`` plus one group for the rest."""
+def _groups(k: int, principal: int | None, group_size: int | None) -> list[npt.NDArray[np.int64]]:
+    """Index groups of eigen-queries (in eigenvalue order) that are scaled together: consecutive runs
+    of ``group_size``, the top ``principal`` singly plus one group for the rest, or singletons."""
+    if group_size is not None:
+        return [np.arange(lo, min(lo + group_size, k)) for lo in range(0, k, group_size)]
     if principal is None or principal >= k:
         return [np.array([i]) for i in range(k)]
     return [np.array([i]) for i in range(principal)] + [np.arange(principal, k)]
+
+
+def _separate(d: FloatArray, M: FloatArray, groups: list[npt.NDArray[np.int64]],
+              deadline: float) -> tuple[FloatArray, bool]:
+    """Separation step 1: each group's Program 5.1.1 on its own eigen-queries.
+
+    Returns the relative weights r (r_g feasible for group g alone) and whether every solve converged.
+    """
+    relative = np.empty(len(d))
+    converged = True
+    for g in groups:
+        relative[g], info = _weights(d[g] / d[g].max(), M[:, g], deadline)
+        converged = converged and info.converged
+    return relative, converged
+
+
+def _scale_groups(d: FloatArray, M: FloatArray, groups: list[npt.NDArray[np.int64]], relative: FloatArray,
+                  deadline: float) -> tuple[FloatArray, EigenDesignInfo]:
+    """Weights uᵢ = t_g rᵢ (i ∈ g), the scales t_g solving Program 5.1.1 over the groups as design units.
+
+    Unit g costs c_g/t_g with c_g = Σ_{i∈g} dᵢ/rᵢ and loads cell j by t_g Σ_{i∈g} M_ji rᵢ (module doc).
+    """
+    cost = np.array([np.sum(d[g] / relative[g]) for g in groups])
+    load = np.stack([M[:, g] @ relative[g] for g in groups], axis=1)
+    scales, info = _weights(cost / cost.max(), load, deadline)
+    u = np.empty(len(d))
+    for g, scale in zip(groups, scales):
+        u[g] = scale * relative[g]
+    return u, info
 
 
 def _column_mask(W: Workload) -> npt.NDArray[np.bool_]:
@@ -176,20 +236,26 @@ class _Tracker:
         return -dual, -(Mu - 1.0)
 
 
-def _weights(d: FloatArray, M: FloatArray, time_limit: float) -> tuple[FloatArray, EigenDesignInfo]:
+def _weights(d: FloatArray, M: FloatArray, deadline: float) -> tuple[FloatArray, EigenDesignInfo]:
     """Solve Program 5.1.1 (min Σ dᵢ/uᵢ s.t. M u ≤ 1) through its dual with L-BFGS-B.
 
+    The start is the best uniform dual point y = t·1: g(t·1) = 2√t Σᵢ √(dᵢ sᵢ) − t n with column
+    sums sᵢ = (Mᵀ1)ᵢ peaks at t = (Σᵢ √(dᵢ sᵢ) / n)² (for orthonormal eigen-queries sᵢ = 1 and
+    g(y0) is the SVD bound, in units of the normalised costs).
+
     Args:
-        d: positive design costs (eigenvalues, normalised so max = 1), length k.
-        M: n × k non-negative matrix, M_ji = squared entry of design query i in cell j.
-        time_limit: seconds; on timeout the best feasible iterate so far is returned.
+        d: positive design costs (normalised so max = 1), length k.
+        M: n × k non-negative matrix, M_ji = load of design unit i on cell j (for an eigen-query,
+            its squared entry in cell j).
+        deadline: time.monotonic() value; past it the best feasible iterate so far is returned
+            (the objective is always evaluated at least once).
 
     Returns:
         (u, info): feasible weights (max_j (M u)_j = 1) and solver diagnostics.
     """
     start = time.monotonic()
-    tracker = _Tracker(d, M, start + time_limit)
-    y0 = np.full(M.shape[0], (np.sqrt(d).sum() / M.shape[0]) ** 2)
+    tracker = _Tracker(d, M, deadline)
+    y0 = np.full(M.shape[0], (np.sqrt(d * M.sum(axis=0)).sum() / M.shape[0]) ** 2)
     converged = True
     try:
         sopt.minimize(tracker, y0, jac=True, method="L-BFGS-B", bounds=[(0.0, None)] * M.shape[0],

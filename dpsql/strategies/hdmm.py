@@ -26,17 +26,36 @@ Gaussian alternative (convex): minimise trace(X⁻¹G) over X ≻ 0 with diag(X)
     D = diag(μ); μ uniform gives the SVD bound. At the optimum μᵢ ∝ (K^{1/2})ᵢᵢ with
     K = D^{1/2} G D^{1/2}, which we iterate as a fixed point; the primal candidate
     X ∝ D^{-1/2} K^{1/2} D^{-1/2} is used with its own exact Δ₂, so it is valid at any iterate.
+    Scaled to Δ₂ = 1 it is then column-completed (rows √(1 − Xⱼⱼ) eⱼᵀ, Li's Thm 3.11): AᵀA gains
+    diag(1 − Xⱼⱼ) ⪰ 0, so the loss cannot increase and every column has unit L2 norm (the
+    unit-diagonal form OPT₊ relies on).
 
 OPT⊗: for W = ⋃ₖ wₖ ⊗ᵢ Wₖᵢ and A = ⊗ᵢ Aᵢ (each Δ = 1), the loss is Σₖ wₖ² Πᵢ trace(Gₖᵢ Mᵢ),
     Mᵢ = (AᵢᵀAᵢ)⁻¹, sensitivity Π Δ(Aᵢ) = 1. With the other factors fixed it is
     trace((Σₖ cₖ Gₖᵢ) Mᵢ), cₖ = wₖ² Π_{j≠i} trace(Gₖⱼ Mⱼ): block coordinate descent runs OPT₀ on
     that weighted Gram, warm-started, accepting only improvements.
+
+OPT₊: partition W's terms into groups g with workloads W⁽ᵍ⁾, run OPT⊗ per group (loss e_g, Δ = 1)
+    and release A = [c₁A⁽¹⁾; …; c_l A⁽ˡ⁾]. Every factor has *all* column norms 1 (p-Identity L1
+    columns; completed unit-diagonal L2 columns), so every column of A⁽ᵍ⁾ has norm 1 and
+        Δ₁(A) = Σ_g c_g,   Δ₂(A)² = Σ_g c_g².
+    Answering group g from its own block alone costs e_g / c_g², so the error is at most
+    U(c) = Σ_g e_g / c_g² (least squares over the whole stack is the BLUE, hence no worse).
+    Stationarity of U (∂U/∂c_g = −2e_g/c_g³) against the budget's multiplier λ:
+        laplace  (Σ c_g = 1):  2e_g/c_g³ = λ       ⇒ c_g = e_g^{1/3} / Σ_h e_h^{1/3},
+                                                     U* = Σ_g e_g (Σ_h e_h^{1/3})² / e_g^{2/3} = (Σ_g e_g^{1/3})³;
+        gaussian (Σ c_g² = 1): 2e_g/c_g³ = 2λc_g   ⇒ c_g = e_g^{1/4} / (Σ_h e_h^{1/2})^{1/2},
+                                                     U* = Σ_g e_g (Σ_h √e_h) / √e_g = (Σ_g √e_g)².
+    A group with e_g = 0 (an all-zero sub-workload) gets c_g = 0 and no block. Default groups: the
+    terms with the same set of non-Total attributes (a factor is Total when every row is constant,
+    i.e. its Gram is a multiple of J = 11ᵀ), so a term like AllRange ⊗ Total gets a strategy that
+    only pays for the first attribute.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -172,6 +191,15 @@ def _opt_gaussian(G: FloatArray, deadline: float, iterations: int = 200) -> tupl
     return best
 
 
+def _unit_columns(A: FloatArray) -> FloatArray:
+    """[A; √(1 − sⱼ) eⱼᵀ for the cells with sⱼ < 1], sⱼ = ‖column j of A‖² ≤ 1: unit L2 columns."""
+    deficit = 1.0 - np.einsum("ij,ij->j", A, A)
+    cells = np.flatnonzero(deficit > 0.0)
+    extra = np.zeros((len(cells), A.shape[1]))
+    extra[np.arange(len(cells)), cells] = np.sqrt(deficit[cells])
+    return np.vstack([A, extra])
+
+
 # ======================================================================== public API
 def _check_noise(noise: str) -> Noise:
     if noise not in ("gaussian", "laplace"):
@@ -217,8 +245,8 @@ def _solve(G: FloatArray, noise: Noise, p: int | None, rng: np.random.Generator,
     if n == 1 or not np.any(G):
         return float(np.trace(G)), np.eye(n), None
     if noise == "gaussian":
-        loss, A, _ = _opt_gaussian(G, deadline)
-        return loss, A, None
+        A = _unit_columns(_opt_gaussian(G, deadline)[1])
+        return _factor_loss(G, A, noise), A, None
     ps = default_ps(n) if p is None else (p,)
     if any(isinstance(q, bool) or not isinstance(q, (int, np.integer)) or q < 1 for q in ps):
         raise ShapeError(f"p must be a positive integer; got {p!r}.")
@@ -242,46 +270,42 @@ def opt0(W: Workload, *, noise: Noise = "gaussian", p: int | None = None, seed: 
     return Explicit(A)
 
 
-def _kron_terms(W: Workload, weight: float = 1.0) -> list[tuple[float, tuple[Workload, ...]]]:
-    """W as a union Σₖ wₖ² ⊗ᵢ Wₖᵢ: (wₖ², factors) pairs, or ShapeError for other structures."""
+def _kron_terms(W: Workload, caller: str, weight: float = 1.0) -> list[tuple[float, tuple[Workload, ...]]]:
+    """W as a union Σₖ wₖ² ⊗ᵢ Wₖᵢ: (wₖ², factors) pairs (VStack blocks depth first), or ShapeError."""
     if isinstance(W, Weighted):
-        return _kron_terms(W.base, weight * W.weight**2)
+        return _kron_terms(W.base, caller, weight * W.weight**2)
     if isinstance(W, VStack):
-        return [term for block in W.blocks for term in _kron_terms(block, weight)]
+        return [term for block in W.blocks for term in _kron_terms(block, caller, weight)]
     if isinstance(W, Kron):
         return [(weight, W.factors)]
     raise ShapeError(
-        f"opt_kron needs a Kronecker workload (Kron, or a VStack / Weighted of Krons); got {W!r}. "
+        f"{caller} needs a Kronecker workload (Kron, or a VStack / Weighted of Krons); got {W!r}. "
         "Use opt0 for a single attribute."
     )
 
 
-def _kron_grams(W: Workload) -> tuple[FloatArray, list[list[FloatArray]]]:
+def _kron_grams(W: Workload, caller: str) -> tuple[FloatArray, list[list[FloatArray]]]:
     """(weights wₖ², dense factor Grams Gₖᵢ) of a union of Kronecker products over one factorisation."""
     if W.shape[0] == 0 or W.shape[1] == 0:
         raise ShapeError(f"the workload is empty ({W.shape[0]} × {W.shape[1]}).")
-    terms = _kron_terms(W)
+    terms = _kron_terms(W, caller)
     layouts = {tuple(f.shape[1] for f in factors) for _, factors in terms}
     if len(layouts) != 1:
         raise ShapeError(
-            f"opt_kron needs every Kronecker term over the same attribute sizes; got {sorted(layouts)}."
+            f"{caller} needs every Kronecker term over the same attribute sizes; got {sorted(layouts)}."
         )
     grams = [[_dense_gram(f, f"factor {i} of term {k}") for i, f in enumerate(factors)]
              for k, (_, factors) in enumerate(terms)]
     return np.array([w for w, _ in terms]), grams
 
 
-def opt_kron(W: Workload, *, noise: Noise = "gaussian", seed: int = 0, restarts: int = 3,
-             time_limit: float = 30.0) -> Kron:
-    """HDMM OPT⊗: ⊗ᵢ Aᵢ of per-attribute OPT₀ strategies by block coordinate descent (module doc).
+def _opt_kron_grams(weights: FloatArray, grams: list[list[FloatArray]], noise: Noise, rng: np.random.Generator,
+                    restarts: int, deadline: float) -> tuple[float, list[FloatArray]]:
+    """OPT⊗ block coordinate descent on Σₖ wₖ² ⊗ᵢ Gₖᵢ (module doc).
 
-    W is a Kron, or a VStack of (Weighted) Krons over the same attribute sizes. Each factor has
-    Δ = 1, so the product does too. Random restarts run in the first cycle; later cycles
-    warm-start and accept only improvements, so the loss never increases.
+    Returns (loss, factors): the loss Σₖ wₖ² Πᵢ Δ(Aᵢ)² trace(Gₖᵢ (AᵢᵀAᵢ)⁻¹) of the dense factors
+    Aᵢ (each Δ = 1) that are returned with it.
     """
-    noise = _check_noise(noise)
-    weights, grams = _kron_grams(W)
-    rng, deadline = np.random.default_rng(seed), time.monotonic() + float(time_limit)
     d = len(grams[0])
     factors = [np.eye(G.shape[0]) for G in grams[0]]
     thetas: list[FloatArray | None] = [None] * d
@@ -299,4 +323,109 @@ def opt_kron(W: Workload, *, noise: Noise = "gaussian", seed: int = 0, restarts:
         loss = float(weights @ np.prod(table, axis=1))
         if len(weights) == 1 or loss >= previous * (1.0 - BCD_TOLERANCE) or time.monotonic() > deadline:
             break
+    return loss, factors
+
+
+def opt_kron(W: Workload, *, noise: Noise = "gaussian", seed: int = 0, restarts: int = 3,
+             time_limit: float = 30.0) -> Kron:
+    """HDMM OPT⊗: ⊗ᵢ Aᵢ of per-attribute OPT₀ strategies by block coordinate descent (module doc).
+
+    W is a Kron, or a VStack of (Weighted) Krons over the same attribute sizes. Each factor has
+    Δ = 1, so the product does too. Random restarts run in the first cycle; later cycles
+    warm-start and accept only improvements, so the loss never increases.
+    """
+    noise = _check_noise(noise)
+    weights, grams = _kron_grams(W, "opt_kron")
+    _, factors = _opt_kron_grams(weights, grams, noise, np.random.default_rng(seed), int(restarts),
+                                 time.monotonic() + float(time_limit))
     return Kron([Explicit(A) for A in factors])
+
+
+# ======================================================================== OPT₊
+#: Relative tolerance for recognising a Total factor (Gram ∝ J).
+TOTAL_RTOL = 1e-9
+
+
+def union_bound(errors: Sequence[float] | FloatArray, noise: Noise) -> tuple[FloatArray, float]:
+    """(c, U*): the budget split minimising U(c) = Σ_g e_g / c_g² and its minimum (module doc, OPT₊).
+
+    laplace (Σ c_g = 1): c_g = e_g^{1/3} / Σ_h e_h^{1/3}, U* = (Σ_g e_g^{1/3})³.
+    gaussian (Σ c_g² = 1): c_g = e_g^{1/4} / (Σ_h e_h^{1/2})^{1/2}, U* = (Σ_g √e_g)².
+    Groups with e_g = 0 get c_g = 0. `errors` are the groups' losses with Δ = 1 strategies:
+    finite, non-negative and not all zero (ValueError otherwise).
+    """
+    noise = _check_noise(noise)
+    e = np.asarray(errors, dtype=np.float64)
+    if e.ndim != 1 or not np.all(np.isfinite(e)) or np.any(e < 0.0) or not np.any(e > 0.0):
+        raise ValueError(
+            f"errors must be a non-empty list of finite non-negative losses, not all zero; got {errors!r}."
+        )
+    if noise == "laplace":
+        roots = np.cbrt(e)
+        return roots / roots.sum(), float(roots.sum() ** 3)
+    roots = np.sqrt(e)
+    return np.sqrt(roots / roots.sum()), float(roots.sum() ** 2)
+
+
+def _is_total(G: FloatArray) -> bool:
+    """True when G ∝ J: every row of the factor is constant (workloads.Total, or one all-equal row).
+
+    WᵀW = cJ has rank ≤ 1 with range span(1), so W's row space lies in span(1ᵀ) and the term
+    depends on that attribute only through its total.
+    """
+    return bool(np.allclose(G, G[0, 0], rtol=TOTAL_RTOL, atol=0.0))
+
+
+def _default_groups(grams: list[list[FloatArray]]) -> list[list[int]]:
+    """Term indices grouped by their set of non-Total attributes, groups in order of first appearance."""
+    groups: dict[frozenset[int], list[int]] = {}
+    for k, row in enumerate(grams):
+        groups.setdefault(frozenset(i for i, G in enumerate(row) if not _is_total(G)), []).append(k)
+    return list(groups.values())
+
+
+def union_groups(W: Workload) -> list[list[int]]:
+    """The default OPT₊ grouping of W's terms (see :func:`opt_union`); ShapeError if W is not a union of Krons."""
+    return _default_groups(_kron_grams(W, "opt_union")[1])
+
+
+def _check_groups(groups: Sequence[Sequence[int]], k: int) -> list[list[int]]:
+    """`groups` as lists of ints after checking that they partition range(k) into non-empty parts."""
+    problem = ShapeError(
+        f"groups must partition the term indices 0..{k - 1} into non-empty lists, each index exactly "
+        f"once; got {groups!r}."
+    )
+    try:
+        parts = [list(g) for g in groups]
+    except TypeError as exc:
+        raise problem from exc
+    flat = [t for g in parts for t in g]
+    if any(not g for g in parts) or any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) for t in flat) \
+            or sorted(int(t) for t in flat) != list(range(k)):
+        raise problem
+    return [[int(t) for t in g] for g in parts]
+
+
+def opt_union(W: Workload, *, noise: Noise = "gaussian", groups: Sequence[Sequence[int]] | None = None,
+              seed: int = 0, restarts: int = 3, time_limit: float = 30.0) -> Workload:
+    """HDMM OPT₊: one OPT⊗ strategy per group of W's terms, stacked with the optimal budget split.
+
+    W is a union of Kronecker products as for :func:`opt_kron`; its terms are numbered 0..k−1 in
+    order (VStack blocks depth first). ``groups`` partitions those indices; by default the terms
+    sharing the same set of non-Total attributes (factor Gram ∝ J) form one group. Each group g
+    gets OPT⊗ strategy A⁽ᵍ⁾ (Δ = 1, loss e_g) and weight c_g from :func:`union_bound`; the result
+    is VStack([Weighted(c_g, Kron(A⁽ᵍ⁾)) for e_g > 0]) with Δ₁ = Σc_g = 1 (laplace) or
+    Δ₂ = (Σc_g²)^{1/2} = 1 (gaussian), and expected error (least squares) at most U* = Σ e_g/c_g²
+    (module doc). A single block is returned as its Kron. Groups run in order, sharing one seeded
+    generator and the ``time_limit`` deadline.
+    """
+    noise = _check_noise(noise)
+    weights, grams = _kron_grams(W, "opt_union")
+    parts = _default_groups(grams) if groups is None else _check_groups(groups, len(weights))
+    rng, deadline = np.random.default_rng(seed), time.monotonic() + float(time_limit)
+    solved = [_opt_kron_grams(weights[g], [grams[k] for k in g], noise, rng, int(restarts), deadline) for g in parts]
+    if not any(loss > 0.0 for loss, _ in solved):  # an all-zero workload: any strategy is exact
+        return Kron([Explicit(A) for A in solved[0][1]])
+    c, _ = union_bound([loss for loss, _ in solved], noise)
+    blocks = [Weighted(cg, Kron([Explicit(A) for A in factors])) for cg, (_, factors) in zip(c, solved) if cg > 0.0]
+    return blocks[0].base if len(blocks) == 1 else VStack(blocks)
