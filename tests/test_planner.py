@@ -73,3 +73,28 @@ def test_bad_workloads_are_refused() -> None:
     with pytest.raises(ShapeError, match="finite"):
         workloads.Explicit([[1.0, np.nan]])
     assert error.svd_bound(workloads.Explicit(np.zeros((2, 3)))) == 0.0
+
+
+def test_progress_names_each_optimization_and_is_silent_when_cached() -> None:
+    W = workloads.VStack([workloads.Kron([workloads.AllRange(6), workloads.Total(5)]),
+                          workloads.Kron([workloads.Total(6), workloads.Prefix(5)])])
+    heard: list[str] = []
+    first = planner.plan(W, noise="laplace", sizes=[6, 5], progress=heard.append)
+    assert {"HDMM-Kron", "HDMM-marginals", "HDMM-union", "Eigen-Design"} <= set(first.candidates)
+    for name in ("HDMM-Kron", "HDMM-marginals", "HDMM-union", "Eigen-Design"):
+        assert any(f"optimizing the {name} strategy" in message and "30 cells" in message for message in heard)
+    heard.clear()
+    again = planner.plan(W, noise="laplace", sizes=[6, 5], progress=heard.append)
+    assert heard == [] and again.candidates == pytest.approx(first.candidates, rel=1e-12)
+
+
+def test_two_way_marginals_choose_the_marginals_template() -> None:
+    sizes = [20, 16, 5, 10]  # 16,000 cells: each 2-way marginal is small next to the domain
+    blocks = [workloads.Kron([workloads.Identity(n) if i in pair else workloads.Total(n) for i, n in enumerate(sizes)])
+              for pair in ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3))]
+    W = workloads.VStack(blocks)
+    for noise in ("laplace", "gaussian"):
+        choice = planner.plan(W, noise=noise, sizes=sizes, ordered=[False] * 4)
+        assert choice.name == "HDMM-marginals"
+        assert choice.expected_error < choice.candidates["identity"] * 0.5  # marginals beat measuring every cell
+        assert choice.expected_error < choice.candidates["HDMM-Kron"]
