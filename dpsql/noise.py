@@ -24,6 +24,18 @@ over the array of still-active samples. Every int64 expression is guarded by bou
 the public parameters and the sample values; a sample that leaves the safe region is finished
 exactly in Python integers from the state it had reached, and parameters outside the region use
 the pure-Python reference samplers. The output is an exact sample whatever path it took.
+
+The vectorised samplers spend random bits sparingly, because reading ``os.urandom`` is a large
+part of their cost. They take uniform 64-bit words from the source and cut them into fields of
+as few bits as each decision needs:
+    uniform in [0, m)   rejection sampling on fields of about log2(m) bits (:func:`_below`);
+    Bernoulli(n/d)      4 random bits compared with floor(16 n/d), plus one uniform in [0, d) in
+                        the 1/16 of cases where they are equal (:func:`_bernoulli`);
+    Bernoulli(e^-1)     the CKS chain length read off one uniform in [0, 5!) (:func:`_exp1_vec`).
+Each is exact: the proofs are in the docstrings. Samples are produced in batches of about
+_BATCH; how many proposals a batch draws comes from the expected acceptance rates, computed in
+floating point, but such counts never decide a sample: every proposal is accepted or rejected
+exactly and the accepted ones are kept in order, so they are iid from the target.
 """
 
 from __future__ import annotations
@@ -34,8 +46,10 @@ import numbers
 import os
 import random
 import secrets
+import threading
 from dataclasses import dataclass
 from fractions import Fraction
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -64,6 +78,7 @@ __all__ = [
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+WordArray = npt.NDArray[np.uint64]
 
 _I64_MAX = 2**63 - 1
 # Ceiling for every intermediate int64 value computed in numpy. It equals _I64_MAX; tests lower it
@@ -71,11 +86,18 @@ _I64_MAX = 2**63 - 1
 _ARITH_LIMIT = _I64_MAX
 # Bernoulli-exp chains (CKS Algorithm 1) longer than this finish in Python; P[K > 64] < 1e-89.
 _MAX_CHAIN = 64
-# Bernoulli(e^-1) draws one uniform in [0, N), N a multiple of 20! < 2^63; chains longer than
-# 20 (P = 1/20! < 1e-18) finish in Python.
-_EXP1_TERMS = 20
+# Bernoulli(e^-1) reads the chain length K <= _EXP1_TERMS from one uniform integer in
+# [0, _EXP1_TERMS!) (7 bits for 5! = 120); longer chains (P = 1/120) continue vectorised.
+_EXP1_TERMS = 5
 # Geometric counts of Bernoulli(e^-1) successes above this finish in Python; P = e^-64 < 1e-27.
 _MAX_GEOMETRIC = 64
+# Bits per truncated Bernoulli(num/den) comparison; a tie (P = 2^-4) costs one more uniform.
+_BERNOULLI_BITS = 4
+# Samples produced per batch: the working arrays of a batch stay in the CPU caches.
+_BATCH = 2**16
+# os.urandom chunks of SystemRandomSource, in 64-bit words: 4 KiB doubling up to 1 MiB.
+_MIN_URANDOM_WORDS = 2**9
+_MAX_URANDOM_WORDS = 2**17
 # Parameters whose integers exceed this use the pure-Python samplers: it keeps den * K < 2^63.
 _MAX_VECTOR_INT = 2**56
 # Largest parameters whose samples fit in int64 except with probability < 2 e^-128.
@@ -109,7 +131,7 @@ def _common_high(flat: IntArray) -> bool:
     return low == int(flat.max())
 
 
-def _smear(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+def _smear(x: WordArray) -> WordArray:
     """The mask 2^k - 1 with k the bit length of x, per element."""
     x = x.copy()
     for shift in (1, 2, 4, 8, 16, 32):
@@ -117,20 +139,38 @@ def _smear(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     return x
 
 
-def _urandom_words(count: int, widest: int) -> npt.NDArray[np.uint64]:
-    """``count`` random words from os.urandom, of the narrowest width holding ``widest`` bits."""
-    nbytes = next(b for b in (1, 2, 4, 8) if widest < 1 << (8 * b))
-    raw = np.frombuffer(os.urandom(count * nbytes), dtype=f"<u{nbytes}")
-    return raw.astype(np.uint64)
-
-
 class SystemRandomSource:
-    """Production randomness: bytes from ``os.urandom``, exact rejection sampling.
+    """Production randomness: words from ``os.urandom`` in large chunks, exact rejection.
 
-    Each value is drawn as random bits masked to the next power of two >= high and redrawn while
-    it is >= high, so it is exactly uniform: no float, no modulo bias. Bits come from one
-    ``os.urandom`` block per pass, 1, 2, 4 or 8 bytes per value (the fewest that cover the mask).
+    Random bytes are read in chunks and handed out as 64-bit words, each exactly once: a request
+    takes the words at the front of the buffer and the buffer keeps only the words after them
+    (a fresh, read-only array per chunk, never overwritten). A refill reads max(what the request
+    still needs, the current chunk) bytes in one ``os.urandom`` call; the chunk starts at 4 KiB,
+    so small one-off draws stay cheap, and doubles at every refill up to 1 MiB, so large draws
+    cost one system call per MiB. The buffer is dropped in a forked child (it would otherwise
+    repeat the parent's words) and is not copied or pickled; a lock makes concurrent draws from
+    several threads take disjoint words.
+
+    Uniform integers below a bound are random bits masked to the next power of two >= the bound
+    and redrawn while they are >= the bound, so they are exactly uniform: no float, no modulo bias.
     """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._buffer: WordArray = np.empty(0, dtype=np.uint64)
+        self._chunk = _MIN_URANDOM_WORDS
+
+    def __getstate__(self) -> dict[str, object]:
+        """Copies and pickles start with an empty buffer, so no word is ever handed out twice."""
+        return {}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self._lock = threading.Lock()
+        self._reset()
 
     def integers(self, high: IntArray) -> IntArray:
         """Independent uniform integers in [0, high) per element (high >= 1), same shape."""
@@ -139,13 +179,13 @@ class SystemRandomSource:
         if not flat.size:
             return np.zeros(high.shape, dtype=np.int64)
         if _common_high(flat):
-            return self._uniform(int(flat[0]), flat.size).reshape(high.shape)
+            return _below(self, int(flat[0]), flat.size).reshape(high.shape)
         bound = flat.astype(np.uint64)
         mask = _smear(bound - np.uint64(1))
-        out = _urandom_words(bound.size, int(mask.max())) & mask
+        out = self._words(bound.size) & mask
         todo = np.flatnonzero(out >= bound)
         while todo.size:
-            cand = _urandom_words(todo.size, int(mask[todo].max())) & mask[todo]
+            cand = self._words(todo.size) & mask[todo]
             ok = cand < bound[todo]
             out[todo[ok]] = cand[ok]
             todo = todo[~ok]
@@ -157,18 +197,21 @@ class SystemRandomSource:
             raise ValueError(f"high must be >= 1; got {high}")
         return secrets.randbelow(high)
 
-    @staticmethod
-    def _uniform(high: int, n: int) -> IntArray:
-        """n uniform integers in [0, high) for one common bound."""
-        if high == 1:
-            return np.zeros(n, dtype=np.int64)
-        mask = (1 << (high - 1).bit_length()) - 1
-        out = _urandom_words(n, mask) & np.uint64(mask)
-        redo = np.flatnonzero(out >= high)
-        while redo.size:
-            out[redo] = _urandom_words(redo.size, mask) & np.uint64(mask)
-            redo = redo[out[redo] >= high]
-        return out.astype(np.int64)
+    def _words(self, count: int) -> WordArray:
+        """The next ``count`` unused uniform 64-bit words of the buffer, refilling it as needed."""
+        with self._lock:
+            if self._pid != os.getpid():
+                self._reset()
+            if count <= self._buffer.size:
+                out, self._buffer = self._buffer[:count], self._buffer[count // 2:]
+                return out
+            need = count - self._buffer.size
+            size = max(need, self._chunk)
+            self._chunk = min(2 * self._chunk, _MAX_URANDOM_WORDS)
+            fresh = np.frombuffer(os.urandom(8 * size), dtype=np.uint64)
+            out = np.concatenate([self._buffer, fresh[:need]])
+            self._buffer = fresh[need:]
+            return out
 
 
 class SeededRandomSource:
@@ -198,10 +241,116 @@ class SeededRandomSource:
         """One uniform integer in [0, high) from random.Random (exact rejection on bits)."""
         return self._random.randrange(high)
 
+    def _words(self, count: int) -> WordArray:
+        """``count`` raw 64-bit outputs of the PCG64 stream."""
+        return np.asarray(self._generator.bit_generator.random_raw(count), dtype=np.uint64)
+
 
 def resolve_rng(rng: RandomSource | None) -> RandomSource:
     """Return ``rng``, or a fresh :class:`SystemRandomSource` when it is None."""
     return SystemRandomSource() if rng is None else rng
+
+
+# --------------------------------------------------------------------------------------------
+# Random bits: words, fields, uniform integers below a bound, Bernoulli(num/den)
+# --------------------------------------------------------------------------------------------
+
+
+def _words(rng: RandomSource, count: int) -> WordArray:
+    """``count`` independent uniform 64-bit words from ``rng``.
+
+    The two built-in sources hand out raw words; any other source is asked for pairs of uniform
+    integers in [0, 2^32), which it draws exactly by its own contract.
+    """
+    if isinstance(rng, (SystemRandomSource, SeededRandomSource)):
+        return rng._words(count)
+    halves = rng.integers(np.full(2 * count, 2**32, dtype=np.int64)).astype(np.uint64)
+    return (halves[:count] << np.uint64(32)) | halves[count:]
+
+
+def _fields(rng: RandomSource, count: int, bits: int) -> IntArray:
+    """``count`` independent uniform integers in [0, 2^bits), 1 <= bits <= 63.
+
+    Each word is cut into floor(64/bits) disjoint fields of ``bits`` bits; disjoint bits of a
+    uniform word are independent and uniform. Fields left over in the last word are discarded.
+    """
+    per_word = 64 // bits
+    words = _words(rng, -(-count // per_word))
+    if per_word == 1:
+        return (words >> np.uint64(64 - bits)).view(np.int64)
+    shifts = np.arange(0, per_word * bits, bits, dtype=np.uint64)[:, None]
+    fields = words[None, :] >> shifts
+    fields &= np.uint64((1 << bits) - 1)
+    return fields.ravel()[:count].view(np.int64)
+
+
+def _oversample(count: int, rate: float) -> int:
+    """Trials to draw so that ``count`` successes at probability ``rate`` are very likely.
+
+    count/rate plus about three binomial standard deviations. Floats only size batches: which
+    trials succeed is decided exactly, and the successes are kept in trial order.
+    """
+    return math.ceil((count + 3.0 * math.sqrt(count) + 8.0) / rate)
+
+
+def _below(rng: RandomSource, bound: int, count: int) -> IntArray:
+    """``count`` independent uniform integers in [0, bound) for one bound, 1 <= bound < 2^63.
+
+    Math:
+        Fields F of b bits are uniform on [0, 2^b). With L = floor(2^b/bound) bound, the F < L,
+        taken in order, are iid uniform on [0, L) (rejection sampling), and F mod bound is then
+        exactly uniform on [0, bound) because L is a multiple of bound. b runs from
+        bitlength(bound - 1) up to 8 more bits and is the one with the fewest expected bits per
+        output, (64/floor(64/b)) 2^b/L counting the unused bits of each word: a bound just above
+        a power of two such as 4115 costs 16 bits instead of 26. A batch draws enough fields for
+        the acceptance L/2^b; a short batch is topped up.
+    """
+    if bound == 1:
+        return np.zeros(count, dtype=np.int64)
+    bits = _below_bits(bound)
+    if bound == 1 << bits:
+        return _fields(rng, count, bits)
+    limit = (1 << bits) // bound * bound
+    kept = np.zeros(0, dtype=np.int64)
+    while kept.size < count:
+        fields = _fields(rng, _oversample(count - kept.size, limit / 2**bits), bits)
+        fresh = np.compress(fields < limit, fields)[: count - kept.size]
+        kept = np.concatenate([kept, fresh]) if kept.size else fresh
+    return kept - kept // bound * bound if limit > bound else kept
+
+
+@functools.lru_cache(maxsize=256)
+def _below_bits(bound: int) -> int:
+    """The field width b >= bitlength(bound - 1) minimising (64/floor(64/b)) 2^b / L."""
+    low = (bound - 1).bit_length()
+    widths = range(low, min(low + 8, 63) + 1)
+    return min(widths, key=lambda b: Fraction(64 << b, 64 // b * ((1 << b) // bound * bound)))
+
+
+def _bernoulli(rng: RandomSource, num: IntArray, den: int) -> BoolArray:
+    """Bernoulli(num/den) per element for one denominator, 0 <= num <= den.
+
+    Math:
+        A uniform real R in [0, 1) is compared with num/den through its first w bits W
+        (R in [W/2^w, (W+1)/2^w)) and T = floor(2^w num/den): R < num/den when W < T, and R >=
+        num/den when W > T. When W = T (probability 2^-w), R < num/den iff the rest of R, a fresh
+        uniform, is below frac(2^w num/den) = r/den with r = 2^w num - T den: one uniform integer
+        in [0, den) decides it. P[1] = T/2^w + 2^-w r/den = num/den exactly, in ~w bits rather
+        than the ~log2(den) + rejection bits of a uniform integer in [0, den). w is at most
+        _BERNOULLI_BITS and small enough that den 2^w stays within the arithmetic limit; when no
+        w >= 1 fits, a uniform integer in [0, den) is compared with num directly.
+    """
+    bits = min(_BERNOULLI_BITS, (_ARITH_LIMIT // den).bit_length() - 1)
+    if bits < 1:
+        return _below(rng, den, num.size) < num
+    scaled = num << bits
+    threshold = scaled // den
+    draws = _fields(rng, num.size, bits)
+    out = draws < threshold
+    tie = np.flatnonzero(draws == threshold)
+    if tie.size:
+        out[tie] = _below(rng, den, tie.size) < scaled[tie] - threshold[tie] * den
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -418,50 +567,55 @@ def discrete_gaussian_scalar(sigma2: Fraction, *, rng: RandomSource) -> int:
 
 
 # --------------------------------------------------------------------------------------------
-# Vectorised primitives (int64 numpy over the still-active samples)
+# Vectorised samplers (int64 numpy over the still-active samples)
 # --------------------------------------------------------------------------------------------
 
 
-def _bernoulli_exp_vec(num: IntArray, den: IntArray, rng: RandomSource, k: int = 1) -> BoolArray:
+def _bernoulli_exp_vec(num: IntArray, den: int, rng: RandomSource, k: int = 1) -> BoolArray:
     """Bernoulli(exp(-num/den)) per element, 0 <= num <= den, CKS Algorithm 1 from K = k.
 
-    Chains that would need den * K beyond the arithmetic limit or K > _MAX_CHAIN finish in
-    Python from the K they reached.
+    Round K draws Bernoulli(num/(den K)) (:func:`_bernoulli`) for the chains still running; a
+    chain stops at its first 0 and returns 1 iff its K is odd. Chains that would need den * K
+    beyond the arithmetic limit or K > _MAX_CHAIN finish in Python from the K they reached.
     """
-    out = np.zeros(num.size, dtype=bool)
+    out = np.full(num.size, bool(k & 1))
     idx = np.arange(num.size)
-    k_max = min(_MAX_CHAIN, _ARITH_LIMIT // int(den.max(initial=1)))
+    k_max = min(_MAX_CHAIN, _ARITH_LIMIT // den)
     while idx.size and k <= k_max:
-        going = rng.integers(den * k) < num
-        out[idx[~going]] = bool(k & 1)
-        idx, num, den = idx[going], num[going], den[going]
+        going = np.flatnonzero(_bernoulli(rng, num, den * k))
+        idx, num = idx[going], num[going]
         k += 1
-    for i, n, d in zip(idx.tolist(), num.tolist(), den.tolist()):
-        out[i] = _bernoulli_exp_unit(n, d, rng, k)
+        out[idx] = bool(k & 1)
+    for i, n in zip(idx.tolist(), num.tolist()):
+        out[i] = _bernoulli_exp_unit(n, den, rng, k)
     return out
 
 
 @functools.lru_cache(maxsize=4)
-def _exp1_table(terms: int) -> tuple[int, IntArray]:
-    """(N, ascending N/j! for j = terms..1) with N the largest multiple of terms! below 2^63."""
+def _exp1_table(terms: int) -> BoolArray:
+    """Per R in [0, terms!), whether K(R) = 1 + #{j in 1..terms : R < terms!/j!} is odd."""
     top = math.factorial(terms)
-    n = (2**63 - 1) // top * top
-    return n, np.array([n // math.factorial(j) for j in range(terms, 0, -1)], dtype=np.int64)
+    thresholds = np.array([top // math.factorial(j) for j in range(1, terms + 1)])
+    k = 1 + (np.arange(top)[:, None] < thresholds).sum(axis=1)
+    return k % 2 == 1
 
 
 def _exp1_vec(n: int, rng: RandomSource) -> BoolArray:
     """n iid Bernoulli(e^-1): CKS Algorithm 1 for γ = 1, with its chain length K from one draw.
 
-    For γ = 1, P[K >= k] = 1/(k-1)!. With R uniform in [0, N) and N divisible by j! for
-    j <= _EXP1_TERMS, K >= k iff R < N/(k-1)!, so K = 1 + #{j : R < N/j!} exactly. When
-    R < N/_EXP1_TERMS! the chain has reached K = _EXP1_TERMS + 1 and continues in Python.
+    For γ = 1, P[K >= k] = 1/(k-1)!. With J = _EXP1_TERMS and R uniform in [0, J!), exactly
+    J!/(k-1)! values satisfy R < J!/(k-1)! for k <= J + 1, so K = 1 + #{j <= J : R < J!/j!} has
+    the chain's law up to K = J + 1 (a table lookup). R = 0 is the event K >= J + 1 (P = 1/J!):
+    those chains continue from K = J + 1 with fresh Bernoulli(1/K) draws, the chain's law given
+    K >= J + 1.
     """
-    top, thresholds = _exp1_table(_EXP1_TERMS)
-    r = rng.integers(np.full(n, top, dtype=np.int64))
-    k = 1 + thresholds.size - np.searchsorted(thresholds, r, side="right")
-    out = (k & 1).astype(bool)
-    for i in np.flatnonzero(r < thresholds[0]).tolist():
-        out[i] = _bernoulli_exp_unit(1, 1, rng, _EXP1_TERMS + 1)
+    table = _exp1_table(_EXP1_TERMS)
+    r = _below(rng, table.size, n)
+    out = np.take(table, r)
+    more = np.flatnonzero(r == 0)
+    if more.size:
+        ones = np.ones(more.size, dtype=np.int64)
+        out[more] = _bernoulli_exp_vec(ones, 1, rng, _EXP1_TERMS + 1)
     return out
 
 
@@ -474,11 +628,11 @@ def _geometric_vec(n: int, rng: RandomSource, limit: IntArray | None = None) -> 
     idx = np.arange(n) if limit is None else np.flatnonzero(limit > 0)
     rounds = 0
     while idx.size and rounds < _MAX_GEOMETRIC:
-        idx = idx[_exp1_vec(idx.size, rng)]
-        count[idx] += 1
-        if limit is not None:
-            idx = idx[count[idx] < limit[idx]]
+        idx = np.compress(_exp1_vec(idx.size, rng), idx)
         rounds += 1
+        count[idx] = rounds
+        if limit is not None:
+            idx = np.compress(limit[idx] > rounds, idx)
     for i in idx.tolist():
         left = None if limit is None else int(limit[i]) - rounds
         count[i] = rounds + _count_exp1_successes(rng, left)
@@ -488,40 +642,64 @@ def _geometric_vec(n: int, rng: RandomSource, limit: IntArray | None = None) -> 
 def _laplace_magnitudes(p: int, q: int, u: IntArray, rng: RandomSource) -> IntArray:
     """floor((U + pV)/q) per element; elements whose U + pV would overflow use Python ints."""
     v = _geometric_vec(u.size, rng)
-    mag = np.empty(u.size, dtype=np.int64)
-    safe = v <= (_ARITH_LIMIT - p) // p
-    mag[safe] = (u[safe] + p * v[safe]) // q
-    for i in np.flatnonzero(~safe).tolist():
-        big = (int(u[i]) + p * int(v[i])) // q
-        if big > _I64_MAX:
-            raise OverflowError(f"a Lap_Z({Fraction(p, q)}) sample exceeds int64: {big}")
-        mag[i] = big
+    v_max = (_ARITH_LIMIT - p) // p
+    big = np.flatnonzero(v > v_max) if v.max(initial=0) > v_max else np.zeros(0, dtype=np.int64)
+    mag = u + p * (np.minimum(v, v_max) if big.size else v)
+    if q > 1:
+        mag //= q
+    for i in big.tolist():
+        value = (int(u[i]) + p * int(v[i])) // q
+        if value > _I64_MAX:
+            raise OverflowError(f"a Lap_Z({Fraction(p, q)}) sample exceeds int64: {value}")
+        mag[i] = value
     return mag
 
 
-def _laplace_attempt(p: int, q: int, m: int, rng: RandomSource) -> tuple[IntArray, BoolArray]:
-    """One pass of CKS Algorithm 2 on m elements: (values, accepted)."""
-    den = np.full(m, p, dtype=np.int64)
-    u = rng.integers(den)
-    accepted = _bernoulli_exp_vec(u, den, rng)
-    kept = np.flatnonzero(accepted)
-    mag = _laplace_magnitudes(p, q, u[kept], rng)
-    negative = rng.integers(np.full(kept.size, 2, dtype=np.int64)) == 1
-    accepted[kept[negative & (mag == 0)]] = False
-    values = np.zeros(m, dtype=np.int64)
-    values[kept] = np.where(negative, -mag, mag)
-    return values, accepted
+def _laplace_rate(p: int, q: int) -> float:
+    """P[one run of CKS Algorithm 2 returns a sample] for t = p/q; floats, to size batches only.
+
+    U is kept with probability (1/p) Σ_u e^{-u/p} = (1 - e^-1)/(p (1 - e^{-1/p})), and a sign
+    survives unless it makes "-0": probability 1 - P[Y = 0]/2 = (1 + e^{-1/t})/2.
+    """
+    keep_u = -math.expm1(-1.0) / (p * -math.expm1(-1.0 / p))
+    return keep_u * (1.0 + math.exp(-q / p)) / 2.0
+
+
+def _laplace_batch(p: int, q: int, runs: int, rng: RandomSource) -> IntArray:
+    """The samples that ``runs`` independent runs of CKS Algorithm 2 for t = p/q return, in order.
+
+    A run: U uniform in [0, p), kept with probability exp(-U/p); V the count of Bernoulli(e^-1)
+    successes before a failure; magnitude floor((U + pV)/q); a uniform sign; "-0" returns nothing.
+    """
+    u = _below(rng, p, runs)
+    if p > 1:  # for p = 1, U = 0 is always kept
+        u = np.compress(_bernoulli_exp_vec(u, p, rng), u)
+    mag = _laplace_magnitudes(p, q, u, rng)
+    negative = _fields(rng, mag.size, 1)
+    signed = (mag ^ -negative) + negative  # two's complement: -mag where negative = 1
+    return np.compress((negative == 0) | (mag != 0), signed)
+
+
+def _fill(n: int, batch: Callable[[int], IntArray]) -> IntArray:
+    """n samples from ``batch(m)``, which returns about m or more iid samples (m <= _BATCH).
+
+    Batches are kept whole, in order, except the surplus of the last one: a rule that depends on
+    counts only, so the n samples are iid from the batches' distribution.
+    """
+    out = np.empty(n, dtype=np.int64)
+    filled = 0
+    while filled < n:
+        got = batch(min(n - filled, _BATCH))[: n - filled]
+        out[filled : filled + got.size] = got
+        filled += got.size
+    return out
 
 
 def _laplace_vec(scale: Fraction, n: int, rng: RandomSource) -> IntArray:
-    """n iid Lap_Z(scale), restarting only the rejected elements."""
-    out = np.empty(n, dtype=np.int64)
-    todo = np.arange(n)
-    while todo.size:
-        values, accepted = _laplace_attempt(scale.numerator, scale.denominator, todo.size, rng)
-        out[todo[accepted]] = values[accepted]
-        todo = todo[~accepted]
-    return out
+    """n iid Lap_Z(scale): batches of runs of CKS Algorithm 2, sized by its return rate."""
+    p, q = scale.numerator, scale.denominator
+    rate = _laplace_rate(p, q)
+    return _fill(n, lambda m: _laplace_batch(p, q, _oversample(m, rate), rng))
 
 
 @dataclass(frozen=True)
@@ -560,33 +738,54 @@ class _GaussPlan:
         """γ for one proposal y, exactly."""
         return Fraction((self.b * abs(y) - self.a) ** 2 * self.mult, self.den)
 
+    def acceptance(self) -> float:
+        """P[a proposal is accepted]; floats, to size batches only.
+
+        Σ_y tanh(1/(2t)) e^{-|y|/t} e^{-(|y| - σ²/t)²/(2σ²)} = tanh(1/(2t)) e^{-σ²/(2t²)} Σ_y
+        e^{-y²/(2σ²)}, with σ²/(2t²) = a/(2bt).
+        """
+        t = float(self.t)
+        sigma2 = float(self.t * self.a / self.b)
+        shift = float(Fraction(self.a, 2 * self.b) / self.t)
+        return math.tanh(0.5 / t) * math.exp(-shift) * discrete_gaussian_normalizer(sigma2)
+
 
 def _gaussian_accept(plan: _GaussPlan, y: IntArray, rng: RandomSource) -> BoolArray:
-    """Bernoulli(exp(-γ(Y))) per proposal; proposals too large for int64 γ use Python ints."""
+    """Bernoulli(exp(-γ(Y))) per proposal; proposals too large for int64 γ use Python ints.
+
+    With γ = W + R/den (W = floor(γ)), exp(-γ) is the product of W Bernoulli(e^-1) draws and one
+    Bernoulli(exp(-R/den)): a geometric count of Bernoulli(e^-1) successes capped at W must
+    reach W, and only then is the last factor drawn.
+    """
     mag = np.abs(y)
     y_max = (math.isqrt(_ARITH_LIMIT // plan.mult) - plan.a) // plan.b
-    safe = np.flatnonzero(mag <= y_max)
+    safe: IntArray | slice = slice(None)
+    big = np.zeros(0, dtype=np.int64)
+    if mag.max(initial=0) > y_max:
+        safe, big = np.flatnonzero(mag <= y_max), np.flatnonzero(mag > y_max)
     num = (plan.b * mag[safe] - plan.a) ** 2 * plan.mult
-    whole, rest = np.divmod(num, plan.den)
-    ok = _bernoulli_exp_vec(rest, np.full(safe.size, plan.den, dtype=np.int64), rng)
-    ok[ok] = _geometric_vec(int(ok.sum()), rng, limit=whole[ok]) >= whole[ok]
+    whole = num // plan.den
+    rest = num - whole * plan.den
+    ok = _geometric_vec(whole.size, rng, limit=whole) >= whole
+    live = np.flatnonzero(ok & (rest > 0))  # exp(-0) = 1 needs no draw
+    ok[live] = _bernoulli_exp_vec(rest[live], plan.den, rng)
     accepted = np.zeros(y.size, dtype=bool)
     accepted[safe] = ok
-    for i in np.flatnonzero(mag > y_max).tolist():
+    for i in big.tolist():
         accepted[i] = bernoulli_exp(plan.gamma(int(y[i])), rng=rng)
     return accepted
 
 
 def _gaussian_vec(plan: _GaussPlan, n: int, rng: RandomSource) -> IntArray:
-    """n iid N_Z(0, σ²) by vectorised rejection, restarting only the rejected elements."""
-    out = np.empty(n, dtype=np.int64)
-    todo = np.arange(n)
-    while todo.size:
-        proposals = _laplace_vec(plan.t, todo.size, rng)
-        accepted = _gaussian_accept(plan, proposals, rng)
-        out[todo[accepted]] = proposals[accepted]
-        todo = todo[~accepted]
-    return out
+    """n iid N_Z(0, σ²): batches of Lap_Z(t) proposals, sized by the overall acceptance rate."""
+    p, q = plan.t.numerator, plan.t.denominator
+    rate = _laplace_rate(p, q) * plan.acceptance()
+
+    def batch(m: int) -> IntArray:
+        proposals = _laplace_batch(p, q, _oversample(m, rate), rng)
+        return np.compress(_gaussian_accept(plan, proposals, rng), proposals)
+
+    return _fill(n, batch)
 
 
 # --------------------------------------------------------------------------------------------

@@ -90,17 +90,21 @@ UNION_MAX_CELLS = 4096
 #: OPT_M runs on workloads of at most this many attributes (its objective costs O(d·2^d)).
 MARGINALS_MAX_ATTRIBUTES = 16
 
+#: Templates cheap enough (O(d·2^d) per step, milliseconds) for searches that plan many groups.
+QUICK_TEMPLATES = frozenset({"HDMM-marginals"})
+
 Progress = Callable[[str], None]
 
 
 def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None = None,
          ordered: Sequence[bool] | None = None, bound: bool = True, optimize: bool = True,
-         progress: Progress | None = None) -> Plan:
+         quick: bool = False, progress: Progress | None = None) -> Plan:
     """Score every candidate on W and return the best, with all scores and (if ``bound``) the SVD bound.
 
     ``sizes``/``ordered`` describe W's Kronecker attributes (default: one ordered attribute);
-    ``optimize`` adds the HDMM and Eigen-Design templates; ``progress`` hears about each template
-    that has to be optimized (not read from the cache).
+    ``optimize`` adds the HDMM and Eigen-Design templates (``quick``: only those in QUICK_TEMPLATES,
+    for searches that plan many candidate groups); ``progress`` hears about each template that has
+    to be optimized (not read from the cache).
     """
     if W.shape[0] == 0 or W.shape[1] == 0:
         raise ShapeError(f"cannot plan for an empty workload of shape {W.shape}: it needs at least one query and one cell.")
@@ -110,7 +114,7 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
     notes: list[str] = []
     scores = {name: error.expected_error(W, A, noise=noise) for name, A in options.items()}
     if optimize:
-        for name, A in _optimized(W, noise=noise, sizes=sizes, notes=notes, progress=progress).items():
+        for name, A in _optimized(W, noise=noise, sizes=sizes, notes=notes, progress=progress, quick=quick).items():
             try:
                 scores[name], options[name] = error.expected_error(W, A, noise=noise), A
             except DpsqlError as err:
@@ -161,10 +165,12 @@ def _several_groups(W: Workload) -> bool:
 
 
 def _optimized(W: Workload, *, noise: Noise, sizes: Sequence[int], notes: list[str],
-               progress: Progress | None) -> dict[str, Workload]:
+               progress: Progress | None, quick: bool) -> dict[str, Workload]:
     """The optimized templates that succeed on W, rounded to integers and cached by W's Gram."""
     result = {}
     for name, build in _templates(W, noise=noise, sizes=sizes).items():
+        if quick and name not in QUICK_TEMPLATES:
+            continue
         announce = None if progress is None else functools.partial(
             progress, f"optimizing the {name} strategy for {W.shape[0]:,} queries over {W.shape[1]:,} cells "
             f"(at most {OPTIMIZE_SECONDS:g} s; cached afterwards)")

@@ -14,7 +14,11 @@ quotes.
 
 from __future__ import annotations
 
+import copy
 import math
+import os
+import pickle
+import threading
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -122,6 +126,49 @@ class CountingSource:
         return self.inner.randbelow(high)
 
 
+class IntegersOnly:
+    """A seeded source with only the two RandomSource methods (no raw words)."""
+
+    def __init__(self, seed: int) -> None:
+        self.inner = noise.SeededRandomSource(seed)
+        self.highs: set[int] = set()
+
+    def integers(self, high: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        self.highs.update(np.unique(high).tolist())
+        return self.inner.integers(high)
+
+    def randbelow(self, high: int) -> int:
+        return self.inner.randbelow(high)
+
+
+class WordCountingSource(noise.SeededRandomSource):
+    """A seeded source that counts the 64-bit words the vectorised samplers take."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed)
+        self.words = 0
+
+    def _words(self, count: int) -> npt.NDArray[np.uint64]:
+        self.words += count
+        return super()._words(count)
+
+
+class CountingUrandom:
+    """A stand-in for os.urandom whose k-th 64-bit word over all calls is k, so that a word
+    handed out twice, or skipped, shows; it records the size of every call."""
+
+    def __init__(self) -> None:
+        self.next = 0
+        self.sizes: list[int] = []
+
+    def __call__(self, nbytes: int) -> bytes:
+        assert nbytes % 8 == 0
+        self.sizes.append(nbytes)
+        words = np.arange(self.next, self.next + nbytes // 8, dtype=np.uint64)
+        self.next += nbytes // 8
+        return words.tobytes()
+
+
 # --------------------------------------------------------------------------------------------
 # Bernoulli(exp(-gamma))
 # --------------------------------------------------------------------------------------------
@@ -140,19 +187,25 @@ def test_bernoulli_exp_frequency(gamma: Fraction) -> None:
 def test_bernoulli_exp_vector_frequency(gamma: Fraction) -> None:
     n = 400_000
     num = np.full(n, gamma.numerator, dtype=np.int64)
-    den = np.full(n, gamma.denominator, dtype=np.int64)
-    hits = int(noise._bernoulli_exp_vec(num, den, noise.SeededRandomSource(12)).sum())
+    hits = int(noise._bernoulli_exp_vec(num, gamma.denominator, noise.SeededRandomSource(12)).sum())
     p = math.exp(-gamma)
     se = max(math.sqrt(p * (1 - p) / n), 1e-12)
     assert z_score(hits / n, p, se) < Z_TOL
 
 
 def test_exp1_table_is_exact() -> None:
-    # R uniform in [0, N): P[K >= k] = (N/(k-1)!)/N = 1/(k-1)!, exactly CKS Algorithm 1 at γ = 1.
-    top, thresholds = noise._exp1_table(noise._EXP1_TERMS)
-    assert top % math.factorial(noise._EXP1_TERMS) == 0 and top <= 2**63 - 1
-    for j, threshold in zip(range(noise._EXP1_TERMS, 0, -1), thresholds.tolist()):
-        assert threshold * math.factorial(j) == top
+    # R uniform in [0, J!): #{R : K(R) >= k} = J!/(k-1)!, so P[K >= k] = 1/(k-1)! exactly as in CKS
+    # Algorithm 1 at γ = 1, for k <= J + 1; only R = 0 has K = J + 1 (the chain continues).
+    for terms in (2, 5, 7):
+        odd = noise._exp1_table(terms)
+        top = math.factorial(terms)
+        assert odd.size == top
+        r = np.arange(top)
+        k = 1 + sum((r * math.factorial(j) < top).astype(int) for j in range(1, terms + 1))
+        assert np.array_equal(odd, k % 2 == 1)
+        for length in range(1, terms + 2):
+            assert int((k >= length).sum()) * math.factorial(length - 1) == top
+        assert np.flatnonzero(k == terms + 1).tolist() == [0]
 
 
 def test_exp1_vector_frequency() -> None:
@@ -406,10 +459,11 @@ def test_overflowing_magnitude_raises(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("sampler", [noise.discrete_laplace, noise.discrete_gaussian])
-def test_same_seed_same_output(sampler: Callable) -> None:
-    first = sampler(Fraction(7, 2), 1000, rng=noise.SeededRandomSource(41))
-    again = sampler(Fraction(7, 2), 1000, rng=noise.SeededRandomSource(41))
-    other = sampler(Fraction(7, 2), 1000, rng=noise.SeededRandomSource(42))
+@pytest.mark.parametrize("size", [1000, 3 * noise._BATCH + 5])
+def test_same_seed_same_output(sampler: Callable, size: int) -> None:
+    first = sampler(Fraction(7, 2), size, rng=noise.SeededRandomSource(41))
+    again = sampler(Fraction(7, 2), size, rng=noise.SeededRandomSource(41))
+    other = sampler(Fraction(7, 2), size, rng=noise.SeededRandomSource(42))
     np.testing.assert_array_equal(first, again)
     assert not np.array_equal(first, other)
 
@@ -502,6 +556,213 @@ def test_seeded_source_rejects_bad_seed() -> None:
     for seed in (-1, 1.5, True):
         with pytest.raises(ValueError):
             noise.SeededRandomSource(seed)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------------------
+# Random bits: the buffered system source, fields, uniforms below a bound, Bernoulli(num/den)
+# --------------------------------------------------------------------------------------------
+
+
+def test_system_buffer_hands_out_each_word_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Requests below, at and across the 4 KiB ... 1 MiB chunk boundaries and larger than a chunk:
+    # the words handed out must be exactly the stream 0, 1, 2, ... (no word twice, none skipped),
+    # and earlier results must not change when the buffer is refilled.
+    fake = CountingUrandom()
+    monkeypatch.setattr(noise.os, "urandom", fake)
+    source = noise.SystemRandomSource()
+    sizes = [1, 7, 504, 1, 512, 513, 4096, 100_000, 3, 300_000, 2**17 + 5, 2**18, 0, 1]
+    drawn = [source._words(size) for size in sizes]
+    assert [d.size for d in drawn] == sizes
+    np.testing.assert_array_equal(np.concatenate(drawn), np.arange(sum(sizes)))
+    # One call per refill: the i-th reads the chunk min(4 KiB 2^i, 1 MiB), or more when the
+    # request still needs more; nothing read is lost: the rest waits in the buffer.
+    assert fake.sizes == [4096, 8192, 16384, 32768, 783_632, 131_072, 2_268_952, 1_048_616,
+                          2_097_152, 1_048_576]
+    for i, size in enumerate(fake.sizes):
+        assert size >= min(4096 << i, 2**20)
+    assert fake.next - sum(sizes) == source._buffer.size
+
+
+def test_system_source_large_draws_use_few_large_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes: list[int] = []
+    real = os.urandom
+
+    def recording(nbytes: int) -> bytes:
+        sizes.append(nbytes)
+        return real(nbytes)
+
+    monkeypatch.setattr(noise.os, "urandom", recording)
+    noise.discrete_gaussian(Fraction(100), 10**6, rng=noise.SystemRandomSource())
+    assert max(sizes) >= 2**20
+    assert len(sizes) <= 9 + sum(sizes) // 2**20  # the doubling 4 KiB ... 1 MiB, then 1 MiB reads
+
+
+def test_system_source_consecutive_draws_do_not_repeat_words() -> None:
+    # Both draws straddle a refill. 400,000 uniform 64-bit words are all distinct except with
+    # probability < 400000²/2^65 < 5e-9.
+    source = noise.SystemRandomSource()
+    first, second = source._words(200_000), source._words(200_000)
+    assert np.unique(np.concatenate([first, second])).size == 400_000
+
+
+def test_system_source_threads_take_disjoint_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = CountingUrandom()
+    monkeypatch.setattr(noise.os, "urandom", fake)
+    source = noise.SystemRandomSource()
+    results: list[npt.NDArray[np.uint64]] = []
+
+    def draw(seed: int) -> None:
+        sizes = np.random.default_rng(seed).integers(1, 3000, 200)
+        results.extend(source._words(int(size)) for size in sizes)
+
+    threads = [threading.Thread(target=draw, args=(seed,)) for seed in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    words = np.sort(np.concatenate(results))
+    np.testing.assert_array_equal(words, np.arange(words.size))
+
+
+def test_copied_or_pickled_system_source_starts_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = CountingUrandom()
+    monkeypatch.setattr(noise.os, "urandom", fake)
+    source = noise.SystemRandomSource()
+    drawn = [source._words(1)]
+    for clone in (copy.copy(source), copy.deepcopy(source), pickle.loads(pickle.dumps(source))):
+        drawn.append(clone._words(10))
+    drawn.append(source._words(10))
+    words = np.concatenate(drawn)
+    assert np.unique(words).size == words.size
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_does_not_reuse_the_parent_buffer() -> None:
+    source = noise.SystemRandomSource()
+    source._words(1)  # the buffer now holds unused words
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read)
+        os.write(write, source._words(64).tobytes())
+        os._exit(0)
+    os.close(write)
+    chunks = []
+    while chunk := os.read(read, 4096):
+        chunks.append(chunk)
+    os.close(read)
+    os.waitpid(pid, 0)
+    child = np.frombuffer(b"".join(chunks), dtype=np.uint64)
+    parent = source._words(64)
+    assert child.size == 64
+    assert not np.intersect1d(parent, child).size  # by chance with probability < 1e-15
+
+
+@pytest.mark.parametrize("bits", [1, 3, 4, 7, 8, 13, 21, 32, 33, 63])
+def test_fields_are_uniform(bits: int) -> None:
+    values = noise._fields(noise.SeededRandomSource(71), 300_000, bits)
+    assert values.dtype == np.int64 and values.size == 300_000
+    assert values.min() >= 0 and values.max() < 2**bits
+    if bits <= 8:
+        assert_uniform(values, 2**bits)
+    # Every bit position is a fair coin.
+    ones = (values[:, None] >> np.arange(bits)) & 1
+    share = ones.mean(axis=0)
+    assert (np.abs(share - 0.5) / math.sqrt(0.25 / values.size) < Z_TOL).all()
+
+
+@pytest.mark.parametrize("bound", [2, 3, 7, 10, 120, 1000, 4115])
+def test_below_is_uniform(bound: int) -> None:
+    assert_uniform(noise._below(noise.SeededRandomSource(72), bound, 60 * bound + 100_000), bound)
+
+
+def test_below_wide_bounds_and_field_widths() -> None:
+    # 4115 = 2^12 + 19: 16-bit fields (4 per word) accept 15 * 4115/2^16 and cost 16.99 bits per
+    # value against 26 for 13-bit fields (4 per word) that accept 4115/2^13.
+    assert noise._below_bits(4115) == 16
+    assert noise._below_bits(1000) == 10 and noise._below_bits(2**20) == 20
+    assert noise._below(noise.SeededRandomSource(73), 5, 0).shape == (0,)
+    for bound in (2**31 + 1, 3 * 2**40 + 7, 2**62 + 1, 2**63 - 1):
+        values = noise._below(noise.SeededRandomSource(73), bound, 200_000)
+        assert values.min() >= 0 and values.max() < bound
+        u = values / bound
+        assert z_score(float(u.mean()), 0.5, math.sqrt(1 / 12 / u.size)) < Z_TOL
+
+
+@pytest.mark.parametrize("bits", [1, 4, 8, "no room"])
+@pytest.mark.parametrize(
+    ("num", "den"), [(0, 7), (1, 3), (5, 7), (7, 7), (123_456, 1_000_003), (2**40 + 1, 2**41 + 3)]
+)
+def test_bernoulli_fraction_frequency(
+    monkeypatch: pytest.MonkeyPatch, bits: int | str, num: int, den: int
+) -> None:
+    # Ties W = floor(2^w num/den) (probability 2^-w) are decided by one more uniform; with "no
+    # room" the arithmetic limit leaves no bit, and a uniform in [0, den) decides directly.
+    if bits == "no room":
+        monkeypatch.setattr(noise, "_ARITH_LIMIT", den)
+    else:
+        monkeypatch.setattr(noise, "_BERNOULLI_BITS", bits)
+    n = 400_000
+    hits = int(noise._bernoulli(noise.SeededRandomSource(74), np.full(n, num), den).sum())
+    p = num / den
+    if num in (0, den):
+        assert hits == round(p * n)
+    else:
+        assert z_score(hits / n, p, math.sqrt(p * (1 - p) / n)) < Z_TOL
+
+
+def test_sources_without_raw_words_drive_the_vector_samplers() -> None:
+    # Any RandomSource works: the words are assembled from its uniform integers in [0, 2^32).
+    rng = IntegersOnly(75)
+    samples = noise.discrete_gaussian(Fraction(100), 100_000, rng=rng)
+    assert_fits(samples, gaussian_pmf(Fraction(100)), gaussian_radius(Fraction(100)))
+    samples = noise.discrete_laplace(Fraction(3), 100_000, rng=rng)
+    assert_fits(samples, laplace_pmf(Fraction(3)), laplace_radius(Fraction(3)))
+    assert rng.highs == {2**32}
+
+
+@pytest.mark.parametrize("chunks", ["default", "tiny"])
+def test_system_source_samples_fit_pmf(monkeypatch: pytest.MonkeyPatch, chunks: str) -> None:
+    # The production path end to end; with tiny chunks nearly every request straddles a refill.
+    if chunks == "tiny":
+        monkeypatch.setattr(noise, "_MIN_URANDOM_WORDS", 3)
+        monkeypatch.setattr(noise, "_MAX_URANDOM_WORDS", 37)
+    rng = noise.SystemRandomSource()
+    for sigma2 in (Fraction(1, 4), Fraction(100), Fraction(12345, 7)):
+        samples = noise.discrete_gaussian(sigma2, 200_000, rng=rng)
+        assert_fits(samples, gaussian_pmf(sigma2), gaussian_radius(sigma2))
+    for scale in (Fraction(1, 2), Fraction(10)):
+        samples = noise.discrete_laplace(scale, 200_000, rng=rng)
+        assert_fits(samples, laplace_pmf(scale), laplace_radius(scale))
+
+
+@pytest.mark.parametrize("bits", [1, 2])
+def test_tie_heavy_settings_stay_exact(monkeypatch: pytest.MonkeyPatch, bits: int) -> None:
+    # 1- and 2-bit comparisons send 1/2 and 1/4 of all Bernoulli draws through the tie path, a
+    # 3! table sends 1/6 of Bernoulli(e^-1) draws to the chain, and small batches make many of
+    # them; the distributions must not move.
+    monkeypatch.setattr(noise, "_BERNOULLI_BITS", bits)
+    monkeypatch.setattr(noise, "_EXP1_TERMS", 3)
+    monkeypatch.setattr(noise, "_BATCH", 3000)
+    rng = noise.SeededRandomSource(76 + bits)
+    for scale in (Fraction(1, 2), Fraction(10)):
+        samples = noise.discrete_laplace(scale, 100_000, rng=rng)
+        assert_fits(samples, laplace_pmf(scale), laplace_radius(scale))
+    for sigma2 in (Fraction(1, 4), Fraction(100), Fraction(12345, 7)):
+        samples = noise.discrete_gaussian(sigma2, 100_000, rng=rng)
+        assert_fits(samples, gaussian_pmf(sigma2), gaussian_radius(sigma2))
+
+
+@pytest.mark.parametrize(
+    ("sampler", "parameter", "ceiling"),
+    [(noise.discrete_gaussian, Fraction(10**6), 96), (noise.discrete_gaussian, Fraction(1), 56),
+     (noise.discrete_laplace, Fraction(100), 64)],
+)
+def test_random_bits_per_sample(sampler: Callable, parameter: Fraction, ceiling: int) -> None:
+    # The bit economy that makes os.urandom cheap enough: about 68, 40 and 50 bits per sample.
+    rng = WordCountingSource(77)
+    sampler(parameter, 200_000, rng=rng)
+    assert 64 * rng.words / 200_000 < ceiling
 
 
 # --------------------------------------------------------------------------------------------
