@@ -484,3 +484,11 @@ def test_reconstruct_and_covariance_errors(small: tuple[residual.Selection, dict
     monkeypatch.setattr(residual, "MAX_COVARIANCE_ENTRIES", 10)
     with pytest.raises(DomainTooLargeError, match="variance"):
         m.covariance((0, 1), (1, 2))
+
+
+def test_the_total_alone_is_a_valid_workload() -> None:
+    """select(..., [()]) measures only the grand total: one query whose variance is its noise."""
+    selection = residual.select([3, 4], [()], rho=0.5)
+    assert selection.closure == ((),) or list(selection.closure) == [()]
+    assert selection.rmse() ** 2 == pytest.approx(selection.max_variance())
+    assert selection.max_variance() == pytest.approx(1.0, rel=1e-6)  # Δ₂ = 1 at ρ = 1/2: σ² = 1

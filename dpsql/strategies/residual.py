@@ -263,7 +263,7 @@ def _build_lattice(sizes: IntArray, marginals: tuple[Marginal, ...], orders: _Or
             for b in range(k):
                 if not mask >> b & 1:
                     label[:, mask] *= sizes[attributes[:, b]]
-        rows.append(block.reshape(-1, width))
+        rows.append(block.reshape(len(js) << k, width))
         labels.append(label.ravel())
         owner.append(np.repeat(js, 1 << k))
         pair_start[js] = offset + np.arange(len(js)) * (1 << k)
