@@ -203,7 +203,7 @@ class SystemRandomSource:
             if self._pid != os.getpid():
                 self._reset()
             if count <= self._buffer.size:
-                out, self._buffer = self._buffer[:count], self._buffer[count // 2:]
+                out, self._buffer = self._buffer[:count], self._buffer[count:]
                 return out
             need = count - self._buffer.size
             size = max(need, self._chunk)
@@ -327,8 +327,10 @@ def _below_bits(bound: int) -> int:
     return min(widths, key=lambda b: Fraction(64 << b, 64 // b * ((1 << b) // bound * bound)))
 
 
-def _bernoulli(rng: RandomSource, num: IntArray, den: int) -> BoolArray:
-    """Bernoulli(num/den) per element for one denominator, 0 <= num <= den.
+def _bernoulli(rng: RandomSource, scaled: IntArray, bits: int, den: int) -> BoolArray:
+    """Bernoulli(num/den) per element for one denominator, given scaled = num 2^bits.
+
+    Requires 0 <= num <= den and den 2^bits within the arithmetic limit.
 
     Math:
         A uniform real R in [0, 1) is compared with num/den through its first w bits W
@@ -336,16 +338,13 @@ def _bernoulli(rng: RandomSource, num: IntArray, den: int) -> BoolArray:
         num/den when W > T. When W = T (probability 2^-w), R < num/den iff the rest of R, a fresh
         uniform, is below frac(2^w num/den) = r/den with r = 2^w num - T den: one uniform integer
         in [0, den) decides it. P[1] = T/2^w + 2^-w r/den = num/den exactly, in ~w bits rather
-        than the ~log2(den) + rejection bits of a uniform integer in [0, den). w is at most
-        _BERNOULLI_BITS and small enough that den 2^w stays within the arithmetic limit; when no
-        w >= 1 fits, a uniform integer in [0, den) is compared with num directly.
+        than the ~log2(den) + rejection bits of a uniform integer in [0, den). Here w = ``bits``;
+        for w = 0 a uniform integer in [0, den) is compared with num directly.
     """
-    bits = min(_BERNOULLI_BITS, (_ARITH_LIMIT // den).bit_length() - 1)
-    if bits < 1:
-        return _below(rng, den, num.size) < num
-    scaled = num << bits
+    if bits == 0:
+        return _below(rng, den, scaled.size) < scaled
     threshold = scaled // den
-    draws = _fields(rng, num.size, bits)
+    draws = _fields(rng, scaled.size, bits)
     out = draws < threshold
     tie = np.flatnonzero(draws == threshold)
     if tie.size:
@@ -575,18 +574,23 @@ def _bernoulli_exp_vec(num: IntArray, den: int, rng: RandomSource, k: int = 1) -
     """Bernoulli(exp(-num/den)) per element, 0 <= num <= den, CKS Algorithm 1 from K = k.
 
     Round K draws Bernoulli(num/(den K)) (:func:`_bernoulli`) for the chains still running; a
-    chain stops at its first 0 and returns 1 iff its K is odd. Chains that would need den * K
-    beyond the arithmetic limit or K > _MAX_CHAIN finish in Python from the K they reached.
+    chain stops at its first 0 and returns 1 iff its K is odd. Every round compares
+    _BERNOULLI_BITS random bits, or fewer when den K_max 2^bits would pass the arithmetic limit.
+    Chains that would need den * K beyond the arithmetic limit or K > _MAX_CHAIN finish in
+    Python from the K they reached.
     """
     out = np.full(num.size, bool(k & 1))
     idx = np.arange(num.size)
     k_max = min(_MAX_CHAIN, _ARITH_LIMIT // den)
+    room = (_ARITH_LIMIT // (den * max(k_max, 1))).bit_length() - 1
+    bits = max(0, min(_BERNOULLI_BITS, room))
+    scaled = num << bits
     while idx.size and k <= k_max:
-        going = np.flatnonzero(_bernoulli(rng, num, den * k))
-        idx, num = idx[going], num[going]
+        going = np.flatnonzero(_bernoulli(rng, scaled, bits, den * k))
+        idx, scaled = idx[going], scaled[going]
         k += 1
         out[idx] = bool(k & 1)
-    for i, n in zip(idx.tolist(), num.tolist()):
+    for i, n in zip(idx.tolist(), (scaled >> bits).tolist()):
         out[i] = _bernoulli_exp_unit(n, den, rng, k)
     return out
 
@@ -800,9 +804,10 @@ def discrete_laplace(
 
     Math:
         P[y] = tanh(1/(2t)) e^{-|y|/t} for y in Z, t = scale; Var = 2e^{-1/t}/(1 - e^{-1/t})².
-        CKS Algorithm 2 (see :func:`discrete_laplace_scalar`), vectorised in int64 numpy over the
-        elements still running; only rejected elements restart. Scales whose numerator or
-        denominator exceed 2^56 use the pure-Python reference sampler.
+        CKS Algorithm 2 (see :func:`discrete_laplace_scalar`), vectorised in int64 numpy: batches
+        of independent runs, each run's rejections decided exactly, the returned samples kept in
+        order (module doc). Scales whose numerator or denominator exceed 2^56 use the pure-Python
+        reference sampler.
 
     Privacy:
         Adding the samples to an integer query of L1 sensitivity Δ₁ with scale = Δ₁/ε is pure
@@ -836,8 +841,9 @@ def discrete_gaussian(
         σ² = p/q, γ = (|Y| - c)² q/(2p) has denominator 2p instead of 2pqt²: int64 arithmetic
         then covers far larger σ² and denominators, at an acceptance rate like CKS's (0.65-0.76
         for σ >= 1, tending to √(π/2) e^{-1/2} = 0.760). γ is split into floor(γ) Bernoulli(e^-1)
-        draws and one Bernoulli(exp(-frac(γ))). Vectorised in int64 numpy; parameters too large
-        for int64 use the pure-Python reference sampler (:func:`discrete_gaussian_scalar`).
+        draws and one Bernoulli(exp(-frac(γ))). Vectorised in int64 numpy over batches of
+        proposals, the accepted ones kept in order (module doc); parameters too large for int64
+        use the pure-Python reference sampler (:func:`discrete_gaussian_scalar`).
 
     Privacy:
         Adding iid samples to an integer vector of L2 sensitivity Δ₂ is ρ-zCDP with
