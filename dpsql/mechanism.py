@@ -56,6 +56,7 @@ STRATEGY_BITS = 20
 #: Largest cell count for which a dense per-factor pseudo-inverse is used instead of LSMR.
 DENSE_SOLVE_LIMIT = 8192
 _EXACT_FLOAT = 2.0**53
+_INT64_SAFE = 2.0**62
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -259,23 +260,31 @@ def _exact_product(A: Workload, x: IntVector) -> IntVector:
     if isinstance(A, Kron):
         tensor = x.reshape([f.shape[1] for f in A.factors])
         for axis, factor in enumerate(A.factors):
-            moved = np.moveaxis(tensor, axis, 0)
-            product = _exact_matmul(factor, moved.reshape(moved.shape[0], -1))
-            tensor = np.moveaxis(product.reshape((factor.shape[0],) + moved.shape[1:]), 0, axis)
+            tensor = exact_along_axis(factor, tensor, axis)
         return tensor.reshape(-1)
     return _exact_matmul(A, x.reshape(-1, 1)).reshape(-1)
+
+
+def exact_along_axis(A: Workload, X: IntVector, axis: int) -> IntVector:
+    """A applied exactly along one axis of an integer tensor X (int64 or Python integers)."""
+    moved = np.moveaxis(X, axis, 0)
+    product = _exact_matmul(A, moved.reshape(moved.shape[0], -1))
+    return np.moveaxis(product.reshape((A.shape[0],) + moved.shape[1:]), 0, axis)
 
 
 def _exact_matmul(A: Workload, X: IntVector) -> IntVector:
     """A X exactly for an integer operator A and an integer matrix X (int64 or object).
 
-    A float64 product is exact while max|A| · max_j Σᵢ|X_ij| < 2^53. Otherwise X = X⁺ − X⁻ is split
-    into base-2^k limbs small enough that each limb's product is exact, and the limbs are
-    recombined in Python integers.
+    A float64 product is exact while max|A| · max_j Σᵢ|X_ij| < 2^53, an int64 one (for a dense
+    Explicit A) below 2^62. Otherwise X = X⁺ − X⁻ is split into base-2^k limbs small enough that
+    each limb's product is exact, and the limbs are recombined in Python integers.
     """
     entry, depth = max(A.max_abs_entry(), 1.0), max(X.shape[0], 1)
-    if X.size == 0 or entry * float(np.abs(X).sum(axis=0).max()) < _EXACT_FLOAT:
+    bound = entry * float(np.abs(X).sum(axis=0).max()) if X.size else 0.0
+    if bound < _EXACT_FLOAT:
         return np.rint(np.asarray(A @ X.astype(np.float64))).astype(np.int64)
+    if bound < _INT64_SAFE and X.dtype != object and isinstance(A, Explicit) and isinstance(A.matrix, np.ndarray):
+        return A.matrix.astype(np.int64) @ X
     bits = int(np.floor(np.log2(_EXACT_FLOAT / (entry * depth))))
     if bits < 1:
         raise DataError(f"the strategy's entries (up to {entry:g}) over {depth:,} cells are too large for exact "
@@ -293,7 +302,7 @@ def _exact_matmul(A: Workload, X: IntVector) -> IntVector:
 
 def _narrowed(values: npt.NDArray[np.object_]) -> IntVector:
     """Python integers as int64 when every one fits, else unchanged."""
-    if values.size == 0 or all(abs(int(v)) < 2**62 for v in (values.max(), values.min())):
+    if values.size == 0 or all(abs(int(v)) < _INT64_SAFE for v in (values.max(), values.min())):
         return values.astype(np.int64)
     return values
 

@@ -86,6 +86,7 @@ import scipy.sparse as sp
 
 from dpsql import noise
 from dpsql.errors import DomainTooLargeError, PrivacyParameterError, ShapeError
+from dpsql.mechanism import exact_along_axis
 from dpsql.strategies import hdmm, residual
 from dpsql.strategies.residual import FloatArray, IntArray, Marginal, Objective
 from dpsql.workloads import Explicit, Identity, Workload
@@ -104,7 +105,6 @@ PIECE_BITS = 24
 MAX_QUERY_ENTRIES = 2**27
 #: dpsql.noise.discrete_gaussian's largest σ² (its int64 samples); beyond it draws are Python integers.
 SAMPLER_LIMIT = 2**118
-_FLOAT_EXACT = 2**53
 _INT64_SAFE = 2**62
 
 
@@ -786,7 +786,7 @@ def _release(selection: PlusSelection, tables: list[npt.NDArray[np.integer]], ch
     pieces = _pieces_of(selection.pieces, a)
     y: IntTensor = np.stack([tables[s] for s in chunk.tolist()]).astype(np.int64, copy=False)
     for axis, piece in enumerate(pieces):
-        y = _exact_axis(piece.T, y, axis + 1)
+        y = exact_along_axis(Explicit(piece.T.astype(np.float64)), y, axis + 1)
     classes = selection.noise_class[chunk]
     draws = [(rows, _draw(selection.class_gamma2[k], rows.size * math.prod(y.shape[1:]), rng))
              for k in np.unique(classes).tolist() for rows in [np.flatnonzero(classes == k)]]
@@ -808,41 +808,6 @@ def _add_exact(x: IntTensor, z: IntTensor) -> IntTensor:
     if x.dtype == object or z.dtype == object or int(np.abs(x).max(initial=0)) + int(np.abs(z).max(initial=0)) >= 2**63:
         return x.astype(object) + z.astype(object)  # type: ignore[no-any-return]
     return x + z  # type: ignore[no-any-return]
-
-
-def _exact_axis(T: IntArray, X: IntTensor, axis: int) -> IntTensor:
-    """T applied along ``axis`` of an integer tensor, exactly.
-
-    A float64 product is exact while (largest row L1 norm of T)·max|X| < 2^53, an int64 one below
-    2^62; beyond, X is split into signed base-2^k limbs whose float products are exact and the
-    limbs are recombined in Python integers (dpsql.mechanism._exact_matmul does the same for a
-    strategy matrix).
-    """
-    moved = np.moveaxis(X, axis, -1)
-    weight = int(np.abs(T).sum(axis=1).max(initial=0))
-    top = int(np.abs(moved).max(initial=0))
-    if weight * top < _FLOAT_EXACT:
-        out: IntTensor = np.rint(moved.astype(np.float64) @ T.T.astype(np.float64)).astype(np.int64)
-    elif weight * top < _INT64_SAFE and moved.dtype != object:
-        out = moved @ T.T
-    else:
-        bits = max(1, (_FLOAT_EXACT // max(weight, 1)).bit_length() - 1)
-        sign, magnitude = np.sign(moved), np.abs(moved)
-        total = np.zeros(moved.shape[:-1] + (T.shape[0],), dtype=object)
-        shift = 0
-        while magnitude.any():
-            limb = (sign * (magnitude % (1 << bits))).astype(np.float64)
-            total = total + (np.rint(limb @ T.T.astype(np.float64)).astype(np.int64).astype(object) << shift)
-            magnitude, shift = magnitude >> bits, shift + bits
-        out = _narrow(total)
-    return np.moveaxis(out, -1, axis)
-
-
-def _narrow(values: npt.NDArray[np.object_]) -> IntTensor:
-    """Python integers as int64 when every one fits."""
-    if values.size == 0 or max(abs(int(values.max())), abs(int(values.min()))) < _INT64_SAFE:
-        return values.astype(np.int64)
-    return values
 
 
 def _along(apply: Callable[[FloatArray], FloatArray], t: FloatArray, axis: int) -> FloatArray:
