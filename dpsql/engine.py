@@ -9,6 +9,10 @@ Privacy:
     and the shares add up to the batch's ε (sequential composition) or ρ (zCDP composition).
     Everything after the measurements is post-processing. Nothing is read from the data before
     the cost is checked and charged, and the cells come from the schema only.
+
+Routes: a zCDP batch of COUNT(*) statements is also planned as one ResidualPlanner release over
+all its marginals (``dpsql.marginal_batch``, ρ-zCDP per privacy unit, measured at ρ/k²); the
+route with the lower expected total squared error over the batch's answers answers it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from dpsql import mechanism, planner
+from dpsql import marginal_batch, mechanism, planner
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import CellData, DuckDBBackend, measure_quantum
 from dpsql.noise import RandomSource
@@ -58,18 +62,49 @@ class Measurement:
 
     def expected_rmse(self, candidate: str) -> float:
         """RMSE per query of a candidate strategy at this measurement's budget, in data units."""
+        return math.sqrt(self.expected_total(candidate) / self.plan.queries)
+
+    def expected_total(self, candidate: str) -> float:
+        """Expected total squared error of a candidate strategy's answers, in data units squared."""
         unit_error = self.plan.candidates[candidate]  # at ε = 1 or ρ = 1/2, one unit moving one count
         scale = (self.row_scale / self.share) ** 2 if self.plan.noise == "laplace" else self.row_scale**2 / (2 * self.share)
-        return math.sqrt(unit_error * scale / self.plan.queries) * self.quantum
+        return unit_error * scale * self.quantum**2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Prepared:
-    """Everything decided before the data is touched."""
+    """Everything decided before the data is touched.
+
+    ``compiled`` and ``measurements`` are the standard route: statement groups, each data vector
+    measured with its planner's strategy. ``residual`` is ResidualPlanner's plan for the whole
+    batch when it applies (else ``residual_note`` says why not); it answers the batch when
+    ``use_residual``, i.e. when its expected total squared error is the lower one. When
+    ResidualPlanner is certified optimal (``ResidualPlan.optimal``) and the batch spans several
+    column sets, the standard route is not planned at all (``measurements`` is empty) and
+    ``compiled`` is ResidualPlanner's.
+    """
 
     compiled: CompiledBatch
     cost: PrivacyCost
     measurements: tuple[Measurement, ...]
+    residual: marginal_batch.ResidualPlan | None = None
+    residual_note: str | None = None
+
+    @property
+    def standard_total(self) -> float:
+        """Expected total squared error of the standard route's answers."""
+        return sum(m.expected_total(m.plan.name) for m in self.measurements)
+
+    @property
+    def use_residual(self) -> bool:
+        if self.residual is None:
+            return False
+        return not self.measurements or self.residual.total_variance < self.standard_total * (1 - 1e-9)
+
+    @property
+    def answering(self) -> CompiledBatch:
+        """The compiled batch of the route that answers."""
+        return self.residual.compiled if self.use_residual else self.compiled  # type: ignore[union-attr]
 
 
 #: How many candidate statement groups the partition search may plan before it stops merging.
@@ -84,7 +119,11 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
     """
     batch = parse_batch(text, parameters)
     noise: planner.Noise = "laplace" if cost.family == "epsilon" else "gaussian"
-    compiled = compile_batch(batch, schema, _choose_partition(batch, batch_table(batch, schema), noise))
+    table = batch_table(batch, schema)
+    route = marginal_batch.plan(batch, schema, cost)
+    if isinstance(route, marginal_batch.ResidualPlan) and route.optimal and len(initial_partition(batch, table)) > 1:
+        return Prepared(compiled=route.compiled, cost=cost, measurements=(), residual=route)  # nothing can beat it
+    compiled = compile_batch(batch, schema, _choose_partition(batch, table, noise))
     unit_rows = compiled.table.privacy_unit.max_rows if compiled.table.privacy_unit.column else 1
     drafts = []
     for index, group in enumerate(compiled.groups):
@@ -97,7 +136,9 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
     shares = planner.split_budget([plan.expected_error for _, _, plan, _, _ in drafts], cost.value, noise=noise)
     measurements = tuple(Measurement(group=g, kind=kind, plan=plan, share=share, row_scale=scale, quantum=quantum)
                          for (g, kind, plan, scale, quantum), share in zip(drafts, shares))
-    return Prepared(compiled=compiled, cost=cost, measurements=measurements)
+    if isinstance(route, str):
+        return Prepared(compiled=compiled, cost=cost, measurements=measurements, residual_note=route)
+    return Prepared(compiled=compiled, cost=cost, measurements=measurements, residual=route)
 
 
 def _choose_partition(batch: ir.Batch, table: Table, noise: planner.Noise) -> list[list[int]]:
@@ -159,15 +200,45 @@ def _value_scale(compiled: CompiledBatch, kind: DataKind) -> tuple[float, int]:
 
 def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: RandomSource | None = None,
         progress: Callable[[str], None] | None = None) -> list[pa.Table]:
-    """Charge the batch, scan once per statement group, measure each data vector, package one table per statement.
+    """Charge the batch, scan, measure, package one table per statement.
 
+    The standard route scans once per statement group and measures each data vector; the
+    ResidualPlanner route (``prepared.use_residual``) scans once for all marginals.
     ``progress`` receives a short message before each step (scan, measurement, packaging).
     """
     report = progress or (lambda message: None)
-    compiled = prepared.compiled
+    compiled = prepared.answering
     budget.check(prepared.cost)
     backend.check_table(compiled.table)
     budget.charge(prepared.cost)
+    family = "discrete Laplace (pure ε-DP)" if prepared.cost.family == "epsilon" else "discrete Gaussian (ρ-zCDP)"
+    metadata: dict[str, object]
+    if prepared.use_residual:
+        route = prepared.residual
+        assert route is not None
+        answers = marginal_batch.answer(route, backend=backend, rng=rng, report=report)
+        metadata = {
+            "mechanism": f"ResidualPlanner, {family}",
+            "strategy": {"batch": route.describe()},
+            "expected_rmse": {"batch": math.sqrt(route.total_variance / route.query_count)},
+        }
+    else:
+        answers = _standard_answers(prepared, backend=backend, rng=rng, report=report)
+        metadata = {
+            "mechanism": f"matrix mechanism, {family}",
+            "strategy": {_name(m): m.plan.name for m in prepared.measurements},
+            "expected_rmse": {_name(m): m.expected_rmse(m.plan.name) for m in prepared.measurements},
+        }
+    report("packaging the results")
+    metadata["budget_spent"] = prepared.cost.describe()
+    metadata["budget_remaining"] = f"{budget.remaining:.6g} of {budget.total.describe()}"
+    return statement_tables(compiled, answers, metadata)
+
+
+def _standard_answers(prepared: Prepared, *, backend: DuckDBBackend, rng: RandomSource | None,
+                      report: Callable[[str], None]) -> dict[tuple[int, int], mechanism.Answers]:
+    """One scan per statement group, each data vector measured with its plan's strategy."""
+    compiled = prepared.compiled
     answers: dict[tuple[int, int], mechanism.Answers] = {}
     for index, group in enumerate(compiled.groups):
         mine = [m for m in prepared.measurements if m.group == index]
@@ -185,16 +256,7 @@ def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: Rand
             for position, result in zip(positions, results):
                 answers[index, position] = mechanism.Answers(values=result.values * m.quantum,
                                                              variances=result.variances * m.quantum**2)
-    report("packaging the results")
-    metadata = {
-        "mechanism": "matrix mechanism, " + ("discrete Laplace (pure ε-DP)" if prepared.cost.family == "epsilon"
-                                             else "discrete Gaussian (ρ-zCDP)"),
-        "strategy": {_name(m): m.plan.name for m in prepared.measurements},
-        "expected_rmse": {_name(m): m.expected_rmse(m.plan.name) for m in prepared.measurements},
-        "budget_spent": prepared.cost.describe(),
-        "budget_remaining": f"{budget.remaining:.6g} of {budget.total.describe()}",
-    }
-    return statement_tables(compiled, answers, metadata)
+    return answers
 
 
 def _name(m: Measurement) -> str:
@@ -216,11 +278,30 @@ def _batch_vector(group: CompiledGroup, data: CellData, kind: DataKind) -> npt.N
 
 
 def explain(prepared: Prepared, budget: Budget | None = None) -> str:
-    """A readable report of the plan: workload sizes, candidates' expected RMSE, SVD bound, cost."""
+    """A readable report of the plan: routes compared, workload sizes, candidates' expected RMSE, SVD bound, cost."""
     compiled = prepared.compiled
-    lines = [f"Batch: {len(compiled.statements)} statement(s) on table '{compiled.table.name}' in "
-             f"{len(compiled.groups)} group(s) answered jointly.",
+    lines = [f"Batch: {len(compiled.statements)} statement(s) on table '{compiled.table.name}'.",
              f"Cost: {prepared.cost.describe()}" + (f"; budget left {budget.remaining:.6g} of {budget.total.describe()}" if budget else "")]
+    route = prepared.residual
+    if route is not None and not prepared.measurements:
+        lines.append("Route: ResidualPlanner — its expected error equals the SVD lower bound of this batch's workload, "
+                     "so no strategy answers it more accurately; statement groups were not planned.")
+        lines.extend(_explain_residual(route))
+        return "\n".join(lines)
+    queries = sum(m.plan.queries for m in prepared.measurements)
+    standard_rmse = math.sqrt(prepared.standard_total / queries)
+    if route is None:
+        lines.append(f"Route: statement groups (expected RMSE per answer {standard_rmse:.4g}); {prepared.residual_note}")
+    else:
+        rp_rmse = math.sqrt(route.total_variance / route.query_count)
+        chosen = "ResidualPlanner" if prepared.use_residual else "statement groups"
+        lines.append(f"Route: {chosen} — expected RMSE per answer: ResidualPlanner {rp_rmse:.4g}, "
+                     f"statement groups {standard_rmse:.4g}.")
+        lines.extend(_explain_residual(route))
+        if prepared.use_residual:
+            return "\n".join(lines)
+        lines.append("")
+    lines.append(f"Statement groups: {len(compiled.groups)}, each answered jointly.")
     for index, group in enumerate(compiled.groups):
         members = [str(i + 1) for i, s in enumerate(compiled.statements) if s.group == index]
         columns = ", ".join(f"{a.column.name}({a.size})" for a in group.axes) or "no columns"
@@ -242,3 +323,24 @@ def explain(prepared: Prepared, budget: Budget | None = None) -> str:
         else:
             lines.append("    SVD bound: not computed (domain too large for a dense spectrum)")
     return "\n".join(lines)
+
+
+def _explain_residual(route: marginal_batch.ResidualPlan) -> list[str]:
+    """ResidualPlanner's marginals, measurements and optimality certificate."""
+    selection = route.selection
+    axes = route.compiled.groups[0].axes
+    names = ["(" + ", ".join(axes[i].column.name for i in a) + ")" if a else "(total)" for a in selection.marginals]
+    shown = ", ".join(names[:8]) + (f", … ({len(names) - 8} more)" if len(names) > 8 else "")
+    objective = selection.objective_value()
+    if math.isclose(objective, route.total_variance, rel_tol=1e-9):  # GROUP BY blocks: the objective is the answers' error
+        certificate = (f"  SVD lower bound for these marginals: RMSE {math.sqrt(selection.bound / route.query_count):.4g}; "
+                       f"ResidualPlanner's error / bound = {route.bound_ratio:.3f}")
+    else:
+        certificate = (f"  weighted marginal objective {objective:.6g} = {route.bound_ratio:.3f} × its SVD lower bound "
+                       f"{selection.bound:.6g} (the weights approximate the filtered statements; the RMSE above is their exact error)")
+    per_unit = f" (ρ/{route.unit_rows}² for privacy units of up to {route.unit_rows} rows)" if route.unit_rows > 1 else ""
+    return [
+        f"ResidualPlanner: {route.describe()}; measured at ρ = {float(selection.rho):.6g} per row{per_unit}.",
+        f"  marginals over {len(axes)} columns: {shown}",
+        certificate,
+    ]

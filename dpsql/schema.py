@@ -15,7 +15,10 @@ boundaries around it. Every attribute also has one *outside* cell for NULL and o
 values: predicates on the attribute never match it (as SQL's NULL never satisfies a comparison),
 statements that do not touch the attribute count it, and GROUP BY shows it as a NULL group only
 when the column declares ``other = true``. ``out_of_domain = "clamp"`` (ordered attributes) puts
-values outside [lower, upper] into the first or last bin instead.
+values outside [lower, upper] into the first or last bin instead. ``out_of_domain = "exclude"``
+leaves every row whose value is NULL or outside the domain out of the table, for every
+statement: a public, data-independent filter (adding or removing a row still changes at most one
+row), for clean columns whose outside cell would only hold noise.
 """
 
 from __future__ import annotations
@@ -161,6 +164,7 @@ class Column:
     domain: Domain
     other: bool = False
     measure_bounds: tuple[float, float] | None = None
+    outside_excluded: bool = False  # out_of_domain = "exclude": rows outside the domain are filtered out
 
     @property
     def key(self) -> str:
@@ -279,16 +283,20 @@ def _column(table: str, name: str, spec: Any) -> Column:
     if not isinstance(other, bool):
         raise SchemaError(f"{key}.other must be true or false; got {other!r}.")
     policy = spec.get("out_of_domain", "drop")
-    if policy not in ("drop", "clamp") or (policy == "clamp" and kind == "categorical"):
-        allowed = '"drop"' if kind == "categorical" else '"drop" or "clamp"'
+    if policy not in ("drop", "clamp", "exclude") or (policy == "clamp" and kind == "categorical"):
+        allowed = '"drop" or "exclude"' if kind == "categorical" else '"drop", "clamp" or "exclude"'
         raise SchemaError(f"{key}.out_of_domain must be {allowed}; got {policy!r}.")
+    if policy == "exclude" and other:
+        raise SchemaError(f'{key}: other = true reports the NULL/outside group, which out_of_domain = "exclude" '
+                          "always empties; choose one of the two.")
     if kind == "categorical":
         domain: Domain = _categorical(key, spec)
     elif kind == "date":
         domain = _dates(key, spec, clamp=policy == "clamp")
     else:
         domain = _numbers(key, kind, spec, clamp=policy == "clamp")
-    return Column(table=table.lower(), name=name.lower(), domain=domain, other=other, measure_bounds=_measure(key, spec, domain))
+    return Column(table=table.lower(), name=name.lower(), domain=domain, other=other, measure_bounds=_measure(key, spec, domain),
+                  outside_excluded=policy == "exclude")
 
 
 def _only(key: str, spec: Mapping[str, Any], allowed: set[str]) -> None:

@@ -247,6 +247,20 @@ def test_clamp_moves_out_of_range_values_to_the_end_cells_and_drop_to_outside() 
             assert as_dict(data) == dict(collections.Counter((i,) for i in expected)), (policy, name)
 
 
+def test_exclude_filters_outside_rows_from_every_scan() -> None:
+    """Rows NULL or outside an ``exclude`` column's domain leave every query, also ones not touching it."""
+    con = duckdb.connect()
+    make_table(con, "t", {"g": "VARCHAR", "x": "INTEGER"},
+               [("a", 1), ("b", 2), (None, 1), ("z", 3), ("a", None), ("b", 9)])
+    table = load_table({"columns": {"g": {"type": "categorical", "values": ["a", "b"], "out_of_domain": "exclude"},
+                                    "x": {"type": "integer", "lower": 0, "upper": 3}}})
+    backend = DuckDBBackend(con)
+    assert as_dict(backend.cell_data(table, [])) == {(): 4}  # COUNT(*): the two rows with g NULL or 'z' are gone
+    assert as_dict(backend.cell_data(table, [table.columns["x"]])) == {(1,): 1, (2,): 1, (4,): 2}
+    tables = backend.marginal_counts(table, [table.columns["g"], table.columns["x"]], [(0, 1)])
+    assert tables[(0, 1)][2].sum() == 0 and int(tables[(0, 1)].sum()) == 4  # g's outside cell is empty
+
+
 def test_infinite_dates_and_timestamps_cast_to_date() -> None:
     con = duckdb.connect()
     con.execute("CREATE TABLE t (d DATE, ts TIMESTAMP)")

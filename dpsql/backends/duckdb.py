@@ -15,7 +15,9 @@ Where a row goes (per cell column, shape ``domain.size + 1``):
 - the *outside* cell (last index, ``domain.size``): NULL, NaN, an undeclared category, or a
   value outside [lower, upper]. Outside cells are counted, so the counts always add up to the
   rows kept. With ``out_of_domain = "clamp"`` a value below ``lower`` (or above ``upper``) goes
-  to the first (or last) cell instead; NULL and NaN still go outside.
+  to the first (or last) cell instead; NULL and NaN still go outside. Rows whose value in a
+  column declared ``out_of_domain = "exclude"`` would go outside are filtered out of every
+  query on the table (before the privacy-unit cap), so those outside cells are always empty.
 
 Measures: SUM columns add ``round(clamp(value, lo, hi) / quantum)`` per row as a BIGINT (round
 half away from zero, bounds from ``Column.measure_bounds``); NULL and NaN add 0. COUNT(col)
@@ -261,7 +263,8 @@ class DuckDBBackend:
                 raise SchemaError(f"Column '{column.name}' ({column.key}) is not a column of table '{table.name}'; "
                                   f"pass columns from Schema.table('{table.name}').columns.")
         catalog = describe(self.connection, table.name)
-        _raise_problems(table, catalog, [*cells, *counts], list(sums))
+        excluded = [c for c in table.columns.values() if c.outside_excluded and c not in cells]
+        _raise_problems(table, catalog, [*cells, *counts, *excluded], list(sums))
         for column, quantum in sums.items():
             _check_quantum(column, quantum)
         return catalog
@@ -614,12 +617,17 @@ def _rows(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Sequence[C
                       for c, n in zip(counts, count_names)])
     unit = table.privacy_unit.column
     projections = projections or [exp.alias_(_int(0), "dpsql_row", quoted=True)]  # COUNT(*) alone touches no column
+    kept: list[exp.Expression] = [exp.NEQ(this=_cell_index(c, catalog[c.name]), expression=_int(c.domain.size))
+                                  for c in table.columns.values() if c.outside_excluded]
     if unit is None:
         rows = exp.select(*projections).from_(_table_ref(table.name))
     else:  # rows without a unit are dropped: no one's contribution bound covers them
         unit_ref = _ref(catalog[unit].name)
-        rows = (exp.select(*projections, exp.alias_(unit_ref, "dpsql_unit", quoted=True)).from_(_table_ref(table.name))
-                .where(unit_ref.copy().is_(exp.null()).not_()))
+        rows = exp.select(*projections, exp.alias_(unit_ref, "dpsql_unit", quoted=True)).from_(_table_ref(table.name))
+        kept.append(unit_ref.copy().is_(exp.null()).not_())
+    if kept:
+        rows = rows.where(exp.and_(*kept))
+    if unit is not None:
         rows = _cap_per_unit(rows, cell_names + sum_names + count_names, table.privacy_unit.max_rows)
     return rows, cell_names, sum_names, count_names
 

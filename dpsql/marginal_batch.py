@@ -1,0 +1,219 @@
+"""A batch of COUNT(*) … GROUP BY statements answered jointly by ResidualPlanner (seed 001).
+
+The route:
+    compile  every statement into one group over all the batch's axes; an axis has the column's
+             cells plus its outside cell (NULL, out of domain), so a marginal over A counts every
+             row and all marginals describe one data vector. A column declared
+             ``out_of_domain = "exclude"`` has no outside rows (the scan filters them out), so
+             its outside cell is left out of the attribute. A block is Σ_t ⊗ F_{t,i} over the
+             axes it groups or filters on (its marginal A): ``MarginalQueries``.
+    select   σ_S² for every subset S of every marginal, minimising the weighted sum of the
+             blocks' variances (weights from ``marginal_queries.selection_weight``, exact for
+             GROUP BY blocks). Only the public schema and the statements are read.
+    scan     the maximal marginals, once, with GROUPING SETS (``DuckDBBackend.marginal_counts``);
+             the product domain Π nᵢ is never formed.
+    measure  every residual R_S x with the secure discrete Gaussian (``residual.measure``).
+    answer   reconstruct each marginal (mutually consistent: every table's total is the same
+             number) and apply its blocks, with the exact variance of every answer.
+
+Privacy: ``residual.measure`` is ρ′-zCDP when one record moves one cell of each marginal table.
+A privacy unit owns at most k rows (the backend keeps at most k per unit), which moves x by at
+most k in L1 norm and every residual release's Mahalanobis norm by at most k times its one-row
+value (triangle inequality), so the cost is k²ρ′: the selection is made at ρ′ = ρ/k² and the
+batch is ρ-zCDP per unit. Pure ε is not offered: ResidualPlanner is a Gaussian mechanism.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+import numpy.typing as npt
+
+from dpsql import marginal_queries as mq
+from dpsql.accounting import PrivacyCost
+from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.errors import DomainTooLargeError, ShapeError
+from dpsql.mechanism import Answers
+from dpsql.noise import RandomSource
+from dpsql.schema import Schema
+from dpsql.sql import ir
+from dpsql.sql.compile import Axis, CompiledBatch, compile_batch
+from dpsql.strategies import residual
+from dpsql.workloads import Explicit, Kron, Sum, Workload
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, eq=False)
+class ResidualPlan:
+    """Everything ResidualPlanner decided for a batch before any data is read.
+
+    ``queries[b]`` is block b of the single group as marginal queries (None: never TRUE, answered
+    0 exactly); ``selection`` is at ρ/k²; ``variances[b]`` the expected variance of each answer.
+    """
+
+    compiled: CompiledBatch
+    queries: tuple[mq.MarginalQueries | None, ...]
+    selection: residual.Selection
+    unit_rows: int
+    variances: tuple[FloatArray, ...]
+
+    @property
+    def optimal(self) -> bool:
+        """Whether no Gaussian matrix mechanism answers the batch with lower total error.
+
+        True when every block reports each cell of its marginal once, with one weight (GROUP BY
+        with every group reported, or an excluded outside cell): then FᵀF = c·I per block, the
+        batch's Gram is the weighted marginal Gram ResidualPlanner optimizes, and its
+        sum-of-variances optimum is that Gram's SVD lower bound (seed 001, Lemma 2).
+        """
+        return self.bound_ratio <= 1 + 1e-9 and all(q is None or _reports_each_cell_once(q) for q in self.queries)
+
+    @property
+    def total_variance(self) -> float:
+        """Expected total squared error over every answer of the batch."""
+        return float(sum(v.sum() for v in self.variances))
+
+    @property
+    def query_count(self) -> int:
+        return sum(v.size for v in self.variances)
+
+    @property
+    def bound_ratio(self) -> float:
+        """The selection's objective over its lower bound (1 for sum of variances: optimal)."""
+        return self.selection.objective_value() / self.selection.bound if self.selection.bound else 1.0
+
+    def describe(self) -> str:
+        measured = sum(math.prod(n - 1 for n in (self.selection.domains[i] for i in s)) for s in self.selection.closure)
+        return (f"ResidualPlanner ({len(self.selection.marginals)} marginals, {len(self.selection.closure)} "
+                f"residual measurements, {measured:,} noisy values)")
+
+
+def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost) -> ResidualPlan | str:
+    """ResidualPlanner's plan for the batch, or the reason it does not apply (for EXPLAIN)."""
+    if cost.family != "rho":
+        return "ResidualPlanner was not considered: it is a Gaussian (zCDP) mechanism and this batch is charged in ε."
+    compiled = compile_batch(batch, schema, [list(range(len(batch.statements)))])
+    group = compiled.groups[0]
+    if any(block.data != ("count", None) for block in group.blocks):
+        return "ResidualPlanner answers COUNT(*) only; this batch also has SUM, AVG or COUNT(column)."
+    if not group.axes:
+        return "ResidualPlanner needs GROUP BY or WHERE columns; this batch only counts all rows."
+    sizes = [_attribute_size(axis) for axis in group.axes]
+    queries = []
+    for block in group.blocks:
+        found = _marginal_queries(block.workload, sizes)
+        if isinstance(found, str):
+            return found
+        queries.append(found)
+    live = [q for q in queries if q is not None]
+    if not live:
+        return "every statement's WHERE clause is never TRUE."
+    weights: dict[mq.Marginal, float] = {}
+    for q in live:
+        weights[q.marginal] = weights.get(q.marginal, 0.0) + mq.selection_weight(q)
+    table = compiled.table
+    unit_rows = table.privacy_unit.max_rows if table.privacy_unit.column else 1
+    marginals = sorted(weights, key=lambda a: (len(a), a))
+    try:
+        selection = residual.select(sizes, marginals, objective="sum_variance",
+                                    rho=Fraction(cost.value) / unit_rows**2, weights=[weights[a] for a in marginals])
+    except (DomainTooLargeError, ShapeError) as err:
+        return f"ResidualPlanner was not used ({type(err).__name__}: {err})."
+    scale = _sigma2_lookup(selection.closure, selection.sigma2)
+    variances = tuple(np.zeros(_rows(block.workload)) if q is None else mq.variances(q, scale)
+                      for q, block in zip(queries, group.blocks))
+    return ResidualPlan(compiled=compiled, queries=tuple(queries), selection=selection, unit_rows=unit_rows,
+                        variances=variances)
+
+
+def answer(route: ResidualPlan, *, backend: DuckDBBackend, rng: RandomSource | None,
+           report: Callable[[str], None]) -> dict[tuple[int, int], Answers]:
+    """Scan once, measure every residual, reconstruct and answer every block (keyed (0, block))."""
+    compiled, selection = route.compiled, route.selection
+    axes = compiled.groups[0].axes
+    maximal = _maximal(selection.marginals)
+    report(f"scanning '{compiled.table.name}' once for {len(maximal)} marginal tables (GROUPING SETS)")
+    base = backend.marginal_counts(compiled.table, [axis.column for axis in axes], maximal)
+    tables: dict[Sequence[int], IntArray] = {
+        a: _coarsen(table, [axes[i].cell_of_base for i in a])[tuple(slice(0, selection.domains[i]) for i in a)]
+        for a, table in base.items()}
+    report(f"measuring with {route.describe()}")
+    measured = residual.measure(selection, tables, rng=rng)
+    report(f"reconstructing {len(selection.marginals)} marginals")
+    estimates = residual.reconstruct(selection, measured)
+    scale = _sigma2_lookup(selection.closure, measured.sigma2)
+    answers = {}
+    for b, (q, block) in enumerate(zip(route.queries, compiled.groups[0].blocks)):
+        if q is None:
+            rows = _rows(block.workload)
+            answers[0, b] = Answers(values=np.zeros(rows), variances=np.zeros(rows))
+        else:
+            answers[0, b] = Answers(values=mq.answer(q, estimates[q.marginal]), variances=mq.variances(q, scale))
+    return answers
+
+
+def _attribute_size(axis: Axis) -> int:
+    """The axis's cells, without the outside cell when the scan filters its rows out (and ≥ 2 remain)."""
+    return axis.size - 1 if axis.column.outside_excluded and axis.size >= 3 else axis.size
+
+
+def _marginal_queries(workload: Workload, sizes: Sequence[int]) -> mq.MarginalQueries | None | str:
+    """A compiled block as queries on the marginal of the axes it does not simply sum over
+    (restricted to each attribute's first ``sizes[i]`` cells: the others are always empty)."""
+    terms = workload.terms if isinstance(workload, Sum) else (workload,)
+    factor_lists = []
+    for term in terms:
+        if isinstance(term, Explicit):  # no axes: the total count
+            return "ResidualPlanner needs GROUP BY or WHERE columns."
+        if not isinstance(term, Kron) or not all(isinstance(f, Explicit) for f in term.factors):
+            return "a statement's queries are not a marginal's Kronecker form."
+        factor_lists.append([np.asarray(f.dense(), dtype=np.float64)[:, :n] for f, n in zip(term.factors, sizes)])
+    used = tuple(i for i in range(len(factor_lists[0]))
+                 if any(f[i].shape[0] != 1 or not np.all(f[i] == 1.0) for f in factor_lists))
+    queries = mq.MarginalQueries(marginal=used, terms=tuple(tuple(f[i] for i in used) for f in factor_lists))
+    return None if mq.is_zero(queries) else queries
+
+
+def _reports_each_cell_once(queries: mq.MarginalQueries) -> bool:
+    """One Kronecker term whose factors have exactly one non-zero per column, all of one magnitude."""
+    if len(queries.terms) != 1:
+        return False
+    for factor in queries.terms[0]:
+        nonzero = factor != 0
+        if not np.all(nonzero.sum(axis=0) == 1) or np.ptp(np.abs(factor[nonzero])) != 0:
+            return False
+    return True
+
+
+def _rows(workload: Workload) -> int:
+    terms = workload.terms if isinstance(workload, Sum) else (workload,)
+    first = terms[0]
+    return math.prod(f.shape[0] for f in first.factors) if isinstance(first, Kron) else first.shape[0]
+
+
+def _sigma2_lookup(closure: tuple[mq.Marginal, ...], sigma2: FloatArray) -> Callable[[mq.Marginal], float]:
+    table = dict(zip(closure, sigma2.tolist()))
+    return table.__getitem__
+
+
+def _maximal(marginals: tuple[mq.Marginal, ...]) -> list[mq.Marginal]:
+    """The marginals no other requested marginal contains: the only tables the scan needs."""
+    sets = [frozenset(a) for a in marginals]
+    return [a for a, s in zip(marginals, sets) if not any(s < other for other in sets)]
+
+
+def _coarsen(table: IntArray, cell_maps: list[IntArray]) -> IntArray:
+    """Base-cell counts (domain.size + 1 per axis) summed into the batch's axis cells, exactly."""
+    out = np.asarray(table, dtype=np.int64)
+    for axis, cell_of_base in enumerate(cell_maps):
+        moved = np.moveaxis(out, axis, 0)
+        summed = np.zeros((int(cell_of_base.max()) + 1, *moved.shape[1:]), dtype=np.int64)
+        np.add.at(summed, cell_of_base, moved)
+        out = np.moveaxis(summed, 0, axis)
+    return out
