@@ -112,16 +112,19 @@ MAX_GROUP_EVALUATIONS = 60
 
 
 def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[object] | None = None,
-            progress: planner.Progress | None = None) -> Prepared:
+            progress: planner.Progress | None = None, *, plan_all_routes: bool = False) -> Prepared:
     """Parse, compile, plan every data vector and split the batch's budget — no data read.
 
     ``progress`` hears about each strategy that has to be optimized (seconds, not milliseconds).
+    ``plan_all_routes`` plans the statement groups even when ResidualPlanner is certified optimal
+    (to compare the routes; the choice is the same).
     """
     batch = parse_batch(text, parameters)
     noise: planner.Noise = "laplace" if cost.family == "epsilon" else "gaussian"
     table = batch_table(batch, schema)
     route = marginal_batch.plan(batch, schema, cost)
-    if isinstance(route, marginal_batch.ResidualPlan) and route.optimal and len(initial_partition(batch, table)) > 1:
+    if (isinstance(route, marginal_batch.ResidualPlan) and route.optimal and not plan_all_routes
+            and len(initial_partition(batch, table)) > 1):
         return Prepared(compiled=route.compiled, cost=cost, measurements=(), residual=route)  # nothing can beat it
     compiled = compile_batch(batch, schema, _choose_partition(batch, table, noise))
     unit_rows = compiled.table.privacy_unit.max_rows if compiled.table.privacy_unit.column else 1

@@ -149,6 +149,9 @@ def test_when_every_cell_is_reported_residual_planner_meets_the_svd_bound_and_sk
     assert W.shape == (4 * 5 + 4 * 6 + 5 * 6 + 5, 120)
     assert route.total_variance == pytest.approx(error.svd_bound(W), rel=1e-8)  # ρ = 1/2 is the bound's unit
     assert "statement groups were not planned" in engine.explain(prepared)
+    both = engine.prepare(sql, wide_schema(), PrivacyCost(rho=0.5), plan_all_routes=True)
+    assert both.use_residual and both.measurements and both.residual is not None
+    assert both.residual.total_variance <= both.standard_total * (1 + 1e-9)  # the certificate, checked
     filtered = engine.prepare(sql + "; SELECT a1, COUNT(*) AS n FROM t WHERE a3 = 2 GROUP BY a1", wide_schema(),
                               PrivacyCost(rho=0.5))
     assert filtered.residual is not None and not filtered.residual.optimal and filtered.measurements  # compared
