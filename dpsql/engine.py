@@ -10,6 +10,11 @@ Privacy:
     Everything after the measurements is post-processing. Nothing is read from the data before
     the cost is checked and charged, and the cells come from the schema only.
 
+Truncation: a SUM/AVG measure declared with ``truncate`` first has its threshold θ chosen with
+    a share of the batch's budget (``dpsql.thresholds``, pure ε_sel-DP, or ρ_sel = ε_sel²/2), and
+    its sums are then measured clamped at ±θ with B = θ/quantum; the measurements split the rest.
+    The whole batch cost is charged before the first scan.
+
 Routes: a zCDP batch of COUNT(*) statements is also planned as one ResidualPlanner release over
 all its marginals (``dpsql.marginal_batch``, ρ-zCDP per privacy unit, measured at ρ/k²); the
 route with the lower expected total squared error over the batch's answers answers it.
@@ -19,19 +24,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from dpsql import marginal_batch, mechanism, planner
+from dpsql import marginal_batch, mechanism, planner, thresholds
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import CellData, DuckDBBackend, measure_quantum
 from dpsql.noise import RandomSource
 from dpsql.results import statement_tables
-from dpsql.schema import Ordered, Schema, Table
+from dpsql.schema import Column, Ordered, Schema, Table
 from dpsql.sql import ir
 from dpsql.sql.compile import (
     MERGE_CELLS,
@@ -89,6 +94,7 @@ class Prepared:
     measurements: tuple[Measurement, ...]
     residual: marginal_batch.ResidualPlan | None = None
     residual_note: str | None = None
+    thresholds: tuple[thresholds.ThresholdPlan, ...] = ()
 
     @property
     def standard_total(self) -> float:
@@ -136,12 +142,16 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
             plan = planner.plan(group.workload(kind), noise=noise, sizes=sizes, ordered=ordered, progress=progress)
             quantum, bound = _value_scale(compiled, kind)
             drafts.append((index, kind, plan, unit_rows * bound, quantum))
-    shares = planner.split_budget([plan.expected_error for _, _, plan, _, _ in drafts], cost.value, noise=noise)
+    measured = [compiled.table.columns[str(kind[1])] for _, kind, _, _, _ in drafts if kind[0] == "sum"]
+    selections, selection_share = thresholds.plans(list(dict.fromkeys(measured)), family=cost.family, total=cost.value)
+    shares = planner.split_budget([plan.expected_error for _, _, plan, _, _ in drafts], cost.value * (1 - selection_share),
+                                  noise=noise)
     measurements = tuple(Measurement(group=g, kind=kind, plan=plan, share=share, row_scale=scale, quantum=quantum)
                          for (g, kind, plan, scale, quantum), share in zip(drafts, shares))
+    common = {"compiled": compiled, "cost": cost, "measurements": measurements, "thresholds": tuple(selections)}
     if isinstance(route, str):
-        return Prepared(compiled=compiled, cost=cost, measurements=measurements, residual_note=route)
-    return Prepared(compiled=compiled, cost=cost, measurements=measurements, residual=route)
+        return Prepared(**common, residual_note=route)  # type: ignore[arg-type]
+    return Prepared(**common, residual=route)  # type: ignore[arg-type]
 
 
 def _choose_partition(batch: ir.Batch, table: Table, noise: planner.Noise) -> list[list[int]]:
@@ -226,29 +236,52 @@ def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: Rand
             "expected_rmse": {"batch": math.sqrt(route.total_variance / route.query_count)},
         }
     else:
-        answers = _standard_answers(prepared, backend=backend, rng=rng, report=report)
+        chosen = _choose_thresholds(prepared, backend=backend, rng=rng, report=report)
+        answers, used = _standard_answers(prepared, chosen, backend=backend, rng=rng, report=report)
         metadata = {
             "mechanism": f"matrix mechanism, {family}",
-            "strategy": {_name(m): m.plan.name for m in prepared.measurements},
-            "expected_rmse": {_name(m): m.expected_rmse(m.plan.name) for m in prepared.measurements},
+            "strategy": {_name(m): m.plan.name for m in used},
+            "expected_rmse": {_name(m): m.expected_rmse(m.plan.name) for m in used},
         }
+        if chosen:
+            metadata["truncation_threshold"] = chosen
+            metadata["truncation"] = {plan.column.name: plan.describe() for plan in prepared.thresholds}
     report("packaging the results")
     metadata["budget_spent"] = prepared.cost.describe()
     metadata["budget_remaining"] = f"{budget.remaining:.6g} of {budget.total.describe()}"
     return statement_tables(compiled, answers, metadata)
 
 
-def _standard_answers(prepared: Prepared, *, backend: DuckDBBackend, rng: RandomSource | None,
-                      report: Callable[[str], None]) -> dict[tuple[int, int], mechanism.Answers]:
-    """One scan per statement group, each data vector measured with its plan's strategy."""
+def _choose_thresholds(prepared: Prepared, *, backend: DuckDBBackend, rng: RandomSource | None,
+                       report: Callable[[str], None]) -> dict[str, float]:
+    """θ for every truncated measure column (the batch is already charged for these selections)."""
+    chosen = {}
+    for plan in prepared.thresholds:
+        report(f"choosing the truncation threshold of {plan.column.name} ({plan.method}, ε = {plan.epsilon:.4g})")
+        chosen[plan.column.name] = thresholds.choose(plan, backend=backend, table=prepared.compiled.table, rng=rng)
+    return chosen
+
+
+def _standard_answers(prepared: Prepared, chosen: dict[str, float], *, backend: DuckDBBackend, rng: RandomSource | None,
+                      report: Callable[[str], None]) -> tuple[dict[tuple[int, int], mechanism.Answers], list[Measurement]]:
+    """One scan per statement group, each data vector measured with its plan's strategy.
+
+    Truncated measure columns are clamped at their chosen θ: their quantum and per-unit scale
+    are recomputed from the narrowed bounds. Returns the answers and the measurements as run.
+    """
     compiled = prepared.compiled
+    columns = {name: thresholds.truncated(c, chosen[name]) if name in chosen else c for name, c in compiled.table.columns.items()}
+    table = replace(compiled.table, columns=columns)
+    unit_rows = table.privacy_unit.max_rows if table.privacy_unit.column else 1
+    used = [_narrowed_measurement(m, columns[str(m.kind[1])], unit_rows) if m.kind[0] == "sum" and m.kind[1] in chosen else m
+            for m in prepared.measurements]
     answers: dict[tuple[int, int], mechanism.Answers] = {}
     for index, group in enumerate(compiled.groups):
-        mine = [m for m in prepared.measurements if m.group == index]
-        sums = {compiled.table.columns[str(m.kind[1])]: m.quantum for m in mine if m.kind[0] == "sum"}
-        nonnull = [compiled.table.columns[str(m.kind[1])] for m in mine if m.kind[0] == "nonnull"]
+        mine = [m for m in used if m.group == index]
+        sums = {columns[str(m.kind[1])]: m.quantum for m in mine if m.kind[0] == "sum"}
+        nonnull = [columns[str(m.kind[1])] for m in mine if m.kind[0] == "nonnull"]
         report(f"scanning '{compiled.table.name}' for group {index + 1} of {len(compiled.groups)} ({group.cells:,} cells)")
-        data = backend.cell_data(compiled.table, [axis.column for axis in group.axes], sum_columns=sums, count_columns=nonnull)
+        data = backend.cell_data(table, [columns[axis.column.name] for axis in group.axes], sum_columns=sums, count_columns=nonnull)
         for m in mine:
             report(f"measuring {_name(m)} with {m.plan.name} ({m.plan.strategy.shape[0]:,} noisy values)")
             x = _batch_vector(group, data, m.kind)
@@ -259,7 +292,14 @@ def _standard_answers(prepared: Prepared, *, backend: DuckDBBackend, rng: Random
             for position, result in zip(positions, results):
                 answers[index, position] = mechanism.Answers(values=result.values * m.quantum,
                                                              variances=result.variances * m.quantum**2)
-    return answers
+    return answers, used
+
+
+def _narrowed_measurement(m: Measurement, column: Column, unit_rows: int) -> Measurement:
+    """A sum measurement re-scaled to its column's truncated bounds (quantum and k·B)."""
+    quantum = measure_quantum(column)
+    low, high = column.measure_bounds  # type: ignore[misc]
+    return replace(m, quantum=quantum, row_scale=unit_rows * max(1, math.ceil(max(abs(low), abs(high)) / quantum)))
 
 
 def _name(m: Measurement) -> str:
@@ -285,6 +325,9 @@ def explain(prepared: Prepared, budget: Budget | None = None) -> str:
     compiled = prepared.compiled
     lines = [f"Batch: {len(compiled.statements)} statement(s) on table '{compiled.table.name}'.",
              f"Cost: {prepared.cost.describe()}" + (f"; budget left {budget.remaining:.6g} of {budget.total.describe()}" if budget else "")]
+    for plan in prepared.thresholds:
+        lines.append(f"Truncation: {plan.describe()}; the sums are then clamped at ±θ. The expected RMSEs "
+                     "below use the outer bound (a smaller θ lowers them, and adds a bias toward zero).")
     route = prepared.residual
     if route is not None and not prepared.measurements:
         lines.append("Route: ResidualPlanner — its expected error equals the SVD lower bound of this batch's workload, "

@@ -156,6 +156,18 @@ Domain = Categorical | Ordered
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Truncation:
+    """A measure whose SUMs are truncated at a privately chosen threshold θ ≤ its outer bound.
+
+    ``method``: "svt" (AboveThreshold on the grid), "recursive" (race to the top over 2^j) or
+    "auto"; ``share``: the fraction of the batch's budget spent on choosing θ.
+    """
+
+    method: Literal["svt", "recursive", "auto"]
+    share: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Column:
     """A declared column: its domain, whether GROUP BY shows the outside cell, measure bounds."""
 
@@ -165,6 +177,7 @@ class Column:
     other: bool = False
     measure_bounds: tuple[float, float] | None = None
     outside_excluded: bool = False  # out_of_domain = "exclude": rows outside the domain are filtered out
+    truncation: Truncation | None = None  # truncate = ...: SUMs clip at a private threshold θ
 
     @property
     def key(self) -> str:
@@ -265,8 +278,10 @@ def _privacy_unit(key: str, spec: Any) -> PrivacyUnit:
 _COMMON = {"type", "other", "out_of_domain"}
 _KEYS = {
     "categorical": _COMMON | {"values"},
-    "integer": _COMMON | {"lower", "upper", "bin_width", "edges", "resolution", "measure_lower", "measure_upper"},
-    "numeric": _COMMON | {"lower", "upper", "bin_width", "edges", "resolution", "measure_lower", "measure_upper"},
+    "integer": _COMMON | {"lower", "upper", "bin_width", "edges", "resolution", "measure_lower", "measure_upper",
+                          "truncate", "truncation_share"},
+    "numeric": _COMMON | {"lower", "upper", "bin_width", "edges", "resolution", "measure_lower", "measure_upper",
+                          "truncate", "truncation_share"},
     "date": _COMMON | {"lower", "upper", "unit", "bin_width"},
 }
 
@@ -295,9 +310,28 @@ def _column(table: str, name: str, spec: Any) -> Column:
         domain = _dates(key, spec, clamp=policy == "clamp")
     else:
         domain = _numbers(key, kind, spec, clamp=policy == "clamp")
-    return Column(table=table.lower(), name=name.lower(), domain=domain, other=other, measure_bounds=_measure(key, spec, domain),
-                  outside_excluded=policy == "exclude")
+    bounds = _measure(key, spec, domain)
+    return Column(table=table.lower(), name=name.lower(), domain=domain, other=other, measure_bounds=bounds,
+                  outside_excluded=policy == "exclude", truncation=_truncation(key, spec, bounds))
 
+
+def _truncation(key: str, spec: Mapping[str, Any], bounds: tuple[float, float] | None) -> Truncation | None:
+    """``truncate = "svt" | "recursive" | "auto"`` and ``truncation_share`` (default 0.1)."""
+    if "truncate" not in spec:
+        if "truncation_share" in spec:
+            raise SchemaError(f'{key}.truncation_share needs truncate = "svt", "recursive" or "auto".')
+        return None
+    method = spec["truncate"]
+    if method not in ("svt", "recursive", "auto"):
+        raise SchemaError(f'{key}.truncate must be "svt", "recursive" or "auto"; got {method!r}.')
+    share = spec.get("truncation_share", 0.1)
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
+        raise SchemaError(f"{key}.truncation_share must be a number between 0 and 1 (the batch budget's share "
+                          f"spent on choosing the threshold); got {share!r}.")
+    assert bounds is not None  # integer and numeric columns always have measure bounds
+    if max(abs(bounds[0]), abs(bounds[1])) == 0:
+        raise SchemaError(f"{key}: truncation needs a non-zero outer bound (upper or lower).")
+    return Truncation(method=method, share=float(share))
 
 def _only(key: str, spec: Mapping[str, Any], allowed: set[str]) -> None:
     unknown = sorted(set(spec) - allowed)

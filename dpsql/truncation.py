@@ -108,7 +108,7 @@ class Threshold:
 
 
 def svt_threshold(below: npt.ArrayLike, total: int, grid: npt.ArrayLike, *, fraction: Fraction | float,
-                  epsilon: float, rng: noise.RandomSource | None = None) -> Threshold:
+                  epsilon: float, max_rows: int = 1, rng: noise.RandomSource | None = None) -> Threshold:
     """AboveThreshold: the first grid value uₖ with #{rows ≤ uₖ} > r·N, ε-DP (add/remove one row).
 
     ``below[k]`` = #{rows with value ≤ grid[k]} and ``total`` = N are the data; r = p/q.
@@ -120,7 +120,8 @@ def svt_threshold(below: npt.ArrayLike, total: int, grid: npt.ArrayLike, *, frac
     shifts the threshold noise by Δ and the halting query's noise by 2Δ, integer shifts under
     which the discrete Laplace density ratio is at most e^{ε/2} each, so the output index is ε-DP
     however many queries answered ⊥. If none fires the last grid value (≥ the public cap) is
-    returned, which is also post-processing.
+    returned, which is also post-processing. A privacy unit of up to ``max_rows`` rows moves each
+    gₖ by at most ``max_rows`` times as much, and Δ scales with it.
     """
     r = Fraction(fraction).limit_denominator(10**6)
     if not 0 < r < 1:
@@ -130,7 +131,7 @@ def svt_threshold(below: npt.ArrayLike, total: int, grid: npt.ArrayLike, *, frac
     if points.ndim != 1 or counts.shape != points.shape or total < 0:
         raise ShapeError(f"need one count per grid value ({points.size}) and N ≥ 0.")
     p, q = r.numerator, r.denominator
-    delta = max(p, q - p)
+    delta = max(p, q - p) * _positive_rows(max_rows)
     source = noise.resolve_rng(rng)
     threshold = int(noise.discrete_laplace(noise.fraction_at_least(2 * delta / epsilon), 1, rng=source)[0])
     draws = noise.discrete_laplace(noise.fraction_at_least(4 * delta / epsilon), points.size, rng=source)
@@ -160,7 +161,7 @@ def r2t_penalties(taus: npt.ArrayLike, *, epsilon: float, beta: float = 0.1, kap
 
 
 def r2t_threshold(truncated_sums: npt.ArrayLike, taus: npt.ArrayLike, *, epsilon: float, beta: float = 0.1,
-                  kappa: float = 0.0, rng: noise.RandomSource | None = None) -> Threshold:
+                  kappa: float = 0.0, max_rows: int = 1, rng: noise.RandomSource | None = None) -> Threshold:
     """Race to the top: θ = τ_ĵ, ĵ = argmax (sⱼ + Lap_Z(J·τⱼ/ε) − penalty_j); τ₀ if every score ≤ 0.
 
     ``truncated_sums[j]`` = Σ_rows min(|v|, τⱼ) in integer units of the value grid, ``taus`` the
@@ -168,12 +169,14 @@ def r2t_threshold(truncated_sums: npt.ArrayLike, taus: npt.ArrayLike, *, epsilon
 
     Privacy: each sⱼ moves by at most τⱼ when one row (or unit total) is added or removed, so
     each noisy sⱼ is (ε/J)-DP and the J of them ε-DP by sequential composition; the penalties
-    are public and the argmax (ties to the smaller τ) is post-processing.
+    are public and the argmax (ties to the smaller τ) is post-processing. With privacy units of
+    up to ``max_rows`` rows (each clipped on its own) sⱼ moves by ``max_rows``·τⱼ: the noise
+    scales with it.
     """
     sums, tau = np.asarray(truncated_sums, dtype=np.int64), np.asarray(taus, dtype=np.int64)
     if sums.shape != tau.shape or tau.size == 0 or np.any(tau <= 0):
         raise ShapeError("need one truncated sum per threshold, thresholds > 0.")
-    scales, penalties = r2t_penalties(tau.tolist(), epsilon=epsilon, beta=beta, kappa=kappa)
+    scales, penalties = r2t_penalties(tau.tolist(), epsilon=epsilon / _positive_rows(max_rows), beta=beta, kappa=kappa)
     source = noise.resolve_rng(rng)
     draws = np.array([int(noise.discrete_laplace(noise.fraction_at_least(scale), 1, rng=source)[0]) for scale in scales.tolist()])
     scores = sums + draws - penalties
@@ -209,6 +212,12 @@ def isotonic_increasing(y: npt.ArrayLike, weights: npt.ArrayLike | None = None) 
             del means[-1], masses[-1], lengths[-1]
             means[-1], masses[-1], lengths[-1] = mean, mass, length
     return np.repeat(np.array(means), lengths)
+
+
+def _positive_rows(max_rows: int) -> int:
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
+        raise PrivacyParameterError(f"max_rows must be an integer ≥ 1; got {max_rows!r}.")
+    return max_rows
 
 
 def _check_epsilon(epsilon: float) -> None:

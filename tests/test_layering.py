@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-MATH_MODULES = ["dpsql.workloads", "dpsql.kronvec", "dpsql.linalg", "dpsql.strategies", "dpsql.noise", "dpsql.marginal_queries",
+MATH_MODULES = ["dpsql.workloads", "dpsql.kronvec", "dpsql.linalg", "dpsql.strategies", "dpsql.noise", "dpsql.marginal_queries", "dpsql.truncation",
                 "dpsql.residual_basis", "dpsql.strategies.residual", "dpsql.strategies.residual_plus",
                 "dpsql.mechanism", "dpsql.error"]
 

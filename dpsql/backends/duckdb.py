@@ -84,6 +84,15 @@ _QUIET_ERRORS = (duckdb.CatalogException, duckdb.BinderException, duckdb.ParserE
 
 # ======================================================================================= result
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MeasureProfile:
+    """Private statistics of one measure for choosing a truncation threshold (see measure_profile)."""
+
+    rows: int
+    below: tuple[int, ...]
+    clipped_sums: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CellData:
     """The non-empty cells of a table's data vector, in row-major order over ``shape``.
 
@@ -220,6 +229,30 @@ class DuckDBBackend:
         result = self._run(query.sql("duckdb"))
         shape = tuple(c.domain.size + 1 for c in cell_columns)
         return _cell_data(result, shape, [c.name for c in sum_columns], [c.name for c in count_columns])
+
+    def measure_profile(self, table: Table, column: Column, quantum: float, below: Sequence[float],
+                        clip: Sequence[int]) -> MeasureProfile:
+        """What the truncation-threshold selectors read, in one scan over the (capped) rows.
+
+        Each row's value is clamped to the column's outer measure bounds and counted in quanta,
+        a = |round(clamp(v) / quantum)| (NULL and NaN rows are left out). Returns the number of
+        such rows, #{a ≤ below[k]/quantum} per point and Σ min(a, clip[j]) per integer clip level.
+        """
+        catalog = self._checked_catalog(table, [], {column: quantum}, [])
+        rows, _, (value,), _ = _rows(table, catalog, [], {column: quantum}, ())
+        magnitude = exp.Abs(this=_ref(value))
+        aggregates = [exp.alias_(exp.Count(this=_ref(value)), "dpsql_rows", quoted=True)]
+        aggregates += [exp.alias_(exp.Count(this=exp.Case().when(exp.LTE(this=magnitude.copy(), expression=_double(u / quantum)),
+                                                               _int(1))), f"dpsql_below_{k}", quoted=True)
+                       for k, u in enumerate(below)]
+        present = exp.Not(this=_ref(value).is_(exp.null()))  # LEAST skips NULLs, so guard them explicitly
+        aggregates += [exp.alias_(exp.Coalesce(this=exp.cast(exp.Sum(this=exp.Case().when(present.copy(), _call(
+                           "least", magnitude.copy(), _int(int(t))))), "BIGINT"), expressions=[_int(0)]), f"dpsql_clip_{j}", quoted=True)
+                       for j, t in enumerate(clip)]
+        result = self._run(exp.select(*aggregates).from_(rows.subquery("dpsql_rows", copy=False)).sql("duckdb")).to_pylist()[0]
+        return MeasureProfile(rows=int(result["dpsql_rows"]),
+                              below=tuple(int(result[f"dpsql_below_{k}"]) for k in range(len(below))),
+                              clipped_sums=tuple(int(result[f"dpsql_clip_{j}"]) for j in range(len(clip))))
 
     def marginal_counts(self, table: Table, cell_columns: Sequence[Column],
                         marginals: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], IntArray]:
