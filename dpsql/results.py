@@ -24,15 +24,30 @@ from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, CompiledStatement, OutputAggregate
 
 
+#: AVG is NULL where the noisy COUNT is below this many of its standard errors (or below 1): there
+#: the ratio S/C is dominated by noise in C and its delta-method standard error is meaningless.
+AVG_MIN_COUNT_STDDEVS = 2.0
+
+
 def statement_tables(compiled: CompiledBatch, answers: Mapping[tuple[int, int], Answers],
                      metadata: Mapping[str, Any]) -> list[pa.Table]:
-    """One table per statement, from the answers of every block, keyed (group, block index)."""
-    encoded = {b"dpsql": json.dumps(metadata, default=str).encode()}
-    return [_table(compiled, statement, answers).replace_schema_metadata(encoded) for statement in compiled.statements]
+    """One table per statement, from the answers of every block, keyed (group, block index).
+
+    Each table's metadata is ``metadata`` plus, when some AVG groups are NULL, ``avg_null`` with
+    the reason per output column.
+    """
+    tables = []
+    for statement in compiled.statements:
+        table, notes = _table(compiled, statement, answers)
+        own = {**metadata, "avg_null": notes} if notes else metadata
+        tables.append(table.replace_schema_metadata({b"dpsql": json.dumps(own, default=str).encode()}))
+    return tables
 
 
-def _table(compiled: CompiledBatch, statement: CompiledStatement, answers: Mapping[tuple[int, int], Answers]) -> pa.Table:
+def _table(compiled: CompiledBatch, statement: CompiledStatement,
+           answers: Mapping[tuple[int, int], Answers]) -> tuple[pa.Table, dict[str, str]]:
     columns: dict[str, pa.Array] = {}
+    notes: dict[str, str] = {}
     mine = {block: found for (group, block), found in answers.items() if group == statement.group}
     for item in statement.statement.select:
         if isinstance(item, ir.GroupColumn):
@@ -42,10 +57,14 @@ def _table(compiled: CompiledBatch, statement: CompiledStatement, answers: Mappi
             value, stddev = _aggregate_values(statement, _find(statement, item), mine)
             columns[item.alias] = pa.array(value, type=pa.float64(), from_pandas=True)
             columns[f"{item.alias}_stddev"] = pa.array(stddev, type=pa.float64(), from_pandas=True)
+            missing = int(np.isnan(value).sum())
+            if item.function == "avg" and missing:
+                notes[item.alias] = (f"{missing} group(s) NULL: the noisy count of non-NULL values is below "
+                                     f"max(1, {AVG_MIN_COUNT_STDDEVS:g} standard errors), too small for a meaningful ratio")
     table = pa.table(columns)
     order = _order(statement.statement, table)
     table = table.take(pa.array(order, type=pa.int64()))
-    return table.slice(0, statement.statement.limit) if statement.statement.limit is not None else table
+    return (table.slice(0, statement.statement.limit) if statement.statement.limit is not None else table), notes
 
 
 def _find(statement: CompiledStatement, aggregate: ir.Aggregate) -> OutputAggregate:
@@ -62,10 +81,11 @@ def _aggregate_values(statement: CompiledStatement, output: OutputAggregate,
     second = answers[output.blocks[1]]
     total, count = first.values[rows], second.values[rows]
     var_total, var_count = first.variances[rows], second.variances[rows]
+    enough = count >= np.maximum(1.0, AVG_MIN_COUNT_STDDEVS * np.sqrt(var_count))
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean = np.where(count > 0, total / count, np.nan)
+        mean = np.where(enough, total / count, np.nan)
         # Var(S/C) ≈ Var(S)/C² + S²·Var(C)/C⁴ (S and C are measured independently, so Cov = 0)
-        variance = np.where(count > 0, var_total / count**2 + total**2 * var_count / count**4, np.nan)
+        variance = np.where(enough, var_total / count**2 + total**2 * var_count / count**4, np.nan)
     assert output.column is not None and output.column.measure_bounds is not None  # AVG is compiled only on measures
     low, high = output.column.measure_bounds
     return np.clip(mean, low, high), np.sqrt(variance)

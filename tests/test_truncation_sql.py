@@ -132,3 +132,23 @@ def test_truncation_threshold_is_reported_and_the_budget_charged_once() -> None:
     assert budget.spent == pytest.approx(1.0) and set(metadata["truncation_threshold"]) == {"income"}
     assert "SVT" in metadata["truncation"]["income"]
     assert np.all(table.column("a").to_numpy() <= metadata["truncation_threshold"]["income"])
+
+
+def test_avg_is_null_where_the_noisy_count_is_too_small() -> None:
+    """Group 4 is declared but never occurs: its noisy count is near 0 and its AVG NULL, with the
+    reason in the metadata; exactly the groups whose count is below max(1, 2 standard errors)."""
+    con = heavy_table()
+    wide = Schema.load({"tables": {"t": {"columns": {
+        "income": {"type": "integer", "lower": 0, "upper": 10_000_000, "bin_width": 1000},
+        "g": {"type": "categorical", "values": [0, 1, 2, 3, 4]}}}}})
+    prepared = engine.prepare("SELECT g, COUNT(income) AS c, AVG(income) AS a FROM t GROUP BY g", wide, PrivacyCost(epsilon=0.5))
+    nulls = 0
+    for seed in range(5):
+        (table,) = engine.run(prepared, backend=DuckDBBackend(con), budget=Budget(epsilon=10.0), rng=SeededRandomSource(seed))
+        c, se, a = (table.column(n).to_numpy(zero_copy_only=False) for n in ("c", "c_stddev", "a"))
+        assert np.array_equal(np.isnan(a), c < np.maximum(1.0, 2 * se))
+        assert not np.isnan(a[:4]).any()
+        if np.isnan(a[4]):
+            nulls += 1
+            assert "1 group(s) NULL" in json.loads(table.schema.metadata[b"dpsql"])["avg_null"]["a"]
+    assert nulls >= 3  # P(noise ≥ 2σ) < 0.08 per run for the empty group
