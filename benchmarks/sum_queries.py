@@ -5,7 +5,7 @@ Data: 40,000 synthetic incomes (log-normal body, Pareto(1.2) tail, whole dollars
 public outer bound U = 10⁷). Queries: q_i = Σ_{t ≤ 800·i} t for i = 1…1000. Buckets (l, u] of
 width 800 up to 800,000; incomes above it are in no query and are left out of the vectors.
 
-Budget ε = 0.01 in total: thresholds take 10 % (ε₁ = 0.001), the measurement ε₂ = 0.009.
+Budget ε = 0.01 in total (--epsilon): thresholds take 10 % (ε₁ = 0.001), the measurement ε₂ = 0.009.
     NoTrunc    θ = 800,000 (the largest value any query includes);
     SVT        dpsql.truncation.svt_threshold on |v| (r = 0.998, c = 1.2, 64 points below U);
     recursive  dpsql.truncation.r2t_threshold over 2^j ≤ U (β = 0.1).
@@ -20,7 +20,7 @@ Prints the median relative error over trials at queries i = 1, 10, 100, 500, 100
 queries, the median θ of each selector, and writes sum_queries.png (median error per query, log
 scale) when matplotlib is installed (pip install "dpsql[plots]").
 
-Run: python benchmarks/sum_queries.py [--trials 20] [--rows 40000] [--seed 0]
+Run: python benchmarks/sum_queries.py [--trials 20] [--rows 40000] [--seed 0] [--epsilon 0.01]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from dpsql.noise import SeededRandomSource
 from dpsql.workloads import Identity, Prefix, Workload
 
 WIDTH, BUCKETS, CAP = 800, 1000, 10_000_000
-EPSILON, SHARE = 0.01, 0.1
+SHARE = 0.1
 SHOWN = [1, 10, 100, 500, 1000]
 
 
@@ -50,8 +50,8 @@ def incomes(rows: int, rng: np.random.Generator) -> np.ndarray:
     return np.minimum(np.round(values), CAP)
 
 
-def thresholds(values: np.ndarray, method: str, source: SeededRandomSource) -> float:
-    epsilon = SHARE * EPSILON
+def thresholds(values: np.ndarray, method: str, source: SeededRandomSource, total: float) -> float:
+    epsilon = SHARE * total
     if method == "NoTrunc":
         return float(WIDTH * BUCKETS)
     if method == "SVT":
@@ -79,12 +79,12 @@ def run(args: argparse.Namespace) -> dict[tuple[str, str], np.ndarray]:
     A_timm = best_strategy(W)
     errors: dict[tuple[str, str], list[np.ndarray]] = {}
     chosen: dict[str, list[float]] = {}
-    eps2 = Fraction(EPSILON * (1 - SHARE)).limit_denominator(10**9)
+    eps2 = Fraction(args.epsilon * (1 - SHARE)).limit_denominator(10**9)
     started = time.perf_counter()
     for trial in range(args.trials):
         source = SeededRandomSource(1000 + trial)
         for method in ("NoTrunc", "SVT", "recursive"):
-            theta = thresholds(values, method, source)
+            theta = thresholds(values, method, source, args.epsilon)
             chosen.setdefault(method, []).append(theta)
             t = truncation.clipped(upper, theta)
             WT = truncation.weighted(W, t)
@@ -118,7 +118,7 @@ def report(medians: dict[tuple[str, str], np.ndarray]) -> None:
             print(f"  {method} {name}: {count}")
 
 
-def plot(medians: dict[tuple[str, str], np.ndarray], path: Path) -> None:
+def plot(medians: dict[tuple[str, str], np.ndarray], path: Path, epsilon: float) -> None:
     try:
         import matplotlib
 
@@ -132,7 +132,7 @@ def plot(medians: dict[tuple[str, str], np.ndarray], path: Path) -> None:
         axis.plot(WIDTH * np.arange(1, BUCKETS + 1), median, label=f"{method} {name}",
                   linestyle={"NoTrunc": ":", "SVT": "-", "recursive": "--"}[method])
     axis.set(xscale="log", yscale="log", xlabel="prefix threshold (income ≤ x)", ylabel="median relative error",
-             title=f"1,000 prefix sums, ε = {EPSILON} (10 % for θ)")
+             title=f"1,000 prefix sums, ε = {epsilon:g} (10 % for θ)")
     axis.legend(ncol=3, fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
@@ -144,12 +144,13 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--rows", type=int, default=40_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epsilon", type=float, default=0.01, help="the batch's total ε (the paper's 0.01)")
     parser.add_argument("--plot", type=Path, default=Path("sum_queries.png"))
     args = parser.parse_args()
     print(header("sum_queries"))
     medians = run(args)
     report(medians)
-    plot(medians, args.plot)
+    plot(medians, args.plot, args.epsilon)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,11 @@ Grids (public, from the schema only):
                a fraction SVT_FRACTION of the non-NULL rows at or below it (|value|, clamped to
                the outer bounds);
     recursive  τⱼ = U/2^(J−1−j) in whole quanta, J ≤ R2T_POINTS: race to the top (β = 0.1).
-``auto`` runs SVT: the digest finds race-to-the-top conservative on heavy tails, and the issue's
-benchmark comparing the two is still to be run (see the closing note).
+``auto`` runs SVT. ``benchmarks/sum_queries.py`` (40,000 heavy-tailed incomes, 1,000 prefix sums,
+10 % of the budget for θ) found it the more accurate selector at every total ε measured
+(0.01, 0.1, 1, 10). At ε = 0.01 race to the top picked θ = 1 in the median, because its penalty
+J·ln(J/β)·τ/ε_sel exceeds any truncated total. At ε = 0.1 it clipped too much: its best median
+relative error was 0.24, against 0.018 with SVT.
 
 Privacy: both selectors are pure ε_sel-DP (``dpsql.truncation``); a zCDP batch gives each
 selection ρ_sel and runs it at ε_sel = √(2ρ_sel) (ε-DP implies ε²/2-zCDP).
