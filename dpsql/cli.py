@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -100,7 +101,13 @@ def _run(arguments: argparse.Namespace) -> int:
     for number, table in enumerate(tables, start=1):
         print(f"-- statement {number}")
         print(format_table(table))
+        notes = json.loads(table.schema.metadata[b"dpsql"]).get("avg_null", {})
+        for alias, note in notes.items():
+            print(f"   {alias}: {note}")
         print()
+    thresholds = json.loads(tables[0].schema.metadata[b"dpsql"]).get("truncation_threshold", {}) if tables else {}
+    for column, theta in thresholds.items():
+        print(f"-- {column}: sums truncated at θ = {theta:,.2f} (chosen privately; answers are biased toward zero beyond it)")
     return 0
 
 

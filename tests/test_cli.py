@@ -186,3 +186,11 @@ def _write(folder: Path, text: str) -> str:
     path = folder / "batch.sql"
     path.write_text(text, encoding="utf-8")
     return str(path)
+
+
+def test_run_names_the_truncation_threshold_and_null_averages(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    Path(files["schema"]).write_text(SCHEMA.replace("bin_width = 500\n", 'bin_width = 500\ntruncate = "svt"\n'))
+    assert main(arguments(files)) == 0
+    out = capsys.readouterr().out
+    assert "-- income: sums truncated at θ = " in out
+    assert "mean_income: 2 group(s) NULL" in out  # ages 0-19 are outside the WHERE clause: their count is exactly 0
