@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.choices["run"]
     run.add_argument("--out", type=Path, help="write each statement's result to this folder instead of the terminal")
     run.add_argument("--format", choices=("parquet", "csv"), default="parquet", help="file format for --out")
+    run.add_argument("--nonnegative", action="store_true", help="set negative counts (and sums of non-negative values) to 0")
+    run.add_argument("--isotonic", action="store_true",
+                     help="make nested single-answer statements (e.g. prefix sums) non-decreasing")
     schema = commands.add_parser("schema", help="schema helpers").add_subparsers(dest="action", required=True)
     suggest = schema.add_parser("suggest", help="print a starting schema read from a table (NOT private)")
     suggest.add_argument("--db", required=True)
@@ -88,8 +91,9 @@ def _run(arguments: argparse.Namespace) -> int:
                                  "Pass a folder for --out. Nothing was run or charged.") from err
     with _open(arguments) as connection:
         _progress("parsing, compiling and planning the batch", started)
+        steps = [step for step in ("nonnegative", "isotonic") if getattr(arguments, step)]
         cursor = connection.cursor().execute(text, epsilon=arguments.epsilon, rho=arguments.rho,
-                                             progress=lambda message: _progress(message, started))
+                                             progress=lambda message: _progress(message, started), postprocess=steps)
         tables = cursor.fetch_arrow_tables()
         _progress(f"answered {len(tables)} statement(s)", started)
     if arguments.out:

@@ -103,16 +103,17 @@ class Cursor:
     # ------------------------------------------------------------------------------- execution
     def execute(self, operation: str, parameters: Sequence[object] | None = None, *,
                 epsilon: float | None = None, rho: float | None = None,
-                progress: Callable[[str], None] | None = None) -> Cursor:
+                progress: Callable[[str], None] | None = None, postprocess: Sequence[str] = ()) -> Cursor:
         """Answer a batch of statements privately at the given cost; the first result becomes current.
 
-        ``progress``, if given, receives a message before each long step.
+        ``progress``, if given, receives a message before each long step. ``postprocess`` opts in
+        to "nonnegative" and/or "isotonic" (``dpsql.postprocess``; free, but biased).
         """
         self._check_open()
         prepared = engine.prepare(operation, self.connection.schema, PrivacyCost(epsilon=epsilon, rho=rho), parameters,
                                   progress=progress)
         results = engine.run(prepared, backend=self.connection._backend, budget=self.connection.budget,
-                             rng=self.connection._rng, progress=progress)
+                             rng=self.connection._rng, progress=progress, postprocess=postprocess)
         self._results, self._current, self._row = results, 0, 0
         return self
 

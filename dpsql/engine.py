@@ -32,8 +32,10 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from dpsql import marginal_batch, mechanism, planner, thresholds
+from dpsql import postprocess as postprocessing
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import CellData, DuckDBBackend, measure_quantum
+from dpsql.errors import ProgrammingError
 from dpsql.noise import RandomSource
 from dpsql.results import statement_tables
 from dpsql.schema import Column, Ordered, Schema, Table
@@ -212,15 +214,20 @@ def _value_scale(compiled: CompiledBatch, kind: DataKind) -> tuple[float, int]:
 
 
 def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: RandomSource | None = None,
-        progress: Callable[[str], None] | None = None) -> list[pa.Table]:
+        progress: Callable[[str], None] | None = None, postprocess: Sequence[str] = ()) -> list[pa.Table]:
     """Charge the batch, scan, measure, package one table per statement.
 
     The standard route scans once per statement group and measures each data vector; the
     ResidualPlanner route (``prepared.use_residual``) scans once for all marginals.
     ``progress`` receives a short message before each step (scan, measurement, packaging).
+    ``postprocess`` lists opt-in steps of ``dpsql.postprocess`` ("nonnegative", "isotonic").
     """
     report = progress or (lambda message: None)
     compiled = prepared.answering
+    unknown = sorted(set(postprocess) - set(postprocessing.STEPS))
+    if unknown:
+        raise ProgrammingError(f"unknown post-processing step(s) {', '.join(unknown)}; use {' or '.join(postprocessing.STEPS)}. "
+                               "Nothing was run or charged.")
     budget.check(prepared.cost)
     backend.check_table(compiled.table)
     budget.charge(prepared.cost)
@@ -246,6 +253,9 @@ def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: Rand
         if chosen:
             metadata["truncation_threshold"] = chosen
             metadata["truncation"] = {plan.column.name: plan.describe() for plan in prepared.thresholds}
+    if postprocess:
+        answers, notes = postprocessing.apply(compiled, answers, postprocess)
+        metadata["postprocessing"] = notes or [f"{', '.join(postprocess)}: nothing to change"]
     report("packaging the results")
     metadata["budget_spent"] = prepared.cost.describe()
     metadata["budget_remaining"] = f"{budget.remaining:.6g} of {budget.total.describe()}"

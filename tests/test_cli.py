@@ -194,3 +194,8 @@ def test_run_names_the_truncation_threshold_and_null_averages(files: dict[str, s
     out = capsys.readouterr().out
     assert "-- income: sums truncated at θ = " in out
     assert "mean_income: 2 group(s) NULL" in out  # ages 0-19 are outside the WHERE clause: their count is exactly 0
+
+
+def test_run_accepts_the_post_processing_flags(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(arguments(files, "run", "--nonnegative", "--isotonic")) == 0
+    assert "-- statement 2" in capsys.readouterr().out

@@ -1,0 +1,89 @@
+"""Opt-in post-processing of released answers: non-negativity and isotonic chains (seed 003 §4.3).
+
+Both are functions of the noisy answers and the public queries only, so they cost no privacy.
+They trade the unbiasedness of the answers for a lower error where the truth is known to respect
+the constraint; the reported standard errors stay those of the unprocessed answers (the result
+metadata says so).
+
+    nonnegative  counts (COUNT(*), COUNT(col)) and sums over measures whose lower bound is ≥ 0
+                 are set to max(0, value).
+    isotonic     single-answer statements over one data vector whose 0/1 queries are nested
+                 (each one's cells contain the previous one's, e.g. prefix sums ``WHERE income
+                 <= 800``, ``<= 1600``, …) have non-decreasing true answers when the data are
+                 non-negative; their answers are replaced by the inverse-variance weighted
+                 isotonic regression along the chain (PAVA). The paper finds it helps answers
+                 that share one bias and can hurt when biases differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from dpsql import truncation
+from dpsql.mechanism import Answers
+from dpsql.sql.compile import CompiledBatch
+
+Steps = Sequence[str]
+STEPS = ("nonnegative", "isotonic")
+#: Largest number of cells whose query rows are compared densely for the isotonic chain.
+CHAIN_MAX_CELLS = 2**20
+
+
+def apply(compiled: CompiledBatch, answers: Mapping[tuple[int, int], Answers], steps: Steps) -> tuple[
+        dict[tuple[int, int], Answers], list[str]]:
+    """The post-processed answers and one note per step that changed something."""
+    out = dict(answers)
+    notes = []
+    if "isotonic" in steps:
+        chains = _isotonic(compiled, out)
+        if chains:
+            notes.append(f"isotonic regression over {chains} chain(s) of nested single-answer statements; "
+                         "stddev is that of the answers before it")
+    if "nonnegative" in steps:
+        clipped = _nonnegative(compiled, out)
+        if clipped:
+            notes.append(f"{clipped} negative count(s) or sum(s) of non-negative values set to 0; "
+                         "stddev is that of the answers before it")
+    return out, notes
+
+
+def _non_negative_data(compiled: CompiledBatch, kind: tuple[str, str | None]) -> bool:
+    if kind[0] != "sum":
+        return True
+    bounds = compiled.table.columns[str(kind[1])].measure_bounds
+    return bounds is not None and bounds[0] >= 0
+
+
+def _nonnegative(compiled: CompiledBatch, answers: dict[tuple[int, int], Answers]) -> int:
+    changed = 0
+    for (g, b), found in answers.items():
+        if _non_negative_data(compiled, compiled.groups[g].blocks[b].data):
+            negative = found.values < 0
+            changed += int(negative.sum())
+            answers[g, b] = Answers(values=np.where(negative, 0.0, found.values), variances=found.variances)
+    return changed
+
+
+def _isotonic(compiled: CompiledBatch, answers: dict[tuple[int, int], Answers]) -> int:
+    chains = 0
+    for g, group in enumerate(compiled.groups):
+        if group.cells > CHAIN_MAX_CELLS:
+            continue
+        for kind in group.data_kinds():
+            if not _non_negative_data(compiled, kind):
+                continue
+            single = [b for b, block in enumerate(group.blocks) if block.data == kind and block.workload.shape[0] == 1]
+            rows = {b: group.blocks[b].workload.dense()[0] for b in single}
+            rows = {b: row for b, row in rows.items() if np.all((row == 0) | (row == 1))}
+            order = sorted(rows, key=lambda b: rows[b].sum())
+            if len(order) < 2 or not all(np.all(rows[a] <= rows[c]) for a, c in zip(order, order[1:])):
+                continue  # not one nested chain
+            values = np.array([answers[g, b].values[0] for b in order])
+            weights = np.array([1.0 / max(answers[g, b].variances[0], 1e-300) for b in order])
+            fitted = truncation.isotonic_increasing(values, weights)
+            for b, value in zip(order, fitted):
+                answers[g, b] = Answers(values=np.array([value]), variances=answers[g, b].variances)
+            chains += 1
+    return chains
