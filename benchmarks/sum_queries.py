@@ -7,8 +7,9 @@ width 800 up to 800,000; incomes above it are in no query and are left out of th
 
 Budget ε = 0.01 in total (--epsilon): thresholds take 10 % (ε₁ = 0.001), the measurement ε₂ = 0.009.
     NoTrunc    θ = 800,000 (the largest value any query includes);
-    SVT        dpsql.truncation.svt_threshold on |v| (r = 0.998, c = 1.2, 64 points below U);
-    recursive  dpsql.truncation.r2t_threshold over 2^j ≤ U (β = 0.1).
+    SVT        dpsql.truncation.svt_threshold on |v| over dpsql.thresholds' grid (r = 0.998, c = 1.2,
+               64 points up to U), as ``truncate = "svt"`` runs it;
+    recursive  dpsql.truncation.r2t_threshold over dpsql.thresholds' levels U/2^j (β = 0.1).
 Mechanisms (exact discrete Laplace noise via dpsql.mechanism.measure):
     Identity   counts x + noise, answers W T x̂;
     TaMM       strategy = the planner's best standard strategy for W T, measured on the counts;
@@ -35,6 +36,7 @@ import numpy as np
 from _machine import header
 
 from dpsql import mechanism, planner, truncation
+from dpsql import thresholds as dpsql_thresholds
 from dpsql.noise import SeededRandomSource
 from dpsql.workloads import Identity, Prefix, Workload
 
@@ -55,12 +57,13 @@ def thresholds(values: np.ndarray, method: str, source: SeededRandomSource, tota
     if method == "NoTrunc":
         return float(WIDTH * BUCKETS)
     if method == "SVT":
-        grid = CAP * 1.2 ** (np.arange(64) - 63.0)
+        grid = dpsql_thresholds.svt_points(CAP)
         below = np.searchsorted(np.sort(values), grid, side="right")
-        return truncation.svt_threshold(below, values.size, grid, fraction=0.998, epsilon=epsilon, rng=source).theta
-    taus = [CAP >> (23 - j) for j in range(24)]
+        return truncation.svt_threshold(below, values.size, grid, fraction=dpsql_thresholds.SVT_FRACTION,
+                                        epsilon=epsilon, rng=source).theta
+    taus = dpsql_thresholds.r2t_levels(CAP)  # whole dollars: the quantum of an integer column is 1
     sums = [int(np.minimum(values, t).sum()) for t in taus]
-    return truncation.r2t_threshold(sums, taus, epsilon=epsilon, rng=source).theta
+    return truncation.r2t_threshold(sums, taus, epsilon=epsilon, beta=dpsql_thresholds.R2T_BETA, rng=source).theta
 
 
 def best_strategy(W: Workload) -> Workload:

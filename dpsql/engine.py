@@ -150,10 +150,8 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
                                   noise=noise)
     measurements = tuple(Measurement(group=g, kind=kind, plan=plan, share=share, row_scale=scale, quantum=quantum)
                          for (g, kind, plan, scale, quantum), share in zip(drafts, shares))
-    common = {"compiled": compiled, "cost": cost, "measurements": measurements, "thresholds": tuple(selections)}
-    if isinstance(route, str):
-        return Prepared(**common, residual_note=route)  # type: ignore[arg-type]
-    return Prepared(**common, residual=route)  # type: ignore[arg-type]
+    return Prepared(compiled=compiled, cost=cost, measurements=measurements, thresholds=tuple(selections),
+                    residual=None if isinstance(route, str) else route, residual_note=route if isinstance(route, str) else None)
 
 
 def _choose_partition(batch: ir.Batch, table: Table, noise: planner.Noise) -> list[list[int]]:

@@ -126,7 +126,7 @@ def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost) -> ResidualPlan | s
     except (DomainTooLargeError, ShapeError) as err:
         return f"ResidualPlanner was not used ({type(err).__name__}: {err})."
     scale = _sigma2_lookup(selection.closure, selection.sigma2)
-    variances = tuple(np.zeros(_rows(block.workload)) if q is None else mq.variances(q, scale)
+    variances = tuple(np.zeros(block.workload.shape[0]) if q is None else mq.variances(q, scale)
                       for q, block in zip(queries, group.blocks))
     return ResidualPlan(compiled=compiled, queries=tuple(queries), selection=selection, unit_rows=unit_rows,
                         variances=variances)
@@ -151,7 +151,7 @@ def answer(route: ResidualPlan, *, backend: DuckDBBackend, rng: RandomSource | N
     answers = {}
     for b, (q, block) in enumerate(zip(route.queries, compiled.groups[0].blocks)):
         if q is None:
-            rows = _rows(block.workload)
+            rows = block.workload.shape[0]
             answers[0, b] = Answers(values=np.zeros(rows), variances=np.zeros(rows))
         else:
             answers[0, b] = Answers(values=mq.answer(q, estimates[q.marginal]), variances=mq.variances(q, scale))
@@ -189,12 +189,6 @@ def _reports_each_cell_once(queries: mq.MarginalQueries) -> bool:
         if not np.all(nonzero.sum(axis=0) == 1) or np.ptp(np.abs(factor[nonzero])) != 0:
             return False
     return True
-
-
-def _rows(workload: Workload) -> int:
-    terms = workload.terms if isinstance(workload, Sum) else (workload,)
-    first = terms[0]
-    return math.prod(f.shape[0] for f in first.factors) if isinstance(first, Kron) else first.shape[0]
 
 
 def _sigma2_lookup(closure: tuple[mq.Marginal, ...], sigma2: FloatArray) -> Callable[[mq.Marginal], float]:

@@ -82,17 +82,27 @@ def choose(plan: ThresholdPlan, *, backend: DuckDBBackend, table: Table, rng: Ra
     units = max(1, int(bound / quantum))
     rows = table.privacy_unit.max_rows if table.privacy_unit.column else 1
     if plan.method == "svt":
-        grid = [bound * SVT_RATIO ** (k - SVT_POINTS + 1) for k in range(SVT_POINTS)]
+        grid = svt_points(bound)
         profile = backend.measure_profile(table, column, quantum, grid, [])
         found = truncation.svt_threshold(profile.below, profile.rows, grid, fraction=SVT_FRACTION,
                                          epsilon=plan.epsilon, max_rows=rows, rng=rng)
         return found.theta
-    levels = min(R2T_POINTS, units.bit_length())
-    taus = [max(1, units >> (levels - 1 - j)) for j in range(levels)]
+    taus = r2t_levels(units)
     profile = backend.measure_profile(table, column, quantum, [], taus)
     found = truncation.r2t_threshold(profile.clipped_sums, taus, epsilon=plan.epsilon, beta=R2T_BETA,
                                      max_rows=rows, rng=rng)
     return found.theta * quantum
+
+
+def svt_points(bound: float) -> list[float]:
+    """The SVT grid below the outer bound U: uₖ = U·c^(k−K), k = 1…K (uₖ = U last)."""
+    return [bound * SVT_RATIO ** (k - SVT_POINTS + 1) for k in range(SVT_POINTS)]
+
+
+def r2t_levels(units: int) -> list[int]:
+    """The race-to-the-top thresholds in whole quanta: U/2^(J−1−j), j = 0…J−1, at least 1."""
+    levels = min(R2T_POINTS, units.bit_length())
+    return [max(1, units >> (levels - 1 - j)) for j in range(levels)]
 
 
 def truncated(column: Column, theta: float) -> Column:
