@@ -15,6 +15,16 @@ Truncation: a SUM/AVG measure declared with ``truncate`` first has its threshold
     its sums are then measured clamped at ±θ with B = θ/quantum; the measurements split the rest.
     The whole batch cost is charged before the first scan.
 
+Truncation-aware answering (TaMM, seed 003 Table 1): a statement group with SUM/AVG on a measure
+column is also compiled with that column read as value cells (``dpsql.sql.compile.ValueCells``):
+COUNT, SUM and AVG then share one count vector of sensitivity k, measured once with the
+strategy optimized for the weighted workload W·T. The separate measurements (counts, and sums
+clamped at ±θ with sensitivity k·θ: TiMM) are the alternative; each group keeps whichever has
+the lower expected error, scored with sums in units of their bound as the budget split scores
+them. Value cells round each value to its cell's midpoint (a bias of at most half a cell per
+row, shown in EXPLAIN and the metadata). For a truncated column the choice needs θ, so it is
+made after θ is released (a function of public information and θ only).
+
 Routes: a zCDP batch of COUNT(*) statements is also planned as one ResidualPlanner release over
 all its marginals (``dpsql.marginal_batch``, ρ-zCDP per privacy unit, measured at ρ/k²); the
 route with the lower expected total squared error over the batch's answers answers it.
@@ -23,8 +33,8 @@ route with the lower expected total squared error over the batch's answers answe
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import numpy as np
@@ -44,12 +54,14 @@ from dpsql.sql.compile import (
     MERGE_CELLS,
     CompiledBatch,
     CompiledGroup,
+    ValueCells,
     batch_table,
     column_set,
     compile_batch,
     compile_group,
     group_cells,
     initial_partition,
+    value_cells_problem,
 )
 from dpsql.sql.parse import parse_batch
 
@@ -97,6 +109,11 @@ class Prepared:
     residual: marginal_batch.ResidualPlan | None = None
     residual_note: str | None = None
     thresholds: tuple[thresholds.ThresholdPlan, ...] = ()
+    batch: ir.Batch | None = None
+    separate: CompiledBatch | None = None  # the statement groups before any was read as value cells
+    answering_notes: tuple[tuple[int, str], ...] = ()  # (group, note): value cells (TaMM) or measured apart, and why
+    decided: dict[tuple[tuple[str, float], ...], tuple[CompiledBatch, tuple[Measurement, ...], list[tuple[int, str]]]] = field(
+        default_factory=dict, compare=False, repr=False)  # _final_answering by released θs (the SVT grid repeats them)
 
     @property
     def standard_total(self) -> float:
@@ -134,24 +151,135 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
     if (isinstance(route, marginal_batch.ResidualPlan) and route.optimal and not plan_all_routes
             and len(initial_partition(batch, table)) > 1):
         return Prepared(compiled=route.compiled, cost=cost, measurements=(), residual=route)  # nothing can beat it
-    compiled = compile_batch(batch, schema, _choose_partition(batch, table, noise))
-    unit_rows = compiled.table.privacy_unit.max_rows if compiled.table.privacy_unit.column else 1
-    drafts = []
-    for index, group in enumerate(compiled.groups):
-        sizes = [axis.size for axis in group.axes]
-        ordered = [isinstance(axis.column.domain, Ordered) for axis in group.axes]
-        for kind in group.data_kinds():
-            plan = planner.plan(group.workload(kind), noise=noise, sizes=sizes, ordered=ordered, progress=progress)
-            quantum, bound = _value_scale(compiled, kind)
-            drafts.append((index, kind, plan, unit_rows * bound, quantum))
-    measured = [compiled.table.columns[str(kind[1])] for _, kind, _, _, _ in drafts if kind[0] == "sum"]
+    separate = compile_batch(batch, schema, _choose_partition(batch, table, noise))
+    measured = [separate.table.columns[str(kind[1])] for g in separate.groups for kind in g.data_kinds() if kind[0] == "sum"]
     selections, selection_share = thresholds.plans(list(dict.fromkeys(measured)), family=cost.family, total=cost.value)
-    shares = planner.split_budget([plan.expected_error for _, _, plan, _, _ in drafts], cost.value * (1 - selection_share),
-                                  noise=noise)
-    measurements = tuple(Measurement(group=g, kind=kind, plan=plan, share=share, row_scale=scale, quantum=quantum)
-                         for (g, kind, plan, scale, quantum), share in zip(drafts, shares))
-    return Prepared(compiled=compiled, cost=cost, measurements=measurements, thresholds=tuple(selections),
+    bounds = {c.name: ValueCells(low=c.measure_bounds[0], high=c.measure_bounds[1])  # type: ignore[index]
+              for c in measured if c.truncation is None}
+    choice = _answering_groups(batch, separate, separate.table.columns, bounds, noise=noise, progress=progress)
+    pending = [(g, f"SUM({kind[1]}) is read as value cells (TaMM) or measured apart (TiMM) once its θ is released; "
+                   "the figures below measure it apart at the outer bound")
+               for g, group in enumerate(separate.groups) for kind in group.data_kinds()
+               if kind[0] == "sum" and kind[1] not in bounds]
+    notes = tuple(sorted(choice.notes + pending))
+    return Prepared(compiled=choice.compiled, cost=cost, measurements=_split(choice.drafts, cost.value * (1 - selection_share), noise),
+                    thresholds=tuple(selections), batch=batch, separate=separate, answering_notes=notes,
                     residual=None if isinstance(route, str) else route, residual_note=route if isinstance(route, str) else None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Draft:
+    """A data vector to measure, before the budget split."""
+
+    group: int
+    kind: DataKind
+    plan: planner.Plan
+    row_scale: int
+    quantum: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Answering:
+    """Statement groups as answered (some read as value cells), their data vectors, and why."""
+
+    compiled: CompiledBatch
+    drafts: list[_Draft]
+    notes: list[tuple[int, str]]  # (group index, why it is answered as it is)
+
+
+#: A group is read as value cells only while it has at most this many cells (planning stays seconds).
+VALUE_CELLS_MAX = 4096
+
+
+def _answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping[str, Column], bounds: Mapping[str, ValueCells],
+                      *, noise: planner.Noise, progress: planner.Progress | None,
+                      groups: Sequence[int] | None = None, start: CompiledBatch | None = None,
+                      known: Mapping[tuple[int, DataKind], planner.Plan] | None = None) -> _Answering:
+    """Per statement group: separate measurements, or — where ``bounds`` lets a SUM column be read
+    as value cells and that lowers the group's error score Σ c_k^p — one count measurement (TaMM).
+
+    ``columns`` are the table's columns as measured (truncated ones narrowed to ±θ); ``groups``
+    limits the work to those group indices of ``separate`` (the others keep their form in
+    ``start`` and are left out of the result's drafts). ``known`` gives plans made before (by
+    group and kind of ``separate``); when given, new plans skip the SVD bound (EXPLAIN is done).
+    """
+    table = separate.table
+    unit_rows = table.privacy_unit.max_rows if table.privacy_unit.column else 1
+    power = 1 / 3 if noise == "laplace" else 1 / 2
+    base = start or separate
+    compiled_groups, statements = list(base.groups), list(base.statements)
+    drafts: list[_Draft] = []
+    notes: list[tuple[int, str]] = []
+    for index in range(len(separate.groups)) if groups is None else groups:
+        group = separate.groups[index]
+        chosen = _group_drafts(index, group, columns, unit_rows, noise, progress, known)
+        sums = sorted({str(kind[1]) for kind in group.data_kinds() if kind[0] == "sum"})
+        touched = {axis.column.name for axis in group.axes}
+        usable = {}
+        for name in sums:
+            problem = value_cells_problem(table.columns[name], name in touched) if name in bounds else None
+            if problem is None and name in bounds:
+                usable[name] = bounds[name]
+            elif problem is not None:
+                notes.append((index, f"SUM({name}) is measured apart from the counts: {problem}."))
+        members = [i for i, s in enumerate(separate.statements) if s.group == index]
+        compiled_groups[index] = group
+        for member in members:
+            statements[member] = separate.statements[member]
+        if usable:
+            cells_group, cells_statements = compile_group(batch, table, members, index, usable)
+            label = ", ".join(usable)
+            if cells_group.cells > VALUE_CELLS_MAX:
+                notes.append((index, f"reading {label} as value cells would need {cells_group.cells:,} cells "
+                                      f"(limit {VALUE_CELLS_MAX:,}); sums are measured apart."))
+            else:
+                # several axes: the quick templates only (OPT⊗ and OPT₊ would take their full time limit per group)
+                alternative = _group_drafts(index, cells_group, columns, unit_rows, noise, progress,
+                                            {} if known is not None else None, quick=len(cells_group.axes) > 1)
+                apart = sum(d.plan.expected_error ** power for d in chosen)
+                joint = sum(d.plan.expected_error ** power for d in alternative)
+                rounding = "; ".join(_rounding_note(name, cells, table.columns[name]) for name, cells in usable.items())
+                use = joint < apart * (1 - 1e-9)
+                verdict = "answered from one count vector (TaMM)" if use else "measured apart (TiMM)"
+                notes.append((index, f"{verdict} — error score with {label} as value cells {joint:.4g} "
+                                      f"({cells_group.cells:,} cells; {rounding}) against separate count and sum measurements {apart:.4g}."))
+                if use:
+                    chosen = alternative
+                    compiled_groups[index] = cells_group
+                    for member, statement in zip(members, cells_statements):
+                        statements[member] = statement
+        drafts.extend(chosen)
+    compiled = CompiledBatch(table=table, groups=tuple(compiled_groups), statements=tuple(statements))
+    return _Answering(compiled=compiled, drafts=drafts, notes=notes)
+
+
+def _rounding_note(name: str, cells: ValueCells, column: Column) -> str:
+    """How value cells round the column's values (EXPLAIN and metadata)."""
+    most = cells.rounding(column.domain)  # type: ignore[arg-type]
+    return f"{name} exact (one value per cell)" if most == 0 else f"{name} rounded to cell midpoints, at most ±{most:g} per row"
+
+
+def _group_drafts(index: int, group: CompiledGroup, columns: Mapping[str, Column], unit_rows: int,
+                  noise: planner.Noise, progress: planner.Progress | None,
+                  known: Mapping[tuple[int, DataKind], planner.Plan] | None = None, quick: bool = False) -> list[_Draft]:
+    """Plan each data vector of one group (``known``: plans already made, by (group, kind);
+    ``quick``: only the planner's quick templates)."""
+    sizes = [axis.size for axis in group.axes]
+    ordered = [isinstance(axis.column.domain, Ordered) for axis in group.axes]
+    drafts = []
+    for kind in group.data_kinds():
+        plan = (known or {}).get((index, kind)) or planner.plan(group.workload(kind), noise=noise, sizes=sizes, ordered=ordered,
+                                                                 bound=known is None, quick=quick, progress=progress)
+        quantum, bound = _value_scale(columns[str(kind[1])]) if kind[0] == "sum" else (1.0, 1)
+        drafts.append(_Draft(group=index, kind=kind, plan=plan, row_scale=unit_rows * bound, quantum=quantum))
+    return drafts
+
+
+def _split(drafts: Sequence[_Draft], total: float, noise: planner.Noise) -> tuple[Measurement, ...]:
+    """The budget split over the drafts (``planner.split_budget``)."""
+    shares = planner.split_budget([d.plan.expected_error for d in drafts], total, noise=noise)
+    return tuple(Measurement(group=d.group, kind=d.kind, plan=d.plan, share=share, row_scale=d.row_scale, quantum=d.quantum)
+                 for d, share in zip(drafts, shares))
 
 
 def _choose_partition(batch: ir.Batch, table: Table, noise: planner.Noise) -> list[list[int]]:
@@ -180,6 +308,8 @@ def _choose_partition(batch: ir.Batch, table: Table, noise: planner.Noise) -> li
         return float(sum(c**power for g in groups for c in group_errors(g)))
 
     groups = [frozenset(members) for members in initial_partition(batch, table)]
+    if len(groups) == 1:
+        return [sorted(groups[0])]
     columns = {g: frozenset().union(*(column_set(batch.statements[i], table) for i in g)) for g in groups}
     current = score(groups)
     while len(groups) > 1 and len(errors) < MAX_GROUP_EVALUATIONS:
@@ -201,11 +331,8 @@ def _choose_partition(batch: ir.Batch, table: Table, noise: planner.Noise) -> li
     return [sorted(g) for g in groups]
 
 
-def _value_scale(compiled: CompiledBatch, kind: DataKind) -> tuple[float, int]:
-    """(quantum, B): counts are (1, 1); sums count in quanta, one row moving a cell by at most B."""
-    if kind[0] != "sum":
-        return 1.0, 1
-    column = compiled.table.columns[kind[1]]  # type: ignore[index]
+def _value_scale(column: Column) -> tuple[float, int]:
+    """(quantum, B) of a sum column: sums count in quanta, one row moving a cell by at most B."""
     quantum = measure_quantum(column)
     low, high = column.measure_bounds  # type: ignore[misc]
     return quantum, max(1, math.ceil(max(abs(low), abs(high)) / quantum))
@@ -242,18 +369,21 @@ def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: Rand
         }
     else:
         chosen = _choose_thresholds(prepared, backend=backend, rng=rng, report=report)
-        answers, used = _standard_answers(prepared, chosen, backend=backend, rng=rng, report=report)
+        compiled, used, notes = _final_answering(prepared, chosen, progress=report)
+        answers = _standard_answers(compiled, used, chosen, backend=backend, rng=rng, report=report)
         metadata = {
             "mechanism": f"matrix mechanism, {family}",
             "strategy": {_name(m): m.plan.name for m in used},
             "expected_rmse": {_name(m): m.expected_rmse(m.plan.name) for m in used},
         }
+        if notes:
+            metadata["answering"] = [f"Group {g + 1}: {note}" for g, note in notes]
         if chosen:
             metadata["truncation_threshold"] = chosen
             metadata["truncation"] = {plan.column.name: plan.describe() for plan in prepared.thresholds}
     if postprocess:
-        answers, notes = postprocessing.apply(compiled, answers, postprocess)
-        metadata["postprocessing"] = notes or [f"{', '.join(postprocess)}: nothing to change"]
+        answers, steps = postprocessing.apply(compiled, answers, postprocess)
+        metadata["postprocessing"] = steps or [f"{', '.join(postprocess)}: nothing to change"]
     report("packaging the results")
     metadata["budget_spent"] = prepared.cost.describe()
     metadata["budget_remaining"] = f"{budget.remaining:.6g} of {budget.total.describe()}"
@@ -270,44 +400,100 @@ def _choose_thresholds(prepared: Prepared, *, backend: DuckDBBackend, rng: Rando
     return chosen
 
 
-def _standard_answers(prepared: Prepared, chosen: dict[str, float], *, backend: DuckDBBackend, rng: RandomSource | None,
-                      report: Callable[[str], None]) -> tuple[dict[tuple[int, int], mechanism.Answers], list[Measurement]]:
+def _measured_columns(prepared: Prepared, chosen: Mapping[str, float]) -> dict[str, Column]:
+    """The table's columns with each truncated measure narrowed to its released θ."""
+    columns = prepared.compiled.table.columns
+    return {name: thresholds.truncated(c, chosen[name]) if name in chosen else c for name, c in columns.items()}
+
+
+def _final_answering(prepared: Prepared, chosen: Mapping[str, float], *,
+                     progress: Callable[[str], None]) -> tuple[CompiledBatch, tuple[Measurement, ...], list[tuple[int, str]]]:
+    """The groups and measurements that answer, once the thresholds θ are released.
+
+    Groups summing a truncated column are decided again (value cells or apart) with the column
+    narrowed to ±θ; the others keep the plan made before the data was read. The measurements'
+    budget (the batch's, less the selections' share) is split again over the final set.
+    """
+    if not chosen or prepared.batch is None or prepared.separate is None:
+        return prepared.compiled, prepared.measurements, list(prepared.answering_notes)
+    key = tuple(sorted(chosen.items()))
+    if key not in prepared.decided:
+        prepared.decided[key] = _decide_at_thresholds(prepared, chosen, progress=progress)
+    return prepared.decided[key]
+
+
+def _decide_at_thresholds(prepared: Prepared, chosen: Mapping[str, float], *,
+                          progress: Callable[[str], None]) -> tuple[CompiledBatch, tuple[Measurement, ...], list[tuple[int, str]]]:
+    """:func:`_final_answering` for one set of released θs."""
+    assert prepared.batch is not None and prepared.separate is not None
+    columns = _measured_columns(prepared, chosen)
+    separate = prepared.separate
+    redo = [g for g, group in enumerate(separate.groups) if any(k[0] == "sum" and k[1] in chosen for k in group.data_kinds())]
+    bounds = {name: ValueCells(low=c.measure_bounds[0], high=c.measure_bounds[1])  # type: ignore[index]
+              for name, c in columns.items() if c.measure_bounds is not None}
+    noise: planner.Noise = "laplace" if prepared.cost.family == "epsilon" else "gaussian"
+    progress("planning the sums at the released thresholds")
+    known = {(m.group, m.kind): m.plan for m in prepared.measurements if prepared.compiled.groups[m.group] is separate.groups[m.group]}
+    result = _answering_groups(prepared.batch, separate, columns, bounds, noise=noise, progress=progress,
+                               groups=redo, start=prepared.compiled, known=known)
+    kept = [_Draft(group=m.group, kind=m.kind, plan=m.plan, row_scale=m.row_scale, quantum=m.quantum)
+            for m in prepared.measurements if m.group not in redo]
+    drafts = sorted(kept + result.drafts, key=lambda d: d.group)
+    notes = [note for note in prepared.answering_notes if note[0] not in redo] + result.notes
+    budget = sum(m.share for m in prepared.measurements)
+    return result.compiled, _split(drafts, budget, noise), sorted(notes)
+
+
+def _standard_answers(compiled: CompiledBatch, measurements: Sequence[Measurement], chosen: Mapping[str, float], *,
+                      backend: DuckDBBackend, rng: RandomSource | None,
+                      report: Callable[[str], None]) -> dict[tuple[int, int], mechanism.Answers]:
     """One scan per statement group, each data vector measured with its plan's strategy.
 
-    Truncated measure columns are clamped at their chosen θ: their quantum and per-unit scale
-    are recomputed from the narrowed bounds. Returns the answers and the measurements as run.
+    Truncated measure columns are clamped at their chosen θ (the measurements already carry
+    the narrowed quantum and per-unit scale). AVG answers whose SUM and COUNT come from one
+    measurement (value cells) carry their covariance for the delta method.
     """
-    compiled = prepared.compiled
-    columns = {name: thresholds.truncated(c, chosen[name]) if name in chosen else c for name, c in compiled.table.columns.items()}
-    table = replace(compiled.table, columns=columns)
-    unit_rows = table.privacy_unit.max_rows if table.privacy_unit.column else 1
-    used = [_narrowed_measurement(m, columns[str(m.kind[1])], unit_rows) if m.kind[0] == "sum" and m.kind[1] in chosen else m
-            for m in prepared.measurements]
+    truncated = {name: thresholds.truncated(c, chosen[name]) if name in chosen else c for name, c in compiled.table.columns.items()}
     answers: dict[tuple[int, int], mechanism.Answers] = {}
     for index, group in enumerate(compiled.groups):
-        mine = [m for m in used if m.group == index]
+        columns = {**truncated, **{axis.column.name: axis.column for axis in group.axes}}  # value cells clamp into their edge cells
+        table = replace(compiled.table, columns=columns)
+        mine = [m for m in measurements if m.group == index]
         sums = {columns[str(m.kind[1])]: m.quantum for m in mine if m.kind[0] == "sum"}
         nonnull = [columns[str(m.kind[1])] for m in mine if m.kind[0] == "nonnull"]
         report(f"scanning '{compiled.table.name}' for group {index + 1} of {len(compiled.groups)} ({group.cells:,} cells)")
-        data = backend.cell_data(table, [columns[axis.column.name] for axis in group.axes], sum_columns=sums, count_columns=nonnull)
+        data = backend.cell_data(table, [axis.column for axis in group.axes], sum_columns=sums, count_columns=nonnull)
         for m in mine:
             report(f"measuring {_name(m)} with {m.plan.name} ({m.plan.strategy.shape[0]:,} noisy values)")
             x = _batch_vector(group, data, m.kind)
             budget_argument = {"epsilon" if m.plan.noise == "laplace" else "rho": Fraction(m.share)}
             release = mechanism.measure(m.plan.strategy, x, rng=rng, max_contribution=m.row_scale, **budget_argument)
             positions = [p for p, block in enumerate(group.blocks) if block.data == m.kind]
-            results = mechanism.answer_blocks([group.blocks[p].workload for p in positions], release)
-            for position, result in zip(positions, results):
-                answers[index, position] = mechanism.Answers(values=result.values * m.quantum,
-                                                             variances=result.variances * m.quantum**2)
-    return answers, used
+            stacked = mechanism.answer(group.workload(m.kind), release)
+            ends = np.cumsum([group.blocks[p].workload.shape[0] for p in positions])
+            for position, end in zip(positions, ends):
+                rows = slice(end - group.blocks[position].workload.shape[0], end)
+                unit = group.blocks[position].scale * m.quantum
+                answers[index, position] = mechanism.Answers(values=stacked.values[rows] * unit,
+                                                             variances=stacked.variances[rows] * unit**2)
+            _add_covariances(compiled, index, positions, release, m.quantum, answers)
+    return answers
 
 
-def _narrowed_measurement(m: Measurement, column: Column, unit_rows: int) -> Measurement:
-    """A sum measurement re-scaled to its column's truncated bounds (quantum and k·B)."""
-    quantum = measure_quantum(column)
-    low, high = column.measure_bounds  # type: ignore[misc]
-    return replace(m, quantum=quantum, row_scale=unit_rows * max(1, math.ceil(max(abs(low), abs(high)) / quantum)))
+def _add_covariances(compiled: CompiledBatch, index: int, positions: Sequence[int], release: mechanism.Measurement,
+                     quantum: float, answers: dict[tuple[int, int], mechanism.Answers]) -> None:
+    """Cov(SUM, COUNT) row by row for AVGs whose two blocks share ``release``."""
+    group = compiled.groups[index]
+    for statement in compiled.statements:
+        for output in statement.aggregates:
+            if statement.group != index or len(output.blocks) != 2 or not set(output.blocks) <= set(positions):
+                continue
+            total, count = output.blocks
+            blocks = group.blocks
+            covariance = mechanism.answer_covariance(blocks[total].workload, blocks[count].workload, release)
+            unit = blocks[total].scale * blocks[count].scale * quantum**2
+            found = answers[index, total]
+            answers[index, total] = replace(found, covariances={**found.covariances, count: covariance * unit})
 
 
 def _name(m: Measurement) -> str:
@@ -357,9 +543,10 @@ def explain(prepared: Prepared, budget: Budget | None = None) -> str:
         lines.append("")
     lines.append(f"Statement groups: {len(compiled.groups)}, each answered jointly.")
     for index, group in enumerate(compiled.groups):
-        members = [str(i + 1) for i, s in enumerate(compiled.statements) if s.group == index]
+        members = _runs([i + 1 for i, s in enumerate(compiled.statements) if s.group == index])
         columns = ", ".join(f"{a.column.name}({a.size})" for a in group.axes) or "no columns"
-        lines.append(f"Group {index + 1}: statements {', '.join(members)}; {group.cells:,} cells over {columns}.")
+        lines.append(f"Group {index + 1}: statements {members}; {group.cells:,} cells over {columns}.")
+        lines.extend(f"  sums: {note}" for g, note in prepared.answering_notes if g == index)
     for m in prepared.measurements:
         lines.append(f"\n{_name(m)}: {m.plan.queries:,} queries, noise {m.plan.noise}, budget share "
                      f"{'ε' if m.plan.noise == 'laplace' else 'ρ'}={m.share:.6g}")
@@ -368,6 +555,10 @@ def explain(prepared: Prepared, budget: Budget | None = None) -> str:
             marker = "*" if name == m.plan.name else " "
             lines.append(f"  {marker} {name:<{width}} expected RMSE {m.expected_rmse(name):12.4g}")
         lines.extend(f"    note: {note}" for note in m.plan.notes)
+        scales = sorted({b.scale for b in compiled.groups[m.group].blocks if b.data == m.kind and b.scale != 1})
+        if scales:
+            lines.append(f"    note: read as value cells; SUM rows are weighted by value / s (s = {', '.join(f'{x:g}' for x in scales)}), "
+                         "so their errors are s times the figures here")
         if m.plan.svd_bound is not None:
             floor = m.plan.svd_bound * (2 if m.plan.noise == "laplace" else 1)  # Laplace variance is 2b², b ≥ Δ₂
             ratio = m.plan.expected_error / floor if floor else float("nan")
@@ -377,6 +568,17 @@ def explain(prepared: Prepared, budget: Budget | None = None) -> str:
         else:
             lines.append("    SVD bound: not computed (domain too large for a dense spectrum)")
     return "\n".join(lines)
+
+
+def _runs(numbers: Sequence[int]) -> str:
+    """1, 2, 3, 5 → "1–3, 5"."""
+    parts: list[list[int]] = []
+    for n in numbers:
+        if parts and n == parts[-1][1] + 1:
+            parts[-1][1] = n
+        else:
+            parts.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in parts)
 
 
 def _explain_residual(route: marginal_batch.ResidualPlan) -> list[str]:

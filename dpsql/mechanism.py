@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
@@ -36,7 +36,7 @@ import scipy.sparse.linalg as spla
 from dpsql import noise as exact
 from dpsql.error import check_support
 from dpsql.errors import DataError, DpsqlWarning, InternalError, PrivacyParameterError, ShapeError
-from dpsql.linalg import pinv_gram, quadratic_diag
+from dpsql.linalg import bilinear_diag, pinv_gram, quadratic_diag
 from dpsql.residual_basis import marginal_form
 from dpsql.workloads import (
     Explicit,
@@ -44,6 +44,7 @@ from dpsql.workloads import (
     Identity,
     Kron,
     Product,
+    Sum,
     VStack,
     Weighted,
     Workload,
@@ -74,10 +75,12 @@ class Measurement:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Answers:
-    """W x̂ with each answer's exact variance."""
+    """W x̂ with each answer's exact variance (and, keyed by another block of the same
+    measurement, the row-by-row covariances with that block's answers)."""
 
     values: FloatArray
     variances: FloatArray
+    covariances: Mapping[int, FloatArray] = field(default_factory=dict)
 
     @property
     def stddevs(self) -> FloatArray:
@@ -219,6 +222,14 @@ def answer_blocks(blocks: Sequence[Workload], measurement: Measurement) -> list[
     profile = pinv_gram(measurement.strategy)
     return [Answers(values=np.asarray(W @ x_hat), variances=measurement.noise_variance * quadratic_diag(W, profile))
             for W in blocks]
+
+
+def answer_covariance(U: Workload, V: Workload, measurement: Measurement) -> FloatArray:
+    """Cov(uᵢ x̂, vᵢ x̂) = σ² uᵢ (AᵀA)⁺ vᵢᵀ for each row i of two same-shaped workloads."""
+    profile = pinv_gram(measurement.strategy)
+    left = U.terms if isinstance(U, Sum) else [U]
+    right = V.terms if isinstance(V, Sum) else [V]
+    return measurement.noise_variance * np.sum([bilinear_diag(u, profile, v) for u in left for v in right], axis=0)
 
 
 def _privacy_parameter(*, epsilon: float | Fraction | None, rho: float | Fraction | None) -> tuple[Noise, Fraction]:

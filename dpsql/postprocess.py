@@ -7,10 +7,10 @@ metadata says so).
 
     nonnegative  counts (COUNT(*), COUNT(col)) and sums over measures whose lower bound is ≥ 0
                  are set to max(0, value).
-    isotonic     single-answer statements over one data vector whose 0/1 queries are nested
-                 (each one's cells contain the previous one's, e.g. prefix sums ``WHERE income
-                 <= 800``, ``<= 1600``, …) have non-decreasing true answers when the data are
-                 non-negative; their answers are replaced by the inverse-variance weighted
+    isotonic     single-answer statements of one aggregate whose non-negative query rows are
+                 nested (each row is at most the next one, cell by cell, e.g. prefix sums
+                 ``WHERE income <= 800``, ``<= 1600``, …, also when read as value cells) have
+                 non-decreasing true answers when the data are non-negative; their answers are replaced by the inverse-variance weighted
                  isotonic regression along the chain (PAVA). The paper finds it helps answers
                  that share one bias and can hurt when biases differ.
 """
@@ -18,6 +18,7 @@ metadata says so).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -59,10 +60,10 @@ def _non_negative_data(compiled: CompiledBatch, kind: tuple[str, str | None]) ->
 def _nonnegative(compiled: CompiledBatch, answers: dict[tuple[int, int], Answers]) -> int:
     changed = 0
     for (g, b), found in answers.items():
-        if _non_negative_data(compiled, compiled.groups[g].blocks[b].data):
+        if _non_negative_data(compiled, compiled.groups[g].blocks[b].kind):
             negative = found.values < 0
             changed += int(negative.sum())
-            answers[g, b] = Answers(values=np.where(negative, 0.0, found.values), variances=found.variances)
+            answers[g, b] = replace(found, values=np.where(negative, 0.0, found.values))
     return changed
 
 
@@ -71,19 +72,19 @@ def _isotonic(compiled: CompiledBatch, answers: dict[tuple[int, int], Answers]) 
     for g, group in enumerate(compiled.groups):
         if group.cells > CHAIN_MAX_CELLS:
             continue
-        for kind in group.data_kinds():
+        for kind in sorted({block.kind for block in group.blocks}, key=lambda k: (k[0], k[1] or "")):
             if not _non_negative_data(compiled, kind):
                 continue
-            single = [b for b, block in enumerate(group.blocks) if block.data == kind and block.workload.shape[0] == 1]
+            single = [b for b, block in enumerate(group.blocks) if block.kind == kind and block.workload.shape[0] == 1]
             rows = {b: group.blocks[b].workload.dense()[0] for b in single}
-            rows = {b: row for b, row in rows.items() if np.all((row == 0) | (row == 1))}
+            rows = {b: row for b, row in rows.items() if np.all(row >= 0)}
             order = sorted(rows, key=lambda b: rows[b].sum())
             if len(order) < 2 or not all(np.all(rows[a] <= rows[c]) for a, c in zip(order, order[1:])):
-                continue  # not one nested chain
+                continue  # not one nested chain: on non-negative data each row's answer is at most the next one's
             values = np.array([answers[g, b].values[0] for b in order])
             weights = np.array([1.0 / max(answers[g, b].variances[0], 1e-300) for b in order])
             fitted = truncation.isotonic_increasing(values, weights)
             for b, value in zip(order, fitted):
-                answers[g, b] = Answers(values=np.array([value]), variances=answers[g, b].variances)
+                answers[g, b] = replace(answers[g, b], values=np.array([value]))
             chains += 1
     return chains

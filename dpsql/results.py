@@ -81,11 +81,14 @@ def _aggregate_values(statement: CompiledStatement, output: OutputAggregate,
     second = answers[output.blocks[1]]
     total, count = first.values[rows], second.values[rows]
     var_total, var_count = first.variances[rows], second.variances[rows]
+    # Cov(S, C): zero when measured apart; from the shared measurement when read as value cells
+    covariance = first.covariances[output.blocks[1]][rows] if output.blocks[1] in first.covariances else 0.0
     enough = count >= np.maximum(1.0, AVG_MIN_COUNT_STDDEVS * np.sqrt(var_count))
     with np.errstate(divide="ignore", invalid="ignore"):
         mean = np.where(enough, total / count, np.nan)
-        # Var(S/C) ≈ Var(S)/C² + S²·Var(C)/C⁴ (S and C are measured independently, so Cov = 0)
-        variance = np.where(enough, var_total / count**2 + total**2 * var_count / count**4, np.nan)
+        # delta method: Var(S/C) ≈ Var(S)/C² + S²·Var(C)/C⁴ − 2·S·Cov(S, C)/C³
+        variance = np.where(enough, var_total / count**2 + total**2 * var_count / count**4 - 2 * total * covariance / count**3, np.nan)
+        variance = np.maximum(variance, 0.0)
     assert output.column is not None and output.column.measure_bounds is not None  # AVG is compiled only on measures
     low, high = output.column.measure_bounds
     return np.clip(mean, low, high), np.sqrt(variance)

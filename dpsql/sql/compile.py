@@ -16,6 +16,15 @@ each statement becomes a block of linear queries over those cells:
 COUNT(*) reads the cell counts; COUNT(col) the per-cell non-NULL counts of col; SUM(col) the
 per-cell sums of col clamped to its measure bounds; AVG(col) is SUM(col) / COUNT(col).
 
+*Value cells* (truncation-aware answering, TaMM of seed 003): a measure column may instead be read
+as an axis of its own values. Its cells are the column's base cells, each worth one representative
+value r (the cell's midpoint, clamped to the — possibly truncated — measure bounds [lo, hi]);
+cells of equal r (all of those beyond a truncation threshold) are merged unless a statement
+tells them apart, and out-of-range values fall into the edge cells as SUM clamps them. SUM(col)
+is then the count workload weighted by r/s on that axis (answers scaled back by s = max(|lo|,
+|hi|)) and COUNT(col) the count workload on its non-NULL cells, so COUNT, SUM and AVG share one
+data vector, the cell counts, whose sensitivity is one per row.
+
 Statements are answered in *groups*, each jointly over its own cells: by default one group per
 distinct set of columns; the caller (the engine) may merge groups when that lowers the expected
 error. (ResidualPlanner answers many-column marginal batches without this split.)
@@ -23,8 +32,8 @@ error. (ResidualPlanner answers many-column marginal batches without this split.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -55,8 +64,64 @@ class Axis:
 class Block:
     """The linear queries of one aggregate input of one statement, over one data kind."""
 
-    data: tuple[str, str | None]  # ("count", None) | ("sum", col) | ("nonnull", col)
+    data: tuple[str, str | None]  # the vector measured: ("count", None) | ("sum", col) | ("nonnull", col)
+    kind: tuple[str, str | None]  # what the block answers: data, or ("sum"/"nonnull", col) read from value cells
     workload: Workload
+    scale: float = 1.0  # answers are workload @ data times this (value-cell sums are weighted by r/scale)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ValueCells:
+    """A measure column read as cells of its value (TaMM): the bounds its values are clamped to."""
+
+    low: float
+    high: float
+
+    @property
+    def scale(self) -> float:
+        """The unit of the weighted SUM rows: the largest |value|, so every weight is in [-1, 1]."""
+        return max(abs(self.low), abs(self.high)) or 1.0
+
+    def representatives(self, domain: sch.Ordered) -> npt.NDArray[np.float64]:
+        """Each base cell's value: its midpoint, clamped to [low, high] (integers: whole values)."""
+        left, right = np.asarray(domain.boundaries[:-1]), np.asarray(domain.boundaries[1:])
+        if domain.discrete:
+            right = right - 1.0
+            if domain.closed_top:
+                right[-1] += 1.0
+        return np.asarray(np.clip((left + right) / 2, self.low, self.high), dtype=np.float64)
+
+    def rounding(self, domain: sch.Ordered) -> float:
+        """The most a row's clamped value can differ from its cell's representative."""
+        left, right = np.asarray(domain.boundaries[:-1]), np.asarray(domain.boundaries[1:])
+        if domain.discrete:
+            right = right - 1.0
+            if domain.closed_top:
+                right[-1] += 1.0
+        r = self.representatives(domain)
+        low, high = np.clip(left, self.low, self.high), np.clip(right, self.low, self.high)
+        return float(np.max(np.maximum(r - low, high - r)))
+
+
+def value_cells_problem(column: sch.Column, touched: bool) -> str | None:
+    """Why ``column`` cannot be read as value cells (None if it can).
+
+    Its domain must cover its measure bounds (so clamping happens inside the cells), and when
+    statements also filter or group on it, out-of-range rows must already sit in the edge cells
+    (``out_of_domain = "clamp"`` or ``"exclude"``): with the default they are UNKNOWN to predicates
+    but count in SUM, which one cell per value cannot express.
+    """
+    domain = column.domain
+    if not isinstance(domain, sch.Ordered) or column.measure_bounds is None:
+        return f"{column.key} is not a numeric measure"
+    low, high = column.measure_bounds
+    top = domain.upper - (1 if domain.discrete and not domain.closed_top else 0)
+    if low < domain.lower or high > top:
+        return f"the measure bounds of {column.key} reach beyond its domain's cells"
+    if touched and not (domain.clamp or column.outside_excluded):
+        return (f"statements also filter or group on {column.name}, whose out-of-range values are outside its cells; "
+                f'declare out_of_domain = "clamp" or "exclude" for {column.key} to allow it')
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,8 +160,23 @@ class CompiledGroup:
         return sorted({block.data for block in self.blocks}, key=lambda kind: (kind[0], kind[1] or ""))
 
     def workload(self, kind: tuple[str, str | None]) -> Workload:
-        """All blocks over one data vector, stacked in block order."""
-        return VStack([block.workload for block in self.blocks if block.data == kind])
+        """All blocks over one data vector, stacked in block order (on one axis, as one dense
+        matrix while it has at most DENSE_STACK entries: a thousand one-row statements then plan
+        and answer as one matrix, not a thousand)."""
+        blocks = [block.workload for block in self.blocks if block.data == kind]
+        rows = sum(block.shape[0] for block in blocks)
+        if len(self.axes) == 1 and len(blocks) > 1 and rows * self.cells <= DENSE_STACK:
+            return Explicit(np.vstack([_one_axis_rows(block) for block in blocks]))
+        return VStack(blocks)
+
+
+def _one_axis_rows(block: Workload) -> npt.NDArray[np.float64]:
+    """A one-axis block (a one-factor Kronecker product, or a sum of them) as a dense matrix."""
+    if isinstance(block, Kron) and len(block.factors) == 1:
+        return block.factors[0].dense()
+    if isinstance(block, Sum):
+        return np.sum([_one_axis_rows(term) for term in block.terms], axis=0)
+    return block.dense()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,6 +188,8 @@ class CompiledBatch:
 
 #: Two groups are only considered for merging while their joint domain has at most this many cells.
 MERGE_CELLS = 2**18
+#: A one-axis group's blocks are stacked into one dense matrix up to this many entries.
+DENSE_STACK = 2**23
 #: No statement may span more cells than this.
 MAX_CELLS = 2**24
 
@@ -142,12 +224,19 @@ def batch_table(batch: ir.Batch, schema: sch.Schema) -> sch.Table:
     return schema.table(first.table)
 
 
-def compile_group(batch: ir.Batch, table: sch.Table, members: Sequence[int],
-                  index: int = 0) -> tuple[CompiledGroup, list[CompiledStatement]]:
-    """One group of statements over the coarsest cells that all of them respect."""
+def compile_group(batch: ir.Batch, table: sch.Table, members: Sequence[int], index: int = 0,
+                  values: Mapping[str, ValueCells] | None = None) -> tuple[CompiledGroup, list[CompiledStatement]]:
+    """One group of statements over the coarsest cells that all of them respect.
+
+    ``values`` reads those measure columns as value cells (see the module docstring; check
+    :func:`value_cells_problem` first): their SUM and COUNT(col) become count blocks.
+    """
     sub = [batch.statements[i] for i in members]
-    axes = tuple(_axis(column, sub, table) for column in _touched_columns(sub, table))
-    compiler = _StatementCompiler(table=table, axes=axes, group=index)
+    values = values or {}
+    touched = {c.name for c in _touched_columns(sub, table)}
+    columns = [c for c in table.columns.values() if c.name in touched or c.name in values]
+    axes = tuple(_axis(_value_column(c) if c.name in values else c, sub, table, values.get(c.name)) for c in columns)
+    compiler = _StatementCompiler(table=table, axes=axes, group=index, values=values)
     statements = [compiler.compile(statement) for statement in sub]
     return CompiledGroup(axes=axes, blocks=tuple(compiler.blocks)), statements
 
@@ -201,11 +290,22 @@ def _atoms(predicate: ir.Predicate | None) -> list[ir.Comparison | ir.Between | 
     return [predicate]
 
 
-def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Table) -> Axis:
+def _value_column(column: sch.Column) -> sch.Column:
+    """A measure column as value cells: out-of-range values go to the edge cells, as SUM clamps them."""
+    assert isinstance(column.domain, sch.Ordered)
+    return column if column.domain.clamp else replace(column, domain=replace(column.domain, clamp=True))
+
+
+def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Table, values: ValueCells | None = None) -> Axis:
     """Batch cells of one column: contiguous runs of base cells for ordered domains, and classes
-    of values no statement tells apart for categorical ones."""
+    of values no statement tells apart for categorical ones; value cells keep apart every
+    representative value."""
     size = column.domain.size
     signature = [np.zeros(size, dtype=np.int64)]
+    if values is not None:
+        assert isinstance(column.domain, sch.Ordered)  # value cells are checked by value_cells_problem
+        ranks = np.unique(values.representatives(column.domain), return_inverse=True)[1]
+        signature.append(np.asarray(ranks, dtype=np.int64).ravel())
     grouped = any(_resolve(table, c).name == column.name for s in statements for c in s.group_by)
     if grouped:
         signature.append(column.domain.bin_of_base())
@@ -333,8 +433,8 @@ class _Truth:
 
 
 class _StatementCompiler:
-    def __init__(self, *, table: sch.Table, axes: tuple[Axis, ...], group: int) -> None:
-        self.table, self.axes, self.group = table, axes, group
+    def __init__(self, *, table: sch.Table, axes: tuple[Axis, ...], group: int, values: Mapping[str, ValueCells]) -> None:
+        self.table, self.axes, self.group, self.values = table, axes, group, values
         self.position = {axis.column.name: index for index, axis in enumerate(axes)}
         self.blocks: list[Block] = []
 
@@ -415,13 +515,16 @@ class _StatementCompiler:
             matrix[groups - 1, axis.size - 1] = 1.0
         return matrix
 
-    def _block(self, true: list[Box], group_axes: tuple[int, ...]) -> Workload:
-        """Σ_boxes ⊗_axes (membership · diag(mask) on grouped axes, maskᵀ elsewhere)."""
+    def _block(self, true: list[Box], group_axes: tuple[int, ...], weights: tuple[int, npt.NDArray[np.float64]] | None = None) -> Workload:
+        """Σ_boxes ⊗_axes (membership · diag(mask) on grouped axes, maskᵀ elsewhere); ``weights``
+        (axis, per-cell weight) multiplies that axis's factor column-wise."""
         grouped = set(group_axes)
         terms: list[Workload] = []
         for box in _merge(true):
-            factors = [Explicit(self._membership(axis) * mask[None, :]) if i in grouped else Explicit(mask[None, :].astype(np.float64))
-                       for i, (axis, mask) in enumerate(zip(self.axes, box))]
+            masks = [mask * weights[1] if weights is not None and i == weights[0] else mask.astype(np.float64)
+                     for i, mask in enumerate(box)]
+            factors = [Explicit(self._membership(axis) * mask[None, :]) if i in grouped else Explicit(mask[None, :])
+                       for i, (axis, mask) in enumerate(zip(self.axes, masks))]
             terms.append(Kron(factors) if factors else Explicit(np.ones((1, 1))))
         if not terms:  # the WHERE clause is never TRUE: rows of zeros
             factors = [Explicit(np.zeros((self._group_count(a) if i in grouped else 1, a.size))) for i, a in enumerate(self.axes)]
@@ -444,12 +547,26 @@ class _StatementCompiler:
             kinds = [("sum", column.name)]  # type: ignore[union-attr]
         else:
             kinds = [("sum", column.name), ("nonnull", column.name)]  # type: ignore[union-attr]
-        workload = self._block(true, group_axes)
         indices = []
         for kind in kinds:
-            self.blocks.append(Block(data=kind, workload=workload))
+            self.blocks.append(self._kind_block(kind, true, group_axes))
             indices.append(len(self.blocks) - 1)
         return OutputAggregate(aggregate=aggregate, blocks=tuple(indices), column=column)
+
+    def _kind_block(self, kind: tuple[str, str | None], true: list[Box], group_axes: tuple[int, ...]) -> Block:
+        """The block of one data kind; on a value-cell column, SUM and COUNT(col) become weighted counts."""
+        cells = self.values.get(kind[1]) if kind[1] is not None else None
+        if cells is None:
+            return Block(data=kind, kind=kind, workload=self._block(true, group_axes))
+        position = self.position[str(kind[1])]
+        axis = self.axes[position]
+        if kind[0] == "nonnull":
+            weight = np.append(np.ones(axis.size - 1), 0.0)  # the outside cell holds the NULLs
+            return Block(data=("count", None), kind=kind, workload=self._block(true, group_axes, (position, weight)))
+        base = cells.representatives(axis.column.domain)  # type: ignore[arg-type]
+        weight = np.zeros(axis.size)
+        weight[axis.cell_of_base[:-1]] = base / cells.scale
+        return Block(data=("count", None), kind=kind, workload=self._block(true, group_axes, (position, weight)), scale=cells.scale)
 
 
 def _check_output_names(statement: ir.Statement, table: sch.Table) -> None:
