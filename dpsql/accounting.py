@@ -1,16 +1,55 @@
-"""Privacy costs and an in-memory budget (the durable ledger comes on top of this).
+"""The accountant: privacy costs, their composition, ρ → (ε, δ) conversion, and the in-memory budget.
 
-Pure ε-DP costs add up (sequential composition); so do ρ-zCDP costs. A pure ε-DP release is also
-ε²/2-zCDP (Bun & Steinke), so ε costs can be charged to a ρ budget; the reverse has no pure-DP
-equivalent and is refused.
+A cost is pure ε-DP or ρ-zCDP (``PrivacyCost``), under adding or removing one privacy unit.
+
+Math:
+    sequential  releases computed from the same data add up: ε = Σ εᵢ (pure DP, Dwork & Roth 2014,
+                Thm 3.14); ρ = Σ ρᵢ (zCDP, Bun & Steinke 2016, Lemma 2.3).
+    pure → zCDP an ε-DP release is ε²/2-zCDP (Bun & Steinke 2016, Prop. 1.4), so ε costs can be charged
+                to a ρ budget; a ρ cost has no pure-DP equivalent and is refused by an ε budget.
+    parallel    releases each computed from a disjoint set of privacy units cost their maximum
+                (McSherry 2009, Thm 4), since one unit's change reaches only one of them.
+    ρ → (ε, δ)  ρ-zCDP implies (ε, δ)-DP for every δ ∈ (0, 1) with
+                ε = inf_{α>1} αρ + (ln(1/δ) + (α−1)·ln(1−1/α) − ln α)/(α−1)
+                (Canonne, Kamath & Steinke 2020, "The Discrete Gaussian for Differential Privacy",
+                Cor. 13). It is never worse than the simple bound ρ + 2√(ρ·ln(1/δ)) (Bun & Steinke
+                2016, Prop. 1.3), and never better than the exact curve of the (continuous) Gaussian
+                mechanism with the same ρ, δ(ε) = Φ(−ε/μ + μ/2) − e^ε·Φ(−ε/μ − μ/2), μ = √(2ρ) (Balle &
+                Wang 2018, Thm 8): that mechanism is ρ-zCDP, so no conversion valid for all ρ-zCDP
+                releases can beat it. dpsql reports the Canonne–Kamath–Steinke ε: its releases mix
+                discrete Gaussian, discrete Laplace and selection steps, for which the Gaussian curve
+                does not hold.
+
+Exact arithmetic: costs enter the books as the decimal number the caller wrote (``exact``: the
+shortest decimal that round-trips the float, so ``0.1`` is 1/10) and are summed as fractions, so
+ten charges of ε = 0.1 spend exactly ε = 1 and a budget never drifts by rounding. The binary
+float the engine calibrates its noise with differs from that decimal by less than 2⁻⁵³ relatively
+(the same idealised numerics as the rest of the engine's floating-point calibration).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Literal
 
 from dpsql.errors import BudgetExhaustedError, PrivacyParameterError
+
+Family = Literal["epsilon", "rho"]
+UNIT = {"epsilon": "ε", "rho": "ρ"}
+
+
+def exact(value: float | Fraction) -> Fraction:
+    """The decimal number a float was written as, as an exact fraction.
+
+    >>> exact(0.1), exact(3), sum([exact(0.1)] * 10) == 1
+    (Fraction(1, 10), Fraction(3, 1), True)
+    """
+    if isinstance(value, (int, Fraction)):
+        return Fraction(value)
+    return Fraction(repr(float(value)))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,58 +67,240 @@ class PrivacyCost:
             raise PrivacyParameterError(f"{name} must be a finite number > 0; got {value!r}.")
 
     @property
-    def family(self) -> str:
+    def family(self) -> Family:
         return "epsilon" if self.epsilon is not None else "rho"
 
     @property
     def value(self) -> float:
         return float(self.epsilon if self.epsilon is not None else self.rho)  # type: ignore[arg-type]
 
+    @property
+    def exact(self) -> Fraction:
+        """The cost as an exact fraction (see ``exact``)."""
+        return exact(self.value)
+
     def describe(self) -> str:
         return f"ε={self.epsilon:g}" if self.epsilon is not None else f"ρ={self.rho:g}"
 
+    @classmethod
+    def of(cls, family: Family, value: Fraction | float) -> PrivacyCost:
+        """``PrivacyCost(epsilon=value)`` or ``PrivacyCost(rho=value)`` by family name."""
+        return cls(epsilon=float(value)) if family == "epsilon" else cls(rho=float(value))
 
+
+def price(cost: PrivacyCost, family: Family) -> Fraction:
+    """``cost`` in the unit of ``family``, exactly: itself, or ε²/2 for an ε cost in ρ.
+
+    >>> price(PrivacyCost(epsilon=0.6), "rho")
+    Fraction(9, 50)
+
+    Raises:
+        PrivacyParameterError: a ρ cost asked for in ε (zCDP has no pure-DP equivalent).
+    """
+    if cost.family == family:
+        return cost.exact
+    if family == "rho":
+        return cost.exact**2 / 2
+    raise PrivacyParameterError(f"a ρ-zCDP cost ({cost.describe()}) has no pure ε-DP equivalent; "
+                                "account for it in ρ (zCDP) instead.")
+
+
+def sequential(costs: Iterable[PrivacyCost]) -> PrivacyCost:
+    """Sequential composition: Σ ε if every cost is pure, else Σ ρ with each ε counted as ε²/2.
+
+    >>> sequential([PrivacyCost(epsilon=0.1)] * 10)
+    PrivacyCost(epsilon=1.0, rho=None)
+    >>> sequential([PrivacyCost(epsilon=1.0), PrivacyCost(rho=0.25)])
+    PrivacyCost(epsilon=None, rho=0.75)
+    """
+    return _compose(costs, lambda prices: sum(prices, Fraction(0)))
+
+
+def parallel(costs: Iterable[PrivacyCost]) -> PrivacyCost:
+    """Parallel composition of releases on disjoint sets of privacy units: the largest cost.
+
+    Only valid when every privacy unit can change at most one of the releases. The engine does
+    not use it yet: each statement group's measurement reads every unit. It would apply to
+    groups whose WHERE clauses select disjoint units (say ``age < 18`` and ``age >= 18``) if they
+    were measured apart, each at the batch's whole cost.
+
+    >>> parallel([PrivacyCost(epsilon=0.5), PrivacyCost(epsilon=1.0)])
+    PrivacyCost(epsilon=1.0, rho=None)
+    """
+    return _compose(costs, max)
+
+
+def _compose(costs: Iterable[PrivacyCost], combine: Callable[[list[Fraction]], Fraction]) -> PrivacyCost:
+    listed = list(costs)
+    if not listed:
+        raise PrivacyParameterError("nothing to compose: give at least one PrivacyCost.")
+    family: Family = "epsilon" if all(c.family == "epsilon" for c in listed) else "rho"
+    return PrivacyCost.of(family, combine([price(c, family) for c in listed]))
+
+
+# ------------------------------------------------------------------------------------- ρ → (ε, δ)
+def rho_from_epsilon(epsilon: float) -> float:
+    """The zCDP cost of a pure ε-DP release: ρ = ε²/2 (Bun & Steinke 2016, Prop. 1.4)."""
+    _check("epsilon", epsilon)
+    return epsilon**2 / 2
+
+
+def epsilon_from_rho(rho: float, *, delta: float) -> float:
+    """ε such that ρ-zCDP implies (ε, δ)-DP: Canonne, Kamath & Steinke 2020, Cor. 13.
+
+    Math:
+        ε(α) = αρ + (ln(1/δ) + (α−1)·ln(1−1/α) − ln α)/(α−1) is a valid ε for every α > 1; its
+        derivative ρ + ln(αδ)/(α−1)² has one root, found by bisection over t = α − 1.
+    """
+    _check("rho", rho, zero=True)
+    _check_delta(delta)
+    if rho == 0:
+        return 0.0
+    t = _root(lambda t: rho + (math.log1p(t) + math.log(delta)) / t**2)
+    alpha = 1 + t
+    return max(0.0, alpha * rho + (math.log(1 / delta) - t * math.log1p(1 / t) - math.log1p(t)) / t)  # ln(1−1/α) = −ln(1+1/t)
+
+
+def delta_from_rho(rho: float, *, epsilon: float) -> float:
+    """δ such that ρ-zCDP implies (ε, δ)-DP: Canonne, Kamath & Steinke 2020, Cor. 13.
+
+    Math:
+        δ(α) = e^{(α−1)(αρ−ε)}/(α−1) · (1−1/α)^α for every α > 1; ln δ(α) has derivative
+        (2α−1)ρ − ε + ln(1−1/α), increasing in α, whose root is found by bisection.
+    """
+    _check("rho", rho, zero=True)
+    _check("epsilon", epsilon, zero=True)
+    if rho == 0:
+        return 0.0
+    t = _root(lambda t: (2 * t + 1) * rho - epsilon - math.log1p(1 / t))
+    log_delta = t * ((1 + t) * rho - epsilon) - t * math.log1p(1 / t) - math.log1p(t)
+    return min(1.0, math.exp(log_delta))
+
+
+def epsilon_from_rho_simple(rho: float, *, delta: float) -> float:
+    """The simple conversion ε = ρ + 2√(ρ·ln(1/δ)) (Bun & Steinke 2016, Prop. 1.3); looser than CKS."""
+    _check("rho", rho, zero=True)
+    _check_delta(delta)
+    return rho + 2 * math.sqrt(rho * math.log(1 / delta))
+
+
+def gaussian_delta(rho: float, *, epsilon: float) -> float:
+    """The exact δ(ε) of the continuous Gaussian mechanism with Δ²/(2σ²) = ρ (Balle & Wang 2018, Thm 8).
+
+    Math:
+        δ(ε) = Φ(−ε/μ + μ/2) − e^ε·Φ(−ε/μ − μ/2), μ = Δ/σ = √(2ρ). A lower bound for any
+        conversion from ρ-zCDP alone; not a guarantee for dpsql's discrete releases.
+    """
+    _check("rho", rho)
+    _check("epsilon", epsilon, zero=True)
+    mu = math.sqrt(2 * rho)
+    tail = _normal_cdf(-epsilon / mu - mu / 2)
+    return max(0.0, _normal_cdf(-epsilon / mu + mu / 2) - (math.exp(epsilon + math.log(tail)) if tail > 0 else 0.0))
+
+
+def gaussian_epsilon(rho: float, *, delta: float) -> float:
+    """The ε at which the continuous Gaussian mechanism with ρ = Δ²/(2σ²) is (ε, δ)-DP, by bisection."""
+    _check("rho", rho)
+    _check_delta(delta)
+    low, high = 0.0, epsilon_from_rho(rho, delta=delta)  # δ(ε) falls in ε; the CKS ε is an upper end
+    if gaussian_delta(rho, epsilon=0.0) <= delta:
+        return 0.0
+    for _ in range(200):
+        middle = (low + high) / 2
+        if middle in (low, high):
+            break
+        low, high = (low, middle) if gaussian_delta(rho, epsilon=middle) <= delta else (middle, high)
+    return high
+
+
+def _normal_cdf(x: float) -> float:
+    return 0.5 * math.erfc(-x / math.sqrt(2))
+
+
+def _root(derivative: Callable[[float], float]) -> float:
+    """The t > 0 where an increasing-through-zero ``derivative`` changes sign, by geometric bisection."""
+    low, high = 1.0, 1.0
+    while derivative(low) >= 0 and low > 1e-300:
+        low /= 2
+    while derivative(high) < 0 and high < 1e300:
+        high *= 2
+    for _ in range(2000):
+        middle = math.sqrt(low * high)
+        if middle <= low or middle >= high:
+            break
+        low, high = (low, middle) if derivative(middle) >= 0 else (middle, high)
+    return high
+
+
+def _check(name: str, value: float, *, zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0 or (value == 0 and not zero):
+        relation = ">= 0" if zero else "> 0"
+        raise PrivacyParameterError(f"{name} must be a finite number {relation}; got {value!r}.")
+
+
+def _check_delta(delta: float) -> None:
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
+        raise PrivacyParameterError(f"delta must be a number in (0, 1), such as 1e-6; got {delta!r}.")
+
+
+# ------------------------------------------------------------------------------------- in-memory budget
 @dataclass(slots=True, kw_only=True)
 class Budget:
-    """A total privacy budget that batches draw from; ``Budget(epsilon=3)`` or ``Budget(rho=0.5)``."""
+    """A total privacy budget that batches draw from; ``Budget(epsilon=3)`` or ``Budget(rho=0.5)``.
+
+    Kept in memory for one connection: it ends with the process. ``dpsql.connect(..., ledger=PATH)``
+    keeps the books in a durable file instead (``dpsql.ledger``). Decisions use the exact sum
+    ``exact_spent`` (a Fraction); ``spent`` is the same amount as a float, for display.
+    """
 
     epsilon: float | None = None
     rho: float | None = None
-    spent: float = field(default=0.0)
+    spent: float = 0.0
+    exact_spent: Fraction = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         PrivacyCost(epsilon=self.epsilon, rho=self.rho)  # validates
+        self.exact_spent = exact(self.spent)
 
     @property
     def total(self) -> PrivacyCost:
         return PrivacyCost(epsilon=self.epsilon, rho=self.rho)
 
     @property
+    def left(self) -> Fraction:
+        """What is left, exactly, in the budget's unit."""
+        return max(self.total.exact - self.exact_spent, Fraction(0))
+
+    @property
     def remaining(self) -> float:
-        return max(self.total.value - self.spent, 0.0)
+        """What is left, in the budget's unit (for display; decisions use ``left``)."""
+        return float(self.left)
 
-    def price(self, cost: PrivacyCost) -> float:
+    def price(self, cost: PrivacyCost) -> Fraction:
         """The cost in this budget's unit: ε on an ε budget; ρ, or ε²/2, on a ρ budget."""
-        if self.total.family == cost.family:
-            return cost.value
-        if self.total.family == "rho":
-            return cost.value**2 / 2
-        raise PrivacyParameterError(
-            f"this connection's budget is pure ε-DP (epsilon={self.epsilon:g}); a ρ-zCDP batch has no pure ε-DP "
-            "cost. Pass epsilon= for the batch, or open the connection with Budget(rho=...)."
-        )
-
-    def check(self, cost: PrivacyCost) -> float:
-        """The price of ``cost``; BudgetExhaustedError if it does not fit. Charges nothing."""
-        price = self.price(cost)
-        if price > self.remaining * (1 + 1e-12):
-            unit = "ε" if self.total.family == "epsilon" else "ρ"
-            raise BudgetExhaustedError(
-                f"Batch costs {unit}={price:.6g}; the budget has {unit}={self.remaining:.6g} left of {self.total.value:g}. "
-                "Nothing was run or charged. Split the batch or lower its cost."
+        if self.total.family == "epsilon" and cost.family == "rho":
+            raise PrivacyParameterError(
+                f"this connection's budget is pure ε-DP (epsilon={self.epsilon:g}); a ρ-zCDP batch has no pure ε-DP "
+                "cost. Pass epsilon= for the batch, or open the connection with Budget(rho=...)."
             )
-        return price
+        return price(cost, self.total.family)
+
+    def check(self, cost: PrivacyCost) -> Fraction:
+        """The price of ``cost``; BudgetExhaustedError if it does not fit. Charges nothing."""
+        amount = self.price(cost)
+        if amount > self.left:
+            raise BudgetExhaustedError(refusal(amount, self.left, self.total))
+        return amount
 
     def charge(self, cost: PrivacyCost) -> None:
         """Record ``cost`` (after check); raises BudgetExhaustedError without charging if it does not fit."""
-        self.spent += self.check(cost)
+        self.exact_spent += self.check(cost)
+        self.spent = float(self.exact_spent)
+
+
+def refusal(amount: Fraction, left: Fraction, total: PrivacyCost, where: str = "the budget") -> str:
+    """The BudgetExhaustedError message: what the batch costs, what is left, what to do."""
+    unit = UNIT[total.family]
+    return (f"Batch costs {unit}={float(amount):.6g}; {where} has {unit}={float(left):.6g} left of {total.value:g}. "
+            "Nothing was run or charged. Split the batch or lower its cost.")

@@ -1,4 +1,8 @@
-"""The ``dpsql`` command line: run, explain, schema suggest, demo — over the Python API only."""
+"""The ``dpsql`` command line: run, explain, budget, schema suggest, demo — over the Python API only.
+
+``run`` and ``explain`` draw from the privacy ledger next to ``--db`` (or ``--ledger PATH``), whose
+total the data owner sets with ``dpsql budget set``; a run is charged durably before it reads data.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from pathlib import Path
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
+from dpsql import budget_cli
 from dpsql.errors import Error
 from dpsql.results import format_table
 
@@ -38,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
         cost = command.add_mutually_exclusive_group(required=True)
         cost.add_argument("--epsilon", type=float, help="the batch's cost in pure ε-DP (discrete Laplace noise)")
         cost.add_argument("--rho", type=float, help="the batch's cost in ρ-zCDP (discrete Gaussian noise)")
+        budget_cli.add_ledger_options(command)
         command.set_defaults(handler=handler)
     run = commands.choices["run"]
     run.add_argument("--out", type=Path, help="write each statement's result to this folder instead of the terminal")
@@ -45,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--nonnegative", action="store_true", help="set negative counts (and sums of non-negative values) to 0")
     run.add_argument("--isotonic", action="store_true",
                      help="make nested single-answer statements (e.g. prefix sums) non-decreasing")
+    budget_cli.add_commands(commands)
     schema = commands.add_parser("schema", help="schema helpers").add_subparsers(dest="action", required=True)
     suggest = schema.add_parser("suggest", help="print a starting schema read from a table (NOT private)")
     suggest.add_argument("--db", required=True)
@@ -63,10 +70,11 @@ def _progress(message: str, started: float) -> None:
 
 
 def _open(arguments: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """A read-only connection charging the ledger (next to --db, or --ledger)."""
     import dpsql
 
-    budget = dpsql.Budget(epsilon=arguments.epsilon) if arguments.epsilon is not None else dpsql.Budget(rho=arguments.rho)
-    return dpsql.connect(arguments.db, schema=arguments.schema, budget=budget, read_only=True)
+    return dpsql.connect(arguments.db, schema=arguments.schema, ledger=arguments.ledger, dataset=arguments.dataset,
+                         analyst=arguments.analyst, read_only=True)
 
 
 def _read(path: Path) -> str:
@@ -96,6 +104,9 @@ def _run(arguments: argparse.Namespace) -> int:
                                              progress=lambda message: _progress(message, started), postprocess=steps)
         tables = cursor.fetch_arrow_tables()
         _progress(f"answered {len(tables)} statement(s)", started)
+        release = json.loads(tables[0].schema.metadata[b"dpsql"]) if tables else {}
+        _progress(f"budget: charged {release.get('budget_spent')}; left {release.get('budget_remaining')} "
+                  f"(ledger {connection.account.ledger.path})", started)
     if arguments.out:
         for number, table in enumerate(tables, start=1):
             path = arguments.out / f"statement_{number}.{arguments.format}"

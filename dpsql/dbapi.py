@@ -3,7 +3,9 @@
 ``Cursor.execute`` takes one statement or a whole batch; the batch is answered jointly (one scan,
 one measurement per data vector, one budget charge) and each statement's result becomes a result
 set (``nextset()`` moves on). The batch's cost is given per call as ``epsilon=`` or ``rho=`` and is
-drawn from the connection's ``Budget``. ``explain()`` reports the plan without spending.
+drawn either from the privacy ledger (``dpsql.ledger``, a durable file: the default for a database
+file) or from an in-memory ``Budget`` that lasts as long as the connection. ``explain()`` reports
+the plan without spending.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ import duckdb
 import pyarrow as pa
 
 from dpsql import engine
-from dpsql.accounting import Budget, PrivacyCost
+from dpsql.accounting import Budget, PrivacyCost, price, sequential
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
+from dpsql.errors import InterfaceError, InternalError, LedgerError, NotSupportedError, ProgrammingError
+from dpsql.ledger import Account, BatchRecord, Ledger, default_path
 from dpsql.noise import RandomSource
 from dpsql.schema import Schema
 
@@ -31,31 +34,90 @@ def connect(
     database: str | os.PathLike[str] | duckdb.DuckDBPyConnection = ":memory:",
     *,
     schema: str | os.PathLike[str] | Mapping[str, Any] | Schema,
-    budget: Budget,
+    budget: Budget | None = None,
+    ledger: str | os.PathLike[str] | None = None,
+    dataset: str | None = None,
+    analyst: str | None = None,
     read_only: bool = False,
     rng: RandomSource | None = None,
 ) -> Connection:
     """Open a private connection to a DuckDB database (a path, ":memory:" or a connection).
 
+    Where the budget comes from:
+        a database file, no ``budget=``: the ledger file next to it (``people.duckdb.dpsql-ledger``),
+        or ``ledger=PATH``; its total is set by the data owner with ``dpsql budget set``.
+        ``budget=Budget(...)``: an in-memory budget for this connection only (tests, demos,
+        ``:memory:`` data). ":memory:" or a DuckDB connection needs one of the two.
+
     Args:
         database: the data; dpsql only ever runs SQL it generates from the schema against it.
         schema: the public schema (TOML path or text, dict, or Schema).
-        budget: the connection's total privacy budget, ``Budget(epsilon=...)`` or ``Budget(rho=...)``.
+        budget: an in-memory total, ``Budget(epsilon=...)`` or ``Budget(rho=...)``; not with ``ledger``.
+        ledger: the ledger file (default: next to a database file).
+        dataset: the dataset's name in the ledger (default: the database file's name).
+        analyst: charge this analyst's sub-budget too, if the owner set one.
         read_only: open a database path read-only.
         rng: a seeded random source, for tests only; production uses OS randomness.
+
+    Raises:
+        ProgrammingError: budget= and ledger= together, a budget that is not a Budget, or no
+            budget source for ":memory:" or a DuckDB connection. Nothing is opened then.
     """
-    if not isinstance(budget, Budget):
-        raise ProgrammingError("connect() needs budget=dpsql.Budget(epsilon=...) or Budget(rho=...): the total privacy budget.")
+    books = _books(database, budget, ledger, dataset, analyst)
     source = schema if isinstance(schema, (str, Mapping, Schema)) else Path(os.fspath(schema))
-    return Connection(DuckDBBackend(database, read_only=read_only), Schema.load(source), budget, rng)
+    return Connection(DuckDBBackend(database, read_only=read_only), Schema.load(source), books, rng)
+
+
+def _books(database: str | os.PathLike[str] | duckdb.DuckDBPyConnection, budget: Budget | None,
+           ledger: str | os.PathLike[str] | None, dataset: str | None, analyst: str | None) -> Budget | Account:
+    """The connection's budget: the in-memory Budget, or an Account in a ledger."""
+    if budget is not None and ledger is not None:
+        raise ProgrammingError("pass either budget= (an in-memory budget for this connection) or ledger= (a durable "
+                               "ledger file), not both.")
+    if budget is not None:
+        if not isinstance(budget, Budget):
+            raise ProgrammingError(f"budget= must be dpsql.Budget(epsilon=...) or Budget(rho=...); got {budget!r}.")
+        if dataset is not None or analyst is not None:
+            raise ProgrammingError("dataset= and analyst= name a budget in a ledger; drop them, or pass ledger= instead of "
+                                   "budget=.")
+        return budget
+    for name, value in (("dataset", dataset), ("analyst", analyst)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ProgrammingError(f"{name}= must be a non-empty name; got {value!r}.")
+    path = Path(os.fspath(database)) if isinstance(database, (str, os.PathLike)) and database != ":memory:" else None
+    if path is not None:
+        return Account(ledger=Ledger(default_path(path) if ledger is None else ledger), dataset=dataset or path.name,
+                       analyst=analyst)
+    if ledger is None:
+        raise ProgrammingError("a connection to ':memory:' or to an open DuckDB connection needs budget=dpsql.Budget"
+                               "(epsilon=...) (in memory, for this connection only) or ledger=PATH (a durable ledger file).")
+    if dataset is None:
+        raise ProgrammingError("with ledger= and no database file, pass dataset='name': which budget in the ledger to use.")
+    return Account(ledger=Ledger(ledger), dataset=dataset, analyst=analyst)
 
 
 class Connection:
-    """A PEP 249 connection holding the backend, the schema and the privacy budget."""
+    """A PEP 249 connection holding the backend, the schema and where its budget is kept."""
 
-    def __init__(self, backend: DuckDBBackend, schema: Schema, budget: Budget, rng: RandomSource | None) -> None:
-        self._backend, self.schema, self.budget, self._rng = backend, schema, budget, rng
+    def __init__(self, backend: DuckDBBackend, schema: Schema, books: Budget | Account, rng: RandomSource | None) -> None:
+        self._backend, self.schema, self._books, self._rng = backend, schema, books, rng
         self._closed = False
+
+    @property
+    def budget(self) -> Budget:
+        """The budget now: the in-memory Budget, or the ledger's balance (read now; LedgerError if unreadable)."""
+        return self._books if isinstance(self._books, Budget) else self._books.budget()
+
+    @property
+    def account(self) -> Account | None:
+        """The ledger account the connection charges, or None with an in-memory budget."""
+        return self._books if isinstance(self._books, Account) else None
+
+    def _budget_for(self, text: str, parameters: Sequence[object] | None, prepared: engine.Prepared) -> Budget:
+        """What the engine draws this batch from: the in-memory Budget, or a ledger view that records the batch."""
+        if isinstance(self._books, Budget):
+            return self._books
+        return self._books.budget(BatchRecord.of(text, parameters, prepared.cost, _mechanism(prepared)))
 
     def cursor(self) -> Cursor:
         self._check_open()
@@ -67,7 +129,7 @@ class Connection:
             self._closed = True
 
     def commit(self) -> None:
-        """Nothing to commit: dpsql never writes to the database."""
+        """Nothing to commit: dpsql never writes to the database (charges commit on their own)."""
         self._check_open()
 
     def rollback(self) -> None:
@@ -86,6 +148,30 @@ class Connection:
     @property
     def closed(self) -> bool:
         return self._closed
+
+
+def _mechanism(prepared: engine.Prepared) -> str:
+    """The release mechanism as the ledger records it, e.g. 'matrix mechanism, discrete Laplace'."""
+    route = "ResidualPlanner" if prepared.use_residual else "matrix mechanism"
+    return f"{route}, {'discrete Laplace' if prepared.cost.family == 'epsilon' else 'discrete Gaussian'}"
+
+
+def _check_plan_cost(prepared: engine.Prepared) -> None:
+    """The plan's own cost, composed from its parts, must not exceed the cost that is charged.
+
+    Math: sequential composition of every measurement's share and every threshold selection's
+    ε_sel (ε_sel²/2 in ρ); the ResidualPlanner route is one release at the whole cost. Shares are
+    floats from the budget split, so the comparison allows 1e-9 relative rounding.
+    """
+    family = prepared.cost.family
+    if prepared.use_residual or not prepared.measurements:
+        return
+    parts = [PrivacyCost.of(family, m.share) for m in prepared.measurements if m.share > 0]
+    parts += [PrivacyCost(epsilon=t.epsilon) for t in prepared.thresholds]
+    planned = price(sequential(parts), family) if parts else 0
+    if planned > prepared.cost.exact * (1 + 1e-9):
+        raise InternalError(f"the plan spends {family}={float(planned):.9g}, more than the batch's {prepared.cost.describe()}; "
+                            "nothing was run or charged. Please report this.")
 
 
 class Cursor:
@@ -112,7 +198,9 @@ class Cursor:
         self._check_open()
         prepared = engine.prepare(operation, self.connection.schema, PrivacyCost(epsilon=epsilon, rho=rho), parameters,
                                   progress=progress)
-        results = engine.run(prepared, backend=self.connection._backend, budget=self.connection.budget,
+        _check_plan_cost(prepared)
+        budget = self.connection._budget_for(operation, parameters, prepared)
+        results = engine.run(prepared, backend=self.connection._backend, budget=budget,
                              rng=self.connection._rng, progress=progress, postprocess=postprocess)
         self._results, self._current, self._row = results, 0, 0
         return self
@@ -128,10 +216,18 @@ class Cursor:
 
     def explain(self, operation: str, parameters: Sequence[object] | None = None, *,
                 epsilon: float | None = None, rho: float | None = None) -> str:
-        """The plan (workload size, candidate strategies with expected RMSE, SVD bound, cost); spends nothing."""
+        """The plan (workload size, candidate strategies with expected RMSE, SVD bound, cost); spends nothing.
+
+        With a ledger that cannot be read (or has no total), the plan is still shown, followed by
+        a line saying the budget state is unknown and why: ``execute`` fails until it is fixed.
+        """
         self._check_open()
         prepared = engine.prepare(operation, self.connection.schema, PrivacyCost(epsilon=epsilon, rho=rho), parameters)
-        return engine.explain(prepared, self.connection.budget)
+        try:
+            budget = self.connection.budget
+        except LedgerError as err:
+            return f"{engine.explain(prepared)}\nBudget: unknown, so every query fails until this is fixed: {err}"
+        return engine.explain(prepared, budget)
 
     def callproc(self, procname: str, parameters: Sequence[object] = ()) -> None:
         raise NotSupportedError("dpsql has no stored procedures; send SELECT statements to execute().")

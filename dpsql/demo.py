@@ -2,8 +2,10 @@
 
 The population is synthetic (a fixed seed, so it is the same every run); the schema and the
 queries are the ones in ``examples/census/``. The demo writes the database, ``schema.toml`` and
-``queries.sql`` into a folder, runs the batch once at ε = 1 with OS randomness, and prints each
-statement's private answers with their standard errors.
+``queries.sql`` into a folder, sets a total budget of ε = 3 in a fresh ledger next to the
+database (as the data owner would with ``dpsql budget set``), runs the batch once at ε = 1 with OS
+randomness, and prints each statement's private answers with their standard errors and the budget
+spent and left.
 """
 
 from __future__ import annotations
@@ -17,10 +19,15 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from dpsql.accounting import PrivacyCost
+from dpsql.ledger import Ledger, default_path
+
 STATES = ("AL AK AZ AR CA CO CT DE DC FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO MT NE NV NH NJ NM NY NC "
           "ND OH OK OR PA RI SC SD TN TX UT VT VA WA WV WI WY").split()
 RACES = ("white", "black", "asian", "native", "pacific", "multiple", "other")
 EDUCATION = ("none", "primary", "some_high_school", "high_school", "some_college", "bachelors", "masters", "doctorate")
+#: The total ε the demo's data owner sets (or the batch's ε, if that is larger).
+DEMO_TOTAL = 3.0
 
 SCHEMA = f"""# Public schema of the demo census table. Domains are declared, never read from the data.
 [tables.census]
@@ -135,16 +142,21 @@ def run(folder: Path | None = None, *, people: int = 1_000_000, epsilon: float =
     echo(f"Building a census-like table of {people:,} people in {folder} ...")
     database = write_files(folder, people)
     echo(f"  done in {time.perf_counter() - started:.1f} s. Schema: {folder / 'schema.toml'}; queries: {folder / 'queries.sql'}")
+    ledger = Ledger(default_path(database))
+    ledger.path.unlink(missing_ok=True)  # the data were just generated anew: so is their budget
+    ledger.set_total(database.name, PrivacyCost(epsilon=max(DEMO_TOTAL, epsilon)))
+    echo(f"  data owner: total budget ε = {max(DEMO_TOTAL, epsilon):g} in the ledger {ledger.path}")
     statements = [line for line in QUERIES.splitlines() if line.startswith("-- ") and line[3].isdigit()]
-    with dpsql.connect(str(database), schema=folder / "schema.toml", budget=dpsql.Budget(epsilon=epsilon),
-                       read_only=True) as connection:
+    with dpsql.connect(str(database), schema=folder / "schema.toml", read_only=True) as connection:
         cursor = connection.cursor()
         echo(f"\nPlan (nothing spent yet):\n{cursor.explain(QUERIES, epsilon=epsilon)}\n")
         answering = time.perf_counter()
         cursor.execute(QUERIES, epsilon=epsilon)
         tables = cursor.fetch_arrow_tables()
+        budget = connection.budget
         echo(f"Answered {len(tables)} statements as one release at ε = {epsilon} in "
-             f"{time.perf_counter() - answering:.1f} s; budget left: {connection.budget.remaining:g}.\n")
+             f"{time.perf_counter() - answering:.1f} s; budget spent ε = {float(budget.spent):g}, "
+             f"left ε = {budget.remaining:g} of {budget.total.describe()} (dpsql budget show --db {database}).\n")
     for title, table in zip(statements, tables):
         echo(title[3:])
         echo(format_table(table, limit=12))

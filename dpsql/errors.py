@@ -97,3 +97,11 @@ class BackendError(DpsqlError, OperationalError):
 
 class InvalidQueryError(DpsqlError, ProgrammingError):
     """Well-formed SQL that dpsql cannot answer as written (for example an output name used twice)."""
+
+
+class LedgerError(DpsqlError, OperationalError):
+    """The privacy ledger is missing, unreadable, corrupted or not a dpsql ledger: nothing is answered."""
+
+
+class BudgetNotSetError(LedgerError):
+    """No total budget is recorded for the dataset (or analyst): the owner must run ``dpsql budget set``."""

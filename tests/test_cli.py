@@ -1,5 +1,6 @@
 """The ``dpsql`` command line through ``dpsql.cli.main``: run (terminal, parquet, csv), explain,
-schema suggest, and errors that exit with status 2 and one clear line on stderr."""
+budget set / show / history, schema suggest, and errors that exit with status 2 and one clear line
+on stderr."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpsql import demo
+from dpsql.accounting import PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.cli import main
+from dpsql.ledger import Ledger, default_path
 from dpsql.schema import Schema
 from dpsql.sql.compile import compile_batch
 from dpsql.sql.parse import parse_batch
@@ -50,6 +53,7 @@ def files(tmp_path: Path) -> dict[str, str]:
                     "CAST(i % 1000 AS DOUBLE) AS income FROM range(2000) AS r(i)")
     (tmp_path / "schema.toml").write_text(SCHEMA)
     (tmp_path / "queries.sql").write_text(QUERIES)
+    Ledger(default_path(database)).set_total("people.duckdb", PrivacyCost(rho=100.0))  # the owner's budget
     return {"db": str(database), "schema": str(tmp_path / "schema.toml"), "queries": str(tmp_path / "queries.sql")}
 
 
@@ -199,3 +203,104 @@ def test_run_names_the_truncation_threshold_and_null_averages(files: dict[str, s
 def test_run_accepts_the_post_processing_flags(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(arguments(files, "run", "--nonnegative", "--isotonic")) == 0
     assert "-- statement 2" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------- the ledger
+def test_a_run_is_charged_to_the_ledger_next_to_the_database(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(arguments(files, cost=("--rho", "0.5"))) == 0
+    assert main(arguments(files, cost=("--epsilon", "1"))) == 0  # ε = 1 costs ρ = 1/2 on a ρ budget
+    err = capsys.readouterr().err
+    assert "budget: charged ρ=0.5; left 99.5 of ρ=100" in err and "budget: charged ε=1; left 99 of ρ=100" in err
+    charges = Ledger(default_path(files["db"])).history("people.duckdb")
+    assert [c.cost for c in charges] == [PrivacyCost(rho=0.5), PrivacyCost(epsilon=1.0)] and sum(c.price for c in charges) == 1
+
+
+def test_explain_spends_nothing(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(arguments(files, "explain", cost=("--rho", "0.5"))) == 0
+    assert "budget left 100 of ρ=100" in capsys.readouterr().out
+    assert Ledger(default_path(files["db"])).history("people.duckdb") == []
+
+
+def test_budget_set_show_and_history(files: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ledger = tmp_path / "elsewhere" / "books.ledger"
+    ledger.parent.mkdir()
+    books = ["--db", files["db"], "--ledger", str(ledger)]
+    assert main(["budget", "set", *books, "--epsilon", "3.5"]) == 0
+    assert "total  ε=3.5" in capsys.readouterr().out
+    assert main(arguments(files, "run", "--ledger", str(ledger), cost=("--epsilon", "1"))) == 0
+    assert main(["budget", "set", *books, "--epsilon", "4"]) == 0  # raising the total is the owner's action
+    capsys.readouterr()
+    assert main(["budget", "show", *books]) == 0
+    out = capsys.readouterr().out
+    assert "total  ε=4" in out and "spent  ε=1" in out and "left   ε=3" in out
+    assert "charges: 1" in out and "ε=1  matrix mechanism, discrete Laplace" in out
+    assert main(["budget", "history", *books]) == 0
+    out = capsys.readouterr().out
+    assert "charges: 1" in out and "set total ε=3.5" in out and "change total ε=4" in out
+    assert Ledger(default_path(files["db"])).history("people.duckdb") == []  # the default ledger was not charged
+
+
+def test_budget_show_reads_a_rho_spend_as_epsilon_delta(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["budget", "set", "--db", files["db"], "--dataset", "tiny", "--rho", "0.03125"]) == 0
+    assert main(["budget", "show", "--db", files["db"], "--dataset", "tiny", "--delta", "1e-3"]) == 0
+    # ρ = 1/32 is (0.688, 10⁻³)-DP by the Canonne–Kamath–Steinke conversion (OpenDP's test value 0.6880024554878086)
+    assert "total  ρ=0.03125  ≡ (ε=0.688, δ=0.001)-DP" in capsys.readouterr().out
+
+
+def test_an_analyst_sub_budget(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["budget", "set", "--db", files["db"], "--analyst", "ana", "--rho", "0.5"]) == 0
+    assert main(arguments(files, "run", "--analyst", "ana", cost=("--rho", "0.5"))) == 0
+    assert main(arguments(files, "run", "--analyst", "ana", cost=("--rho", "0.5"))) == 2
+    assert "analyst 'ana' on dataset 'people.duckdb' has ρ=0 left of 0.5" in capsys.readouterr().err
+    assert main(arguments(files, cost=("--rho", "0.5"))) == 0  # other analysts still draw from the dataset's total
+
+
+@pytest.mark.parametrize("make_args, error_name, phrase", [
+    (lambda f: arguments(f), "BudgetNotSetError", "no ledger file at"),
+    (lambda f: arguments(f, "explain"), None, "Budget: unknown, so every query fails until this is fixed: no ledger file"),
+    (lambda f: ["budget", "show", "--db", f["db"]], "BudgetNotSetError", "no ledger file at"),
+])
+def test_without_a_budget_nothing_runs(files: dict[str, str], capsys: pytest.CaptureFixture[str], make_args,  # type: ignore[no-untyped-def]
+                                       error_name: str | None, phrase: str) -> None:
+    default_path(files["db"]).unlink()
+    assert main(make_args(files)) == (2 if error_name else 0)
+    out, err = capsys.readouterr()
+    assert phrase in (err if error_name else out) and "-- statement" not in out
+    if error_name:
+        assert f"dpsql: {error_name}: " in err and "dpsql budget set --db" in err
+    assert not default_path(files["db"]).exists()  # reading never creates a ledger
+
+
+def test_a_corrupted_ledger_fails_every_run_closed(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    default_path(files["db"]).write_bytes(b"this is not a ledger" * 100)
+    assert main(arguments(files)) == 2
+    out, err = capsys.readouterr()
+    assert "dpsql: LedgerError: " in err and "Nothing was run or charged" in err and "-- statement" not in out
+
+
+@pytest.mark.parametrize("argv, error_name, phrase", [
+    (lambda f: ["budget", "set", "--db", f["db"], "--epsilon", "1"], "PrivacyParameterError", "cannot change to epsilon"),
+    (lambda f: ["budget", "set", "--db", f["db"] + ".missing", "--epsilon", "1"], "OperationalError", "no database file at"),
+    (lambda f: ["budget", "set", "--db", f["db"], "--rho", "-1"], "PrivacyParameterError", "rho must be a finite number > 0"),
+])
+def test_budget_set_errors(files: dict[str, str], capsys: pytest.CaptureFixture[str], argv, error_name: str,  # type: ignore[no-untyped-def]
+                           phrase: str) -> None:
+    assert main(arguments(files, cost=("--rho", "1"))) == 0  # a charge in ρ: the unit is now fixed
+    capsys.readouterr()
+    assert main(argv(files)) == 2
+    err = capsys.readouterr().err
+    assert f"dpsql: {error_name}: " in err and phrase in err
+    assert Ledger(default_path(files["db"])).balance("people.duckdb").limits[0].total == 100  # unchanged
+
+
+def test_budget_set_refuses_a_total_below_what_is_spent(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(arguments(files, cost=("--rho", "2"))) == 0
+    assert main(["budget", "set", "--db", files["db"], "--rho", "1.5"]) == 2
+    assert "ρ=2 is already spent" in capsys.readouterr().err
+    assert Ledger(default_path(files["db"])).balance("people.duckdb").limits[0].total == 100
+
+
+def test_budget_set_needs_a_total(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["budget", "set", "--db", files["db"]])
+    assert caught.value.code == 2 and "one of the arguments --epsilon --rho is required" in capsys.readouterr().err

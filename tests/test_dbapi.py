@@ -1,10 +1,15 @@
 """PEP 249 (DB-API 2.0), walked through in the PEP's own order: module interface, exceptions,
-Connection, Cursor, type objects; plus dpsql's Arrow extensions and the ways to connect."""
+Connection, Cursor, type objects; plus dpsql's Arrow extensions, the ways to connect, and the
+privacy ledger behind a connection (fail closed, durable across connections)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
+import shutil
 from collections.abc import Iterator
+from fractions import Fraction
 from pathlib import Path
 
 import duckdb
@@ -13,6 +18,9 @@ import pytest
 
 import dpsql
 from dpsql import errors
+from dpsql.accounting import PrivacyCost
+from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.ledger import Ledger, default_path
 from dpsql.noise import SeededRandomSource
 
 SCHEMA = {"tables": {"people": {"columns": {
@@ -140,6 +148,8 @@ def test_connect_accepts_a_toml_schema_and_a_schema_file(data: duckdb.DuckDBPyCo
 def test_connect_needs_a_budget(data: duckdb.DuckDBPyConnection, budget: object) -> None:
     with pytest.raises(dpsql.ProgrammingError, match=r"Budget\(epsilon=\.\.\.\)"):
         dpsql.connect(data, schema=SCHEMA, budget=budget)  # type: ignore[arg-type]
+    with pytest.raises(dpsql.ProgrammingError, match=r"or ledger=PATH"):
+        dpsql.connect(":memory:", schema=SCHEMA)
 
 
 def test_connect_to_a_missing_read_only_file_is_an_operational_error(tmp_path: Path) -> None:
@@ -307,3 +317,105 @@ def test_rows_hold_python_values_in_the_arrow_types(cursor: dpsql.Cursor) -> Non
     assert [row[:2] for row in rows] == [(dt.date(2000, 1, 1), "F"), (dt.date(2000, 1, 1), "M"),
                                          (dt.date(2000, 1, 2), "F"), (dt.date(2000, 1, 2), "M")]
     assert all(isinstance(row[2], float) and isinstance(row[3], float) for row in rows)
+
+
+# ============================================================================== the ledger
+@pytest.fixture()
+def database(tmp_path: Path) -> Path:
+    path = tmp_path / "people.duckdb"
+    with duckdb.connect(str(path)) as con:
+        _fill(con)
+    return path
+
+
+def _owner_sets(database: Path, **total: float) -> Ledger:
+    """The data owner's action, as `dpsql budget set --db DATABASE --epsilon ...` does it."""
+    ledger = Ledger(default_path(database))
+    ledger.set_total(database.name, PrivacyCost(**total))
+    return ledger
+
+
+def _no_data_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the data were read")
+
+    monkeypatch.setattr(DuckDBBackend, "cell_data", refuse)
+
+
+def test_a_database_file_draws_from_the_ledger_next_to_it(database: Path) -> None:
+    ledger = _owner_sets(database, epsilon=1.5)
+    with dpsql.connect(database, schema=SCHEMA, read_only=True) as connection:
+        cursor = connection.cursor().execute(BATCH, epsilon=1.0)
+        metadata = json.loads(cursor.fetch_arrow_table().schema.metadata[b"dpsql"])
+        assert metadata["budget_spent"] == "ε=1" and metadata["budget_remaining"] == "0.5 of ε=1.5"
+    with dpsql.connect(str(database), schema=SCHEMA, read_only=True) as again:  # a new session: the spend stays
+        assert again.budget.spent == 1 and again.budget.remaining == 0.5
+        with pytest.raises(dpsql.BudgetExhaustedError, match="dataset 'people.duckdb' has ε=0.5 left of 1.5"):
+            again.cursor().execute(BATCH, epsilon=1.0)
+    (charge,) = ledger.history(database.name)
+    assert charge.sql_hash == hashlib.sha256(BATCH.encode()).hexdigest()
+    assert charge.mechanism == "matrix mechanism, discrete Laplace" and charge.cost == PrivacyCost(epsilon=1.0)
+
+
+def test_a_ledger_path_and_dataset_can_be_named(data: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "books.ledger")
+    ledger.set_total("census", PrivacyCost(rho=1.0))
+    with dpsql.connect(data, schema=SCHEMA, ledger=ledger.path, dataset="census") as connection:
+        connection.cursor().executemany("SELECT COUNT(*) FROM people WHERE age >= ?", [[10], [20]], rho=0.25)
+        assert connection.account is not None and connection.account.dataset == "census"
+    assert ledger.balance("census").left == Fraction(1, 2) and len(ledger.history("census")) == 2
+
+
+def test_explain_shows_the_balance_and_spends_nothing(database: Path) -> None:
+    ledger = _owner_sets(database, rho=2.0)
+    with dpsql.connect(database, schema=SCHEMA) as connection:
+        assert "Cost: ε=1; budget left 1.5 of ρ=2" in connection.cursor().execute(BATCH, epsilon=1.0).explain(BATCH, epsilon=1.0)
+    assert len(ledger.history(database.name)) == 1
+
+
+def test_without_a_budget_set_nothing_is_read_or_answered(database: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_data_reads(monkeypatch)
+    with dpsql.connect(database, schema=SCHEMA) as connection:
+        cursor = connection.cursor()
+        with pytest.raises(errors.BudgetNotSetError, match="dpsql budget set") as caught:
+            cursor.execute(BATCH, epsilon=0.1)
+        assert isinstance(caught.value, dpsql.OperationalError) and cursor.description is None
+        assert "Budget: unknown" in cursor.explain(BATCH, epsilon=0.1)
+    assert not default_path(database).exists()  # querying never creates a ledger
+
+
+@pytest.mark.parametrize("damage", ["garbage", "empty", "directory"])
+def test_a_corrupted_ledger_fails_every_query_closed(database: Path, monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
+    ledger = _owner_sets(database, epsilon=10.0)
+    backup = ledger.path.with_name("backup")
+    shutil.copy(ledger.path, backup)
+    if damage == "directory":
+        ledger.path.unlink()
+        ledger.path.mkdir()
+    else:
+        ledger.path.write_bytes(b"\x00\xffnot a ledger" * 300 if damage == "garbage" else b"")
+    with dpsql.connect(database, schema=SCHEMA) as connection, monkeypatch.context() as patch:
+        _no_data_reads(patch)
+        cursor = connection.cursor()
+        for run in (lambda: cursor.execute(BATCH, epsilon=1.0), lambda: cursor.execute("SELECT COUNT(*) FROM people", rho=0.1),
+                    lambda: cursor.executemany("SELECT COUNT(*) FROM people WHERE age >= ?", [[10]], epsilon=0.1),
+                    lambda: connection.budget):
+            with pytest.raises(errors.LedgerError, match="Nothing was run or charged"):
+                run()
+        assert cursor.description is None and "Budget: unknown" in cursor.explain(BATCH, epsilon=1.0)
+        patch.undo()
+        if damage == "directory":
+            ledger.path.rmdir()
+        shutil.copy(backup, ledger.path)  # restored from the backup: answering resumes where the books were
+        assert cursor.execute(BATCH, epsilon=1.0).rowcount == 2 and connection.budget.remaining == 9
+
+
+def test_budget_and_ledger_are_exclusive_and_checked(data: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
+    cases = [({"budget": dpsql.Budget(epsilon=1.0), "ledger": tmp_path / "l"}, "not both"),
+             ({"ledger": tmp_path / "l"}, "pass dataset='name'"),
+             ({"budget": dpsql.Budget(epsilon=1.0), "dataset": "people"}, "name a budget in a ledger"),
+             ({"ledger": 3, "dataset": "people"}, "ledger= must be a file path"),
+             ({"ledger": tmp_path / "l", "dataset": " "}, "dataset= must be a non-empty name")]
+    for kwargs, phrase in cases:
+        with pytest.raises(dpsql.ProgrammingError, match=phrase):
+            dpsql.connect(data, schema=SCHEMA, **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,111 @@
+"""``dpsql budget set | show | history``: the privacy ledger from the command line.
+
+``set`` is the data owner's action (it creates the ledger file if needed and records who did it);
+``show`` and ``history`` only read. ``run`` and ``explain`` share the ledger options defined here.
+"""
+
+from __future__ import annotations
+
+import argparse
+from fractions import Fraction
+from pathlib import Path
+
+from dpsql.accounting import UNIT, PrivacyCost, epsilon_from_rho
+from dpsql.errors import OperationalError
+from dpsql.ledger import Account, Balance, Charge, Ledger, default_path
+
+DEFAULT_DELTA = 1e-6
+
+
+def add_ledger_options(command: argparse.ArgumentParser) -> None:
+    """--ledger, --dataset and --analyst: which budget in which ledger file."""
+    command.add_argument("--ledger", type=Path, help="the ledger file (default: next to the database, DB.dpsql-ledger)")
+    command.add_argument("--dataset", help="the dataset's name in the ledger (default: the database file's name)")
+    command.add_argument("--analyst", help="an analyst whose own sub-budget applies too (set with budget set --analyst)")
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register ``dpsql budget set | show | history``."""
+    budget = commands.add_parser("budget", help="the privacy ledger: set a total (data owner), show it, list its charges")
+    actions = budget.add_subparsers(dest="action", required=True)
+    for name, handler, text in (("set", _set, "set or change a total budget (the data owner's action; creates the ledger)"),
+                                ("show", _show, "print the total, spent and left, and the charges"),
+                                ("history", _history, "list every charge and every owner action")):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("--db", required=True, help="the DuckDB database file the budget protects")
+        add_ledger_options(action)
+        action.set_defaults(handler=handler)
+    total = actions.choices["set"].add_mutually_exclusive_group(required=True)
+    total.add_argument("--epsilon", type=float, help="the total in pure ε-DP")
+    total.add_argument("--rho", type=float, help="the total in ρ-zCDP (ε batches then cost ε²/2 each)")
+    actions.choices["show"].add_argument("--delta", type=float, default=DEFAULT_DELTA,
+                                         help=f"δ for the (ε, δ)-DP reading of a ρ budget (default {DEFAULT_DELTA:g})")
+
+
+def account(arguments: argparse.Namespace) -> Account:
+    """The Account named by --db, --ledger, --dataset and --analyst."""
+    database = Path(arguments.db)
+    ledger = Ledger(arguments.ledger if arguments.ledger is not None else default_path(database))
+    return Account(ledger=ledger, dataset=arguments.dataset or database.name, analyst=arguments.analyst)
+
+
+def _set(arguments: argparse.Namespace) -> int:
+    if not Path(arguments.db).is_file():
+        raise OperationalError(f"no database file at '{arguments.db}'; pass the data file to --db (its budget is kept in "
+                               "a ledger next to it, or in --ledger). Nothing was set.")
+    books = account(arguments)
+    total = PrivacyCost(epsilon=arguments.epsilon) if arguments.epsilon is not None else PrivacyCost(rho=arguments.rho)
+    balance = books.ledger.set_total(books.dataset, total, analyst=books.analyst)
+    print(f"ledger: {books.ledger.path}")
+    _print_balance(balance, DEFAULT_DELTA)
+    return 0
+
+
+def _show(arguments: argparse.Namespace) -> int:
+    books = account(arguments)
+    balance = books.ledger.balance(books.dataset, books.analyst)
+    print(f"ledger: {books.ledger.path}")
+    _print_balance(balance, arguments.delta)
+    _print_charges(books.ledger.history(books.dataset, books.analyst))
+    return 0
+
+
+def _history(arguments: argparse.Namespace) -> int:
+    books = account(arguments)
+    print(f"ledger: {books.ledger.path}")
+    _print_charges(books.ledger.history(books.dataset, books.analyst))
+    print("owner actions:")
+    for action in books.ledger.actions(books.dataset):
+        who = f" for analyst '{action.analyst}'" if action.analyst else ""
+        print(f"  #{action.id}  {action.time}  {action.action} total {action.total.describe()}{who}  by {action.actor}")
+    return 0
+
+
+def _print_balance(balance: Balance, delta: float) -> None:
+    unit = UNIT[balance.family]
+    print(f"dataset: {balance.dataset} ({balance.charges} charge(s); budget in {balance.family})")
+    for limit in balance.limits:
+        print(f"{limit.scope}:")
+        print(f"  total  {unit}={_number(limit.total)}{_as_dp(balance, limit.total, delta)}")
+        print(f"  spent  {unit}={_number(limit.spent)}{_as_dp(balance, limit.spent, delta)}")
+        print(f"  left   {unit}={_number(limit.left)}")
+
+
+def _as_dp(balance: Balance, amount: Fraction, delta: float) -> str:
+    """For a ρ amount, the (ε, δ)-DP it implies (Canonne–Kamath–Steinke conversion)."""
+    if balance.family != "rho":
+        return ""
+    return f"  ≡ (ε={epsilon_from_rho(float(amount), delta=delta):.4g}, δ={delta:g})-DP"
+
+
+def _print_charges(charges: list[Charge]) -> None:
+    print(f"charges: {len(charges)}")
+    for charge in charges:
+        priced = "" if charge.price == charge.cost.exact else f" (charged ρ={_number(charge.price)})"  # ε²/2 on a ρ budget
+        who = f"  analyst {charge.analyst}" if charge.analyst else ""
+        print(f"  #{charge.id}  {charge.time}  {charge.cost.describe()}{priced}  {charge.mechanism}{who}  "
+              f"sql {charge.sql_hash[:12]}  batch {charge.batch_hash[:12]}")
+
+
+def _number(value: Fraction) -> str:
+    return f"{float(value):.10g}"
