@@ -1,4 +1,4 @@
-"""The ``dpsql`` command line: run, explain, budget, schema suggest, demo — over the Python API only.
+"""The ``dpsql`` command line: run, explain, budget, local (local DP), schema suggest, demo — over the Python API only.
 
 ``run`` and ``explain`` draw from the privacy ledger next to ``--db`` (or ``--ledger PATH``), whose
 total the data owner sets with ``dpsql budget set``; a run is charged durably before it reads data.
@@ -17,6 +17,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from dpsql import budget_cli
+from dpsql.local import cli as local_cli
 from dpsql.errors import Error
 from dpsql.results import format_table
 
@@ -52,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--isotonic", action="store_true",
                      help="make nested single-answer statements (e.g. prefix sums) non-decreasing")
     budget_cli.add_commands(commands)
+    local_cli.add_commands(commands)
     schema = commands.add_parser("schema", help="schema helpers").add_subparsers(dest="action", required=True)
     suggest = schema.add_parser("suggest", help="print a starting schema read from a table (NOT private)")
     suggest.add_argument("--db", required=True)

@@ -23,7 +23,9 @@ clamped at ±θ with sensitivity k·θ: TiMM) are the alternative; each group ke
 the lower expected error, scored with sums in units of their bound as the budget split scores
 them. Value cells round each value to its cell's midpoint (a bias of at most half a cell per
 row, shown in EXPLAIN and the metadata). For a truncated column the choice needs θ, so it is
-made after θ is released (a function of public information and θ only).
+made after θ is released (a function of public information and θ only), scoring the value-cell
+form with the standard strategies and the workload itself (no time-limited optimization, which
+would delay every release with a new θ).
 
 Routes: a zCDP batch of COUNT(*) statements is also planned as one ResidualPlanner release over
 all its marginals (``dpsql.marginal_batch``, ρ-zCDP per privacy unit, measured at ρ/k²); the
@@ -233,9 +235,10 @@ def _answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping
                 notes.append((index, f"reading {label} as value cells would need {cells_group.cells:,} cells "
                                       f"(limit {VALUE_CELLS_MAX:,}); sums are measured apart."))
             else:
-                # several axes: the quick templates only (OPT⊗ and OPT₊ would take their full time limit per group)
+                # quick templates only with several axes (OPT⊗ and OPT₊ would take their full time limit per group)
+                # and after θ is released (each θ is a new workload; optimizing would delay every release)
                 alternative = _group_drafts(index, cells_group, columns, unit_rows, noise, progress,
-                                            {} if known is not None else None, quick=len(cells_group.axes) > 1)
+                                            {} if known is not None else None, quick=len(cells_group.axes) > 1 or known is not None)
                 apart = sum(d.plan.expected_error ** power for d in chosen)
                 joint = sum(d.plan.expected_error ** power for d in alternative)
                 rounding = "; ".join(_rounding_note(name, cells, table.columns[name]) for name, cells in usable.items())
@@ -456,13 +459,15 @@ def _standard_answers(compiled: CompiledBatch, measurements: Sequence[Measuremen
     truncated = {name: thresholds.truncated(c, chosen[name]) if name in chosen else c for name, c in compiled.table.columns.items()}
     answers: dict[tuple[int, int], mechanism.Answers] = {}
     for index, group in enumerate(compiled.groups):
-        columns = {**truncated, **{axis.column.name: axis.column for axis in group.axes}}  # value cells clamp into their edge cells
+        # value-cell axes bin the clamped value (their variant of the column); every other column as measured
+        value_axes = {a.column.name: a.column for a in group.axes if a.column != compiled.table.columns[a.column.name]}
+        columns = {**truncated, **value_axes}
         table = replace(compiled.table, columns=columns)
         mine = [m for m in measurements if m.group == index]
         sums = {columns[str(m.kind[1])]: m.quantum for m in mine if m.kind[0] == "sum"}
         nonnull = [columns[str(m.kind[1])] for m in mine if m.kind[0] == "nonnull"]
         report(f"scanning '{compiled.table.name}' for group {index + 1} of {len(compiled.groups)} ({group.cells:,} cells)")
-        data = backend.cell_data(table, [axis.column for axis in group.axes], sum_columns=sums, count_columns=nonnull)
+        data = backend.cell_data(table, [columns[axis.column.name] for axis in group.axes], sum_columns=sums, count_columns=nonnull)
         for m in mine:
             report(f"measuring {_name(m)} with {m.plan.name} ({m.plan.strategy.shape[0]:,} noisy values)")
             x = _batch_vector(group, data, m.kind)

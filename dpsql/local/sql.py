@@ -1,0 +1,239 @@
+"""Local mode for SQL batches: design a strategy for a batch, turn records into reports, answer the batch.
+
+The batch's COUNT(*) statements (GROUP BY and WHERE on declared columns) are compiled together
+into ONE statement group (``dpsql.sql.compile``), whose cells are the strategy's cells and whose
+stacked blocks are the workload W. Answers come back in the central path's per-statement Arrow
+shape (``dpsql.results.statement_tables``): group columns, each count, and ``<alias>_stddev``.
+
+Privacy:
+    Each person sends one ε-LDP report of their row's cell (``dpsql.local.protocol``); the
+    guarantee is per report. So local mode refuses tables whose schema declares a privacy unit
+    column (a person with several rows would send several reports) or ``out_of_domain =
+    "exclude"`` (a person whose row is excluded would send nothing, and silence is not private).
+    SUM, AVG and COUNT(column) are not answered in local mode.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from dpsql.errors import DataError, ProgrammingError, SchemaError, UnsupportedQueryError
+from dpsql.linalg import quadratic_diag
+from dpsql.local.answers import counts_of, plug_in_counts, reports_table
+from dpsql.local.layout import AxisLayout, Layout
+from dpsql.local.protocol import StrategyFile, publish, randomize_cells
+from dpsql.local.selection import baselines, optimize, score
+from dpsql.local.simulate import simulate
+from dpsql.local.variance import Factorization, cell_covariance, check_support, estimate_cells, worst_case_variance
+from dpsql.mechanism import Answers
+from dpsql.noise import RandomSource
+from dpsql.results import statement_tables
+from dpsql.schema import Schema, Table
+from dpsql.sql import ir
+from dpsql.sql.compile import CompiledBatch, batch_table, compile_batch
+from dpsql.sql.parse import parse_batch
+from dpsql.workloads import Explicit, Workload
+
+SchemaSource = str | Path | Mapping[str, Any] | Schema
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalBatch:
+    """A batch compiled for local mode: one group of COUNT(*) blocks over the layout's cells."""
+
+    compiled: CompiledBatch
+    workload: Workload
+    layout: Layout
+
+
+def compile_local(text: str, schema: Schema) -> LocalBatch:
+    """Parse and compile a batch into one group over one cell layout.
+
+    Raises:
+        UnsupportedQueryError: a statement uses SUM, AVG or COUNT(column), or the table declares
+            a privacy unit column or ``out_of_domain = "exclude"``.
+        SqlSyntaxError, SchemaError, InvalidQueryError: as for the central path.
+    """
+    batch = parse_batch(text)
+    for statement in batch.statements:
+        for aggregate in statement.aggregates:
+            if aggregate.function != "count" or aggregate.column is not None:
+                raise UnsupportedQueryError(
+                    f"local mode answers COUNT(*) only; {_describe(aggregate)} ({aggregate.span.describe()}) is not "
+                    "supported. Answer SUM, AVG and COUNT(column) with the central path (dpsql run).")
+    _check_table(batch_table(batch, schema))
+    compiled = compile_batch(batch, schema, partition=[list(range(len(batch.statements)))])
+    group = compiled.groups[0]
+    layout = Layout(table=compiled.table.name,
+                    axes=tuple(AxisLayout.of(axis.column, axis.cell_of_base) for axis in group.axes))
+    return LocalBatch(compiled=compiled, workload=group.workload(("count", None)), layout=layout)
+
+
+def design_batch(text: str, schema: SchemaSource, *, epsilon: float, seed: int = 0, restarts: int = 1,
+                 time_limit: float | None = None) -> StrategyFile:
+    """Optimize a strategy for the batch (best of descent and the baselines) and publish it.
+
+    The strategy file embeds the layout and, unless ``schema`` is a Schema object, the schema
+    table, so ``answer_batch`` needs no schema. No data is read.
+    """
+    loaded = Schema.load(schema)
+    batch = compile_local(text, loaded)
+    strategy = optimize(batch.workload, epsilon=epsilon, seed=seed, restarts=restarts, time_limit=time_limit)
+    return publish(strategy, layout=batch.layout, schema=_table_data(schema, batch.layout.table))
+
+
+def answer_batch(text: str, published: StrategyFile, reports: pa.Table, *,
+                 schema: SchemaSource | None = None) -> list[pa.Table]:
+    """One Arrow table per statement, answered from the reports (values and ``<alias>_stddev``).
+
+    The standard errors are plug-in estimates (``dpsql.local.answers``).
+
+    Raises:
+        SchemaError: no schema was given and the strategy file embeds none.
+        ProgrammingError: the batch's cells differ from the strategy's layout.
+        DataError: a report belongs to another strategy.
+        UnsupportedStrategyError: a query is outside the row space of the strategy.
+    """
+    batch = compile_local(text, _schema(published, schema))
+    if published.layout != batch.layout:
+        raise ProgrammingError(
+            f"this batch's cells ({_cells(batch.layout)}) differ from the strategy's ({_cells(published.layout)}). "
+            "Answer with a batch that groups and filters on the same columns at the same boundaries, or design a "
+            "strategy for this batch (before collecting its reports).")
+    strategy = published.strategy
+    check_support(batch.workload, strategy)
+    y = counts_of(published, reports)
+    x_hat = estimate_cells(strategy, y)
+    sigma = Explicit(cell_covariance(strategy, plug_in_counts(x_hat, int(y.sum())), Factorization.of(strategy)))
+    blocks = batch.compiled.groups[0].blocks
+    answers = {(0, position): Answers(values=np.asarray(block.workload @ x_hat),
+                                      variances=np.maximum(quadratic_diag(block.workload, sigma), 0.0))
+               for position, block in enumerate(blocks)}
+    metadata = {"mechanism": f"local DP workload factorization ({published.name})", "epsilon": published.epsilon,
+                "strategy_sha256": published.sha256, "reports": int(y.sum()),
+                "stddev": "plug-in estimate: the exact standard error at the estimated counts"}
+    return statement_tables(batch.compiled, answers, metadata)
+
+
+def design_summary(text: str, published: StrategyFile, schema: SchemaSource | None = None, *,
+                   alpha: float = 0.01) -> str:
+    """A readable report: cells, queries, the chosen mechanism and every baseline's sample complexity."""
+    batch = compile_local(text, _schema(published, schema))
+    p = batch.workload.shape[0]
+    chosen = published.strategy
+    lines = [f"{len(batch.compiled.statements)} statement(s), {p} queries over {published.n} cells "
+             f"({_cells(batch.layout)}); ε = {published.epsilon:g} per report.",
+             f"chosen: {published.name}, {published.m} outputs; users for normalised variance {alpha:g}: "
+             f"{worst_case_variance(batch.workload, chosen) / (p * alpha):,.1f}"]
+    for scored in score(batch.workload, baselines(published.n, epsilon=published.epsilon)):
+        lines.append(f"  {scored.strategy.name:<52} {scored.worst_case_variance / (p * alpha):14,.1f}")
+    lines.append(f"strategy sha256: {published.sha256}")
+    return "\n".join(lines)
+
+
+def randomize_records(published: StrategyFile, records: pa.Table, *, rng: RandomSource | None = None) -> pa.Table:
+    """One report per row of ``records`` (the layout's columns, or ``cell`` for a strategy without layout).
+
+    Privacy:
+        Each report is an exact ε-LDP draw from OS randomness (``protocol.randomize_cells``):
+        the way a client written in Python randomizes, and a faithful per-row simulation.
+    """
+    columns = {name.lower(): records.column(name).to_pylist() for name in records.column_names}
+    if published.layout is not None:
+        cells = published.layout.cells_of(columns)
+    elif "cell" in columns:
+        cells = np.asarray(columns["cell"])
+    else:
+        raise DataError("this strategy has no column layout: the input needs a 'cell' column of cell indices.")
+    return reports_table(published, randomize_cells(published, cells, rng=rng))
+
+
+def simulate_database(published: StrategyFile, database: str | Path, *, schema: SchemaSource | None = None,
+                      rng: np.random.Generator | None = None) -> pa.Table:
+    """Aggregated reports (strategy, output, count) for a DuckDB table, drawn per cell (``simulate``).
+
+    Privacy:
+        None — it reads the true counts; for simulation only.
+    """
+    from dpsql.backends.duckdb import DuckDBBackend
+
+    layout = published.layout
+    if layout is None:
+        raise SchemaError("simulating from a database needs a strategy designed for a SQL batch; this one has no layout.")
+    table = _schema(published, schema).table(layout.table)
+    with DuckDBBackend(str(database), read_only=True) as backend:
+        data = backend.cell_data(table, [table.column(axis.column) for axis in layout.axes])
+    x = _batch_counts(layout, data.shape, data.index, data.counts)
+    y = simulate(published, x, rng=rng)
+    outputs = np.flatnonzero(y)
+    return reports_table(published, outputs, y[outputs])
+
+
+def _batch_counts(layout: Layout, shape: tuple[int, ...], index: npt.NDArray[np.int64],
+                  counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Base-cell counts (flat over ``shape``) summed into the layout's cells."""
+    if not layout.axes:
+        return np.array([int(counts.sum())], dtype=np.int64)
+    base = np.unravel_index(index, shape)
+    cells = tuple(np.asarray(axis.cell_of_base)[b] for axis, b in zip(layout.axes, base))
+    flat = np.ravel_multi_index(cells, layout.sizes)
+    return np.bincount(flat, weights=counts, minlength=layout.cells).round().astype(np.int64)
+
+
+def _check_table(table: Table) -> None:
+    if table.privacy_unit.column is not None:
+        raise UnsupportedQueryError(
+            f"table '{table.name}' declares privacy_unit = {{ column = \"{table.privacy_unit.column}\", ... }}; local mode "
+            "protects each report (one per row), so a person with several rows would lose ε per row. Collect one row "
+            "per person and declare privacy_unit = \"row\".")
+    excluded = [c.name for c in table.columns.values() if c.outside_excluded]
+    if excluded:
+        raise UnsupportedQueryError(
+            f"column(s) {', '.join(excluded)} of table '{table.name}' declare out_of_domain = \"exclude\": a person whose "
+            "row is excluded would send no report, which is not private. Use the default (an outside cell) or "
+            "\"clamp\" in local mode.")
+
+
+def _schema(published: StrategyFile, schema: SchemaSource | None) -> Schema:
+    """The schema given, else the one the strategy file embeds."""
+    if schema is not None:
+        return Schema.load(schema)
+    if published.schema is None:
+        raise SchemaError("the strategy file embeds no schema; pass the schema the strategy was designed with.")
+    return Schema.load(published.schema)
+
+
+def _table_data(schema: SchemaSource, table: str) -> dict[str, Any] | None:
+    """The schema's TOML data for one table ({"tables": {name: spec}}), or None for a Schema object."""
+    if isinstance(schema, Schema):
+        return None
+    if isinstance(schema, Mapping):
+        data: Mapping[str, Any] = schema
+    else:
+        text = str(schema)
+        is_path = isinstance(schema, Path) or ("\n" not in text and "=" not in text and not text.lstrip().startswith("["))
+        data = tomllib.loads(Path(text).read_text() if is_path else text)
+    tables = data.get("tables", {})
+    name = next(key for key in tables if key.lower() == table)
+    return {"tables": {name: tables[name]}}
+
+
+def _describe(aggregate: ir.Aggregate) -> str:
+    return f"{aggregate.function.upper()}({'*' if aggregate.column is None else aggregate.column.name})"
+
+
+def _cells(layout: Layout | None) -> str:
+    if layout is None:
+        return "plain cell indices"
+    if not layout.axes:
+        return f"table '{layout.table}', no columns"
+    return f"table '{layout.table}': " + " × ".join(f"{a.column}({a.size})" for a in layout.axes)
+
