@@ -13,12 +13,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import pyarrow.csv as pa_csv
-import pyarrow.parquet as pq
 
 from dpsql import budget_cli
 from dpsql.local import cli as local_cli
 from dpsql.errors import Error
+from dpsql.cli_files import read_queries, result_folder, write_tables
 from dpsql.results import format_table
 
 
@@ -79,26 +78,11 @@ def _open(arguments: argparse.Namespace):  # type: ignore[no-untyped-def]
                          analyst=arguments.analyst, read_only=True)
 
 
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError as err:
-        from dpsql.errors import InterfaceError
-
-        raise InterfaceError(f"cannot read the queries file '{path}': {err.strerror}.") from err
-
-
 def _run(arguments: argparse.Namespace) -> int:
     started = time.perf_counter()
-    text = _read(arguments.queries)
+    text = read_queries(arguments.queries)
     if arguments.out is not None:  # checked before anything is spent
-        try:
-            arguments.out.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            from dpsql.errors import InterfaceError
-
-            raise InterfaceError(f"cannot write results to '{arguments.out}': {err.strerror or err}. "
-                                 "Pass a folder for --out. Nothing was run or charged.") from err
+        result_folder(arguments.out, consequence="Nothing was run or charged.")
     with _open(arguments) as connection:
         _progress("parsing, compiling and planning the batch", started)
         steps = [step for step in ("nonnegative", "isotonic") if getattr(arguments, step)]
@@ -110,10 +94,7 @@ def _run(arguments: argparse.Namespace) -> int:
         _progress(f"budget: charged {release.get('budget_spent')}; left {release.get('budget_remaining')} "
                   f"(ledger {connection.account.ledger.path})", started)
     if arguments.out:
-        for number, table in enumerate(tables, start=1):
-            path = arguments.out / f"statement_{number}.{arguments.format}"
-            pq.write_table(table, path) if arguments.format == "parquet" else pa_csv.write_csv(table, path)
-            print(path)
+        print(*write_tables(tables, arguments.out, arguments.format), sep="\n")
         return 0
     for number, table in enumerate(tables, start=1):
         print(f"-- statement {number}")
@@ -130,7 +111,7 @@ def _run(arguments: argparse.Namespace) -> int:
 
 def _explain(arguments: argparse.Namespace) -> int:
     with _open(arguments) as connection:
-        print(connection.cursor().explain(_read(arguments.queries), epsilon=arguments.epsilon, rho=arguments.rho))
+        print(connection.cursor().explain(read_queries(arguments.queries), epsilon=arguments.epsilon, rho=arguments.rho))
     return 0
 
 

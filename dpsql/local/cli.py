@@ -20,6 +20,7 @@ from dpsql.errors import InterfaceError, ProgrammingError
 from dpsql.local import protocol
 from dpsql.local.answers import read_reports, write_reports
 from dpsql.local.sql import answer_batch, design_batch, design_summary, randomize_records, simulate_database
+from dpsql.cli_files import read_queries, result_folder, write_tables
 from dpsql.results import format_table
 
 
@@ -56,7 +57,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
 
 
 def _design(arguments: argparse.Namespace) -> int:
-    text = _read(arguments.queries)
+    text = read_queries(arguments.queries)
     published = design_batch(text, arguments.schema, epsilon=arguments.epsilon, seed=arguments.seed,
                              restarts=arguments.restarts, time_limit=arguments.time_limit)
     protocol.save(published, arguments.out)
@@ -84,29 +85,16 @@ def _randomize(arguments: argparse.Namespace) -> int:
 
 def _answer(arguments: argparse.Namespace) -> int:
     published = protocol.load(arguments.strategy)
-    tables = answer_batch(_read(arguments.queries), published, read_reports(arguments.reports), schema=arguments.schema)
+    tables = answer_batch(read_queries(arguments.queries), published, read_reports(arguments.reports), schema=arguments.schema)
     if arguments.out is not None:
-        try:
-            arguments.out.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise InterfaceError(f"cannot write results to '{arguments.out}': {err.strerror or err}.") from err
-        for number, table in enumerate(tables, start=1):
-            path = arguments.out / f"statement_{number}.{arguments.format}"
-            pq.write_table(table, path) if arguments.format == "parquet" else pa_csv.write_csv(table, path)
-            print(path)
+        result_folder(arguments.out)
+        print(*write_tables(tables, arguments.out, arguments.format), sep="\n")
         return 0
     for number, table in enumerate(tables, start=1):
         print(f"-- statement {number}")
         print(format_table(table))
         print()
     return 0
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError as err:
-        raise InterfaceError(f"cannot read the queries file '{path}': {err.strerror}.") from err
 
 
 def _read_table(path: Path) -> pa.Table:
