@@ -54,6 +54,7 @@ from dpsql.schema import Column, Ordered, Schema, Table
 from dpsql.sql import ir
 from dpsql.sql.compile import (
     MERGE_CELLS,
+    WEIGHT_BITS,
     CompiledBatch,
     CompiledGroup,
     ValueCells,
@@ -66,6 +67,7 @@ from dpsql.sql.compile import (
     value_cells_problem,
 )
 from dpsql.sql.parse import parse_batch
+from dpsql.workloads import Explicit, Identity, Kron, Workload
 
 DataKind = tuple[str, str | None]
 
@@ -237,8 +239,10 @@ def _answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping
             else:
                 # quick templates only with several axes (OPT⊗ and OPT₊ would take their full time limit per group)
                 # and after θ is released (each θ is a new workload; optimizing would delay every release)
+                basis = {} if touched & set(usable) else {"value basis": _value_basis(cells_group, usable)}
                 alternative = _group_drafts(index, cells_group, columns, unit_rows, noise, progress,
-                                            {} if known is not None else None, quick=len(cells_group.axes) > 1 or known is not None)
+                                            {} if known is not None else None, quick=len(cells_group.axes) > 1 or known is not None,
+                                            extra=basis)
                 apart = sum(d.plan.expected_error ** power for d in chosen)
                 joint = sum(d.plan.expected_error ** power for d in alternative)
                 rounding = "; ".join(_rounding_note(name, cells, table.columns[name]) for name, cells in usable.items())
@@ -256,23 +260,47 @@ def _answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping
     return _Answering(compiled=compiled, drafts=drafts, notes=notes)
 
 
+def _value_basis(group: CompiledGroup, cells: Mapping[str, ValueCells]) -> Workload:
+    """A strategy for value cells that no statement filters or groups on: identity on the other
+    axes ⊗, on each value axis, the rows [outside; non-NULL; r/s].
+
+    COUNT(*), COUNT(col) and SUM(col) are sums of these rows, and one row moves one count and
+    one r/s ≤ 1: L1 sensitivity ≤ 2 (L2 ≤ √2), against the budget of three separate measurements.
+    The rows are scaled by 2^WEIGHT_BITS, which makes them integers holding the weights exactly.
+    """
+    factors: list[Workload] = []
+    for axis in group.axes:
+        if axis.column.name in cells:
+            outside = np.zeros(axis.size)
+            outside[-1] = 1.0
+            rows = np.vstack([outside, 1.0 - outside, cells[axis.column.name].weights(axis)]) * 2**WEIGHT_BITS
+            factors.append(Explicit(rows))
+        else:
+            factors.append(Identity(axis.size))
+    return Kron(factors)
+
+
 def _rounding_note(name: str, cells: ValueCells, column: Column) -> str:
     """How value cells round the column's values (EXPLAIN and metadata)."""
     most = cells.rounding(column.domain)  # type: ignore[arg-type]
-    return f"{name} exact (one value per cell)" if most == 0 else f"{name} rounded to cell midpoints, at most ±{most:g} per row"
+    if most <= cells.scale * 2.0**-WEIGHT_BITS:  # only the weights' binary rounding
+        return f"{name} exact (one value per cell, weights to 2^-{WEIGHT_BITS})"
+    return f"{name} rounded to cell midpoints, at most ±{most:.6g} per row"
 
 
 def _group_drafts(index: int, group: CompiledGroup, columns: Mapping[str, Column], unit_rows: int,
                   noise: planner.Noise, progress: planner.Progress | None,
-                  known: Mapping[tuple[int, DataKind], planner.Plan] | None = None, quick: bool = False) -> list[_Draft]:
+                  known: Mapping[tuple[int, DataKind], planner.Plan] | None = None, quick: bool = False,
+                  extra: Mapping[str, Workload] | None = None) -> list[_Draft]:
     """Plan each data vector of one group (``known``: plans already made, by (group, kind);
-    ``quick``: only the planner's quick templates)."""
+    ``quick``: only the planner's quick templates; ``extra``: more candidate strategies for its counts)."""
     sizes = [axis.size for axis in group.axes]
     ordered = [isinstance(axis.column.domain, Ordered) for axis in group.axes]
     drafts = []
     for kind in group.data_kinds():
         plan = (known or {}).get((index, kind)) or planner.plan(group.workload(kind), noise=noise, sizes=sizes, ordered=ordered,
-                                                                 bound=known is None, quick=quick, progress=progress)
+                                                                 bound=known is None, quick=quick, progress=progress,
+                                                                 extra=extra if kind == ("count", None) else None)
         quantum, bound = _value_scale(columns[str(kind[1])]) if kind[0] == "sum" else (1.0, 1)
         drafts.append(_Draft(group=index, kind=kind, plan=plan, row_scale=unit_rows * bound, quantum=quantum))
     return drafts

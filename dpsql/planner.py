@@ -25,7 +25,7 @@ out, and the plan says so; the standard strategies are always there to fall back
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -102,19 +102,19 @@ Progress = Callable[[str], None]
 
 def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None = None,
          ordered: Sequence[bool] | None = None, bound: bool = True, optimize: bool = True,
-         quick: bool = False, progress: Progress | None = None) -> Plan:
+         quick: bool = False, progress: Progress | None = None, extra: Mapping[str, Workload] | None = None) -> Plan:
     """Score every candidate on W and return the best, with all scores and (if ``bound``) the SVD bound.
 
     ``sizes``/``ordered`` describe W's Kronecker attributes (default: one ordered attribute);
     ``optimize`` adds the HDMM and Eigen-Design templates (``quick``: only those in QUICK_TEMPLATES,
     for searches that plan many candidate groups); ``progress`` hears about each template that has
-    to be optimized (not read from the cache).
+    to be optimized (not read from the cache); ``extra`` adds the caller's own integer strategies.
     """
     if W.shape[0] == 0 or W.shape[1] == 0:
         raise ShapeError(f"cannot plan for an empty workload of shape {W.shape}: it needs at least one query and one cell.")
     sizes = list(sizes) if sizes is not None else [W.shape[1]]
     ordered = list(ordered) if ordered is not None else [True] * len(sizes)
-    options = candidates(sizes, ordered)
+    options = {**candidates(sizes, ordered), **(extra or {})}
     notes: list[str] = []
     scores = {name: error.expected_error(W, A, noise=noise) for name, A in options.items()}
     own = _workload_strategy(W)

@@ -70,6 +70,10 @@ class Block:
     scale: float = 1.0  # answers are workload @ data times this (value-cell sums are weighted by r/scale)
 
 
+#: Value-cell weights r/s are rounded to this many binary places (a value moves by at most s·2^-(bits+1)).
+WEIGHT_BITS = 24
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ValueCells:
     """A measure column read as cells of its value (TaMM): the bounds its values are clamped to."""
@@ -91,16 +95,26 @@ class ValueCells:
                 right[-1] += 1.0
         return np.asarray(np.clip((left + right) / 2, self.low, self.high), dtype=np.float64)
 
+    def weights(self, axis: Axis) -> npt.NDArray[np.float64]:
+        """Each batch cell's weight r/s on a value-cell axis, in whole multiples of 2^-WEIGHT_BITS
+        (so integer strategies can hold the weights exactly); its base cells share r; outside: 0."""
+        weight = np.zeros(axis.size)
+        weight[axis.cell_of_base[:-1]] = self._base_weights(axis.column.domain)  # type: ignore[arg-type]
+        return weight
+
+    def _base_weights(self, domain: sch.Ordered) -> npt.NDArray[np.float64]:
+        return np.asarray(np.round(self.representatives(domain) / self.scale * 2**WEIGHT_BITS) / 2**WEIGHT_BITS)
+
     def rounding(self, domain: sch.Ordered) -> float:
-        """The most a row's clamped value can differ from its cell's representative."""
+        """The most a row's clamped value can differ from the value its cell's weight gives it."""
         left, right = np.asarray(domain.boundaries[:-1]), np.asarray(domain.boundaries[1:])
         if domain.discrete:
             right = right - 1.0
             if domain.closed_top:
                 right[-1] += 1.0
-        r = self.representatives(domain)
+        r = self._base_weights(domain) * self.scale
         low, high = np.clip(left, self.low, self.high), np.clip(right, self.low, self.high)
-        return float(np.max(np.maximum(r - low, high - r)))
+        return float(np.max(np.maximum(np.abs(r - low), np.abs(high - r))))
 
 
 def value_cells_problem(column: sch.Column, touched: bool) -> str | None:
@@ -563,10 +577,8 @@ class _StatementCompiler:
         if kind[0] == "nonnull":
             weight = np.append(np.ones(axis.size - 1), 0.0)  # the outside cell holds the NULLs
             return Block(data=("count", None), kind=kind, workload=self._block(true, group_axes, (position, weight)))
-        base = cells.representatives(axis.column.domain)  # type: ignore[arg-type]
-        weight = np.zeros(axis.size)
-        weight[axis.cell_of_base[:-1]] = base / cells.scale
-        return Block(data=("count", None), kind=kind, workload=self._block(true, group_axes, (position, weight)), scale=cells.scale)
+        return Block(data=("count", None), kind=kind, workload=self._block(true, group_axes, (position, cells.weights(axis))),
+                     scale=cells.scale)
 
 
 def _check_output_names(statement: ir.Statement, table: sch.Table) -> None:
