@@ -193,11 +193,14 @@ class Cursor:
         """Answer a batch of statements privately at the given cost; the first result becomes current.
 
         ``progress``, if given, receives a message before each long step. ``postprocess`` opts in
-        to "nonnegative" and/or "isotonic" (``dpsql.postprocess``; free, but biased).
+        to "nonnegative" and/or "isotonic" (``dpsql.postprocess``; free, but biased). The budget is
+        read first (nothing is charged then; the charge itself is made atomically before any data
+        is read), so a missing ledger or a spent budget is reported before the batch is planned.
         """
         self._check_open()
-        prepared = engine.prepare(operation, self.connection.schema, PrivacyCost(epsilon=epsilon, rho=rho), parameters,
-                                  progress=progress)
+        cost = PrivacyCost(epsilon=epsilon, rho=rho)
+        self.connection.budget.check(cost)  # an unreadable ledger or a spent budget fails before the planning work
+        prepared = engine.prepare(operation, self.connection.schema, cost, parameters, progress=progress)
         _check_plan_cost(prepared)
         budget = self.connection._budget_for(operation, parameters, prepared)
         results = engine.run(prepared, backend=self.connection._backend, budget=budget,

@@ -342,6 +342,17 @@ def _no_data_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(DuckDBBackend, "cell_data", refuse)
 
 
+def test_a_spent_budget_is_reported_before_the_batch_is_planned(data: duckdb.DuckDBPyConnection,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpsql import engine
+
+    with dpsql.connect(data, schema=SCHEMA, budget=dpsql.Budget(epsilon=0.5)) as opened:
+        monkeypatch.setattr(engine, "prepare", lambda *args, **kwargs: pytest.fail("planned although the budget cannot pay"))
+        with pytest.raises(dpsql.BudgetExhaustedError, match="Nothing was run or charged"):
+            opened.cursor().execute(BATCH, epsilon=1.0)
+        assert opened.budget.spent == 0
+
+
 def test_a_database_file_draws_from_the_ledger_next_to_it(database: Path) -> None:
     ledger = _owner_sets(database, epsilon=1.5)
     with dpsql.connect(database, schema=SCHEMA, read_only=True) as connection:

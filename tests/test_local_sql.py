@@ -185,3 +185,10 @@ def test_tables_local_mode_cannot_protect_are_refused(files: dict[str, Path]) ->
     excluding = SCHEMA + 'out_of_domain = "exclude"\n'
     with pytest.raises(UnsupportedQueryError, match="would send no report"):
         design_batch(QUERIES, excluding, epsilon=1.0)
+
+
+def test_design_warns_above_epsilon_5() -> None:
+    from dpsql.errors import DpsqlWarning
+
+    with pytest.warns(DpsqlWarning, match="above 5"):
+        design_batch("SELECT COUNT(*) AS n FROM people", SCHEMA, epsilon=6.0, time_limit=1.0)

@@ -16,6 +16,7 @@ Privacy:
 from __future__ import annotations
 
 import tomllib
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,13 +26,14 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from dpsql.errors import DataError, ProgrammingError, SchemaError, UnsupportedQueryError
+from dpsql.errors import DataError, DpsqlWarning, ProgrammingError, SchemaError, UnsupportedQueryError
 from dpsql.linalg import quadratic_diag
 from dpsql.local.answers import counts_of, plug_in_counts, reports_table
 from dpsql.local.layout import AxisLayout, Layout
 from dpsql.local.protocol import StrategyFile, publish, randomize_cells
 from dpsql.local.selection import baselines, optimize, score
 from dpsql.local.simulate import simulate
+from dpsql.local.strategy import check_epsilon
 from dpsql.local.variance import Factorization, cell_covariance, check_support, estimate_cells, worst_case_variance
 from dpsql.mechanism import Answers
 from dpsql.noise import RandomSource
@@ -77,6 +79,10 @@ def compile_local(text: str, schema: Schema) -> LocalBatch:
     return LocalBatch(compiled=compiled, workload=group.workload(("count", None)), layout=layout)
 
 
+#: ε per report above which ``design`` warns (as the central mechanisms do above 5).
+HIGH_EPSILON = 5.0
+
+
 def design_batch(text: str, schema: SchemaSource, *, epsilon: float, seed: int = 0, restarts: int = 1,
                  time_limit: float | None = None) -> StrategyFile:
     """Optimize a strategy for the batch (best of descent and the baselines) and publish it.
@@ -84,6 +90,9 @@ def design_batch(text: str, schema: SchemaSource, *, epsilon: float, seed: int =
     The strategy file embeds the layout and, unless ``schema`` is a Schema object, the schema
     table, so ``answer_batch`` needs no schema. No data is read.
     """
+    if check_epsilon(epsilon) > HIGH_EPSILON:
+        warnings.warn(f"epsilon = {epsilon} per report is above {HIGH_EPSILON:g}, which gives little privacy protection.",
+                      DpsqlWarning, stacklevel=2)
     loaded = Schema.load(schema)
     batch = compile_local(text, loaded)
     strategy = optimize(batch.workload, epsilon=epsilon, seed=seed, restarts=restarts, time_limit=time_limit)
