@@ -58,6 +58,7 @@ from dpsql.sql.compile import (
     CompiledBatch,
     CompiledGroup,
     ValueCells,
+    batch_cell_totals,
     batch_table,
     column_set,
     compile_batch,
@@ -220,11 +221,11 @@ def _answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping
         sums = sorted({str(kind[1]) for kind in group.data_kinds() if kind[0] == "sum"})
         touched = {axis.column.name for axis in group.axes}
         usable = {}
-        for name in sums:
-            problem = value_cells_problem(table.columns[name], name in touched) if name in bounds else None
-            if problem is None and name in bounds:
+        for name in (n for n in sums if n in bounds):
+            problem = value_cells_problem(table.columns[name], name in touched)
+            if problem is None:
                 usable[name] = bounds[name]
-            elif problem is not None:
+            else:
                 notes.append((index, f"SUM({name}) is measured apart from the counts: {problem}."))
         members = [i for i, s in enumerate(separate.statements) if s.group == index]
         compiled_groups[index] = group
@@ -431,10 +432,9 @@ def _choose_thresholds(prepared: Prepared, *, backend: DuckDBBackend, rng: Rando
     return chosen
 
 
-def _measured_columns(prepared: Prepared, chosen: Mapping[str, float]) -> dict[str, Column]:
+def _measured_columns(table: Table, chosen: Mapping[str, float]) -> dict[str, Column]:
     """The table's columns with each truncated measure narrowed to its released θ."""
-    columns = prepared.compiled.table.columns
-    return {name: thresholds.truncated(c, chosen[name]) if name in chosen else c for name, c in columns.items()}
+    return {name: thresholds.truncated(c, chosen[name]) if name in chosen else c for name, c in table.columns.items()}
 
 
 def _final_answering(prepared: Prepared, chosen: Mapping[str, float], *,
@@ -457,7 +457,7 @@ def _decide_at_thresholds(prepared: Prepared, chosen: Mapping[str, float], *,
                           progress: Callable[[str], None]) -> tuple[CompiledBatch, tuple[Measurement, ...], list[tuple[int, str]]]:
     """:func:`_final_answering` for one set of released θs."""
     assert prepared.batch is not None and prepared.separate is not None
-    columns = _measured_columns(prepared, chosen)
+    columns = _measured_columns(prepared.compiled.table, chosen)
     separate = prepared.separate
     redo = [g for g, group in enumerate(separate.groups) if any(k[0] == "sum" and k[1] in chosen for k in group.data_kinds())]
     bounds = {name: ValueCells(low=c.measure_bounds[0], high=c.measure_bounds[1])  # type: ignore[index]
@@ -484,7 +484,7 @@ def _standard_answers(compiled: CompiledBatch, measurements: Sequence[Measuremen
     the narrowed quantum and per-unit scale). AVG answers whose SUM and COUNT come from one
     measurement (value cells) carry their covariance for the delta method.
     """
-    truncated = {name: thresholds.truncated(c, chosen[name]) if name in chosen else c for name, c in compiled.table.columns.items()}
+    truncated = _measured_columns(compiled.table, chosen)
     answers: dict[tuple[int, int], mechanism.Answers] = {}
     for index, group in enumerate(compiled.groups):
         # value-cell axes bin the clamped value (their variant of the column); every other column as measured
@@ -538,13 +538,7 @@ def _name(m: Measurement) -> str:
 def _batch_vector(group: CompiledGroup, data: CellData, kind: DataKind) -> npt.NDArray[np.int64]:
     """Base-cell data summed into the group's cells (the axes' coarser partitions)."""
     values = data.counts if kind[0] == "count" else (data.sums if kind[0] == "sum" else data.nonnull)[kind[1]]  # type: ignore[index]
-    sizes = [axis.size for axis in group.axes]
-    if not sizes:
-        return np.array([int(np.sum(values))], dtype=np.int64)
-    base = np.unravel_index(data.index, data.shape)
-    cells = tuple(axis.cell_of_base[b] for axis, b in zip(group.axes, base))
-    flat = np.ravel_multi_index(cells, sizes)
-    return np.bincount(flat, weights=values, minlength=int(np.prod(sizes))).round().astype(np.int64)
+    return batch_cell_totals([axis.cell_of_base for axis in group.axes], data.index, data.shape, values)
 
 
 def explain(prepared: Prepared, budget: Budget | None = None) -> str:

@@ -129,6 +129,16 @@ class Ordered:
         above = self.boundaries[min(position, len(self.boundaries) - 1)]
         return self.to_value(below), self.to_value(above)
 
+    def value_bounds(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Per base cell, its lowest value and its highest value (integers and dates: the last
+        whole value, so b_{k+1} − 1, or b_K on a closed top) or supremum (numbers: b_{k+1})."""
+        low, high = np.asarray(self.boundaries[:-1], dtype=np.float64), np.asarray(self.boundaries[1:], dtype=np.float64)
+        if self.discrete:
+            high = high - 1.0
+            if self.closed_top:
+                high[-1] += 1.0
+        return low, high
+
     @property
     def discrete(self) -> bool:
         """Integer and date values: ``x <= c`` is ``x < c + 1``."""

@@ -40,7 +40,7 @@ from dpsql.noise import RandomSource
 from dpsql.results import statement_tables
 from dpsql.schema import Schema, Table
 from dpsql.sql import ir
-from dpsql.sql.compile import CompiledBatch, batch_table, compile_batch
+from dpsql.sql.compile import CompiledBatch, batch_cell_totals, batch_table, compile_batch
 from dpsql.sql.parse import parse_batch
 from dpsql.workloads import Explicit, Workload
 
@@ -189,12 +189,7 @@ def simulate_database(published: StrategyFile, database: str | Path, *, schema: 
 def _batch_counts(layout: Layout, shape: tuple[int, ...], index: npt.NDArray[np.int64],
                   counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Base-cell counts (flat over ``shape``) summed into the layout's cells."""
-    if not layout.axes:
-        return np.array([int(counts.sum())], dtype=np.int64)
-    base = np.unravel_index(index, shape)
-    cells = tuple(np.asarray(axis.cell_of_base)[b] for axis, b in zip(layout.axes, base))
-    flat = np.ravel_multi_index(cells, layout.sizes)
-    return np.bincount(flat, weights=counts, minlength=layout.cells).round().astype(np.int64)
+    return batch_cell_totals([axis.cell_of_base for axis in layout.axes], index, shape, counts)
 
 
 def _check_table(table: Table) -> None:

@@ -88,11 +88,7 @@ class ValueCells:
 
     def representatives(self, domain: sch.Ordered) -> npt.NDArray[np.float64]:
         """Each base cell's value: its midpoint, clamped to [low, high] (integers: whole values)."""
-        left, right = np.asarray(domain.boundaries[:-1]), np.asarray(domain.boundaries[1:])
-        if domain.discrete:
-            right = right - 1.0
-            if domain.closed_top:
-                right[-1] += 1.0
+        left, right = domain.value_bounds()
         return np.asarray(np.clip((left + right) / 2, self.low, self.high), dtype=np.float64)
 
     def weights(self, axis: Axis) -> npt.NDArray[np.float64]:
@@ -107,11 +103,7 @@ class ValueCells:
 
     def rounding(self, domain: sch.Ordered) -> float:
         """The most a row's clamped value can differ from the value its cell's weight gives it."""
-        left, right = np.asarray(domain.boundaries[:-1]), np.asarray(domain.boundaries[1:])
-        if domain.discrete:
-            right = right - 1.0
-            if domain.closed_top:
-                right[-1] += 1.0
+        left, right = domain.value_bounds()
         r = self._base_weights(domain) * self.scale
         low, high = np.clip(left, self.low, self.high), np.clip(right, self.low, self.high)
         return float(np.max(np.maximum(np.abs(r - low), np.abs(high - r))))
@@ -182,6 +174,19 @@ class CompiledGroup:
         if len(self.axes) == 1 and len(blocks) > 1 and rows * self.cells <= DENSE_STACK:
             return Explicit(np.vstack([_one_axis_rows(block) for block in blocks]))
         return VStack(blocks)
+
+
+def batch_cell_totals(cell_maps: Sequence[npt.ArrayLike], base_index: npt.NDArray[np.int64], base_shape: tuple[int, ...],
+                      values: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """Sparse base-cell values (flat ``base_index`` over ``base_shape``) summed into batch cells,
+    each axis mapping its base cells by ``cell_of_base``; no axes: one total."""
+    if not cell_maps:
+        return np.array([int(np.sum(values))], dtype=np.int64)
+    maps = [np.asarray(m) for m in cell_maps]
+    sizes = [int(m.max()) + 1 for m in maps]
+    cells = tuple(m[b] for m, b in zip(maps, np.unravel_index(base_index, base_shape)))
+    flat = np.ravel_multi_index(cells, sizes)
+    return np.bincount(flat, weights=values, minlength=int(np.prod(sizes))).round().astype(np.int64)
 
 
 def _one_axis_rows(block: Workload) -> npt.NDArray[np.float64]:
@@ -392,15 +397,9 @@ def _ordered_interval(column: sch.Column, domain: sch.Ordered, operator: str, li
         raise SchemaError(f"{literal.value!r} is not a valid {domain.kind} for {column.key} ({literal.span.describe()}).") from err
     number = _snap(domain, number)
     low, low_closed, high, high_closed = _true_interval(operator, number)
-    b = np.asarray(domain.boundaries)
-    left, right = b[:-1], b[1:].copy()
-    closed_right = np.zeros(domain.size, dtype=bool)
-    if domain.discrete:  # whole values: cell k holds left..right-1 (and right itself if the top is closed)
-        right = right - 1
-        closed_right[:] = True
+    left, right = domain.value_bounds()  # whole values: cell k holds left..right; numbers: [left, right)
+    closed_right = np.full(domain.size, domain.discrete)
     closed_right[-1] = closed_right[-1] or domain.closed_top
-    if domain.discrete and domain.closed_top:
-        right[-1] += 1
     starts_in = (left > low) | ((left == low) & low_closed)
     ends_in = np.where(closed_right, (right < high) | ((right == high) & high_closed), right <= high)
     inside = starts_in & ends_in
