@@ -554,6 +554,10 @@ class Ledger:
                 _create(books)
             elif self._structure(db, upgrade=create) == "1":
                 made_key = self._make_key()
+                if not made_key:
+                    raise LedgerError(self._corrupt(
+                        f"it is a version-1 file, but its key '{self.key_path}' exists, so it was upgraded before: an old "
+                        "file was put in its place. If it really is a never-upgraded ledger, move the key file aside"))
                 books = _Books(db, self._read_key())
                 _migrate(books)
             else:
@@ -694,8 +698,13 @@ class Ledger:
 def _migrate(books: _Books) -> None:
     """Rewrite a version-1 ledger as version 2 in the owner's transaction: its actions and charges,
     in time order, become the MAC-chained history (their datasets unbound until the owner binds
-    them). Fails closed if a version-1 total disagrees with its latest action."""
+    them). A version-1 file is not authenticated, so this trusts it as it is; it runs only where no
+    key exists yet (a file whose key exists was upgraded before), and fails closed on other tables
+    or a version-1 total that disagrees with its latest action."""
     db = books.db
+    if _tables(db) != {"ledger_meta", "budgets", "charges", "actions"}:
+        raise LedgerError(f"a version-1 ledger has the tables ledger_meta, budgets, charges and actions; this file has "
+                          f"{sorted(_tables(db))}. Nothing was set. Restore the file from a backup.")
     actions = db.execute("SELECT time, dataset, analyst, action, family, total, actor FROM actions ORDER BY id").fetchall()
     charges = db.execute("SELECT time, dataset, analyst, batch_hash, sql_hash, mechanism, cost_family, cost, price "
                          "FROM charges ORDER BY id").fetchall()

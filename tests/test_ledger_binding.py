@@ -355,3 +355,17 @@ def test_an_unbound_dataset_names_the_command_that_binds_it(tmp_path: Path) -> N
         ledger = Ledger(tmp_path / "books.ledger")
         ledger.set_total("firms", PrivacyCost(epsilon=1.0), binding=Binding.of(Schema.load(SCHEMA)))
         ledger.charge("people", PrivacyCost(epsilon=0.1), RECORD, binding=Binding.of(Schema.load(SCHEMA)))
+
+
+def test_a_version_1_file_put_in_place_of_an_upgraded_ledger_is_not_upgraded(owner: dict[str, Path]) -> None:
+    """A downgrade: someone without the key replaces the ledger with a version-1 file (any history they
+    like); the owner's next `budget set` must not sign it."""
+    owner["ledger"].unlink()
+    with sqlite3.connect(owner["ledger"]) as db:
+        for statement in V1_TABLES:
+            db.execute(statement)
+    binding = Binding.of(Schema.load(SCHEMA), owner["db"])
+    with pytest.raises(LedgerError, match="its key .* exists, so it was upgraded before"):
+        Ledger(owner["ledger"]).set_total("people.duckdb", PrivacyCost(epsilon=3.0), binding=binding)
+    with sqlite3.connect(owner["ledger"]) as db:
+        assert db.execute("SELECT value FROM ledger_meta WHERE key = 'version'").fetchone() == ("1",)
