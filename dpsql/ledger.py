@@ -384,12 +384,12 @@ class Ledger:
         if binding is None:
             raise ProgrammingError("a ledger charge needs the connection's binding: Binding.of(schema, database).")
         with self._session(write=True) as books:
-            self._balance(books, dataset, analyst)
+            balance = self._balance(books, dataset, analyst)
             self._admit(books, dataset, analyst, binding)
-            amount = self._balance(books, dataset, analyst).check(cost)
+            amount = balance.check(cost)
             _append(books, "charges", time=_now(), dataset=dataset, analyst=analyst or "", batch_hash=batch.batch_hash,
-                         sql_hash=batch.sql_hash, mechanism=batch.mechanism, cost_family=cost.family,
-                         cost=str(cost.exact), price=str(amount))
+                    sql_hash=batch.sql_hash, mechanism=batch.mechanism, cost_family=cost.family, cost=str(cost.exact),
+                    price=str(amount))
             return self._balance(books, dataset, analyst)
 
     def set_total(self, dataset: str, total: PrivacyCost, *, analyst: str | None = None, binding: Binding | None = None,
@@ -416,8 +416,8 @@ class Ledger:
                     f"{float(spent):.6g} is already spent. A total can be lowered only down to what is spent.")
             action, bound = self._owner_binding(books, dataset, analyst, binding, rebind)
             _append(books, "actions", time=_now(), dataset=dataset, analyst=analyst or "", action=action,
-                         family=total.family, total=str(total.exact), database=bound.database if bound else "",
-                         schema=bound.schema if bound else "", actor=_actor())
+                    family=total.family, total=str(total.exact), database=bound.database if bound else "",
+                    schema=bound.schema if bound else "", actor=_actor())
             return self._balance(books, dataset, analyst)
 
     def _owner_binding(self, books: _Books, dataset: str, analyst: str | None, binding: Binding | None,
