@@ -1,7 +1,8 @@
 """``dpsql budget set | show | history``: the privacy ledger from the command line.
 
-``set`` is the data owner's action (it creates the ledger file if needed and records who did it);
-``show`` and ``history`` only read. ``run`` and ``explain`` share the ledger options defined here.
+``set`` is the data owner's action (it creates the ledger file and its key if needed, binds the
+dataset to the database file and ``--schema``, and records who did it); ``show`` and ``history``
+only read. ``run`` and ``explain`` share the ledger options defined here.
 """
 
 from __future__ import annotations
@@ -12,7 +13,17 @@ from pathlib import Path
 
 from dpsql.accounting import UNIT, PrivacyCost, epsilon_from_rho
 from dpsql.errors import OperationalError
-from dpsql.ledger import Account, Balance, Charge, Ledger, default_path
+from dpsql.ledger import (
+    KEY_ENV,
+    Account,
+    Action,
+    Balance,
+    Binding,
+    Charge,
+    Ledger,
+    default_path,
+)
+from dpsql.schema import Schema
 
 DEFAULT_DELTA = 1e-6
 
@@ -34,18 +45,24 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
         action = actions.add_parser(name, help=text)
         action.add_argument("--db", required=True, help="the DuckDB database file the budget protects")
         add_ledger_options(action)
+        action.add_argument("--key-file", type=Path, help=f"the ledger's key (default: ${KEY_ENV}, else LEDGER.key)")
         action.set_defaults(handler=handler)
     total = actions.choices["set"].add_mutually_exclusive_group(required=True)
     total.add_argument("--epsilon", type=float, help="the total in pure ε-DP")
     total.add_argument("--rho", type=float, help="the total in ρ-zCDP (ε batches then cost ε²/2 each)")
+    actions.choices["set"].add_argument("--schema", type=Path, help="the schema the dataset is bound to (needed the first "
+                                        "time, and with --rebind); every charge checks it and the database file")
+    actions.choices["set"].add_argument("--rebind", action="store_true", help="bind the dataset to a new database file "
+                                        "or schema (recorded as an owner action)")
     actions.choices["show"].add_argument("--delta", type=float, default=DEFAULT_DELTA,
                                          help=f"δ for the (ε, δ)-DP reading of a ρ budget (default {DEFAULT_DELTA:g})")
 
 
 def account(arguments: argparse.Namespace) -> Account:
-    """The Account named by --db, --ledger, --dataset and --analyst."""
+    """The Account named by --db, --ledger, --key-file, --dataset and --analyst."""
     database = Path(arguments.db)
-    ledger = Ledger(arguments.ledger if arguments.ledger is not None else default_path(database))
+    ledger = Ledger(arguments.ledger if arguments.ledger is not None else default_path(database),
+                    key_file=getattr(arguments, "key_file", None))
     return Account(ledger=ledger, dataset=arguments.dataset or database.name, analyst=arguments.analyst)
 
 
@@ -55,8 +72,9 @@ def _set(arguments: argparse.Namespace) -> int:
                                "a ledger next to it, or in --ledger). Nothing was set.")
     books = account(arguments)
     total = PrivacyCost(epsilon=arguments.epsilon) if arguments.epsilon is not None else PrivacyCost(rho=arguments.rho)
-    balance = books.ledger.set_total(books.dataset, total, analyst=books.analyst)
-    print(f"ledger: {books.ledger.path}")
+    binding = None if arguments.schema is None else Binding.of(Schema.load(arguments.schema), arguments.db)
+    balance = books.ledger.set_total(books.dataset, total, analyst=books.analyst, binding=binding, rebind=arguments.rebind)
+    print(f"ledger: {books.ledger.path} (key {books.ledger.key_path})")
     _print_balance(balance, DEFAULT_DELTA)
     return 0
 
@@ -77,8 +95,18 @@ def _history(arguments: argparse.Namespace) -> int:
     print("owner actions:")
     for action in books.ledger.actions(books.dataset):
         who = f" for analyst '{action.analyst}'" if action.analyst else ""
-        print(f"  #{action.id}  {action.time}  {action.action} total {action.total.describe()}{who}  by {action.actor}")
+        print(f"  #{action.id}  {action.time}  {action.action} total {action.total.describe()}{who}{_bound(action)}  "
+              f"by {action.actor}")
     return 0
+
+
+def _bound(action: Action) -> str:
+    """What an action bound the dataset to: the schema's fingerprint and the database file."""
+    if action.binding is None:
+        return ""
+    binding = action.binding
+    database = f", database {binding.database}" if binding.database else ", no database file"
+    return f"; bound to schema {binding.fingerprint[:12]}{database}"
 
 
 def _print_balance(balance: Balance, delta: float) -> None:

@@ -65,7 +65,11 @@ def connect(
     """
     books = _books(database, budget, ledger, dataset, analyst)
     source = schema if isinstance(schema, (str, Mapping, Schema)) else Path(os.fspath(schema))
-    return Connection(DuckDBBackend(database, read_only=read_only), Schema.load(source), books, rng)
+    loaded = Schema.load(source)
+    backend = DuckDBBackend(database, read_only=read_only)
+    if isinstance(books, Account):  # charges check the database file and schema the owner bound the dataset to
+        books = books.bound(loaded, database)
+    return Connection(backend, loaded, books, rng)
 
 
 def _books(database: str | os.PathLike[str] | duckdb.DuckDBPyConnection, budget: Budget | None,

@@ -20,7 +20,8 @@ import numpy as np
 import pyarrow as pa
 
 from dpsql.accounting import PrivacyCost
-from dpsql.ledger import Ledger, default_path
+from dpsql.ledger import Binding, Ledger, default_path
+from dpsql.schema import Schema
 
 STATES = ("AL AK AZ AR CA CO CT DE DC FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO MT NE NV NH NJ NM NY NC "
           "ND OH OK OR PA RI SC SD TN TX UT VT VA WA WV WI WY").split()
@@ -144,7 +145,8 @@ def run(folder: Path | None = None, *, people: int = 1_000_000, epsilon: float =
     echo(f"  done in {time.perf_counter() - started:.1f} s. Schema: {folder / 'schema.toml'}; queries: {folder / 'queries.sql'}")
     ledger = Ledger(default_path(database))
     ledger.path.unlink(missing_ok=True)  # the data were just generated anew: so is their budget
-    ledger.set_total(database.name, PrivacyCost(epsilon=max(DEMO_TOTAL, epsilon)))
+    ledger.set_total(database.name, PrivacyCost(epsilon=max(DEMO_TOTAL, epsilon)),
+                     binding=Binding.of(Schema.load(SCHEMA), database))  # as `dpsql budget set --schema` binds it
     echo(f"  data owner: total budget ε = {max(DEMO_TOTAL, epsilon):g} in the ledger {ledger.path}")
     statements = [line for line in QUERIES.splitlines() if line.startswith("-- ") and line[3].isdigit()]
     with dpsql.connect(str(database), schema=folder / "schema.toml", read_only=True) as connection:

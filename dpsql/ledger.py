@@ -1,4 +1,5 @@
-"""The privacy ledger: a durable, concurrency-safe record of each dataset's budget and of every charge.
+"""The privacy ledger: a durable, concurrency-safe, tamper-evident record of each dataset's budget,
+of what the budget is bound to, and of every charge.
 
 File: one SQLite database (the standard library's ``sqlite3``), by default next to the data:
 ``people.duckdb`` → ``people.duckdb.dpsql-ledger`` (``default_path``). Not inside the DuckDB file:
@@ -7,56 +8,99 @@ books need without a server: file locks across processes, ``BEGIN IMMEDIATE`` to
 writers, and ``PRAGMA synchronous = FULL`` with a rollback journal, so ``COMMIT`` returns only
 once the charge is on disk (fsync) and a crash mid-transaction is rolled back on the next open.
 
-Tables (amounts are exact fractions written as text, e.g. ``'7/2'``, see ``dpsql.accounting.exact``):
-    ledger_meta  format = 'dpsql-ledger', version = '1'
-    budgets      (dataset, analyst) → family ('epsilon' | 'rho') and total; analyst '' is the whole dataset
-    charges      id, time (UTC), dataset, analyst, batch hash, SQL text hash, mechanism, the batch's
-                 cost (family and amount) and its price in the dataset's unit (ε, or ρ with ε²/2)
-    actions      every owner action (``set_total``): time, dataset, analyst, family, new total, who
+Tables (format version 2; amounts are exact fractions written as text, e.g. ``'7/2'``, see
+``dpsql.accounting.exact``). ``actions`` and ``charges`` are append-only and share one numbering
+``id`` = 1, 2, 3, … (the order of the history):
+    ledger_meta  format = 'dpsql-ledger', version = '2', key_check = HMAC(key, "dpsql-ledger key")
+    actions      every owner action: time, dataset, analyst ('' = the whole dataset), action
+                 ('set' | 'change' | 'bind' | 'rebind'), family ('epsilon' | 'rho'), the new total,
+                 the binding it makes (database identity and the schema's canonical privacy parts,
+                 '' when it binds nothing), who; a scope's total is that of its latest action
+    charges      time, dataset, analyst, batch hash, SQL text hash, mechanism, the batch's cost
+                 (family and amount) and its price in the dataset's unit (ε, or ρ with ε²/2)
+    head         the number of rows in the history and the last row's MAC, itself MAC'd
+
+Binding: the first total of a dataset binds it (``Binding``) to its database file's identity
+(``database_identity``: real path and inode) and to the schema's privacy-relevant parts
+(``Schema.canonical``: tables, privacy unit and ``max_rows``, domains, measure bounds, truncation).
+Every charge, in its own transaction, compares the connection's binding with the dataset's and
+refuses a difference (LedgerError naming what differs, never data). Rebinding is an explicit,
+recorded owner action (``set_total(..., rebind=True)``, ``dpsql budget set --rebind``). Once a
+dataset has per-analyst totals, every charge must name an analyst with one.
+
+Tamper evidence: every row of the history carries mac = HMAC-SHA256(key, previous mac ‖ the row
+as canonical JSON), and the head row holds the count and the last mac under its own MAC, updated
+in the same transaction as each append. Every open verifies the whole chain, so an edited,
+deleted, inserted, reordered or truncated history is detected and fails closed. The key is 32
+random bytes in a file (``key_path``: ``--key-file``, ``$DPSQL_LEDGER_KEY_FILE``, or
+``<ledger>.key`` beside the ledger, created with mode 0600 by the first ``set_total``).
+What this does NOT give: whoever can read the key can forge a consistent history, and in library
+mode the analyst's own process must read it to append charges; and a whole ledger file replaced
+by an older, self-consistent copy (with its head) verifies. It detects changes by anyone without
+the key (other users, tools, accidents, partial restores); a service that alone holds the key and
+the ledger is the real boundary.
 
 Privacy:
-    ``charge`` is one transaction: BEGIN IMMEDIATE; read the totals and the sum of the charges;
-    ROLLBACK and raise BudgetExhaustedError if the price does not fit, else INSERT and COMMIT.
-    Two processes racing for the last of a budget are serialised by the write lock, so at most
-    one of them fits. The engine charges before it reads any data, so a crash leaves either no
-    charge and no answer, or a charge and perhaps no answer, never an answer without a charge.
-    A missing, unreadable, corrupted or foreign file, or a dataset with no total, raises a
-    LedgerError (fail closed): nothing is answered from an unknown budget state.
+    ``charge`` is one transaction: BEGIN IMMEDIATE; verify the chain and the binding; read the
+    totals and the sum of the charges; ROLLBACK and raise BudgetExhaustedError if the price does
+    not fit, else append the charge and COMMIT. Two processes racing for the last of a budget are
+    serialised by the write lock, so at most one of them fits. The engine charges before it reads
+    any data, so a crash leaves either no charge and no answer, or a charge and perhaps no answer,
+    never an answer without a charge. A missing, unreadable, corrupted, foreign or unverifiable
+    file, a missing key, an unbound dataset or a dataset with no total raises a LedgerError (fail
+    closed): nothing is answered from an unknown budget state.
 """
 
 from __future__ import annotations
 
 import getpass
 import hashlib
+import hmac
 import json
 import math
 import os
 import re
+import secrets
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 from dpsql.accounting import UNIT, Budget, Family, PrivacyCost, price, refusal
-from dpsql.errors import BudgetExhaustedError, BudgetNotSetError, LedgerError, PrivacyParameterError, ProgrammingError
+from dpsql.errors import (
+    BudgetExhaustedError,
+    BudgetNotSetError,
+    LedgerError,
+    OperationalError,
+    PrivacyParameterError,
+    ProgrammingError,
+)
+from dpsql.schema import Schema
 
 SUFFIX = ".dpsql-ledger"
-FORMAT, VERSION = "dpsql-ledger", "1"
+KEY_SUFFIX = ".key"
+#: Environment variable naming the ledger's key file (else ``<ledger>.key`` beside the ledger).
+KEY_ENV = "DPSQL_LEDGER_KEY_FILE"
+FORMAT, VERSION = "dpsql-ledger", "2"
 #: Seconds a charge waits for another process's transaction before it fails (closed).
 LOCK_TIMEOUT = 60.0
+_KEY_BYTES = 32
+_KEY_CHECK = b"dpsql-ledger key"
+_HISTORY = ("actions", "charges")
 
 _TABLES = {
     "ledger_meta": "key TEXT PRIMARY KEY, value TEXT NOT NULL",
-    "budgets": "dataset TEXT NOT NULL, analyst TEXT NOT NULL, family TEXT NOT NULL, total TEXT NOT NULL, "
-               "PRIMARY KEY (dataset, analyst)",
-    "charges": "id INTEGER PRIMARY KEY AUTOINCREMENT, time TEXT NOT NULL, dataset TEXT NOT NULL, analyst TEXT NOT NULL, "
+    "actions": "id INTEGER PRIMARY KEY, time TEXT NOT NULL, dataset TEXT NOT NULL, analyst TEXT NOT NULL, "
+               "action TEXT NOT NULL, family TEXT NOT NULL, total TEXT NOT NULL, database TEXT NOT NULL, "
+               "schema TEXT NOT NULL, actor TEXT NOT NULL, mac TEXT NOT NULL",
+    "charges": "id INTEGER PRIMARY KEY, time TEXT NOT NULL, dataset TEXT NOT NULL, analyst TEXT NOT NULL, "
                "batch_hash TEXT NOT NULL, sql_hash TEXT NOT NULL, mechanism TEXT NOT NULL, cost_family TEXT NOT NULL, "
-               "cost TEXT NOT NULL, price TEXT NOT NULL",
-    "actions": "id INTEGER PRIMARY KEY AUTOINCREMENT, time TEXT NOT NULL, dataset TEXT NOT NULL, analyst TEXT NOT NULL, "
-               "action TEXT NOT NULL, family TEXT NOT NULL, total TEXT NOT NULL, actor TEXT NOT NULL",
+               "cost TEXT NOT NULL, price TEXT NOT NULL, mac TEXT NOT NULL",
+    "head": "id INTEGER PRIMARY KEY CHECK (id = 1), count INTEGER NOT NULL, last TEXT NOT NULL, mac TEXT NOT NULL",
 }
 _COLUMNS = {name: re.findall(r"(\w+) (?:TEXT|INTEGER)", spec) for name, spec in _TABLES.items()}
 
@@ -65,6 +109,107 @@ def default_path(database: str | os.PathLike[str]) -> Path:
     """The ledger file next to a database file: ``people.duckdb`` → ``people.duckdb.dpsql-ledger``."""
     path = Path(database)
     return path.with_name(path.name + SUFFIX)
+
+
+def key_path(ledger: str | os.PathLike[str], key_file: str | os.PathLike[str] | None = None) -> Path:
+    """The ledger's key file: ``key_file``, else ``$DPSQL_LEDGER_KEY_FILE``, else ``<ledger>.key`` beside it."""
+    chosen = key_file if key_file is not None else os.environ.get(KEY_ENV) or None
+    path = Path(chosen) if chosen is not None else Path(ledger).with_name(Path(ledger).name + KEY_SUFFIX)
+    return Path(os.path.abspath(path))
+
+
+def database_identity(database: str | os.PathLike[str]) -> str:
+    """A database file's identity: its real path and inode number, as canonical JSON.
+
+    DuckDB writes a database in place, so appending or deleting rows keeps the identity. A copy, or
+    another file moved or written over the path (``mv``, re-creation), is a new inode; moving the
+    file itself changes its real path. Both then differ, and the owner rebinds on purpose. The
+    device number is left out because it is not stable across reboots on some file systems
+    (overlay, NFS). Limit: a new file that reuses a deleted file's inode number at the same path
+    is not told apart.
+    """
+    path = os.path.realpath(os.fspath(database))
+    try:
+        inode = os.stat(path).st_ino
+    except OSError as err:
+        raise OperationalError(f"cannot read the database file '{database}' ({err.strerror or err}); the ledger binds a "
+                               "budget to a database file.") from None
+    return json.dumps({"inode": inode, "path": path}, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Binding:
+    """What a dataset's budget is bound to: the schema's privacy-relevant parts (``Schema.canonical``)
+    and the database file's identity (``database_identity``; '' without a database file, e.g. a
+    DuckDB connection object or ``:memory:``)."""
+
+    schema: str
+    database: str = ""
+
+    @classmethod
+    def of(cls, schema: Schema, database: object = None) -> Binding:
+        """The binding of ``schema`` over ``database`` (a path; anything else binds no file)."""
+        path = database if isinstance(database, (str, os.PathLike)) and os.fspath(database) != ":memory:" else None
+        return cls(schema=schema.canonical(), database="" if path is None else database_identity(path))
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 of the schema's canonical privacy parts (``Schema.fingerprint``)."""
+        return _sha256(self.schema)
+
+    def differences(self, bound: Binding) -> list[str]:
+        """What differs from ``bound``, by schema keys and file identity (public facts, never data)."""
+        problems = []
+        if self.database != bound.database:
+            problems.append(_database_difference(self.database, bound.database))
+        if self.schema != bound.schema:
+            paths = _diff(_parts(self.schema), _parts(bound.schema), "tables")
+            shown = ", ".join(paths[:6]) + (f" and {len(paths) - 6} more" if len(paths) > 6 else "")
+            problems.append(f"the schema's privacy-relevant parts differ at {shown or 'its format'}")
+        return problems
+
+
+def _parts(schema: str) -> dict[str, Any]:
+    try:
+        tables = json.loads(schema).get("tables") if schema else {}
+    except (ValueError, AttributeError):
+        tables = None
+    return tables if isinstance(tables, dict) else {}
+
+
+def _diff(mine: Any, bound: Any, where: str) -> list[str]:
+    """Key paths at which two JSON values differ, e.g. ``tables.people.privacy_unit.max_rows``."""
+    if mine == bound:
+        return []
+    if not (isinstance(mine, dict) and isinstance(bound, dict)):
+        return [where]
+    paths = []
+    for key in sorted(set(mine) | set(bound)):
+        if key not in bound:
+            paths.append(f"{where}.{key} (not in the bound schema)")
+        elif key not in mine:
+            paths.append(f"{where}.{key} (missing)")
+        else:
+            paths.extend(_diff(mine[key], bound[key], f"{where}.{key}"))
+    return paths
+
+
+def _database_difference(mine: str, bound: str) -> str:
+    if not bound:
+        return f"the dataset is bound to no database file, and this connection reads {_describe_file(mine)}"
+    if not mine:
+        return (f"the dataset is bound to {_describe_file(bound)}, and this connection has no database file (pass the "
+                "database's path, not a DuckDB connection)")
+    return (f"this connection reads {_describe_file(mine)}, not the bound {_describe_file(bound)} (a copy, a replaced "
+            "or a moved file)")
+
+
+def _describe_file(identity: str) -> str:
+    try:
+        found = json.loads(identity)
+        return f"file '{found['path']}' (inode {found['inode']})"
+    except (ValueError, KeyError, TypeError):
+        return f"file {identity!r}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,7 +281,7 @@ class Balance:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Charge:
-    """One row of the ledger's history."""
+    """One charge in the ledger's history."""
 
     id: int
     time: str
@@ -151,7 +296,7 @@ class Charge:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Action:
-    """One owner action: a total set or changed."""
+    """One owner action: a total set or changed, and the binding it made (None if it bound nothing)."""
 
     id: int
     time: str
@@ -160,90 +305,152 @@ class Action:
     action: str
     total: PrivacyCost
     actor: str
+    binding: Binding | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Books:
+    """An open, verified ledger transaction and the key that signs what it appends."""
+
+    db: sqlite3.Connection
+    key: bytes
+
+    def rows(self, sql: str, parameters: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        return self.db.execute(sql, parameters).fetchall()
 
 
 class Ledger:
-    """The ledger file at ``path``. Every method opens it, checks it and closes it again.
+    """The ledger file at ``path`` and its key file. Every method opens it, verifies it and closes it again.
 
     Reading or charging never creates the file: a missing ledger means no budget was set.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, key_file: str | os.PathLike[str] | None = None) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise ProgrammingError(f"ledger= must be a file path (str or pathlib.Path); got {path!r}.")
         self.path = Path(os.path.abspath(os.fspath(path)))
+        self.key_path = key_path(self.path, key_file)
 
     def __repr__(self) -> str:
         return f"Ledger({str(self.path)!r})"
 
     # ----------------------------------------------------------------------------- reading
-    def balance(self, dataset: str, analyst: str | None = None) -> Balance:
-        """The dataset's (and analyst's) total, spent and left; BudgetNotSetError without a total."""
-        with self._session(write=False) as db:
-            return self._balance(db, dataset, analyst)
+    def balance(self, dataset: str, analyst: str | None = None, *, binding: Binding | None = None) -> Balance:
+        """The dataset's (and analyst's) total, spent and left; BudgetNotSetError without a total.
+
+        With ``binding`` (a connection's view) also what ``charge`` checks first: the binding
+        matches the dataset's, and the analyst has a total if the dataset has per-analyst totals.
+        """
+        with self._session(write=False) as books:
+            balance = self._balance(books, dataset, analyst)
+            if binding is not None:
+                self._admit(books, dataset, analyst, binding)
+            return balance
 
     def history(self, dataset: str, analyst: str | None = None) -> list[Charge]:
         """Every charge on the dataset (or by one analyst), oldest first."""
-        with self._session(write=False) as db:
-            rows = db.execute("SELECT id, time, dataset, analyst, batch_hash, sql_hash, mechanism, cost_family, cost, price "
+        with self._session(write=False) as books:
+            rows = books.rows("SELECT id, time, dataset, analyst, batch_hash, sql_hash, mechanism, cost_family, cost, price "
                               "FROM charges WHERE dataset = ? AND (? IS NULL OR analyst = ?) ORDER BY id",
-                              (dataset, analyst, analyst)).fetchall()
+                              (dataset, analyst, analyst))
             return [Charge(id=row[0], time=row[1], dataset=row[2], analyst=row[3] or None, batch_hash=row[4],
                            sql_hash=row[5], mechanism=row[6], cost=self._cost(row[7], row[8], f"charge {row[0]}"),
                            price=self._amount(row[9], f"charge {row[0]}")) for row in rows]
 
     def actions(self, dataset: str) -> list[Action]:
         """Every owner action on the dataset, oldest first."""
-        with self._session(write=False) as db:
-            rows = db.execute("SELECT id, time, dataset, analyst, action, family, total, actor FROM actions "
-                              "WHERE dataset = ? ORDER BY id", (dataset,)).fetchall()
+        with self._session(write=False) as books:
+            rows = books.rows("SELECT id, time, dataset, analyst, action, family, total, actor, database, schema "
+                              "FROM actions WHERE dataset = ? ORDER BY id", (dataset,))
             return [Action(id=row[0], time=row[1], dataset=row[2], analyst=row[3] or None, action=row[4],
-                           total=self._cost(row[5], row[6], f"action {row[0]}"), actor=row[7]) for row in rows]
+                           total=self._cost(row[5], row[6], f"action {row[0]}"), actor=row[7],
+                           binding=Binding(database=row[8], schema=row[9]) if row[9] else None) for row in rows]
 
     # ----------------------------------------------------------------------------- writing
-    def charge(self, dataset: str, cost: PrivacyCost, batch: BatchRecord, *, analyst: str | None = None) -> Balance:
+    def charge(self, dataset: str, cost: PrivacyCost, batch: BatchRecord, *, analyst: str | None = None,
+               binding: Binding | None = None) -> Balance:
         """Charge ``cost`` durably, or raise and charge nothing. Returns the balance after the charge.
+
+        ``binding`` is the connection's (``Binding.of(schema, database)``); it must equal the
+        dataset's, checked in the same transaction as the charge.
 
         Raises:
             BudgetExhaustedError: the price does not fit what is left (of the dataset or the analyst).
-            BudgetNotSetError, LedgerError: no total, or the file cannot be trusted.
+            BudgetNotSetError, LedgerError: no total, no analyst total where the dataset has
+                per-analyst totals, a binding that differs, or a file that cannot be trusted.
             PrivacyParameterError: a ρ batch on an ε budget.
+            ProgrammingError: no binding.
         """
-        with self._session(write=True) as db:
-            amount = self._balance(db, dataset, analyst).check(cost)
-            db.execute("INSERT INTO charges (time, dataset, analyst, batch_hash, sql_hash, mechanism, cost_family, cost, price) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                       (_now(), dataset, analyst or "", batch.batch_hash, batch.sql_hash, batch.mechanism, cost.family,
-                        str(cost.exact), str(amount)))
-            return self._balance(db, dataset, analyst)
+        if binding is None:
+            raise ProgrammingError("a ledger charge needs the connection's binding: Binding.of(schema, database).")
+        with self._session(write=True) as books:
+            balance = self._balance(books, dataset, analyst)
+            self._admit(books, dataset, analyst, binding)
+            amount = balance.check(cost)
+            _append(books, "charges", time=_now(), dataset=dataset, analyst=analyst or "", batch_hash=batch.batch_hash,
+                    sql_hash=batch.sql_hash, mechanism=batch.mechanism, cost_family=cost.family, cost=str(cost.exact),
+                    price=str(amount))
+            return self._balance(books, dataset, analyst)
 
-    def set_total(self, dataset: str, total: PrivacyCost, *, analyst: str | None = None) -> Balance:
-        """The owner's action: set or change a total (creating the file if needed), and record it.
+    def set_total(self, dataset: str, total: PrivacyCost, *, analyst: str | None = None, binding: Binding | None = None,
+                  rebind: bool = False) -> Balance:
+        """The owner's action: set or change a total (creating the file and its key if needed), and record it.
+
+        The dataset's first total binds it to ``binding`` (required then); later a ``binding``
+        must equal the dataset's unless ``rebind=True``, which records the new one. An analyst's
+        total takes the dataset's binding (a ``binding`` given must equal it).
 
         Raises:
             PrivacyParameterError: the total is below what is already spent, or changes the unit
                 of a dataset that has charges, or an analyst's unit differs from the dataset's.
             BudgetNotSetError: an analyst's total before the dataset has one.
+            ProgrammingError: no binding for an unbound dataset, a binding that differs without
+                ``rebind``, or ``rebind`` without a binding or with an analyst.
         """
-        with self._session(write=True, create=True) as db:
-            self._check_family(db, dataset, total.family, analyst)
-            spent = self._spent(db, dataset, analyst)
+        with self._session(write=True, create=True) as books:
+            self._check_family(books, dataset, total.family, analyst)
+            spent = self._spent(books, dataset, analyst)
             if total.exact < spent:
                 raise PrivacyParameterError(
                     f"cannot set the total of {_scope(dataset, analyst)} to {total.describe()}: {UNIT[total.family]}="
                     f"{float(spent):.6g} is already spent. A total can be lowered only down to what is spent.")
-            existing = db.execute("SELECT total FROM budgets WHERE dataset = ? AND analyst = ?",
-                                  (dataset, analyst or "")).fetchone()
-            db.execute("INSERT OR REPLACE INTO budgets (dataset, analyst, family, total) VALUES (?, ?, ?, ?)",
-                       (dataset, analyst or "", total.family, str(total.exact)))
-            db.execute("INSERT INTO actions (time, dataset, analyst, action, family, total, actor) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                       (_now(), dataset, analyst or "", "set" if existing is None else "change", total.family,
-                        str(total.exact), _actor()))
-            return self._balance(db, dataset, analyst)
+            action, bound = self._owner_binding(books, dataset, analyst, binding, rebind)
+            _append(books, "actions", time=_now(), dataset=dataset, analyst=analyst or "", action=action,
+                    family=total.family, total=str(total.exact), database=bound.database if bound else "",
+                    schema=bound.schema if bound else "", actor=_actor())
+            return self._balance(books, dataset, analyst)
 
-    def _check_family(self, db: sqlite3.Connection, dataset: str, family: Family, analyst: str | None) -> None:
+    def _owner_binding(self, books: _Books, dataset: str, analyst: str | None, binding: Binding | None,
+                       rebind: bool) -> tuple[str, Binding | None]:
+        """The action's name and the binding it records (None: it binds nothing)."""
+        exists = (analyst or "") in self._totals(books, dataset)
+        if analyst:
+            if rebind:
+                raise ProgrammingError("rebind= (--rebind) binds a dataset, not an analyst's total; drop --analyst.")
+            if binding is not None:
+                self._check_binding(books, dataset, binding)
+            return ("change" if exists else "set"), None
+        current = self._binding(books, dataset)
+        if current is None:
+            if binding is None:
+                raise ProgrammingError(
+                    f"dataset '{dataset}' is not bound yet: its first total binds it to its database file and schema. "
+                    "Nothing was set. Run: dpsql budget set --db DATABASE --schema SCHEMA --epsilon E (in Python: "
+                    "set_total(..., binding=Binding.of(schema, database))).")
+            return ("bind" if exists else "set"), binding
+        if binding is None or binding == current[0]:
+            if rebind:
+                raise ProgrammingError("rebind= (--rebind) needs the new binding: pass --schema SCHEMA (and --db).")
+            return "change", None
+        if not rebind:
+            raise ProgrammingError(f"{self._mismatch(dataset, binding, current)} Nothing was set. If the data or the schema "
+                                   "changed on purpose, add --rebind (rebind=True).")
+        return "rebind", binding
+
+    def _check_family(self, books: _Books, dataset: str, family: Family, analyst: str | None) -> None:
         """A dataset keeps one unit once it has charges or analysts; an analyst uses the dataset's unit."""
-        current = db.execute("SELECT family FROM budgets WHERE dataset = ? AND analyst = ''", (dataset,)).fetchone()
+        totals = self._totals(books, dataset)
+        current = totals.get("")
         if analyst and current is None:
             raise BudgetNotSetError(f"dataset '{dataset}' has no total in ledger '{self.path}'; set it before an "
                                     f"analyst's: dpsql budget set --{family} ... without --analyst.")
@@ -252,22 +459,86 @@ class Ledger:
         if analyst:
             raise PrivacyParameterError(f"dataset '{dataset}' counts in {UNIT[current[0]]} ({current[0]}); give analyst "
                                         f"'{analyst}' a total in {current[0]} too.")
-        used = db.execute("SELECT (SELECT COUNT(*) FROM charges WHERE dataset = ?) + "
-                          "(SELECT COUNT(*) FROM budgets WHERE dataset = ? AND analyst != '')", (dataset, dataset)).fetchone()[0]
+        used = books.rows("SELECT COUNT(*) FROM charges WHERE dataset = ?", (dataset,))[0][0] + (len(totals) - 1)
         if used:
             raise PrivacyParameterError(
                 f"dataset '{dataset}' already has charges or analyst totals in {UNIT[current[0]]} ({current[0]}); its unit "
                 f"cannot change to {family}. Set a total in {current[0]}, or keep the new budget in another ledger (--ledger).")
 
+    # ----------------------------------------------------------------------------- binding and analysts
+    def _admit(self, books: _Books, dataset: str, analyst: str | None, binding: Binding) -> None:
+        """A connection may charge the dataset: its binding matches, and it names an analyst with a
+        total if the dataset has per-analyst totals (an unnamed or unknown analyst would evade them)."""
+        self._check_binding(books, dataset, binding)
+        named = {name for name in self._totals(books, dataset) if name}
+        if named and analyst not in named:
+            who = f"analyst '{analyst}' has none" if analyst else "this connection names no analyst"
+            raise BudgetNotSetError(
+                f"dataset '{dataset}' has per-analyst totals, so every batch is charged to an analyst with a total of "
+                f"their own, and {who}. Nothing was run or charged. Pass analyst='NAME' (--analyst NAME); the data owner "
+                "sets a total with: dpsql budget set --db DATABASE --analyst NAME --epsilon E.")
+
+    def _check_binding(self, books: _Books, dataset: str, binding: Binding) -> None:
+        current = self._binding(books, dataset)
+        if current is None:
+            raise LedgerError(
+                f"dataset '{dataset}' in ledger '{self.path}' is not bound to a database file and schema (a ledger "
+                "migrated from an earlier dpsql). Nothing was run or charged. The data owner binds it with: "
+                "dpsql budget set --db DATABASE --schema SCHEMA --epsilon E (its current total).")
+        if binding != current[0]:
+            raise LedgerError(f"{self._mismatch(dataset, binding, current)} Nothing was run or charged. Use the owner's "
+                              "database file and schema, or ask the data owner to rebind them if they changed on purpose: "
+                              "dpsql budget set --db DATABASE --schema SCHEMA --epsilon E --rebind.")
+
+    def _mismatch(self, dataset: str, binding: Binding, current: tuple[Binding, str]) -> str:
+        return (f"dataset '{dataset}' in ledger '{self.path}' is bound (by the data owner with dpsql budget set on "
+                f"{current[1]}) to another database or schema: {'; '.join(binding.differences(current[0]))}.")
+
+    def _binding(self, books: _Books, dataset: str) -> tuple[Binding, str] | None:
+        """The dataset's binding and when it was made: its latest action that binds, or None."""
+        rows = books.rows("SELECT database, schema, time FROM actions WHERE dataset = ? AND analyst = '' AND schema != '' "
+                          "ORDER BY id DESC LIMIT 1", (dataset,))
+        return (Binding(database=rows[0][0], schema=rows[0][1]), rows[0][2]) if rows else None
+
+    # ----------------------------------------------------------------------------- the books
+    def _totals(self, books: _Books, dataset: str) -> dict[str, tuple[Any, Any]]:
+        """Per analyst ('' = the dataset) the family and total of its latest action."""
+        return {row[0]: (row[1], row[2]) for row in books.rows(
+            "SELECT analyst, family, total FROM actions WHERE dataset = ? ORDER BY id", (dataset,))}
+
+    def _balance(self, books: _Books, dataset: str, analyst: str | None) -> Balance:
+        totals = self._totals(books, dataset)
+        if "" not in totals:
+            raise BudgetNotSetError(f"no privacy budget is set for dataset '{dataset}' in ledger '{self.path}'. Nothing was "
+                                    "run or charged. The data owner sets one with: dpsql budget set --db DATABASE "
+                                    "--schema SCHEMA --epsilon E (or --rho R).")
+        family = totals[""][0]
+        limits = []
+        for level in ("", analyst) if analyst and analyst in totals else ("",):
+            level_family, total = totals[level]
+            if level_family != family or family not in UNIT:
+                raise LedgerError(self._corrupt(f"the budget of {_scope(dataset, level)} has family {level_family!r}"))
+            limits.append(Limit(scope=_scope(dataset, level), total=self._amount(total, f"the total of {_scope(dataset, level)}"),
+                                spent=self._spent(books, dataset, level or None)))
+        count = books.rows("SELECT COUNT(*) FROM charges WHERE dataset = ?", (dataset,))[0][0]
+        return Balance(dataset=dataset, analyst=analyst, family=family, limits=tuple(limits), charges=count)
+
+    def _spent(self, books: _Books, dataset: str, analyst: str | None) -> Fraction:
+        """Σ prices of the dataset's (or the analyst's) charges, exactly."""
+        rows = books.rows("SELECT id, price FROM charges WHERE dataset = ? AND (? = '' OR analyst = ?)",
+                          (dataset, analyst or "", analyst or ""))
+        return sum((self._amount(text, f"charge {number}") for number, text in rows), Fraction(0))
+
     # ----------------------------------------------------------------------------- the file
     @contextmanager
-    def _session(self, *, write: bool, create: bool = False) -> Iterator[sqlite3.Connection]:
-        """One checked transaction: IMMEDIATE (write lock) or DEFERRED; COMMIT on success, else ROLLBACK."""
+    def _session(self, *, write: bool, create: bool = False) -> Iterator[_Books]:
+        """One verified transaction: IMMEDIATE (write lock) or DEFERRED; COMMIT on success, else ROLLBACK."""
         if not create and not self.path.exists():
             raise BudgetNotSetError(f"no ledger file at '{self.path}', so no privacy budget has been set. Nothing was run "
-                                    "or charged. The data owner sets one with: dpsql budget set --db DATABASE --epsilon E "
-                                    "(add --ledger PATH for a ledger elsewhere).")
+                                    "or charged. The data owner sets one with: dpsql budget set --db DATABASE --schema "
+                                    "SCHEMA --epsilon E (add --ledger PATH for a ledger elsewhere).")
         new = create and not self.path.exists()
+        made_key = False
         try:
             db = sqlite3.connect(f"{self.path.as_uri()}?mode={'rwc' if create else 'rw'}", uri=True,
                                  timeout=LOCK_TIMEOUT, isolation_level=None)
@@ -277,8 +548,22 @@ class Ledger:
         try:
             db.execute("PRAGMA synchronous = FULL")
             db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            self._check(db, new=new)
-            yield db
+            if new and not _tables(db):  # a file this call created: SQLite's default rollback journal ("DELETE" mode)
+                made_key = self._make_key()
+                books = _Books(db, self._read_key())
+                _create(books)
+            elif self._structure(db, upgrade=create) == "1":
+                made_key = self._make_key()
+                if not made_key:
+                    raise LedgerError(self._corrupt(
+                        f"it is a version-1 file, but its key '{self.key_path}' exists, so it was upgraded before: an old "
+                        "file was put in its place. If it really is a never-upgraded ledger, move the key file aside"))
+                books = _Books(db, self._read_key())
+                _migrate(books)
+            else:
+                books = _Books(db, self._read_key())
+                self._verified(books)
+            yield books
             db.execute("COMMIT")
             committed = True
         except sqlite3.Error as err:
@@ -289,59 +574,98 @@ class Ledger:
             db.close()
             if new and not committed:  # this call created the file and wrote nothing to it
                 self.path.unlink(missing_ok=True)
+            if made_key and not committed:
+                self.key_path.unlink(missing_ok=True)
         if new:
             _sync_directory(self.path.parent)
 
-    def _check(self, db: sqlite3.Connection, *, new: bool) -> None:
-        """Fail closed unless the file is an intact dpsql ledger with valid amounts (or was just created)."""
-        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")} - {"sqlite_sequence"}
-        if new and not tables:  # a file this call created: SQLite's default rollback journal ("DELETE" mode)
-            for name, spec in _TABLES.items():
-                db.execute(f"CREATE TABLE {name} ({spec})")
-            db.execute("CREATE INDEX charges_by_dataset ON charges (dataset, analyst)")
-            db.executemany("INSERT INTO ledger_meta VALUES (?, ?)", [("format", FORMAT), ("version", VERSION)])
-            return
+    def _make_key(self) -> bool:
+        """Create the key file (32 random bytes in hex, mode 0600) unless one exists; True if created."""
+        try:
+            descriptor = os.open(self.key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return False
+        except OSError as err:
+            raise LedgerError(f"cannot create the ledger's key file '{self.key_path}' ({err.strerror or err}). Nothing was "
+                              "set.") from None
+        try:
+            os.write(descriptor, (secrets.token_bytes(_KEY_BYTES).hex() + "\n").encode("ascii"))
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        _sync_directory(self.key_path.parent)
+        return True
+
+    def _read_key(self) -> bytes:
+        try:
+            text = self.key_path.read_text(encoding="ascii").strip()
+        except FileNotFoundError:
+            raise LedgerError(f"the key file of ledger '{self.path}' is missing ('{self.key_path}'), so its history cannot "
+                              "be verified. Nothing was run or charged. Restore the key file from a backup, or point "
+                              f"{KEY_ENV} (dpsql budget --key-file) at it.") from None
+        except (OSError, UnicodeDecodeError) as err:
+            raise LedgerError(f"cannot read the key file '{self.key_path}' of ledger '{self.path}' ({err}). Nothing was run "
+                              "or charged.") from None
+        if not re.fullmatch(f"[0-9a-f]{{{2 * _KEY_BYTES}}}", text):
+            raise LedgerError(f"'{self.key_path}' is not a dpsql ledger key ({_KEY_BYTES} bytes in hex). Nothing was run or "
+                              "charged. Restore the key file from a backup.")
+        return bytes.fromhex(text)
+
+    def _structure(self, db: sqlite3.Connection, *, upgrade: bool) -> str:
+        """The file's format version, failing closed unless it is an intact dpsql ledger (version 1
+        only in an owner's session, which upgrades it)."""
         problems = [row[0] for row in db.execute("PRAGMA quick_check(3)")]
         if problems != ["ok"]:
             report = "; ".join(" ".join(problem.split()) for problem in problems)
             raise LedgerError(self._corrupt(f"SQLite's integrity check reports: {report}"))
+        meta = dict(db.execute("SELECT key, value FROM ledger_meta").fetchall()) if "ledger_meta" in _tables(db) else {}
+        if meta.get("format") == FORMAT and meta.get("version") == "1":
+            if not upgrade:
+                raise LedgerError(
+                    f"ledger '{self.path}' was written by an earlier dpsql (format version 1), without binding or tamper "
+                    "evidence. Nothing was run or charged. The data owner upgrades it, keeping its history, with: dpsql "
+                    "budget set --db DATABASE --schema SCHEMA --epsilon E (the dataset's current total).")
+            return "1"
         for name, columns in _COLUMNS.items():
             found = [row[1] for row in db.execute(f"PRAGMA table_info({name})")]
             if found != columns:
                 raise LedgerError(self._corrupt(f"table '{name}' has columns {found or 'none'}, expected {columns}"))
-        meta = dict(db.execute("SELECT key, value FROM ledger_meta").fetchall())
         if meta.get("format") != FORMAT or meta.get("version") != VERSION:
             raise LedgerError(self._corrupt(f"it declares format {meta.get('format')!r} version {meta.get('version')!r}, "
                                             f"expected {FORMAT!r} version {VERSION!r}"))
-        for dataset, analyst, family, total in db.execute("SELECT dataset, analyst, family, total FROM budgets"):
-            self._cost(family, total, f"the total of {_scope(dataset, analyst)}")
-        for number, family, cost, amount in db.execute("SELECT id, cost_family, cost, price FROM charges"):
+        return VERSION
+
+    def _verified(self, books: _Books) -> None:
+        """Fail closed unless the key is the ledger's, the history verifies and every amount is valid."""
+        check = books.rows("SELECT value FROM ledger_meta WHERE key = 'key_check'")
+        if not check or not _equal_mac(_key_check(books.key), check[0][0]):
+            raise LedgerError(f"the key file '{self.key_path}' is not the key of ledger '{self.path}'. Nothing was run or "
+                              f"charged. Point {KEY_ENV} (dpsql budget --key-file) at the ledger's key, or restore it "
+                              "from a backup.")
+        self._verify(books)
+        for number, dataset, analyst, family, total in books.db.execute("SELECT id, dataset, analyst, family, total FROM actions"):
+            self._cost(family, total, f"action {number} ({_scope(dataset, analyst)})")
+        for number, family, cost, amount in books.db.execute("SELECT id, cost_family, cost, price FROM charges"):
             self._cost(family, cost, f"charge {number}")
             self._amount(amount, f"charge {number}")
 
-    def _balance(self, db: sqlite3.Connection, dataset: str, analyst: str | None) -> Balance:
-        rows = dict(((row[0], (row[1], row[2])) for row in db.execute(
-            "SELECT analyst, family, total FROM budgets WHERE dataset = ? AND analyst IN ('', ?)", (dataset, analyst or ""))))
-        if "" not in rows:
-            raise BudgetNotSetError(f"no privacy budget is set for dataset '{dataset}' in ledger '{self.path}'. Nothing was "
-                                    "run or charged. The data owner sets one with: dpsql budget set --db DATABASE --epsilon E "
-                                    "(or --rho R).")
-        family = rows[""][0]
-        limits = []
-        for level in ("", analyst) if analyst and analyst in rows else ("",):
-            level_family, total = rows[level]
-            if level_family != family or family not in UNIT:
-                raise LedgerError(self._corrupt(f"the budget of {_scope(dataset, level)} has family {level_family!r}"))
-            limits.append(Limit(scope=_scope(dataset, level), total=self._amount(total, f"the total of {_scope(dataset, level)}"),
-                                spent=self._spent(db, dataset, level or None)))
-        count = db.execute("SELECT COUNT(*) FROM charges WHERE dataset = ?", (dataset,)).fetchone()[0]
-        return Balance(dataset=dataset, analyst=analyst, family=family, limits=tuple(limits), charges=count)
-
-    def _spent(self, db: sqlite3.Connection, dataset: str, analyst: str | None) -> Fraction:
-        """Σ prices of the dataset's (or the analyst's) charges, exactly."""
-        rows = db.execute("SELECT id, price FROM charges WHERE dataset = ? AND (? = '' OR analyst = ?)",
-                          (dataset, analyst or "", analyst or ""))
-        return sum((self._amount(text, f"charge {number}") for number, text in rows), Fraction(0))
+    def _verify(self, books: _Books) -> None:
+        """The history is whole and unchanged: rows numbered 1..n, each MAC chained to the one before,
+        and the MAC'd head holding n and the last MAC (so a deleted last row is seen too)."""
+        history = sorted((row[0], name, row) for name in _HISTORY
+                         for row in books.rows(f"SELECT {', '.join(_COLUMNS[name])} FROM {name}"))
+        last = ""
+        for position, (number, name, row) in enumerate(history, start=1):
+            if number != position:
+                raise LedgerError(self._tampered(f"row #{position} is missing or numbered twice"))
+            if not _equal_mac(_row_mac(books.key, last, name, list(row[:-1])), row[-1]):
+                raise LedgerError(self._tampered(f"{name} row #{number} was changed"))
+            last = row[-1]
+        head = books.rows("SELECT count, last, mac FROM head")
+        if (len(head) != 1 or head[0][0] != len(history) or head[0][1] != last
+                or not _equal_mac(_head_mac(books.key, len(history), last), head[0][2])):
+            raise LedgerError(self._tampered("its head does not match its last row: rows at the end were deleted, or the "
+                                             "head was changed"))
 
     def _amount(self, text: object, where: str) -> Fraction:
         try:
@@ -357,6 +681,9 @@ class Ledger:
             raise LedgerError(self._corrupt(f"{where} has family {family!r}"))
         return PrivacyCost.of(family, self._amount(text, where))  # type: ignore[arg-type]
 
+    def _tampered(self, detail: str) -> str:
+        return self._corrupt(f"its history does not verify against its key: {detail}")
+
     def _corrupt(self, detail: str) -> str:
         return (f"ledger '{self.path}' is not an intact dpsql ledger ({detail}). Nothing was run or charged. Restore the "
                 "file from a backup; do not delete it, which would reset the budget.")
@@ -368,17 +695,75 @@ class Ledger:
         return LedgerError(self._corrupt(f"SQLite: {err}"))
 
 
+def _migrate(books: _Books) -> None:
+    """Rewrite a version-1 ledger as version 2 in the owner's transaction: its actions and charges,
+    in time order, become the MAC-chained history (their datasets unbound until the owner binds
+    them). A version-1 file is not authenticated, so this trusts it as it is; it runs only where no
+    key exists yet (a file whose key exists was upgraded before), and fails closed on other tables
+    or a version-1 total that disagrees with its latest action."""
+    db = books.db
+    if _tables(db) != {"ledger_meta", "budgets", "charges", "actions"}:
+        raise LedgerError(f"a version-1 ledger has the tables ledger_meta, budgets, charges and actions; this file has "
+                          f"{sorted(_tables(db))}. Nothing was set. Restore the file from a backup.")
+    actions = db.execute("SELECT time, dataset, analyst, action, family, total, actor FROM actions ORDER BY id").fetchall()
+    charges = db.execute("SELECT time, dataset, analyst, batch_hash, sql_hash, mechanism, cost_family, cost, price "
+                         "FROM charges ORDER BY id").fetchall()
+    latest = {(row[1], row[2]): (row[4], row[5]) for row in actions}
+    for dataset, analyst, family, total in db.execute("SELECT dataset, analyst, family, total FROM budgets"):
+        if latest.get((dataset, analyst)) != (family, total):
+            raise LedgerError(f"the version-1 ledger's total of {_scope(dataset, analyst)} disagrees with its actions; it "
+                              "cannot be upgraded. Nothing was set. Restore the file from a backup.")
+    for name in ("budgets", "charges", "actions", "ledger_meta"):
+        db.execute(f"DROP TABLE {name}")
+    _create(books)
+    history = sorted([(row[0], 0, number, "actions", row) for number, row in enumerate(actions)]
+                     + [(row[0], 1, number, "charges", row) for number, row in enumerate(charges)])
+    for _, _, _, table, row in history:
+        if table == "actions":
+            values = dict(zip(("time", "dataset", "analyst", "action", "family", "total", "actor"), row))
+            _append(books, "actions", **values, database="", schema="")
+        else:
+            _append(books, "charges", **dict(zip(_COLUMNS["charges"][1:-1], row)))
+
+
+def _create(books: _Books) -> None:
+    """The version-2 tables, an empty history and the key check, in a file that has none."""
+    for name, spec in _TABLES.items():
+        books.db.execute(f"CREATE TABLE {name} ({spec})")
+    books.db.execute("CREATE INDEX charges_by_dataset ON charges (dataset, analyst)")
+    books.db.execute("CREATE INDEX actions_by_dataset ON actions (dataset, analyst)")
+    books.db.executemany("INSERT INTO ledger_meta VALUES (?, ?)",
+                         [("format", FORMAT), ("version", VERSION), ("key_check", _key_check(books.key))])
+    books.db.execute("INSERT INTO head VALUES (1, 0, '', ?)", (_head_mac(books.key, 0, ""),))
+
+
+def _append(books: _Books, table: str, **values: object) -> None:
+    """Append a row to the history: the next number, its MAC chained to the last, and the new head."""
+    count, last = books.rows("SELECT count, last FROM head")[0]
+    row = [count + 1, *(values[name] for name in _COLUMNS[table][1:-1])]
+    mac = _row_mac(books.key, last, table, row)
+    books.db.execute(f"INSERT INTO {table} ({', '.join(_COLUMNS[table])}) VALUES ({', '.join('?' * (len(row) + 1))})",
+                     (*row, mac))
+    books.db.execute("UPDATE head SET count = ?, last = ?, mac = ?", (count + 1, mac, _head_mac(books.key, count + 1, mac)))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Account:
-    """Which budget a connection draws from: a ledger, a dataset in it, and optionally an analyst."""
+    """Which budget a connection draws from: a ledger, a dataset in it, optionally an analyst, and
+    the connection's binding (its database file and schema), checked against the dataset's."""
 
     ledger: Ledger
     dataset: str
     analyst: str | None = None
+    binding: Binding | None = None
+
+    def bound(self, schema: Schema, database: object) -> Account:
+        """This account with the binding of ``schema`` over ``database`` (a path, or no file)."""
+        return replace(self, binding=Binding.of(schema, database))
 
     def budget(self, batch: BatchRecord | None = None) -> LedgerBudget:
         """The current balance as a Budget; with ``batch``, one whose ``charge`` records that batch."""
-        balance = self.ledger.balance(self.dataset, self.analyst)
+        balance = self.ledger.balance(self.dataset, self.analyst, binding=self.binding)
         epsilon, rho, spent = _mirror(balance)
         return LedgerBudget(epsilon=epsilon, rho=rho, spent=float(spent), account=self, batch=batch, balance=balance)
 
@@ -409,14 +794,17 @@ class LedgerBudget(Budget):
 
     def check(self, cost: PrivacyCost) -> Fraction:
         """Read the ledger again (fail closed), then check as a Budget does. Charges nothing."""
-        self._update(self.account.ledger.balance(self.account.dataset, self.account.analyst))
+        account = self.account
+        self._update(account.ledger.balance(account.dataset, account.analyst, binding=account.binding))
         return self.balance.check(cost)
 
     def charge(self, cost: PrivacyCost) -> None:
         """The ledger's atomic check-and-insert, committed durably before this returns."""
         if self.batch is None:
             raise ProgrammingError("a ledger charge needs its batch record: use Account.budget(batch).")
-        self._update(self.account.ledger.charge(self.account.dataset, cost, self.batch, analyst=self.account.analyst))
+        account = self.account
+        self._update(account.ledger.charge(account.dataset, cost, self.batch, analyst=account.analyst,
+                                           binding=account.binding))
 
     def _update(self, balance: Balance) -> None:
         self.balance = balance
@@ -435,12 +823,35 @@ def _scope(dataset: str, analyst: str | None) -> str:
     return f"analyst '{analyst}' on dataset '{dataset}'" if analyst else f"dataset '{dataset}'"
 
 
+def _tables(db: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")} - {"sqlite_sequence"}
+
+
+def _row_mac(key: bytes, previous: str, table: str, row: list[Any]) -> str:
+    """HMAC-SHA256(key, previous mac ‖ the row as canonical JSON, its table first)."""
+    text = json.dumps([table, *row], separators=(",", ":"), ensure_ascii=True)
+    return hmac.new(key, f"{previous}\n{text}".encode("ascii"), hashlib.sha256).hexdigest()
+
+
+def _head_mac(key: bytes, count: int, last: str) -> str:
+    return hmac.new(key, f"head\n{count}\n{last}".encode("ascii"), hashlib.sha256).hexdigest()
+
+
+def _key_check(key: bytes) -> str:
+    return hmac.new(key, _KEY_CHECK, hashlib.sha256).hexdigest()
+
+
+def _equal_mac(expected: str, found: object) -> bool:
+    """Constant-time comparison; anything but the expected text (another type, non-ASCII) differs."""
+    return isinstance(found, str) and hmac.compare_digest(expected.encode("ascii"), found.encode("utf-8"))
+
+
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def _actor() -> str:
@@ -451,7 +862,7 @@ def _actor() -> str:
 
 
 def _sync_directory(folder: Path) -> None:
-    """fsync a folder so that a newly created ledger file's name is durable too."""
+    """fsync a folder so that a newly created file's name is durable too."""
     descriptor = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(descriptor)

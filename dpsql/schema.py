@@ -24,6 +24,8 @@ row), for clean columns whose outside cell would only hold noise.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 import math
 import tomllib
 from collections.abc import Mapping
@@ -208,6 +210,28 @@ class Table:
     columns: Mapping[str, Column]
     privacy_unit: PrivacyUnit = field(default_factory=PrivacyUnit)
 
+    def privacy_parts(self) -> dict[str, Any]:
+        """The parts of this table's declaration that decide what a batch reads and what one privacy
+        unit can change, as plain JSON values (floats as exact ``float.hex`` strings).
+
+        Included: the table's name (which data are read), the privacy unit (its column and
+        ``max_rows``: the unit protected and the sensitivity multiplier), and per column its name,
+        type, base grid (categorical values; ordered boundaries, which encode lower, upper,
+        resolution or edges, and the date unit), ``out_of_domain`` (drop, clamp or exclude: which
+        rows and values are counted), the measure bounds (the clamp behind every SUM/AVG
+        sensitivity) and the truncation settings (method and budget share of the threshold θ).
+        Left out: GROUP BY bins (``bin_width`` over a finer ``resolution``) and ``other``, which only
+        choose which sums of the same base cells are reported, so they change neither a
+        sensitivity nor the rows read.
+        """
+        return {"table": self.name,
+                "privacy_unit": {"column": self.privacy_unit.column, "max_rows": self.privacy_unit.max_rows},
+                "columns": {name: _column_parts(column) for name, column in sorted(self.columns.items())}}
+
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of ``privacy_parts`` as canonical JSON: equal across processes and platforms."""
+        return _sha256_json(self.privacy_parts())
+
     def column(self, name: str, where: str = "") -> Column:
         """The declared column ``name`` (case-insensitive); SchemaError naming the table otherwise."""
         found = self.columns.get(name.lower())
@@ -234,6 +258,19 @@ class Schema:
             )
         return found
 
+    def canonical(self) -> str:
+        """Every table's ``privacy_parts`` as canonical JSON (sorted keys, no whitespace, ASCII): the
+        text whose SHA-256 is ``fingerprint``; the ledger keeps it to name what differs."""
+        parts = {"format": "dpsql-schema-privacy/1",
+                 "tables": {name: table.privacy_parts() for name, table in sorted(self.tables.items())}}
+        return _canonical_json(parts)
+
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of ``canonical()``: the whole schema's privacy-relevant parts (see
+        ``Table.privacy_parts``). A connection's schema may declare several tables; any one of them
+        changing changes the fingerprint."""
+        return hashlib.sha256(self.canonical().encode("ascii")).hexdigest()
+
     @classmethod
     def load(cls, source: str | Path | Mapping[str, Any] | Schema) -> Schema:
         """A Schema from a TOML file path, a TOML string, a dict, or an existing Schema."""
@@ -252,6 +289,37 @@ class Schema:
             return _schema_from_dict(tomllib.loads(text))
         except tomllib.TOMLDecodeError as err:
             raise SchemaError(f"the schema is not valid TOML: {err}.") from err
+
+
+def _column_parts(column: Column) -> dict[str, Any]:
+    """One column's privacy-relevant declaration (see ``Table.privacy_parts``)."""
+    domain = column.domain
+    if isinstance(domain, Categorical):
+        grid: dict[str, Any] = {"type": "categorical", "values": list(domain.values)}
+    else:
+        grid = {"type": domain.kind, "unit": domain.unit, **_grid_parts(domain)}
+    policy = "exclude" if column.outside_excluded else "clamp" if getattr(domain, "clamp", False) else "drop"
+    bounds = None if column.measure_bounds is None else [float(b).hex() for b in column.measure_bounds]
+    truncation = None if column.truncation is None else {"method": column.truncation.method,
+                                                         "share": float(column.truncation.share).hex()}
+    return {"name": column.name, **grid, "out_of_domain": policy, "measure_bounds": bounds, "truncate": truncation}
+
+
+def _grid_parts(domain: Ordered) -> dict[str, Any]:
+    """The base grid, compactly: a uniform grid (or a date grid) is fixed by its first and last
+    boundaries, step and number of cells; explicit edges are listed as declared."""
+    if domain.uniform_step is None and domain.kind != "date":
+        return {"edges": [float(b).hex() for b in domain.boundaries]}
+    step = None if domain.uniform_step is None else float(domain.uniform_step).hex()
+    return {"lower": float(domain.lower).hex(), "top": float(domain.upper).hex(), "step": step, "cells": domain.size}
+
+
+def _canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def _sha256_json(value: Any) -> str:
+    return hashlib.sha256(_canonical_json(value).encode("ascii")).hexdigest()
 
 
 # ==================================================================================== parsing

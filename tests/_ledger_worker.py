@@ -14,6 +14,10 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dpsql.ledger import Binding
 
 SCHEMA = {"tables": {"people": {"columns": {
     "age": {"type": "integer", "lower": 0, "upper": 99, "bin_width": 10, "resolution": 1},
@@ -30,6 +34,14 @@ def make_database(path: Path) -> None:
     with duckdb.connect(str(path)) as con:
         con.execute("CREATE TABLE people AS SELECT CAST(i % 100 AS INTEGER) AS age, "
                     "CASE WHEN i % 2 = 0 THEN 'F' ELSE 'M' END AS sex FROM range(300) AS r(i)")
+
+
+def binding(path: Path) -> Binding:
+    """The binding the data owner records with ``dpsql budget set --db PATH --schema ...``."""
+    from dpsql.ledger import Binding
+    from dpsql.schema import Schema
+
+    return Binding.of(Schema.load(SCHEMA), path)
 
 
 def main(mode: str, database: str, path: str) -> int:

@@ -16,7 +16,7 @@ from dpsql import demo
 from dpsql.accounting import PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.cli import main
-from dpsql.ledger import Ledger, default_path
+from dpsql.ledger import Binding, Ledger, default_path
 from dpsql.schema import Schema
 from dpsql.sql.compile import compile_batch
 from dpsql.sql.parse import parse_batch
@@ -53,7 +53,8 @@ def files(tmp_path: Path) -> dict[str, str]:
                     "CAST(i % 1000 AS DOUBLE) AS income FROM range(2000) AS r(i)")
     (tmp_path / "schema.toml").write_text(SCHEMA)
     (tmp_path / "queries.sql").write_text(QUERIES)
-    Ledger(default_path(database)).set_total("people.duckdb", PrivacyCost(rho=100.0))  # the owner's budget
+    Ledger(default_path(database)).set_total("people.duckdb", PrivacyCost(rho=100.0),  # the owner's budget
+                                             binding=Binding.of(Schema.load(SCHEMA), database))
     return {"db": str(database), "schema": str(tmp_path / "schema.toml"), "queries": str(tmp_path / "queries.sql")}
 
 
@@ -194,6 +195,7 @@ def _write(folder: Path, text: str) -> str:
 
 def test_run_names_the_truncation_threshold_and_null_averages(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     Path(files["schema"]).write_text(SCHEMA.replace("bin_width = 500\n", 'bin_width = 500\ntruncate = "svt"\n'))
+    assert main(["budget", "set", "--db", files["db"], "--schema", files["schema"], "--rho", "100", "--rebind"]) == 0
     assert main(arguments(files)) == 0
     out = capsys.readouterr().out
     assert "-- income: sums truncated at θ = " in out
@@ -225,7 +227,7 @@ def test_budget_set_show_and_history(files: dict[str, str], tmp_path: Path, caps
     ledger = tmp_path / "elsewhere" / "books.ledger"
     ledger.parent.mkdir()
     books = ["--db", files["db"], "--ledger", str(ledger)]
-    assert main(["budget", "set", *books, "--epsilon", "3.5"]) == 0
+    assert main(["budget", "set", *books, "--schema", files["schema"], "--epsilon", "3.5"]) == 0
     assert "total  ε=3.5" in capsys.readouterr().out
     assert main(arguments(files, "run", "--ledger", str(ledger), cost=("--epsilon", "1"))) == 0
     assert main(["budget", "set", *books, "--epsilon", "4"]) == 0  # raising the total is the owner's action
@@ -241,7 +243,7 @@ def test_budget_set_show_and_history(files: dict[str, str], tmp_path: Path, caps
 
 
 def test_budget_show_reads_a_rho_spend_as_epsilon_delta(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["budget", "set", "--db", files["db"], "--dataset", "tiny", "--rho", "0.03125"]) == 0
+    assert main(["budget", "set", "--db", files["db"], "--schema", files["schema"], "--dataset", "tiny", "--rho", "0.03125"]) == 0
     assert main(["budget", "show", "--db", files["db"], "--dataset", "tiny", "--delta", "1e-3"]) == 0
     # ρ = 1/32 is (0.688, 10⁻³)-DP by the Canonne–Kamath–Steinke conversion (OpenDP's test value 0.6880024554878086)
     assert "total  ρ=0.03125  ≡ (ε=0.688, δ=0.001)-DP" in capsys.readouterr().out
@@ -252,7 +254,8 @@ def test_an_analyst_sub_budget(files: dict[str, str], capsys: pytest.CaptureFixt
     assert main(arguments(files, "run", "--analyst", "ana", cost=("--rho", "0.5"))) == 0
     assert main(arguments(files, "run", "--analyst", "ana", cost=("--rho", "0.5"))) == 2
     assert "analyst 'ana' on dataset 'people.duckdb' has ρ=0 left of 0.5" in capsys.readouterr().err
-    assert main(arguments(files, cost=("--rho", "0.5"))) == 0  # other analysts still draw from the dataset's total
+    assert main(arguments(files, cost=("--rho", "0.5"))) == 2  # with analyst totals, a run without one would evade them
+    assert "has per-analyst totals" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("make_args, error_name, phrase", [

@@ -20,8 +20,9 @@ import dpsql
 from dpsql import errors
 from dpsql.accounting import PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.ledger import Ledger, default_path
+from dpsql.ledger import Binding, Ledger, default_path
 from dpsql.noise import SeededRandomSource
+from dpsql.schema import Schema
 
 SCHEMA = {"tables": {"people": {"columns": {
     "age": {"type": "integer", "lower": 0, "upper": 99, "bin_width": 10},
@@ -329,9 +330,9 @@ def database(tmp_path: Path) -> Path:
 
 
 def _owner_sets(database: Path, **total: float) -> Ledger:
-    """The data owner's action, as `dpsql budget set --db DATABASE --epsilon ...` does it."""
+    """The data owner's action, as `dpsql budget set --db DATABASE --schema SCHEMA --epsilon ...` does it."""
     ledger = Ledger(default_path(database))
-    ledger.set_total(database.name, PrivacyCost(**total))
+    ledger.set_total(database.name, PrivacyCost(**total), binding=Binding.of(Schema.load(SCHEMA), database))
     return ledger
 
 
@@ -370,7 +371,7 @@ def test_a_database_file_draws_from_the_ledger_next_to_it(database: Path) -> Non
 
 def test_a_ledger_path_and_dataset_can_be_named(data: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "books.ledger")
-    ledger.set_total("census", PrivacyCost(rho=1.0))
+    ledger.set_total("census", PrivacyCost(rho=1.0), binding=Binding.of(Schema.load(SCHEMA)))  # no database file
     with dpsql.connect(data, schema=SCHEMA, ledger=ledger.path, dataset="census") as connection:
         connection.cursor().executemany("SELECT COUNT(*) FROM people WHERE age >= ?", [[10], [20]], rho=0.25)
         assert connection.account is not None and connection.account.dataset == "census"

@@ -20,9 +20,13 @@ from hypothesis import strategies as st
 
 from dpsql.accounting import PrivacyCost
 from dpsql.errors import BudgetExhaustedError, BudgetNotSetError, LedgerError, OperationalError, PrivacyParameterError
-from dpsql.ledger import Account, BatchRecord, Ledger, default_path
+from dpsql.ledger import Account, BatchRecord, Binding, Ledger, default_path
+from dpsql.schema import Schema
 
 BATCH = BatchRecord.of("SELECT COUNT(*) FROM people", None, PrivacyCost(epsilon=0.1), "matrix mechanism, discrete Laplace")
+SCHEMA = {"tables": {"people": {"columns": {"age": {"type": "integer", "lower": 0, "upper": 99}}}}}
+#: The owner's binding for these books: the schema alone (no database file).
+BOUND = Binding.of(Schema.load(SCHEMA))
 
 
 @pytest.fixture()
@@ -35,13 +39,13 @@ def test_default_path_sits_next_to_the_database() -> None:
 
 
 def test_tenths_add_up_exactly(ledger: Ledger) -> None:
-    ledger.set_total("people", PrivacyCost(epsilon=0.3))
+    ledger.set_total("people", PrivacyCost(epsilon=0.3), binding=BOUND)
     for _ in range(3):
-        ledger.charge("people", PrivacyCost(epsilon=0.1), BATCH)  # 0.1 + 0.1 + 0.1 > 0.3 in binary floating point
+        ledger.charge("people", PrivacyCost(epsilon=0.1), BATCH, binding=BOUND)  # 0.1 + 0.1 + 0.1 > 0.3 in binary floating point
     balance = ledger.balance("people")
     assert balance.limits[0].spent == Fraction(3, 10) and balance.left == 0 and balance.charges == 3
     with pytest.raises(BudgetExhaustedError, match=r"ε=0 left of 0.3\. Nothing was run or charged"):
-        ledger.charge("people", PrivacyCost(epsilon=1e-9), BATCH)
+        ledger.charge("people", PrivacyCost(epsilon=1e-9), BATCH, binding=BOUND)
     assert len(ledger.history("people")) == 3
 
 
@@ -51,38 +55,38 @@ def test_tenths_add_up_exactly(ledger: Ledger) -> None:
 def test_charges_fit_exactly_and_sum_exactly(tmp_path_factory: pytest.TempPathFactory, costs: list[Decimal],
                                              total: Decimal) -> None:
     ledger = Ledger(tmp_path_factory.mktemp("books") / "ledger")
-    ledger.set_total("people", PrivacyCost(epsilon=float(total)))
+    ledger.set_total("people", PrivacyCost(epsilon=float(total)), binding=BOUND)
     expected = Fraction(0)
     for cost in costs:
         if expected + Fraction(cost) <= Fraction(total):
-            ledger.charge("people", PrivacyCost(epsilon=float(cost)), BATCH)
+            ledger.charge("people", PrivacyCost(epsilon=float(cost)), BATCH, binding=BOUND)
             expected += Fraction(cost)
         else:
             with pytest.raises(BudgetExhaustedError):
-                ledger.charge("people", PrivacyCost(epsilon=float(cost)), BATCH)
+                ledger.charge("people", PrivacyCost(epsilon=float(cost)), BATCH, binding=BOUND)
     assert ledger.balance("people").limits[0].spent == expected == sum(c.price for c in ledger.history("people"))
 
 
 def test_a_rho_budget_prices_pure_batches_at_epsilon_squared_over_two(ledger: Ledger) -> None:
-    ledger.set_total("people", PrivacyCost(rho=0.5))
-    ledger.charge("people", PrivacyCost(epsilon=0.6), BATCH)
-    ledger.charge("people", PrivacyCost(rho=0.32), BATCH)
+    ledger.set_total("people", PrivacyCost(rho=0.5), binding=BOUND)
+    ledger.charge("people", PrivacyCost(epsilon=0.6), BATCH, binding=BOUND)
+    ledger.charge("people", PrivacyCost(rho=0.32), BATCH, binding=BOUND)
     charges = ledger.history("people")
     assert [c.price for c in charges] == [Fraction(18, 100), Fraction(32, 100)]
     assert charges[0].cost == PrivacyCost(epsilon=0.6) and ledger.balance("people").left == 0
 
 
 def test_a_rho_batch_on_an_epsilon_budget_is_refused_and_not_charged(ledger: Ledger) -> None:
-    ledger.set_total("people", PrivacyCost(epsilon=1.0))
+    ledger.set_total("people", PrivacyCost(epsilon=1.0), binding=BOUND)
     with pytest.raises(PrivacyParameterError, match="has no pure ε-DP cost"):
-        ledger.charge("people", PrivacyCost(rho=0.1), BATCH)
+        ledger.charge("people", PrivacyCost(rho=0.1), BATCH, binding=BOUND)
     assert ledger.history("people") == []
 
 
 def test_a_charge_records_time_hashes_mechanism_and_cost(ledger: Ledger) -> None:
-    ledger.set_total("people", PrivacyCost(epsilon=1.0))
+    ledger.set_total("people", PrivacyCost(epsilon=1.0), binding=BOUND)
     record = BatchRecord.of("SELECT COUNT(*) FROM people WHERE age > ?", [30], PrivacyCost(epsilon=0.5), "ResidualPlanner")
-    ledger.charge("people", PrivacyCost(epsilon=0.5), record, analyst="ana")
+    ledger.charge("people", PrivacyCost(epsilon=0.5), record, analyst="ana", binding=BOUND)
     (charge,) = ledger.history("people")
     assert (charge.sql_hash, charge.batch_hash, charge.mechanism) == (record.sql_hash, record.batch_hash, "ResidualPlanner")
     assert charge.analyst == "ana" and charge.cost == PrivacyCost(epsilon=0.5) and charge.time.endswith("+00:00")
@@ -93,58 +97,74 @@ def test_a_charge_records_time_hashes_mechanism_and_cost(ledger: Ledger) -> None
 
 
 def test_the_owner_may_raise_or_lower_a_total_but_not_below_what_is_spent(ledger: Ledger) -> None:
-    ledger.set_total("people", PrivacyCost(epsilon=1.0))
-    ledger.charge("people", PrivacyCost(epsilon=0.75), BATCH)
+    ledger.set_total("people", PrivacyCost(epsilon=1.0), binding=BOUND)
+    ledger.charge("people", PrivacyCost(epsilon=0.75), BATCH, binding=BOUND)
     with pytest.raises(PrivacyParameterError, match=r"ε=0.75 is already spent"):
-        ledger.set_total("people", PrivacyCost(epsilon=0.5))
-    assert ledger.set_total("people", PrivacyCost(epsilon=0.75)).left == 0  # down to exactly what is spent
-    assert ledger.set_total("people", PrivacyCost(epsilon=2.0)).left == Fraction(5, 4)
+        ledger.set_total("people", PrivacyCost(epsilon=0.5), binding=BOUND)
+    assert ledger.set_total("people", PrivacyCost(epsilon=0.75), binding=BOUND).left == 0  # down to exactly what is spent
+    assert ledger.set_total("people", PrivacyCost(epsilon=2.0), binding=BOUND).left == Fraction(5, 4)
     assert [(a.action, a.total) for a in ledger.actions("people")] == [
         ("set", PrivacyCost(epsilon=1.0)), ("change", PrivacyCost(epsilon=0.75)), ("change", PrivacyCost(epsilon=2.0))]
 
 
 def test_the_unit_of_a_dataset_with_charges_cannot_change(ledger: Ledger) -> None:
-    ledger.set_total("people", PrivacyCost(epsilon=1.0))
-    assert ledger.set_total("people", PrivacyCost(rho=1.0)).family == "rho"  # no charges yet: allowed
-    ledger.charge("people", PrivacyCost(rho=0.1), BATCH)
+    ledger.set_total("people", PrivacyCost(epsilon=1.0), binding=BOUND)
+    assert ledger.set_total("people", PrivacyCost(rho=1.0), binding=BOUND).family == "rho"  # no charges yet: allowed
+    ledger.charge("people", PrivacyCost(rho=0.1), BATCH, binding=BOUND)
     with pytest.raises(PrivacyParameterError, match="cannot change to epsilon"):
-        ledger.set_total("people", PrivacyCost(epsilon=5.0))
+        ledger.set_total("people", PrivacyCost(epsilon=5.0), binding=BOUND)
 
 
 def test_datasets_in_one_ledger_have_separate_books(ledger: Ledger) -> None:
-    ledger.set_total("people", PrivacyCost(epsilon=1.0))
-    ledger.set_total("firms", PrivacyCost(epsilon=1.0))
-    ledger.charge("people", PrivacyCost(epsilon=1.0), BATCH)
+    ledger.set_total("people", PrivacyCost(epsilon=1.0), binding=BOUND)
+    ledger.set_total("firms", PrivacyCost(epsilon=1.0), binding=BOUND)
+    ledger.charge("people", PrivacyCost(epsilon=1.0), BATCH, binding=BOUND)
     assert ledger.balance("firms").left == 1 and ledger.balance("people").left == 0
     with pytest.raises(BudgetNotSetError, match="no privacy budget is set for dataset 'nobody'"):
-        ledger.charge("nobody", PrivacyCost(epsilon=0.1), BATCH)
+        ledger.charge("nobody", PrivacyCost(epsilon=0.1), BATCH, binding=BOUND)
 
 
 def test_an_analyst_draws_from_their_own_total_and_from_the_dataset(ledger: Ledger) -> None:
-    ledger.set_total("people", PrivacyCost(epsilon=2.0))
+    ledger.set_total("people", PrivacyCost(epsilon=2.0), binding=BOUND)
     with pytest.raises(PrivacyParameterError, match="give analyst 'ana' a total in epsilon"):
         ledger.set_total("people", PrivacyCost(rho=0.5), analyst="ana")
     ledger.set_total("people", PrivacyCost(epsilon=0.5), analyst="ana")
-    ledger.charge("people", PrivacyCost(epsilon=0.5), BATCH, analyst="ana")
+    ledger.charge("people", PrivacyCost(epsilon=0.5), BATCH, analyst="ana", binding=BOUND)
     with pytest.raises(BudgetExhaustedError, match="analyst 'ana' on dataset 'people' has ε=0 left of 0.5"):
-        ledger.charge("people", PrivacyCost(epsilon=0.5), BATCH, analyst="ana")
-    ledger.charge("people", PrivacyCost(epsilon=1.0), BATCH, analyst="bo")  # no own total: the dataset's applies
+        ledger.charge("people", PrivacyCost(epsilon=0.5), BATCH, analyst="ana", binding=BOUND)
+    ledger.set_total("people", PrivacyCost(epsilon=2.0), analyst="bo")
+    ledger.charge("people", PrivacyCost(epsilon=1.0), BATCH, analyst="bo", binding=BOUND)
     with pytest.raises(BudgetExhaustedError, match="dataset 'people' has ε=0.5 left of 2"):
-        ledger.charge("people", PrivacyCost(epsilon=0.75), BATCH, analyst="bo")
+        ledger.charge("people", PrivacyCost(epsilon=0.75), BATCH, analyst="bo", binding=BOUND)  # bo has 1 left
     assert ledger.balance("people").limits[0].spent == Fraction(3, 2)
     assert [c.analyst for c in ledger.history("people", "ana")] == ["ana"]
+
+
+def test_with_analyst_totals_every_charge_names_an_analyst_with_one(ledger: Ledger) -> None:
+    """An unnamed or unknown analyst would evade every cap: once the owner sets one, they are refused."""
+    ledger.set_total("people", PrivacyCost(epsilon=2.0), binding=BOUND)
+    ledger.charge("people", PrivacyCost(epsilon=0.25), BATCH, binding=BOUND)  # no analyst totals yet: the dataset's
+    ledger.charge("people", PrivacyCost(epsilon=0.25), BATCH, analyst="zed", binding=BOUND)
+    ledger.set_total("people", PrivacyCost(epsilon=0.5), analyst="ana")
+    for analyst, who in ((None, "names no analyst"), ("zed", "analyst 'zed' has none")):
+        with pytest.raises(BudgetNotSetError, match=f"has per-analyst totals.*{who}.*dpsql budget set --db DATABASE --analyst"):
+            ledger.charge("people", PrivacyCost(epsilon=0.1), BATCH, analyst=analyst, binding=BOUND)
+        with pytest.raises(BudgetNotSetError, match=who):
+            Account(ledger=ledger, dataset="people", analyst=analyst, binding=BOUND).budget()
+    assert len(ledger.history("people")) == 2 and ledger.balance("people").left == Fraction(3, 2)  # reading still works
+    ledger.charge("people", PrivacyCost(epsilon=0.5), BATCH, analyst="ana", binding=BOUND)
 
 
 def test_an_analyst_total_needs_the_dataset_total_first(ledger: Ledger) -> None:
     with pytest.raises(BudgetNotSetError, match="set it before an analyst's"):
         ledger.set_total("people", PrivacyCost(epsilon=1.0), analyst="ana")
     assert not ledger.path.exists()  # the refused first action leaves no half-made file behind
-    assert ledger.set_total("people", PrivacyCost(epsilon=1.0)).left == 1
+    assert ledger.set_total("people", PrivacyCost(epsilon=1.0), binding=BOUND).left == 1
 
 
 def test_the_ledger_budget_checks_fresh_and_charges_durably(ledger: Ledger) -> None:
-    ledger.set_total("people", PrivacyCost(epsilon=1.0))
-    account = Account(ledger=ledger, dataset="people")
+    ledger.set_total("people", PrivacyCost(epsilon=1.0), binding=BOUND)
+    account = Account(ledger=ledger, dataset="people", binding=BOUND)
     budget = account.budget(BATCH)
     other = account.budget(BATCH)  # a second connection, say in another process
     other.charge(PrivacyCost(epsilon=0.75))
@@ -157,7 +177,7 @@ def test_the_ledger_budget_checks_fresh_and_charges_durably(ledger: Ledger) -> N
 
 def test_reading_never_creates_the_file(ledger: Ledger) -> None:
     for read in (lambda: ledger.balance("people"), lambda: ledger.history("people"),
-                 lambda: ledger.charge("people", PrivacyCost(epsilon=0.1), BATCH)):
+                 lambda: ledger.charge("people", PrivacyCost(epsilon=0.1), BATCH, binding=BOUND)):
         with pytest.raises(BudgetNotSetError, match="no ledger file at .* dpsql budget set"):
             read()
     assert not ledger.path.exists()
@@ -195,7 +215,7 @@ def _tampered_price(path: Path) -> None:
 
 def _negative_total(path: Path) -> None:
     with sqlite3.connect(path) as db:
-        db.execute("UPDATE budgets SET total = '-5'")
+        db.execute("UPDATE actions SET total = '-5'")
 
 
 def _other_version(path: Path) -> None:
@@ -219,13 +239,13 @@ DAMAGE: list[Callable[[Path], None]] = [_garbage, _truncated, _zeroed_page, _emp
 
 @pytest.mark.parametrize("damage", DAMAGE, ids=lambda f: f.__name__[1:])
 def test_a_damaged_ledger_fails_closed_for_every_operation(ledger: Ledger, damage: Callable[[Path], None]) -> None:
-    ledger.set_total("people", PrivacyCost(epsilon=10.0))
-    ledger.charge("people", PrivacyCost(epsilon=1.0), BATCH)
+    ledger.set_total("people", PrivacyCost(epsilon=10.0), binding=BOUND)
+    ledger.charge("people", PrivacyCost(epsilon=1.0), BATCH, binding=BOUND)
     damage(ledger.path)
     for operation in (lambda: ledger.balance("people"), lambda: ledger.history("people"),
-                      lambda: ledger.charge("people", PrivacyCost(epsilon=0.1), BATCH),
-                      lambda: ledger.set_total("people", PrivacyCost(epsilon=20.0)),
-                      lambda: Account(ledger=ledger, dataset="people").budget(BATCH)):
+                      lambda: ledger.charge("people", PrivacyCost(epsilon=0.1), BATCH, binding=BOUND),
+                      lambda: ledger.set_total("people", PrivacyCost(epsilon=20.0), binding=BOUND),
+                      lambda: Account(ledger=ledger, dataset="people", binding=BOUND).budget(BATCH)):
         with pytest.raises(LedgerError, match="Nothing was run or charged. Restore the file from a backup") as caught:
             operation()
         assert isinstance(caught.value, OperationalError)

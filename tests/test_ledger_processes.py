@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from _ledger_worker import EXHAUSTED, make_database
+from _ledger_worker import EXHAUSTED, binding, make_database
 from dpsql.accounting import PrivacyCost
 from dpsql.ledger import Ledger, default_path
 
@@ -43,7 +43,7 @@ def test_eight_processes_racing_for_three_batches(tmp_path: Path) -> None:
     database = tmp_path / "people.duckdb"
     make_database(database)
     ledger = Ledger(default_path(database))
-    ledger.set_total(database.name, PrivacyCost(epsilon=3.0))
+    ledger.set_total(database.name, PrivacyCost(epsilon=3.0), binding=binding(database))
     go = tmp_path / "go"
     children = [_child("race", database, go) for _ in range(8)]
     for child in children:
@@ -63,14 +63,16 @@ def test_sigkill_at_random_points_never_leaves_an_answer_without_a_charge(tmp_pa
     database = tmp_path / "people.duckdb"
     make_database(database)
     ledger = Ledger(default_path(database))
-    ledger.set_total(database.name, PrivacyCost(epsilon=10_000.0))
+    ledger.set_total(database.name, PrivacyCost(epsilon=10_000.0), binding=binding(database))
     answers = tmp_path / "answers.txt"
     answers.touch()
     delays = random.Random(20261124)
     kills = 0
-    for _ in range(20):
+    for number in range(20):
         child = _child("loop", database, answers)
         _ready(child)
+        if number % 2:  # every other kill comes after this child's first answer, however slow the machine is
+            _wait_for_more_answers(answers, _answers_written(answers), child)
         time.sleep(delays.uniform(0.0, 0.3))  # a batch takes some 10-50 ms: kills land at every step of one
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=60)
@@ -83,6 +85,13 @@ def test_sigkill_at_random_points_never_leaves_an_answer_without_a_charge(tmp_pa
         assert ledger.balance(database.name).limits[0].spent == len(charges) == sum(c.price for c in charges)
     assert written > 0, "no kill came after an answer: the delays are too short to test anything"
     assert ledger.balance(database.name).left == Fraction(10_000) - len(charges)
+
+
+def _wait_for_more_answers(path: Path, before: int, child: subprocess.Popen[str]) -> None:
+    """Poll until the answers file has more lines than ``before`` (the child has answered a batch)."""
+    while _answers_written(path) <= before:
+        assert child.poll() is None, child.communicate()[1]
+        time.sleep(0.005)
 
 
 def _answers_written(path: Path) -> int:
