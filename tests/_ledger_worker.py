@@ -35,7 +35,7 @@ def make_database(path: Path) -> None:
 def main(mode: str, database: str, path: str) -> int:
     import dpsql
 
-    cursor = dpsql.connect(database, schema=SCHEMA, read_only=True).cursor()
+    cursor = dpsql.connect(database, schema=SCHEMA).cursor()
     print("ready", flush=True)
     if mode == "race":
         while not os.path.exists(path):
