@@ -24,6 +24,9 @@ import numpy as np
 from _machine import header
 
 import dpsql
+from dpsql.accounting import PrivacyCost
+from dpsql.ledger import Binding, Ledger, default_path
+from dpsql.schema import Schema
 
 SCHEMA = {"tables": {"events": {"columns": {
     "x": {"type": "integer", "lower": 0, "upper": 255, "bin_width": 16, "resolution": 1},
@@ -79,7 +82,9 @@ def main() -> None:
         exact = [connection.execute(sql).fetchall() for sql in batch]
         duckdb_seconds = time.perf_counter() - started
 
-    with dpsql.connect(str(database), schema=SCHEMA, budget=dpsql.Budget(epsilon=arguments.epsilon), read_only=True) as con:
+    Ledger(default_path(database)).set_total(database.name, PrivacyCost(epsilon=arguments.epsilon),  # the owner's step
+                                             binding=Binding.of(Schema.load(SCHEMA), database))
+    with dpsql.connect(str(database), schema=SCHEMA) as con:
         cursor = con.cursor()
         started = time.perf_counter()
         cursor.execute(";\n".join(batch), epsilon=arguments.epsilon)

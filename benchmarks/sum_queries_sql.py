@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
-from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -49,15 +47,14 @@ def main() -> None:
     limits = WIDTH * np.arange(1, BUCKETS + 1)
     truth = np.array([values[values < limit].sum() for limit in limits], dtype=np.float64)
     sql = ";\n".join(f"SELECT SUM(income) AS s FROM people WHERE income < {limit}" for limit in limits)
-    with tempfile.TemporaryDirectory() as folder:
-        path = str(Path(folder) / "people.duckdb")
-        with duckdb.connect(path) as con:
-            con.register("source", pa.table({"income": values}))
-            con.execute("CREATE TABLE people AS SELECT * FROM source")
+    with duckdb.connect() as con:  # in memory: seeded trials (rng=) are for in-memory data only
+        con.register("source", pa.table({"income": values}))
+        con.execute("CREATE TABLE people AS SELECT * FROM source")
+        con.unregister("source")
         for method in ("svt", "recursive"):
             for trial in range(args.trials):
-                connection = dpsql.connect(path, schema=schema(method), budget=dpsql.Budget(epsilon=args.epsilon),
-                                           read_only=True, rng=SeededRandomSource(1000 + trial))
+                connection = dpsql.connect(con, schema=schema(method), budget=dpsql.Budget(epsilon=args.epsilon),
+                                           rng=SeededRandomSource(1000 + trial))
                 started = time.perf_counter()
                 cursor = connection.cursor().execute(sql, epsilon=args.epsilon)
                 seconds = time.perf_counter() - started

@@ -71,11 +71,11 @@ def _progress(message: str, started: float) -> None:
 
 
 def _open(arguments: argparse.Namespace):  # type: ignore[no-untyped-def]
-    """A read-only connection charging the ledger (next to --db, or --ledger)."""
+    """A read-only connection charging the ledger (next to --db, or --ledger); a missing --db is an error."""
     import dpsql
 
     return dpsql.connect(arguments.db, schema=arguments.schema, ledger=arguments.ledger, dataset=arguments.dataset,
-                         analyst=arguments.analyst, read_only=True)
+                         analyst=arguments.analyst)
 
 
 def _run(arguments: argparse.Namespace) -> int:

@@ -3,9 +3,9 @@
 ``Cursor.execute`` takes one statement or a whole batch; the batch is answered jointly (one scan,
 one measurement per data vector, one budget charge) and each statement's result becomes a result
 set (``nextset()`` moves on). The batch's cost is given per call as ``epsilon=`` or ``rho=`` and is
-drawn either from the privacy ledger (``dpsql.ledger``, a durable file: the default for a database
-file) or from an in-memory ``Budget`` that lasts as long as the connection. ``explain()`` reports
-the plan without spending.
+drawn either from the privacy ledger (``dpsql.ledger``, a durable file: always, for a database
+file) or, for data in memory only, from an in-memory ``Budget`` that lasts as long as the
+connection. ``explain()`` reports the plan without spending.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import pyarrow as pa
 
 from dpsql import engine
 from dpsql.accounting import Budget, PrivacyCost, price, sequential
-from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.backends.duckdb import DuckDBBackend, attached_files
 from dpsql.errors import InterfaceError, InternalError, LedgerError, NotSupportedError, ProgrammingError
-from dpsql.ledger import Account, BatchRecord, Ledger, default_path
+from dpsql.ledger import Account, BatchRecord, Ledger, LedgerBudget, default_path
 from dpsql.noise import RandomSource
 from dpsql.schema import Schema
 
@@ -38,16 +38,23 @@ def connect(
     ledger: str | os.PathLike[str] | None = None,
     dataset: str | None = None,
     analyst: str | None = None,
-    read_only: bool = False,
     rng: RandomSource | None = None,
 ) -> Connection:
     """Open a private connection to a DuckDB database (a path, ":memory:" or a connection).
 
+    A database path is always opened read-only, with DuckDB's external access and extension
+    loading disabled and its configuration locked (``dpsql.backends.duckdb``): dpsql never writes,
+    so any number of connections and ``dpsql run`` processes can read one file at once. An open
+    DuckDB connection passed in is used as it is (it cannot be reconfigured); for it, as for
+    every database, only tables and views of the database's own catalog are ever read.
+
     Where the budget comes from:
-        a database file, no ``budget=``: the ledger file next to it (``people.duckdb.dpsql-ledger``),
-        or ``ledger=PATH``; its total is set by the data owner with ``dpsql budget set``.
-        ``budget=Budget(...)``: an in-memory budget for this connection only (tests, demos,
-        ``:memory:`` data). ":memory:" or a DuckDB connection needs one of the two.
+        a database file: the ledger file next to it (``people.duckdb.dpsql-ledger``), or
+        ``ledger=PATH``; its total is set by the data owner with ``dpsql budget set``.
+        ``budget=Budget(...)``: an in-memory budget for this connection only, accepted only for
+        data in memory (``":memory:"``, or a DuckDB connection none of whose databases is a file):
+        tests, demos, examples. A file's budget is always the ledger's.
+        ``":memory:"`` or a DuckDB connection needs one of ``budget=`` and ``ledger=``.
 
     Args:
         database: the data; dpsql only ever runs SQL it generates from the schema against it.
@@ -56,39 +63,42 @@ def connect(
         ledger: the ledger file (default: next to a database file).
         dataset: the dataset's name in the ledger (default: the database file's name).
         analyst: charge this analyst's sub-budget too, if the owner set one.
-        read_only: open a database path read-only.
-        rng: a seeded random source, for tests only; production uses OS randomness.
+        rng: a seeded random source, for tests on in-memory data only (with ``budget=``); everything
+            else draws from the operating system. A chosen seed lets its holder replay the noise.
 
     Raises:
-        ProgrammingError: budget= and ledger= together, a budget that is not a Budget, or no
-            budget source for ":memory:" or a DuckDB connection. Nothing is opened then.
+        OperationalError: there is no file at the database path, or DuckDB cannot open it. PEP 249
+            puts "the data source name is not found" under OperationalError; nothing is created.
+        ProgrammingError: budget= and ledger= together, a budget that is not a Budget, budget= for
+            data in a file, rng= without an in-memory budget on in-memory data, or no budget
+            source for ":memory:" or a DuckDB connection. Nothing stays open and nothing is charged.
     """
-    books = _books(database, budget, ledger, dataset, analyst)
     source = schema if isinstance(schema, (str, Mapping, Schema)) else Path(os.fspath(schema))
-    loaded = Schema.load(source)
-    backend = DuckDBBackend(database, read_only=read_only)
-    if isinstance(books, Account):  # charges check the database file and schema the owner bound the dataset to
-        books = books.bound(loaded, database)
-    return Connection(backend, loaded, books, rng)
+    backend = DuckDBBackend(database)
+    try:
+        books = _books(database, budget, ledger, dataset, analyst)
+        loaded = Schema.load(source)
+        if isinstance(books, Account):  # charges check the database file and schema the owner bound the dataset to
+            books = books.bound(loaded, database)
+        return Connection(backend, loaded, books, rng)
+    except BaseException:
+        backend.close()
+        raise
 
 
 def _books(database: str | os.PathLike[str] | duckdb.DuckDBPyConnection, budget: Budget | None,
            ledger: str | os.PathLike[str] | None, dataset: str | None, analyst: str | None) -> Budget | Account:
-    """The connection's budget: the in-memory Budget, or an Account in a ledger."""
+    """The connection's budget: the in-memory Budget (in-memory data only), or an Account in a ledger."""
     if budget is not None and ledger is not None:
         raise ProgrammingError("pass either budget= (an in-memory budget for this connection) or ledger= (a durable "
                                "ledger file), not both.")
+    path = Path(os.fspath(database)) if isinstance(database, (str, os.PathLike)) and database != ":memory:" else None
     if budget is not None:
-        if not isinstance(budget, Budget):
-            raise ProgrammingError(f"budget= must be dpsql.Budget(epsilon=...) or Budget(rho=...); got {budget!r}.")
-        if dataset is not None or analyst is not None:
-            raise ProgrammingError("dataset= and analyst= name a budget in a ledger; drop them, or pass ledger= instead of "
-                                   "budget=.")
+        _check_budget(budget, database, path, dataset, analyst)
         return budget
     for name, value in (("dataset", dataset), ("analyst", analyst)):
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise ProgrammingError(f"{name}= must be a non-empty name; got {value!r}.")
-    path = Path(os.fspath(database)) if isinstance(database, (str, os.PathLike)) and database != ":memory:" else None
     if path is not None:
         return Account(ledger=Ledger(default_path(path) if ledger is None else ledger), dataset=dataset or path.name,
                        analyst=analyst)
@@ -100,10 +110,46 @@ def _books(database: str | os.PathLike[str] | duckdb.DuckDBPyConnection, budget:
     return Account(ledger=Ledger(ledger), dataset=dataset, analyst=analyst)
 
 
+def _check_budget(budget: object, database: str | os.PathLike[str] | duckdb.DuckDBPyConnection, path: Path | None,
+                  dataset: str | None, analyst: str | None) -> None:
+    """An in-memory budget is for in-memory data only: data in a file are accounted for in its ledger."""
+    if not isinstance(budget, Budget) or isinstance(budget, LedgerBudget):
+        raise ProgrammingError(f"budget= must be dpsql.Budget(epsilon=...) or Budget(rho=...); got {budget!r}. "
+                               "For a budget kept in a ledger, pass ledger=PATH and dataset= instead.")
+    if dataset is not None or analyst is not None:
+        raise ProgrammingError("dataset= and analyst= name a budget in a ledger; drop them, or pass ledger= instead of "
+                               "budget=.")
+    files = [str(path)] if path is not None else []
+    if isinstance(database, duckdb.DuckDBPyConnection):
+        files = attached_files(database)
+    if files:
+        raise ProgrammingError(f"budget= is an in-memory budget for data in memory (tests, demos), but the data are in "
+                               f"{', '.join(files)}: a database file's budget is kept in its ledger. Drop budget=; the "
+                               "data owner sets the total with `dpsql budget set --db FILE --schema SCHEMA --epsilon ...` (or "
+                               "dpsql.ledger.Ledger(path).set_total(...)); pass ledger=PATH and dataset= for a DuckDB "
+                               "connection. Nothing was charged.")
+
+
+def _check_rng(rng: RandomSource | None, books: Budget | Account, backend: DuckDBBackend) -> None:
+    """A chosen random source only on in-memory test data with an in-memory budget.
+
+    Why: with a known seed the noise is known. Answering a batch on the real data and again
+    with the same seed on an empty database, then subtracting, gives exact counts; so no seeded
+    or injected source may touch data that a ledger accounts for or that lives in a file.
+    """
+    in_memory_budget = isinstance(books, Budget) and not isinstance(books, LedgerBudget)
+    if rng is not None and not (in_memory_budget and backend.in_memory):
+        raise ProgrammingError("rng= is for tests on in-memory data: it is accepted only with budget=dpsql.Budget(...) "
+                               "on ':memory:' or an in-memory DuckDB connection. A chosen random source would let its "
+                               "holder replay and subtract the noise, so it is refused here; nothing was charged. "
+                               "Drop rng= (noise then comes from the operating system).")
+
+
 class Connection:
     """A PEP 249 connection holding the backend, the schema and where its budget is kept."""
 
     def __init__(self, backend: DuckDBBackend, schema: Schema, books: Budget | Account, rng: RandomSource | None) -> None:
+        _check_rng(rng, books, backend)
         self._backend, self.schema, self._books, self._rng = backend, schema, books, rng
         self._closed = False
 

@@ -149,7 +149,7 @@ def run(folder: Path | None = None, *, people: int = 1_000_000, epsilon: float =
                      binding=Binding.of(Schema.load(SCHEMA), database))  # as `dpsql budget set --schema` binds it
     echo(f"  data owner: total budget ε = {max(DEMO_TOTAL, epsilon):g} in the ledger {ledger.path}")
     statements = [line for line in QUERIES.splitlines() if line.startswith("-- ") and line[3].isdigit()]
-    with dpsql.connect(str(database), schema=folder / "schema.toml", read_only=True) as connection:
+    with dpsql.connect(str(database), schema=folder / "schema.toml") as connection:
         cursor = connection.cursor()
         echo(f"\nPlan (nothing spent yet):\n{cursor.explain(QUERIES, epsilon=epsilon)}\n")
         answering = time.perf_counter()

@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
-from dpsql.backends.duckdb import arrow_table, describe, type_family
+from dpsql.backends.duckdb import DuckDBBackend, arrow_table, describe, type_family
 from dpsql.errors import OperationalError, SchemaError
 
 WARNING = """\
@@ -48,7 +48,8 @@ def suggest_schema(connection_or_path: duckdb.DuckDBPyConnection | str | os.Path
     and a ``unit``. The privacy unit is ``"row"``; change it when one person has several rows.
 
     Args:
-        connection_or_path: an open DuckDB connection, or a database path (opened read-only).
+        connection_or_path: an open DuckDB connection (left open), or a database path (opened read-only,
+            without external access; a missing file is an OperationalError).
         table: the table (or view) name.
         max_categories: the most distinct values a categorical suggestion lists.
 
@@ -56,18 +57,12 @@ def suggest_schema(connection_or_path: duckdb.DuckDBPyConnection | str | os.Path
         TOML text that :meth:`dpsql.schema.Schema.load` accepts, starting with a warning.
 
     Raises:
-        SchemaError: the table does not exist or has no column of a supported type.
+        SchemaError: the table is not a table or view of the database's catalog, or has no column of a
+            supported type.
         OperationalError: DuckDB failed.
     """
-    if isinstance(connection_or_path, duckdb.DuckDBPyConnection):
-        return _suggest(connection_or_path, table, max_categories)
-    path = os.fspath(connection_or_path)
-    try:
-        connection = duckdb.connect(path, read_only=path != ":memory:")
-    except duckdb.Error as err:
-        raise OperationalError(f"DuckDB cannot open the database '{path}': {err}") from err
-    with connection:
-        return _suggest(connection, table, max_categories)
+    with DuckDBBackend(connection_or_path) as backend:  # a path: read-only and locked, as dpsql.connect opens it
+        return _suggest(backend.connection, table, max_categories)
 
 
 def _suggest(connection: duckdb.DuckDBPyConnection, table: str, max_categories: int) -> str:

@@ -47,7 +47,7 @@ def binding(path: Path) -> Binding:
 def main(mode: str, database: str, path: str) -> int:
     import dpsql
 
-    cursor = dpsql.connect(database, schema=SCHEMA, read_only=True).cursor()
+    cursor = dpsql.connect(database, schema=SCHEMA).cursor()
     print("ready", flush=True)
     if mode == "race":
         while not os.path.exists(path):

@@ -305,7 +305,7 @@ def test_database_path_and_existing_connection(tmp_path: Any) -> None:
     with duckdb.connect(str(path)) as con:
         make_table(con, "people", PEOPLE_COLUMNS, PEOPLE_ROWS)
     table = Schema.load(PEOPLE_TOML).table("people")
-    with DuckDBBackend(path, read_only=True) as backend:
+    with DuckDBBackend(path) as backend:
         assert int(backend.cell_data(table, [table.columns["sex"]]).counts.sum()) == len(PEOPLE_ROWS)
     with pytest.raises(InterfaceError):
         backend.cell_data(table, [])
@@ -388,7 +388,7 @@ def test_duckdb_failures_are_operational_errors(people: tuple[duckdb.DuckDBPyCon
         backend.cell_data(table, [table.columns["age"]])
     assert info.value.__cause__ is not None
     with pytest.raises(OperationalError):
-        DuckDBBackend(":memory:", read_only=True)
+        DuckDBBackend("no/such/folder/x.duckdb")
 
 
 def test_sql_comes_from_the_schema_and_quotes_identifiers() -> None:

@@ -127,7 +127,9 @@ def test_schema_suggest_prints_the_not_private_warning(files: dict[str, str], ca
     (lambda f, t: arguments({**f, "queries": str(t / "missing.sql")}), "InterfaceError", "cannot read the queries file"),
     (lambda f, t: arguments({**f, "schema": _write(t, "[tables.people.columns.age]\ntype = 'integer'")}), "SchemaError",
      "tables.people.columns.age.lower must be a finite number"),
-    (lambda f, t: arguments({**f, "db": str(t / "missing.duckdb")}), "OperationalError", "cannot open the database"),
+    (lambda f, t: arguments({**f, "db": str(t / "missing.duckdb")}), "OperationalError", "no database file at"),
+    (lambda f, t: ["schema", "suggest", "--db", str(t / "typo.duckdb"), "--table", "people"], "OperationalError",
+     "check the path"),
     (lambda f, t: arguments(f, cost=("--epsilon", "-1")), "PrivacyParameterError", "epsilon must be a finite number > 0"),
     (lambda f, t: arguments(f, "explain", cost=("--epsilon", "inf")), "PrivacyParameterError", "got inf"),
     (lambda f, t: ["schema", "suggest", "--db", f["db"], "--table", "nobody"], "SchemaError", "nobody"),
@@ -172,7 +174,7 @@ def test_demo_files_hold_twelve_statements_over_its_schema(tmp_path: Path) -> No
     schema = Schema.load(tmp_path / "schema.toml")
     compiled = compile_batch(parse_batch((tmp_path / "queries.sql").read_text()), schema)
     assert len(compiled.statements) == 12 and compiled.table.name == "census"
-    with DuckDBBackend(str(database), read_only=True) as backend:
+    with DuckDBBackend(str(database)) as backend:
         backend.check_table(compiled.table)
         assert backend.connection.execute("SELECT COUNT(*) FROM census").fetchone() == (2_000,)
 

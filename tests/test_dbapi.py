@@ -113,8 +113,9 @@ def test_connect_to_a_database_file(tmp_path: Path) -> None:
     path = tmp_path / "people.duckdb"
     with duckdb.connect(str(path)) as con:
         _fill(con)
+    _owner_sets(path, epsilon=1.0)
     for database in (str(path), path):
-        with dpsql.connect(database, schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0), read_only=True) as connection:
+        with dpsql.connect(database, schema=SCHEMA) as connection:
             assert connection.cursor().execute(BATCH, epsilon=0.5).rowcount == 2
     with duckdb.connect(str(path)) as con:  # nothing written, nothing locked
         assert con.execute("SELECT COUNT(*) FROM people").fetchone() == (300,)
@@ -153,9 +154,9 @@ def test_connect_needs_a_budget(data: duckdb.DuckDBPyConnection, budget: object)
         dpsql.connect(":memory:", schema=SCHEMA)
 
 
-def test_connect_to_a_missing_read_only_file_is_an_operational_error(tmp_path: Path) -> None:
-    with pytest.raises(dpsql.OperationalError, match="cannot open"):
-        dpsql.connect(tmp_path / "missing.duckdb", schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0), read_only=True)
+def test_connect_to_a_missing_file_is_an_operational_error(tmp_path: Path) -> None:
+    with pytest.raises(dpsql.OperationalError, match="no database file at"):
+        dpsql.connect(tmp_path / "missing.duckdb", schema=SCHEMA)
 
 
 # ============================================================================== Connection
@@ -356,11 +357,11 @@ def test_a_spent_budget_is_reported_before_the_batch_is_planned(data: duckdb.Duc
 
 def test_a_database_file_draws_from_the_ledger_next_to_it(database: Path) -> None:
     ledger = _owner_sets(database, epsilon=1.5)
-    with dpsql.connect(database, schema=SCHEMA, read_only=True) as connection:
+    with dpsql.connect(database, schema=SCHEMA) as connection:
         cursor = connection.cursor().execute(BATCH, epsilon=1.0)
         metadata = json.loads(cursor.fetch_arrow_table().schema.metadata[b"dpsql"])
         assert metadata["budget_spent"] == "ε=1" and metadata["budget_remaining"] == "0.5 of ε=1.5"
-    with dpsql.connect(str(database), schema=SCHEMA, read_only=True) as again:  # a new session: the spend stays
+    with dpsql.connect(str(database), schema=SCHEMA) as again:  # a new session: the spend stays
         assert again.budget.spent == 1 and again.budget.remaining == 0.5
         with pytest.raises(dpsql.BudgetExhaustedError, match="dataset 'people.duckdb' has ε=0.5 left of 1.5"):
             again.cursor().execute(BATCH, epsilon=1.0)

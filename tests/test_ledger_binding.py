@@ -84,7 +84,7 @@ def _refused(database: Path, schema: str, phrase: str, monkeypatch: pytest.Monke
     """Every query on this connection fails with a LedgerError containing ``phrase``; nothing is read or charged."""
     with monkeypatch.context() as patch:
         _no_data_reads(patch)
-        with dpsql.connect(database, schema=schema, read_only=True, **connect) as connection:  # type: ignore[arg-type]
+        with dpsql.connect(database, schema=schema, **connect) as connection:  # type: ignore[arg-type]
             cursor = connection.cursor()
             with pytest.raises(LedgerError, match=phrase) as caught:
                 cursor.execute(batch, epsilon=0.5)
@@ -145,7 +145,7 @@ def test_a_schema_that_differs_from_the_bound_one_is_refused_and_charges_nothing
              monkeypatch, batch)
     ledger = Ledger(owner["ledger"])
     assert ledger.history("people.duckdb") == [] and ledger.balance("people.duckdb").left == 5
-    with dpsql.connect(owner["db"], schema=SCHEMA, read_only=True) as connection:  # the owner's schema answers
+    with dpsql.connect(owner["db"], schema=SCHEMA) as connection:  # the owner's schema answers
         assert connection.cursor().execute(BATCH, epsilon=0.5).rowcount == 2
     assert len(ledger.history("people.duckdb")) == 1
 
@@ -172,13 +172,13 @@ def test_appending_rows_in_place_keeps_the_binding(owner: dict[str, Path]) -> No
     with duckdb.connect(str(owner["db"])) as con:  # the owner adds data: DuckDB writes the same file
         con.execute("INSERT INTO people SELECT pid + 1000, age, sex, income FROM people")
         con.execute("CHECKPOINT")
-    with dpsql.connect(owner["db"], schema=SCHEMA, read_only=True) as connection:
+    with dpsql.connect(owner["db"], schema=SCHEMA) as connection:
         assert connection.cursor().execute(BATCH, epsilon=0.5).rowcount == 2
         assert connection.budget.remaining == 4.5
 
 
 def test_a_connection_object_cannot_stand_in_for_a_bound_file(owner: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    with duckdb.connect(str(owner["db"]), read_only=True) as con:
+    with duckdb.connect(str(owner["db"])) as con:
         _refused(con, SCHEMA, "has no database file", monkeypatch, ledger=owner["ledger"], dataset="people.duckdb")  # type: ignore[arg-type]
 
 
@@ -204,11 +204,11 @@ def test_rebinding_is_an_explicit_recorded_owner_action(owner: dict[str, Path], 
     assert main(books) == 2
     err = capsys.readouterr().err
     assert "ProgrammingError" in err and "measure_bounds" in err and "add --rebind" in err
-    with dpsql.connect(owner["db"], schema=SCHEMA, read_only=True) as connection:  # nothing changed
+    with dpsql.connect(owner["db"], schema=SCHEMA) as connection:  # nothing changed
         connection.cursor().execute(BATCH, epsilon=0.5)
     assert main([*books, "--rebind"]) == 0
     _refused(owner["db"], SCHEMA, "measure_bounds", monkeypatch)  # the old schema no longer matches
-    with dpsql.connect(owner["db"], schema=wider, read_only=True) as connection:
+    with dpsql.connect(owner["db"], schema=wider) as connection:
         connection.cursor().execute(BATCH, epsilon=0.5)
     actions = Ledger(owner["ledger"]).actions("people.duckdb")
     assert [a.action for a in actions] == ["set", "rebind"]
@@ -221,7 +221,7 @@ def test_rebinding_is_an_explicit_recorded_owner_action(owner: dict[str, Path], 
 
 def test_a_total_change_without_schema_keeps_the_binding(owner: dict[str, Path]) -> None:
     assert main(["budget", "set", "--db", str(owner["db"]), "--epsilon", "7"]) == 0
-    with dpsql.connect(owner["db"], schema=SCHEMA, read_only=True) as connection:
+    with dpsql.connect(owner["db"], schema=SCHEMA) as connection:
         assert connection.cursor().execute(BATCH, epsilon=0.5).connection.budget.remaining == 6.5
     with pytest.raises(ProgrammingError, match="needs the new binding"):
         Ledger(owner["ledger"]).set_total("people.duckdb", PrivacyCost(epsilon=7.0), rebind=True)
@@ -232,7 +232,7 @@ def test_analyst_names_with_totals_are_required_once_the_owner_sets_one(owner: d
     assert main(["budget", "set", "--db", str(owner["db"]), "--analyst", "ana", "--epsilon", "1"]) == 0
     _refused(owner["db"], SCHEMA, "has per-analyst totals, .* this connection names no analyst", monkeypatch)
     _refused(owner["db"], SCHEMA, "analyst 'mallory' has none", monkeypatch, analyst="mallory")
-    with dpsql.connect(owner["db"], schema=SCHEMA, read_only=True, analyst="ana") as connection:
+    with dpsql.connect(owner["db"], schema=SCHEMA, analyst="ana") as connection:
         assert connection.cursor().execute(BATCH, epsilon=0.5).rowcount == 2
 
 
@@ -340,7 +340,7 @@ def test_a_version_1_ledger_is_refused_until_the_owner_upgrades_it(owner: dict[s
     assert [c.price for c in ledger.history("people.duckdb")] == [Fraction(1, 2)]  # the history is kept
     assert [a.action for a in ledger.actions("people.duckdb")] == ["set", "bind"]
     assert ledger.balance("firms").left == 1
-    with dpsql.connect(owner["db"], schema=SCHEMA, read_only=True) as connection:
+    with dpsql.connect(owner["db"], schema=SCHEMA) as connection:
         assert connection.cursor().execute(BATCH, epsilon=0.5).connection.budget.remaining == 2
     with pytest.raises(LedgerError, match="dataset 'firms' .* is not bound"):  # until its owner binds it
         ledger.charge("firms", PrivacyCost(epsilon=0.1), RECORD, binding=Binding.of(Schema.load(SCHEMA)))

@@ -123,7 +123,7 @@ unit = "month"
         con.execute("CREATE TABLE t AS SELECT k, v, c, d FROM source")
     batch = compile_local("SELECT k, v, c, d, COUNT(*) FROM t GROUP BY k, v, c, d", schema)
     table = schema.table("t")
-    with DuckDBBackend(str(database), read_only=True) as backend:
+    with DuckDBBackend(str(database)) as backend:
         data = backend.cell_data(table, [table.column(a.column) for a in batch.layout.axes])
     expected = _batch_counts(batch.layout, data.shape, data.index, data.counts)
     cells = batch.layout.cells_of(rows)

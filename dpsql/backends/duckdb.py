@@ -80,6 +80,10 @@ _MAX_EDGES = 2**16
 #: DuckDB errors whose text describes the catalog or the SQL, never data values.
 _QUIET_ERRORS = (duckdb.CatalogException, duckdb.BinderException, duckdb.ParserException,
                  duckdb.IOException, duckdb.ConnectionException, duckdb.PermissionException)
+#: How dpsql opens a database: no files, URLs, other databases or Python objects beyond its catalog,
+#: no extensions fetched or loaded on demand, and no way to change this from SQL afterwards.
+_LOCKED: Mapping[str, bool] = MappingProxyType({"enable_external_access": False, "autoload_known_extensions": False,
+                                                "autoinstall_known_extensions": False, "lock_configuration": True})
 
 
 # ======================================================================================= result
@@ -145,26 +149,36 @@ class CellData:
 class DuckDBBackend:
     """Runs the one data-vector query of a table in DuckDB.
 
+    A database path is opened read-only (dpsql never writes, so other readers are never locked
+    out) with external access and extension autoloading/autoinstalling disabled and the
+    configuration locked (``_LOCKED``): generated SQL can reach only the database's own tables
+    and views, never a file, a URL, another database or a Python object. ``":memory:"`` gets the
+    same locked configuration (an empty database; useful for tests of errors). An open DuckDB
+    connection passed in is used as it is: it cannot be reconfigured, so only the catalog check
+    of :func:`describe` (tables and views of its own catalog, no replacement scans) applies.
+
     Args:
         database: a database path, ``":memory:"``, or an open ``duckdb`` connection. A connection
             passed in stays open after :meth:`close`; one opened here is closed by it.
-        read_only: open a path read-only (ignored for a connection passed in).
 
     Raises:
-        OperationalError: DuckDB cannot open the database.
+        OperationalError: there is no file at the path (nothing is created), or DuckDB cannot open
+            it (e.g. another process holds it read-write, or this process has it open with another
+            configuration).
     """
 
-    def __init__(self, database: str | os.PathLike[str] | duckdb.DuckDBPyConnection = ":memory:", *,
-                 read_only: bool = False) -> None:
+    def __init__(self, database: str | os.PathLike[str] | duckdb.DuckDBPyConnection = ":memory:") -> None:
         if isinstance(database, duckdb.DuckDBPyConnection):
             self._connection: duckdb.DuckDBPyConnection | None = database
             self._owns_connection = False
             return
-        try:
-            self._connection = duckdb.connect(os.fspath(database), read_only=read_only)
-        except duckdb.Error as err:
-            raise OperationalError(f"DuckDB cannot open the database '{os.fspath(database)}': {err}") from err
+        self._connection = _open_locked(os.fspath(database))
         self._owns_connection = True
+
+    @property
+    def in_memory(self) -> bool:
+        """True when no database attached to the connection is stored in a file (or other external storage)."""
+        return not attached_files(self.connection)
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
@@ -396,22 +410,84 @@ def type_family(type_name: str) -> TypeFamily:
     return "other"
 
 
+def _open_locked(name: str) -> duckdb.DuckDBPyConnection:
+    """Open ``name`` (a database file, read-only, or ``":memory:"``) with the locked configuration.
+
+    A missing file is refused before DuckDB is called: a typo must not create an empty database.
+    (DuckDB's read-only mode would refuse it too; the check gives the clearer message.)
+    """
+    if name != ":memory:" and not os.path.isfile(name):
+        where = name if os.path.isabs(name) else f"{name}' ('{os.path.abspath(name)}"
+        raise OperationalError(f"There is no database file at '{where}': check the path, or create the database "
+                               "first (dpsql opens databases read-only and never creates one).")
+    try:
+        return duckdb.connect(name, read_only=name != ":memory:", config=dict(_LOCKED))
+    except duckdb.Error as err:
+        raise OperationalError(f"DuckDB cannot open the database '{name}' read-only: {err}. If this process (or "
+                               "another) has it open for writing, close that connection first.") from err
+
+
+def attached_files(connection: duckdb.DuckDBPyConnection) -> list[str]:
+    """Where the connection's non-internal databases are stored, for those not in memory (``duckdb_databases()``).
+
+    Raises:
+        OperationalError: DuckDB cannot list its databases (e.g. the connection is closed).
+    """
+    try:
+        rows = connection.execute("SELECT path FROM duckdb_databases() WHERE NOT internal AND path IS NOT NULL "
+                                  "ORDER BY database_name").fetchall()
+    except duckdb.Error as err:
+        raise OperationalError(f"DuckDB cannot list the connection's databases: {err}") from err
+    return [str(row[0]) for row in rows]
+
+
+#: Non-internal tables and views that the quoted, unqualified name ``"name"`` can resolve to: temporary ones
+#: and those in the current database and schema. The name is bound as a parameter, never formatted in.
+_CATALOG_ENTRY = " UNION ALL ".join(
+    f"SELECT 1 FROM duckdb_{kind}s() WHERE NOT internal AND lower({kind}_name) = lower(?) "
+    "AND (temporary OR (database_name = current_database() AND schema_name = current_schema()))"
+    for kind in ("table", "view"))
+
+
+def in_catalog(connection: duckdb.DuckDBPyConnection, table_name: str) -> bool:
+    """Whether ``table_name`` is a table or view of the database's own catalog (matched case-insensitively).
+
+    Anything else the name could reach in DuckDB (a replacement scan of a CSV/Parquet/JSON file or
+    a Python object, a system view) is not data the ledger accounts for, so it is not accepted.
+
+    Raises:
+        OperationalError: DuckDB cannot read its catalog.
+    """
+    try:
+        return bool(connection.execute(_CATALOG_ENTRY, [table_name, table_name]).fetchall())
+    except duckdb.Error as err:
+        raise OperationalError(f"DuckDB cannot read its catalog: {err}") from err
+
+
 def describe(connection: duckdb.DuckDBPyConnection, table_name: str) -> dict[str, DatabaseColumn]:
     """The table's columns from the catalog (``DESCRIBE``), keyed by lower-case name; no data is read.
 
+    The name must first be a table or view of the database's catalog (:func:`in_catalog`), so
+    ``DESCRIBE`` and every later scan cannot fall through to a file or another source. DuckDB's
+    own messages are not chained: a view over a file could quote its contents.
+
     Raises:
-        SchemaError: the table does not exist.
+        SchemaError: the name is not a table or view in the database's catalog.
         OperationalError: DuckDB failed otherwise.
     """
+    if not in_catalog(connection, table_name):
+        raise SchemaError(f"Table '{table_name}' is declared in the schema (tables.{table_name}) but is not a table "
+                          "or view in the database's catalog: the schema and the database disagree (dpsql reads only "
+                          "the database's own tables and views, never files or other sources). Create the table (or "
+                          "a view with that name) in the database, or fix the table name in the schema.")
     sql = exp.Describe(this=_table_ref(table_name)).sql("duckdb")
     try:
         rows = connection.execute(sql).fetchall()
-    except duckdb.CatalogException as err:
-        raise SchemaError(f"Table '{table_name}' is declared in the schema (tables.{table_name}) but does not exist "
-                          "in the database: the schema and the database disagree. Create the table (or a view "
-                          "with that name) or fix the table name in the schema.") from err
+    except _QUIET_ERRORS as err:
+        raise OperationalError(f"DuckDB could not describe table '{table_name}': {err}") from None
     except duckdb.Error as err:
-        raise OperationalError(f"DuckDB could not describe table '{table_name}': {err}") from err
+        raise OperationalError(f"DuckDB could not describe table '{table_name}' ({type(err).__name__}); its message "
+                               "is withheld because it may quote data values.") from None
     return {str(row[0]).lower(): DatabaseColumn(str(row[0]), str(row[1])) for row in rows}
 
 

@@ -178,7 +178,7 @@ def simulate_database(published: StrategyFile, database: str | Path, *, schema: 
     if layout is None:
         raise SchemaError("simulating from a database needs a strategy designed for a SQL batch; this one has no layout.")
     table = _schema(published, schema).table(layout.table)
-    with DuckDBBackend(str(database), read_only=True) as backend:
+    with DuckDBBackend(str(database)) as backend:
         data = backend.cell_data(table, [table.column(axis.column) for axis in layout.axes])
     x = _batch_counts(layout, data.shape, data.index, data.counts)
     y = simulate(published, x, rng=rng)
