@@ -68,6 +68,7 @@ class Block:
     kind: tuple[str, str | None]  # what the block answers: data, or ("sum"/"nonnull", col) read from value cells
     workload: Workload
     scale: float = 1.0  # answers are workload @ data times this (value-cell sums are weighted by r/scale)
+    bias: float = 0.0   # value-cell SUM rows on rounded cells: the most one row's value is moved (0: exact)
 
 
 #: Value-cell weights r/s are rounded to this many binary places (a value moves by at most s·2^-(bits+1)).
@@ -107,6 +108,14 @@ class ValueCells:
         r = self._base_weights(domain) * self.scale
         low, high = np.clip(left, self.low, self.high), np.clip(right, self.low, self.high)
         return float(np.max(np.maximum(np.abs(r - low), np.abs(high - r))))
+
+    def bias(self, domain: sch.Ordered) -> float:
+        """The per-row bias bound h of SUM read from these cells: 0 where every cell holds one
+        clamped value (whole values, or everything beyond a truncation threshold; only the
+        weights' binary rounding, at most s·2^-WEIGHT_BITS, remains), else :meth:`rounding`.
+        A SUM over n rows is then off by at most n·h, an AVG by at most h."""
+        most = self.rounding(domain)
+        return 0.0 if most <= self.scale * 2.0**-WEIGHT_BITS else most
 
 
 def value_cells_problem(column: sch.Column, touched: bool) -> str | None:
@@ -577,7 +586,7 @@ class _StatementCompiler:
             weight = np.append(np.ones(axis.size - 1), 0.0)  # the outside cell holds the NULLs
             return Block(data=("count", None), kind=kind, workload=self._block(true, group_axes, (position, weight)))
         return Block(data=("count", None), kind=kind, workload=self._block(true, group_axes, (position, cells.weights(axis))),
-                     scale=cells.scale)
+                     scale=cells.scale, bias=cells.bias(axis.column.domain))  # type: ignore[arg-type]
 
 
 def _check_output_names(statement: ir.Statement, table: sch.Table) -> None:
