@@ -21,8 +21,9 @@ COUNT, SUM and AVG then share one count vector of sensitivity k, measured once w
 strategy optimized for the weighted workload W·T. The separate measurements (counts, and sums
 clamped at ±θ with sensitivity k·θ: TiMM) are the alternative; each group keeps whichever has
 the lower expected error, scored with sums in units of their bound as the budget split scores
-them. Value cells round each value to its cell's midpoint (a bias of at most half a cell per
-row, shown in EXPLAIN and the metadata). For a truncated column the choice needs θ, so it is
+them. Value cells are used only where exact (one value per cell) unless the column declares
+``value_cells = "rounded"``: then each value is rounded to its cell's midpoint, the score adds the
+squared bias bound, and EXPLAIN and the metadata (``bias_bound``) report the most a row moves. For a truncated column the choice needs θ, so it is
 made after θ is released (a function of public information and θ only), scoring the value-cell
 form with the standard strategies and the workload itself (no time-limited optimization, which
 would delay every release with a new θ).
@@ -310,7 +311,8 @@ def bias_bounds(compiled: CompiledBatch) -> dict[str, dict[str, object]]:
 
 def _value_basis(group: CompiledGroup, cells: Mapping[str, ValueCells]) -> Workload:
     """A strategy for value cells that no statement filters or groups on: identity on the other
-    axes ⊗, on each value axis, the rows [outside; non-NULL; r/s].
+    axes ⊗, on each value axis, the rows [outside; non-NULL; r/s] (no outside row on an axis
+    without an outside cell: ``out_of_domain = "exclude"``).
 
     COUNT(*), COUNT(col) and SUM(col) are sums of these rows, and one row moves one count and
     one r/s ≤ 1: L1 sensitivity ≤ 2 (L2 ≤ √2), against the budget of three separate measurements.
@@ -320,8 +322,9 @@ def _value_basis(group: CompiledGroup, cells: Mapping[str, ValueCells]) -> Workl
     for axis in group.axes:
         if axis.column.name in cells:
             outside = np.zeros(axis.size)
-            outside[-1] = 1.0
-            rows = np.vstack([outside, 1.0 - outside, cells[axis.column.name].weights(axis)]) * 2**WEIGHT_BITS
+            outside[-1] = 1.0 if axis.has_outside else 0.0
+            rows = np.vstack([outside, 1.0 - outside, cells[axis.column.name].weights(axis)])[0 if axis.has_outside else 1:]
+            rows = rows * 2**WEIGHT_BITS
             factors.append(Explicit(rows))
         else:
             factors.append(Identity(axis.size))

@@ -52,12 +52,19 @@ class Axis:
     """One grouped or filtered column: its batch cells and how base cells map onto them."""
 
     column: sch.Column
-    cell_of_base: npt.NDArray[np.int64]  # base cell (outside = domain.size) → batch cell (outside last)
+    cell_of_base: npt.NDArray[np.int64]  # base cell (outside = domain.size) → batch cell (outside last, or -1: none)
     bin_of_cell: npt.NDArray[np.int64]   # batch cell → GROUP BY bin (outside cell: -1)
 
     @property
     def size(self) -> int:
         return int(self.cell_of_base.max()) + 1
+
+    @property
+    def has_outside(self) -> bool:
+        """Whether the last batch cell is the outside cell. A column declared ``out_of_domain =
+        "exclude"`` has none (its outside rows are filtered out of every scan, so the cell would
+        always be empty and only cost noise), unless it would be the axis's second cell."""
+        return bool(self.cell_of_base[-1] >= 0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -319,9 +326,12 @@ def _atoms(predicate: ir.Predicate | None) -> list[ir.Comparison | ir.Between | 
 
 
 def _value_column(column: sch.Column) -> sch.Column:
-    """A measure column as value cells: out-of-range values go to the edge cells, as SUM clamps them."""
+    """A measure column as value cells: out-of-range values go to the edge cells, as SUM clamps them
+    (unless the column excludes them from the table: then they stay out of every scan)."""
     assert isinstance(column.domain, sch.Ordered)
-    return column if column.domain.clamp else replace(column, domain=replace(column.domain, clamp=True))
+    if column.domain.clamp or column.outside_excluded:
+        return column
+    return replace(column, domain=replace(column.domain, clamp=True))
 
 
 def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Table, values: ValueCells | None = None) -> Axis:
@@ -349,10 +359,11 @@ def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Tab
         _, cell = np.unique(stacked, axis=0, return_inverse=True)
         cell = cell.ravel()
     cells = int(cell.max()) + 1
+    outside = -1 if column.outside_excluded and cells >= 2 else cells  # excluded rows never reach the cell
     bins = column.domain.bin_of_base()
-    bin_of_cell = np.full(cells + 1, -1, dtype=np.int64)
+    bin_of_cell = np.full(cells + (outside >= 0), -1, dtype=np.int64)
     bin_of_cell[cell] = bins if grouped else 0
-    return Axis(column=column, cell_of_base=np.append(cell, cells), bin_of_cell=bin_of_cell)
+    return Axis(column=column, cell_of_base=np.append(cell, outside), bin_of_cell=bin_of_cell)
 
 
 # ==================================================================================== atoms
@@ -583,7 +594,8 @@ class _StatementCompiler:
         position = self.position[str(kind[1])]
         axis = self.axes[position]
         if kind[0] == "nonnull":
-            weight = np.append(np.ones(axis.size - 1), 0.0)  # the outside cell holds the NULLs
+            weight = np.ones(axis.size)
+            weight[-1] = 0.0 if axis.has_outside else 1.0  # the outside cell holds the NULLs
             return Block(data=("count", None), kind=kind, workload=self._block(true, group_axes, (position, weight)))
         return Block(data=("count", None), kind=kind, workload=self._block(true, group_axes, (position, cells.weights(axis))),
                      scale=cells.scale, bias=cells.bias(axis.column.domain))  # type: ignore[arg-type]
