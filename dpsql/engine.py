@@ -23,10 +23,10 @@ clamped at ±θ with sensitivity k·θ: TiMM) are the alternative; each group ke
 the lower expected error, scored with sums in units of their bound as the budget split scores
 them. Value cells are used only where exact (one value per cell) unless the column declares
 ``value_cells = "rounded"``: then each value is rounded to its cell's midpoint, the score adds the
-squared bias bound, and EXPLAIN and the metadata (``bias_bound``) report the most a row moves. For a truncated column the choice needs θ, so it is
-made after θ is released (a function of public information and θ only), scoring the value-cell
-form with the standard strategies and the workload itself (no time-limited optimization, which
-would delay every release with a new θ).
+squared bias bound, and EXPLAIN and the metadata (``bias_bound``) report the most a row moves.
+For a truncated column the choice needs θ, so it is made after θ is released (a function of
+public information and θ only), scoring the value-cell form with the standard strategies and
+the workload itself (no time-limited optimization, which would delay every release with a new θ).
 
 Routes: a zCDP batch of COUNT(*) statements is also planned as one ResidualPlanner release over
 all its marginals (``dpsql.marginal_batch``, ρ-zCDP per privacy unit, measured at ρ/k²); the
@@ -461,8 +461,9 @@ def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: Rand
         }
         if notes:
             metadata["answering"] = [f"Group {g + 1}: {note}" for g, note in notes]
-        if bias_bounds(compiled):
-            metadata["bias_bound"] = bias_bounds(compiled)
+        bias = bias_bounds(compiled)
+        if bias:
+            metadata["bias_bound"] = bias
         if chosen:
             metadata["truncation_threshold"] = chosen
             metadata["truncation"] = {plan.column.name: plan.describe() for plan in prepared.thresholds}

@@ -2,7 +2,8 @@
 
 The batch's cells are the product, over every column the batch groups or filters on (its *axes*,
 in schema order), of the coarsest partition of the column's base cells that every statement
-respects, plus one *outside* cell per axis for NULL and out-of-domain values. Each aggregate of
+respects, plus one *outside* cell per axis for NULL and out-of-domain values (none for a column
+declared ``out_of_domain = "exclude"``, whose such rows no scan reads). Each aggregate of
 each statement becomes a block of linear queries over those cells:
 
 - GROUP BY gives one row per declared group (every bin, and the outside group when the column
