@@ -21,11 +21,12 @@ COUNT, SUM and AVG then share one count vector of sensitivity k, measured once w
 strategy optimized for the weighted workload W·T. The separate measurements (counts, and sums
 clamped at ±θ with sensitivity k·θ: TiMM) are the alternative; each group keeps whichever has
 the lower expected error, scored with sums in units of their bound as the budget split scores
-them. Value cells round each value to its cell's midpoint (a bias of at most half a cell per
-row, shown in EXPLAIN and the metadata). For a truncated column the choice needs θ, so it is
-made after θ is released (a function of public information and θ only), scoring the value-cell
-form with the standard strategies and the workload itself (no time-limited optimization, which
-would delay every release with a new θ).
+them. Value cells are used only where exact (one value per cell) unless the column declares
+``value_cells = "rounded"``: then each value is rounded to its cell's midpoint, the score adds the
+squared bias bound, and EXPLAIN and the metadata (``bias_bound``) report the most a row moves.
+For a truncated column the choice needs θ, so it is made after θ is released (a function of
+public information and θ only), scoring the value-cell form with the standard strategies and
+the workload itself (no time-limited optimization, which would delay every release with a new θ).
 
 Routes: a zCDP batch of COUNT(*) statements is also planned as one ResidualPlanner release over
 all its marginals (``dpsql.marginal_batch``, ρ-zCDP per privacy unit, measured at ρ/k²); the
@@ -161,13 +162,14 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
     selections, selection_share = thresholds.plans(list(dict.fromkeys(measured)), family=cost.family, total=cost.value)
     bounds = {c.name: ValueCells(low=c.measure_bounds[0], high=c.measure_bounds[1])  # type: ignore[index]
               for c in measured if c.truncation is None}
-    choice = _answering_groups(batch, separate, separate.table.columns, bounds, noise=noise, progress=progress)
+    budget = cost.value * (1 - selection_share)
+    choice = _answering_groups(batch, separate, separate.table.columns, bounds, noise=noise, budget=budget, progress=progress)
     pending = [(g, f"SUM({kind[1]}) is read as value cells (TaMM) or measured apart (TiMM) once its θ is released; "
                    "the figures below measure it apart at the outer bound")
                for g, group in enumerate(separate.groups) for kind in group.data_kinds()
                if kind[0] == "sum" and kind[1] not in bounds]
     notes = tuple(sorted(choice.notes + pending))
-    return Prepared(compiled=choice.compiled, cost=cost, measurements=_split(choice.drafts, cost.value * (1 - selection_share), noise),
+    return Prepared(compiled=choice.compiled, cost=cost, measurements=_split(choice.drafts, budget, noise),
                     thresholds=tuple(selections), batch=batch, separate=separate, answering_notes=notes,
                     residual=None if isinstance(route, str) else route, residual_note=route if isinstance(route, str) else None)
 
@@ -197,11 +199,22 @@ VALUE_CELLS_MAX = 4096
 
 
 def _answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping[str, Column], bounds: Mapping[str, ValueCells],
-                      *, noise: planner.Noise, progress: planner.Progress | None,
+                      *, noise: planner.Noise, budget: float, progress: planner.Progress | None,
                       groups: Sequence[int] | None = None, start: CompiledBatch | None = None,
                       known: Mapping[tuple[int, DataKind], planner.Plan] | None = None) -> _Answering:
     """Per statement group: separate measurements, or — where ``bounds`` lets a SUM column be read
-    as value cells and that lowers the group's error score Σ c_k^p — one count measurement (TaMM).
+    as value cells and that lowers the group's error score — one count measurement (TaMM).
+
+    Value cells are used only where they are exact (one clamped value per cell) unless the column
+    declares ``value_cells = "rounded"``. The score of a form is its expected total squared error
+    at the optimal split of ``budget`` over its measurements, (Σ_k c_k^p)^{1/p}/ε² (Laplace,
+    p = 1/3) or /(2ρ) (Gaussian, p = 1/2), in units of one privacy unit's bound (k rows; k·s for
+    sums); rounded value cells add their squared bias bound. A SUM over n rows on cells rounding
+    by at most h per row is off by at most n·h, and n is private: the score counts one privacy
+    unit's rows per answer (bias k·h, i.e. (h/s)² per SUM answer in these units), the one public
+    row count, and the results report h as ``bias_bound`` (EXPLAIN shows it). With opted-in
+    rounding the analyst accepts the n-fold rest; the full budget (not the group's share) makes
+    the variances, and so the pull toward value cells, the smallest they can be.
 
     ``columns`` are the table's columns as measured (truncated ones narrowed to ±θ); ``groups``
     limits the work to those group indices of ``separate`` (the others keep their form in
@@ -210,7 +223,6 @@ def _answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping
     """
     table = separate.table
     unit_rows = table.privacy_unit.max_rows if table.privacy_unit.column else 1
-    power = 1 / 3 if noise == "laplace" else 1 / 2
     base = start or separate
     compiled_groups, statements = list(base.groups), list(base.statements)
     drafts: list[_Draft] = []
@@ -222,7 +234,7 @@ def _answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping
         touched = {axis.column.name for axis in group.axes}
         usable = {}
         for name in (n for n in sums if n in bounds):
-            problem = value_cells_problem(table.columns[name], name in touched)
+            problem = value_cells_problem(table.columns[name], name in touched) or _rounding_problem(table.columns[name], bounds[name])
             if problem is None:
                 usable[name] = bounds[name]
             else:
@@ -244,8 +256,8 @@ def _answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping
                 alternative = _group_drafts(index, cells_group, columns, unit_rows, noise, progress,
                                             {} if known is not None else None, quick=len(cells_group.axes) > 1 or known is not None,
                                             extra=basis)
-                apart = sum(d.plan.expected_error ** power for d in chosen)
-                joint = sum(d.plan.expected_error ** power for d in alternative)
+                apart = _error_score(chosen, noise, budget)
+                joint = _error_score(alternative, noise, budget) + _squared_bias_bound(cells_group)
                 rounding = "; ".join(_rounding_note(name, cells, table.columns[name]) for name, cells in usable.items())
                 use = joint < apart * (1 - 1e-9)
                 verdict = "answered from one count vector (TaMM)" if use else "measured apart (TiMM)"
@@ -261,9 +273,46 @@ def _answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping
     return _Answering(compiled=compiled, drafts=drafts, notes=notes)
 
 
+def _rounding_problem(column: Column, cells: ValueCells) -> str | None:
+    """Why rounded value cells are not allowed for ``column`` (None: exact, or opted in)."""
+    most = cells.bias(column.domain)  # type: ignore[arg-type]
+    if most == 0 or column.rounded_value_cells:
+        return None
+    return (f"value cells would round each value of {column.name} to its cell's midpoint (up to ±{most:.6g} per row, a bias "
+            f'outside the standard errors); declare {column.key}.value_cells = "rounded" to allow it')
+
+
+def _error_score(drafts: Sequence[_Draft], noise: planner.Noise, budget: float) -> float:
+    """Expected total squared error of measuring ``drafts`` with all of ``budget`` split optimally:
+    (Σ c_k^{1/3})³/ε² (Laplace) or (Σ √c_k)²/(2ρ) (Gaussian), c_k the unit errors."""
+    power = 1 / 3 if noise == "laplace" else 1 / 2
+    total = sum(d.plan.expected_error ** power for d in drafts) ** (1 / power)
+    return total / budget**2 if noise == "laplace" else total / (2 * budget)
+
+
+def _squared_bias_bound(group: CompiledGroup) -> float:
+    """Σ over a group's value-cell SUM answers of (h/s)²: one privacy unit's rounding bias in units
+    of its bound (the scale of :func:`_error_score`); 0 on exact cells."""
+    return float(sum(block.workload.shape[0] * (block.bias / block.scale) ** 2 for block in group.blocks if block.bias))
+
+
+def bias_bounds(compiled: CompiledBatch) -> dict[str, dict[str, object]]:
+    """Per column read as rounded value cells: ``bias_bound`` of the result metadata."""
+    found: dict[str, float] = {}
+    for group in compiled.groups:
+        for block in group.blocks:
+            if block.bias:
+                found[str(block.kind[1])] = max(found.get(str(block.kind[1]), 0.0), block.bias)
+    return {name: {"sum_per_row": h, "avg": h,
+                   "note": f"value cells round each value to its cell's midpoint: a SUM over n rows is off by at most "
+                           f"n × {h:.6g}, an AVG by at most {h:.6g}; this bias is not in the standard errors"}
+            for name, h in found.items()}
+
+
 def _value_basis(group: CompiledGroup, cells: Mapping[str, ValueCells]) -> Workload:
     """A strategy for value cells that no statement filters or groups on: identity on the other
-    axes ⊗, on each value axis, the rows [outside; non-NULL; r/s].
+    axes ⊗, on each value axis, the rows [outside; non-NULL; r/s] (no outside row on an axis
+    without an outside cell: ``out_of_domain = "exclude"``).
 
     COUNT(*), COUNT(col) and SUM(col) are sums of these rows, and one row moves one count and
     one r/s ≤ 1: L1 sensitivity ≤ 2 (L2 ≤ √2), against the budget of three separate measurements.
@@ -273,8 +322,9 @@ def _value_basis(group: CompiledGroup, cells: Mapping[str, ValueCells]) -> Workl
     for axis in group.axes:
         if axis.column.name in cells:
             outside = np.zeros(axis.size)
-            outside[-1] = 1.0
-            rows = np.vstack([outside, 1.0 - outside, cells[axis.column.name].weights(axis)]) * 2**WEIGHT_BITS
+            outside[-1] = 1.0 if axis.has_outside else 0.0
+            rows = np.vstack([outside, 1.0 - outside, cells[axis.column.name].weights(axis)])[0 if axis.has_outside else 1:]
+            rows = rows * 2**WEIGHT_BITS
             factors.append(Explicit(rows))
         else:
             factors.append(Identity(axis.size))
@@ -284,9 +334,10 @@ def _value_basis(group: CompiledGroup, cells: Mapping[str, ValueCells]) -> Workl
 def _rounding_note(name: str, cells: ValueCells, column: Column) -> str:
     """How value cells round the column's values (EXPLAIN and metadata)."""
     most = cells.rounding(column.domain)  # type: ignore[arg-type]
-    if most <= cells.scale * 2.0**-WEIGHT_BITS:  # only the weights' binary rounding
+    if cells.bias(column.domain) == 0:  # type: ignore[arg-type]  # only the weights' binary rounding
         return f"{name} exact (one value per cell, weights to 2^-{WEIGHT_BITS})"
-    return f"{name} rounded to cell midpoints, at most ±{most:.6g} per row"
+    return (f"{name} rounded to cell midpoints, at most ±{most:.6g} per row (bias_bound: SUM ±{most:.6g} × rows summed, "
+            f"AVG ±{most:.6g}; not in the standard errors)")
 
 
 def _group_drafts(index: int, group: CompiledGroup, columns: Mapping[str, Column], unit_rows: int,
@@ -410,6 +461,9 @@ def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: Rand
         }
         if notes:
             metadata["answering"] = [f"Group {g + 1}: {note}" for g, note in notes]
+        bias = bias_bounds(compiled)
+        if bias:
+            metadata["bias_bound"] = bias
         if chosen:
             metadata["truncation_threshold"] = chosen
             metadata["truncation"] = {plan.column.name: plan.describe() for plan in prepared.thresholds}
@@ -465,13 +519,13 @@ def _decide_at_thresholds(prepared: Prepared, chosen: Mapping[str, float], *,
     noise: planner.Noise = "laplace" if prepared.cost.family == "epsilon" else "gaussian"
     progress("planning the sums at the released thresholds")
     known = {(m.group, m.kind): m.plan for m in prepared.measurements if prepared.compiled.groups[m.group] is separate.groups[m.group]}
-    result = _answering_groups(prepared.batch, separate, columns, bounds, noise=noise, progress=progress,
+    budget = sum(m.share for m in prepared.measurements)
+    result = _answering_groups(prepared.batch, separate, columns, bounds, noise=noise, budget=budget, progress=progress,
                                groups=redo, start=prepared.compiled, known=known)
     kept = [_Draft(group=m.group, kind=m.kind, plan=m.plan, row_scale=m.row_scale, quantum=m.quantum)
             for m in prepared.measurements if m.group not in redo]
     drafts = sorted(kept + result.drafts, key=lambda d: d.group)
     notes = [note for note in prepared.answering_notes if note[0] not in redo] + result.notes
-    budget = sum(m.share for m in prepared.measurements)
     return result.compiled, _split(drafts, budget, noise), sorted(notes)
 
 

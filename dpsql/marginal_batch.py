@@ -41,7 +41,7 @@ from dpsql.mechanism import Answers
 from dpsql.noise import RandomSource
 from dpsql.schema import Schema
 from dpsql.sql import ir
-from dpsql.sql.compile import Axis, CompiledBatch, compile_batch
+from dpsql.sql.compile import CompiledBatch, compile_batch
 from dpsql.strategies import residual
 from dpsql.workloads import Explicit, Kron, Sum, Workload
 
@@ -104,7 +104,7 @@ def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost) -> ResidualPlan | s
         return "ResidualPlanner answers COUNT(*) only; this batch also has SUM, AVG or COUNT(column)."
     if not group.axes:
         return "ResidualPlanner needs GROUP BY or WHERE columns; this batch only counts all rows."
-    sizes = [_attribute_size(axis) for axis in group.axes]
+    sizes = [axis.size for axis in group.axes]  # an excluded column's axis has no outside cell (compile)
     queries = []
     for block in group.blocks:
         found = _marginal_queries(block.workload, sizes)
@@ -158,11 +158,6 @@ def answer(route: ResidualPlan, *, backend: DuckDBBackend, rng: RandomSource | N
     return answers
 
 
-def _attribute_size(axis: Axis) -> int:
-    """The axis's cells, without the outside cell when the scan filters its rows out (and ≥ 2 remain)."""
-    return axis.size - 1 if axis.column.outside_excluded and axis.size >= 3 else axis.size
-
-
 def _marginal_queries(workload: Workload, sizes: Sequence[int]) -> mq.MarginalQueries | None | str:
     """A compiled block as queries on the marginal of the axes it does not simply sum over
     (restricted to each attribute's first ``sizes[i]`` cells: the others are always empty)."""
@@ -208,6 +203,7 @@ def _coarsen(table: IntArray, cell_maps: list[IntArray]) -> IntArray:
     for axis, cell_of_base in enumerate(cell_maps):
         moved = np.moveaxis(out, axis, 0)
         summed = np.zeros((int(cell_of_base.max()) + 1, *moved.shape[1:]), dtype=np.int64)
-        np.add.at(summed, cell_of_base, moved)
+        kept = cell_of_base >= 0  # -1: the outside cell of an excluded column, always empty
+        np.add.at(summed, cell_of_base[kept], moved[kept])
         out = np.moveaxis(summed, 0, axis)
     return out

@@ -73,7 +73,12 @@ def _find(statement: CompiledStatement, aggregate: ir.Aggregate) -> OutputAggreg
 
 def _aggregate_values(statement: CompiledStatement, output: OutputAggregate,
                       answers: Mapping[int, Answers]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Values and standard errors in output row order; AVG = SUM/COUNT by the delta method."""
+    """Values and standard errors in output row order; AVG = SUM/COUNT by the delta method.
+
+    AVG is the plain ratio of the noisy SUM and COUNT, even where noise puts it outside the
+    measure bounds (issue 14: clipping it returned e.g. 0 ± 22,343 for a true 25,684, with the
+    standard error of the unclipped ratio).
+    """
     rows = statement.block_rows
     first = answers[output.blocks[0]]
     if output.aggregate.function != "avg":
@@ -89,9 +94,9 @@ def _aggregate_values(statement: CompiledStatement, output: OutputAggregate,
         # delta method: Var(S/C) ≈ Var(S)/C² + S²·Var(C)/C⁴ − 2·S·Cov(S, C)/C³
         variance = np.where(enough, var_total / count**2 + total**2 * var_count / count**4 - 2 * total * covariance / count**3, np.nan)
         variance = np.maximum(variance, 0.0)
-    assert output.column is not None and output.column.measure_bounds is not None  # AVG is compiled only on measures
-    low, high = output.column.measure_bounds
-    return np.clip(mean, low, high), np.sqrt(variance)
+    # not clipped to the measure bounds: a clipped ratio is biased and its spread is not the one
+    # reported, while S/C is the ratio the delta-method standard error describes
+    return mean, np.sqrt(variance)
 
 
 def _group_columns(compiled: CompiledBatch, statement: CompiledStatement, index: int, alias: str) -> dict[str, pa.Array]:

@@ -190,6 +190,7 @@ class Column:
     measure_bounds: tuple[float, float] | None = None
     outside_excluded: bool = False  # out_of_domain = "exclude": rows outside the domain are filtered out
     truncation: Truncation | None = None  # truncate = ...: SUMs clip at a private threshold θ
+    rounded_value_cells: bool = False  # value_cells = "rounded": SUM/AVG may be read as midpoint-rounded value cells
 
     @property
     def key(self) -> str:
@@ -357,9 +358,9 @@ _COMMON = {"type", "other", "out_of_domain"}
 _KEYS = {
     "categorical": _COMMON | {"values"},
     "integer": _COMMON | {"lower", "upper", "bin_width", "edges", "resolution", "measure_lower", "measure_upper",
-                          "truncate", "truncation_share"},
+                          "truncate", "truncation_share", "value_cells"},
     "numeric": _COMMON | {"lower", "upper", "bin_width", "edges", "resolution", "measure_lower", "measure_upper",
-                          "truncate", "truncation_share"},
+                          "truncate", "truncation_share", "value_cells"},
     "date": _COMMON | {"lower", "upper", "unit", "bin_width"},
 }
 
@@ -390,7 +391,18 @@ def _column(table: str, name: str, spec: Any) -> Column:
         domain = _numbers(key, kind, spec, clamp=policy == "clamp")
     bounds = _measure(key, spec, domain)
     return Column(table=table.lower(), name=name.lower(), domain=domain, other=other, measure_bounds=bounds,
-                  outside_excluded=policy == "exclude", truncation=_truncation(key, spec, bounds))
+                  outside_excluded=policy == "exclude", truncation=_truncation(key, spec, bounds),
+                  rounded_value_cells=_value_cells(key, spec))
+
+
+def _value_cells(key: str, spec: Mapping[str, Any]) -> bool:
+    """``value_cells = "exact"`` (default: a SUM/AVG is read as value cells only where each cell
+    holds one value) or ``"rounded"`` (also where values are rounded to their cell's midpoint,
+    a bias the planner weighs and the results report as ``bias_bound``)."""
+    setting = spec.get("value_cells", "exact")
+    if setting not in ("exact", "rounded"):
+        raise SchemaError(f'{key}.value_cells must be "exact" or "rounded"; got {setting!r}.')
+    return setting == "rounded"
 
 
 def _truncation(key: str, spec: Mapping[str, Any], bounds: tuple[float, float] | None) -> Truncation | None:

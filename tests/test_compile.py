@@ -72,11 +72,11 @@ CREATE VIEW people_dom AS SELECT
     age AS raw_age, income AS raw_income
 FROM people
 """
-# Documented SUM semantics: the raw value clamped to the measure bounds; NULL and NaN add nothing.
+# Documented SUM semantics: the raw value clamped to the measure bounds; NULL and NaN add nothing (COUNT(col) skips both).
 REFERENCE_AGGREGATES = {
     ("count", None): "COUNT(*)",
     ("nonnull", "age"): "COUNT(raw_age)",
-    ("nonnull", "income"): "COUNT(raw_income)",
+    ("nonnull", "income"): "COUNT(CASE WHEN NOT isnan(raw_income) THEN 1 END)",  # NaN is not a value (issue 14, item 8)
     ("sum", "age"): "SUM(LEAST(GREATEST(raw_age, 0), 99))",
     ("sum", "income"): "SUM(CASE WHEN isnan(raw_income) THEN NULL ELSE LEAST(GREATEST(raw_income, 0.0), 1000.0) END)",
 }

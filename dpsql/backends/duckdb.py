@@ -21,7 +21,8 @@ Where a row goes (per cell column, shape ``domain.size + 1``):
 
 Measures: SUM columns add ``round(clamp(value, lo, hi) / quantum)`` per row as a BIGINT (round
 half away from zero, bounds from ``Column.measure_bounds``); NULL and NaN add 0. COUNT(col)
-columns count the non-NULL values.
+columns count the rows with a value. NaN is not a value, exactly like NULL, everywhere (one
+definition, ``_has_value``): not counted, not summed, in the outside cell.
 
 Privacy unit: with ``privacy_unit = { column = "u", max_rows = k }`` the generated SQL drops rows
 whose unit is NULL (they belong to no one we can bound) and keeps at most k rows per unit,
@@ -111,7 +112,7 @@ class CellData:
     counts: IntArray
     #: Per SUM column name: sum of round(clamp(value, lo, hi) / quantum) in each listed cell.
     sums: Mapping[str, IntArray]
-    #: Per COUNT(col) column name: rows with a non-NULL value in each listed cell.
+    #: Per COUNT(col) column name: rows with a value (not NULL, not NaN) in each listed cell.
     nonnull: Mapping[str, IntArray]
 
     def __post_init__(self) -> None:
@@ -226,7 +227,7 @@ class DuckDBBackend:
                 one cell holding every row).
             sum_columns: measure column -> quantum (a public positive number; use
                 :func:`measure_quantum`). Each row adds round(clamp(value, lo, hi) / quantum).
-            count_columns: columns whose non-NULL values are counted per cell.
+            count_columns: columns whose values (not NULL, not NaN) are counted per cell.
 
         Returns:
             The non-empty cells, sorted by flat index.
@@ -636,9 +637,7 @@ def _ordered_index(domain: Ordered, db: DatabaseColumn) -> exp.Expression:
         lower, top = _double(domain.lower), _double(domain.upper)
     inclusive = domain.kind == "numeric" or (domain.kind == "integer" and domain.uniform_step is None)
     beyond = exp.GT if inclusive else exp.GTE
-    case = exp.Case().when(value.is_(exp.null()), _int(outside))
-    if db.family == "float":
-        case = case.when(_call("isnan", value.copy()), _int(outside))
+    case = exp.Case().when(exp.Not(this=_has_value(db)), _int(outside))
     return (case.when(exp.LT(this=value.copy(), expression=lower), _int(0 if domain.clamp else outside))
             .when(beyond(this=value.copy(), expression=top), _int(last if domain.clamp else outside))
             .else_(_index_in_range(domain, value, db.family)))
@@ -701,29 +700,39 @@ def _bisect(value: exp.Expression, boundaries: Sequence[float], low: int, high: 
 
 
 def _measure_value(column: Column, db: DatabaseColumn, quantum: float) -> exp.Expression:
-    """round(clamp(v, lo, hi) / quantum) as BIGINT; NULL (adding nothing) for NULL and NaN."""
+    """round(clamp(v, lo, hi) / quantum) as BIGINT; NULL (adding nothing) where the row has no value."""
     lo, hi = column.measure_bounds or (0.0, 0.0)  # checked by _measure_problem
     value = exp.cast(_ref(db.name), "DOUBLE")
     clamped = _call("least", _call("greatest", value, _double(lo)), _double(hi))
     scaled = exp.cast(exp.Round(this=exp.Div(this=clamped, expression=_double(quantum))), "BIGINT")
-    missing: exp.Expression = value.is_(exp.null())
+    return exp.Case().when(_has_value(db), scaled).else_(exp.null())
+
+
+def _has_value(db: DatabaseColumn) -> exp.Expression:
+    """Whether a row has a value in the column: not NULL and, in a floating-point column, not NaN.
+
+    The one definition every generated query uses. NaN is not a value, like NULL: COUNT(col)
+    does not count it, SUM and AVG leave it out, and its cell is the outside cell (predicates are
+    UNKNOWN on it, GROUP BY shows it only with ``other``, ``out_of_domain`` = "exclude" drops it).
+    Never NULL itself, so it can be projected as a flag.
+    """
+    present: exp.Expression = _ref(db.name).is_(exp.null()).not_()
     if db.family == "float":
-        missing = exp.Or(this=missing, expression=_call("isnan", value.copy()))
-    return exp.Case().when(missing, exp.null()).else_(scaled)
+        present = exp.and_(present, exp.Not(this=_call("isnan", _ref(db.name))))
+    return exp.paren(present)  # parenthesised: NOT and AND must not re-associate around it
 
 
 def _rows(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Sequence[Column],
           sums: Mapping[Column, float], counts: Sequence[Column]) -> tuple[exp.Select, list[str], list[str], list[str]]:
     """(rows, cell names, sum names, count names): one row per (capped) table row with its cell
-    indices, scaled measures and non-NULL flags — the input of every aggregate query."""
+    indices, scaled measures and has-a-value flags — the input of every aggregate query."""
     cell_names = [f"dpsql_cell_{i}" for i in range(len(cells))]
     sum_names = [f"dpsql_sum_{i}" for i in range(len(sums))]
     count_names = [f"dpsql_nonnull_{i}" for i in range(len(counts))]
     projections = ([exp.alias_(_cell_index(c, catalog[c.name]), n, quoted=True) for c, n in zip(cells, cell_names)]
                    + [exp.alias_(_measure_value(c, catalog[c.name], q), n, quoted=True)
                       for (c, q), n in zip(sums.items(), sum_names)]
-                   + [exp.alias_(_ref(catalog[c.name].name).is_(exp.null()).not_(), n, quoted=True)
-                      for c, n in zip(counts, count_names)])
+                   + [exp.alias_(_has_value(catalog[c.name]), n, quoted=True) for c, n in zip(counts, count_names)])
     unit = table.privacy_unit.column
     projections = projections or [exp.alias_(_int(0), "dpsql_row", quoted=True)]  # COUNT(*) alone touches no column
     kept: list[exp.Expression] = [exp.NEQ(this=_cell_index(c, catalog[c.name]), expression=_int(c.domain.size))

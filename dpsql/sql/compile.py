@@ -2,7 +2,8 @@
 
 The batch's cells are the product, over every column the batch groups or filters on (its *axes*,
 in schema order), of the coarsest partition of the column's base cells that every statement
-respects, plus one *outside* cell per axis for NULL and out-of-domain values. Each aggregate of
+respects, plus one *outside* cell per axis for NULL and out-of-domain values (none for a column
+declared ``out_of_domain = "exclude"``, whose such rows no scan reads). Each aggregate of
 each statement becomes a block of linear queries over those cells:
 
 - GROUP BY gives one row per declared group (every bin, and the outside group when the column
@@ -52,12 +53,19 @@ class Axis:
     """One grouped or filtered column: its batch cells and how base cells map onto them."""
 
     column: sch.Column
-    cell_of_base: npt.NDArray[np.int64]  # base cell (outside = domain.size) → batch cell (outside last)
+    cell_of_base: npt.NDArray[np.int64]  # base cell (outside = domain.size) → batch cell (outside last, or -1: none)
     bin_of_cell: npt.NDArray[np.int64]   # batch cell → GROUP BY bin (outside cell: -1)
 
     @property
     def size(self) -> int:
         return int(self.cell_of_base.max()) + 1
+
+    @property
+    def has_outside(self) -> bool:
+        """Whether the last batch cell is the outside cell. A column declared ``out_of_domain =
+        "exclude"`` has none (its outside rows are filtered out of every scan, so the cell would
+        always be empty and only cost noise), unless it would be the axis's second cell."""
+        return bool(self.cell_of_base[-1] >= 0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +76,7 @@ class Block:
     kind: tuple[str, str | None]  # what the block answers: data, or ("sum"/"nonnull", col) read from value cells
     workload: Workload
     scale: float = 1.0  # answers are workload @ data times this (value-cell sums are weighted by r/scale)
+    bias: float = 0.0   # value-cell SUM rows on rounded cells: the most one row's value is moved (0: exact)
 
 
 #: Value-cell weights r/s are rounded to this many binary places (a value moves by at most s·2^-(bits+1)).
@@ -107,6 +116,14 @@ class ValueCells:
         r = self._base_weights(domain) * self.scale
         low, high = np.clip(left, self.low, self.high), np.clip(right, self.low, self.high)
         return float(np.max(np.maximum(np.abs(r - low), np.abs(high - r))))
+
+    def bias(self, domain: sch.Ordered) -> float:
+        """The per-row bias bound h of SUM read from these cells: 0 where every cell holds one
+        clamped value (whole values, or everything beyond a truncation threshold; only the
+        weights' binary rounding, at most s·2^-WEIGHT_BITS, remains), else :meth:`rounding`.
+        A SUM over n rows is then off by at most n·h, an AVG by at most h."""
+        most = self.rounding(domain)
+        return 0.0 if most <= self.scale * 2.0**-WEIGHT_BITS else most
 
 
 def value_cells_problem(column: sch.Column, touched: bool) -> str | None:
@@ -310,9 +327,12 @@ def _atoms(predicate: ir.Predicate | None) -> list[ir.Comparison | ir.Between | 
 
 
 def _value_column(column: sch.Column) -> sch.Column:
-    """A measure column as value cells: out-of-range values go to the edge cells, as SUM clamps them."""
+    """A measure column as value cells: out-of-range values go to the edge cells, as SUM clamps them
+    (unless the column excludes them from the table: then they stay out of every scan)."""
     assert isinstance(column.domain, sch.Ordered)
-    return column if column.domain.clamp else replace(column, domain=replace(column.domain, clamp=True))
+    if column.domain.clamp or column.outside_excluded:
+        return column
+    return replace(column, domain=replace(column.domain, clamp=True))
 
 
 def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Table, values: ValueCells | None = None) -> Axis:
@@ -340,10 +360,11 @@ def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Tab
         _, cell = np.unique(stacked, axis=0, return_inverse=True)
         cell = cell.ravel()
     cells = int(cell.max()) + 1
+    outside = -1 if column.outside_excluded and cells >= 2 else cells  # excluded rows never reach the cell
     bins = column.domain.bin_of_base()
-    bin_of_cell = np.full(cells + 1, -1, dtype=np.int64)
+    bin_of_cell = np.full(cells + (outside >= 0), -1, dtype=np.int64)
     bin_of_cell[cell] = bins if grouped else 0
-    return Axis(column=column, cell_of_base=np.append(cell, cells), bin_of_cell=bin_of_cell)
+    return Axis(column=column, cell_of_base=np.append(cell, outside), bin_of_cell=bin_of_cell)
 
 
 # ==================================================================================== atoms
@@ -574,10 +595,11 @@ class _StatementCompiler:
         position = self.position[str(kind[1])]
         axis = self.axes[position]
         if kind[0] == "nonnull":
-            weight = np.append(np.ones(axis.size - 1), 0.0)  # the outside cell holds the NULLs
+            weight = np.ones(axis.size)
+            weight[-1] = 0.0 if axis.has_outside else 1.0  # the outside cell holds the NULLs
             return Block(data=("count", None), kind=kind, workload=self._block(true, group_axes, (position, weight)))
         return Block(data=("count", None), kind=kind, workload=self._block(true, group_axes, (position, cells.weights(axis))),
-                     scale=cells.scale)
+                     scale=cells.scale, bias=cells.bias(axis.column.domain))  # type: ignore[arg-type]
 
 
 def _check_output_names(statement: ir.Statement, table: sch.Table) -> None:
