@@ -175,20 +175,17 @@ def test_answers_under_a_privacy_unit_are_calibrated_around_the_capped_truth(cas
 TRUNCATED_SCHEMA = {"tables": {"t": {"columns": {
     "income": {"type": "integer", "lower": 0, "upper": 10_000_000, "bin_width": 1_000_000, "truncate": "svt"},
     "g": {"type": "categorical", "values": [0, 1, 2, 3]}}}}}
-ROUNDED_VALUE_CELLS = pytest.mark.xfail(strict=True, reason=(
-    "issue 14 item 6: the planner may read income as value cells (TaMM) at a released θ, "
-    "rounding every value to its cell's midpoint (±500,000 per row): answers 230 standard errors off. Remove this "
-    "marker once value cells are used only where exact (or their bias is bounded and reported)."))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where", ["WHERE income >= 0", pytest.param("", marks=ROUNDED_VALUE_CELLS)],
-                         ids=["measured-apart", "value-cells"])
+@pytest.mark.parametrize("where", ["WHERE income >= 0", ""],
+                         ids=["measured-apart", "rounded-cells-not-used"])
 def test_truncated_sums_at_rho_are_calibrated_around_the_sum_truncated_at_the_released_theta(where: str) -> None:
     """A zCDP batch with a truncated measure (θ by SVT at ε_sel = √(2ρ_sel), then discrete Gaussian
     noise at sensitivity θ): 300 releases, z-scores against Σ min(v, θ) at each release's θ.
     With a filter on income (values outside the domain would be in no value cell) the clamped sums
-    are measured apart (TiMM); without it, item 6 shows (see the xfail marker)."""
+    are measured apart (TiMM); without it, income's cells of width 10⁶ would round every value, so
+    value cells are not used unless the schema opts in (``value_cells = "rounded"``)."""
     rng = np.random.default_rng(8)
     incomes = np.concatenate([rng.lognormal(10, 1, 1500), [9_000_000.0] * 3]).round()
     groups = rng.integers(0, 4, incomes.size)
