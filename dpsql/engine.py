@@ -585,7 +585,7 @@ def _name(m: Measurement) -> str:
     return f"group {m.group + 1}: {kind}"
 
 
-def _batch_vector(group: CompiledGroup, data: CellData, kind: DataKind) -> npt.NDArray[np.int64]:
+def _batch_vector(group: CompiledGroup, data: CellData, kind: DataKind) -> npt.NDArray[np.int64] | npt.NDArray[np.object_]:
     """Base-cell data summed into the group's cells (the axes' coarser partitions)."""
     values = data.counts if kind[0] == "count" else (data.sums if kind[0] == "sum" else data.nonnull)[kind[1]]  # type: ignore[index]
     return batch_cell_totals([axis.cell_of_base for axis in group.axes], data.index, data.shape, values)

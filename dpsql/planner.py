@@ -218,9 +218,9 @@ def split_budget(errors: Sequence[float], total: float, *, noise: Noise) -> list
     [0.0, 0.5]
     """
     power = 0.5 if noise == "gaussian" else 1.0 / 3.0
-    errors = np.asarray(errors, dtype=np.float64)
-    weights = np.power(errors, power) / np.power(errors.max(initial=0.0), power) if errors.size and errors.max() > 0 \
-        else np.zeros(errors.size)
+    values = np.asarray(errors, dtype=np.float64)
+    weights = np.power(values, power) / np.power(values.max(), power) if values.size and values.max() > 0 \
+        else np.zeros(values.size)
     if not weights.any():
         return [0.0] * len(weights)
     exact_total = Fraction(total)

@@ -708,8 +708,8 @@ def _cell_data(result: pa.Table, shape: tuple[int, ...], sum_names: Sequence[str
     cells = tuple(_int_column(result, f"dpsql_cell_{i}")[keep] for i in range(len(shape)))
     try:
         index = np.ravel_multi_index(cells, shape) if shape else np.zeros(int(keep.sum()), dtype=np.int64)
-    except ValueError as err:
-        raise InternalError("The cell query returned a cell index outside the declared domain.") from err
+    except ValueError:
+        raise InternalError("The cell query returned a cell index outside the declared domain.") from None
     order = np.argsort(index)
 
     def aligned(array: IntArray, *, kept: bool = False) -> IntArray:
@@ -746,8 +746,8 @@ def _marginal_tables(result: pa.Table, shapes: Sequence[int], marginals: Sequenc
         else:
             try:
                 np.add.at(table, index, counts[mine])
-            except IndexError as err:
-                raise InternalError("The marginal query returned a cell index outside the declared domain.") from err
+            except IndexError:
+                raise InternalError("The marginal query returned a cell index outside the declared domain.") from None
         table.setflags(write=False)
         tables[marginal] = table
     return tables
