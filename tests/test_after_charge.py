@@ -179,7 +179,8 @@ PUMS_COLUMNS = {
     "educ": {"type": "categorical", "values": [str(i) for i in range(1, 17)]},
     "race": {"type": "categorical", "values": [str(i) for i in range(1, 7)]},
     "married": {"type": "categorical", "values": ["0", "1"]},
-    "income": {"type": "integer", "lower": 0, "upper": 500_000, "bin_width": 50_000},
+    # measure bounds past the domain's top cell: the sums are measured apart (no value-cell rounding)
+    "income": {"type": "integer", "lower": 0, "upper": 500_000, "bin_width": 50_000, "measure_upper": 500_000},
 }
 PUMS_BATCH = """
 SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex;
@@ -202,8 +203,10 @@ SELECT married, SUM(income) AS s FROM pums GROUP BY married;
 
 
 @pytest.mark.slow
-def test_pums_like_counts_and_sums_in_one_batch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 14 item 9: 12 COUNTs and 4 SUM(income) (bound 500,000) answer, every noise scale as charged."""
+@pytest.mark.parametrize("epsilon", [1.0, 1e-9])
+def test_pums_like_counts_and_sums_in_one_batch(epsilon: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 14 item 9: 12 COUNTs and 4 SUM(income) (bound 500,000) answer, every noise scale as charged
+    (at ε = 1e-9 the shares are below 2^-20 and the scales far beyond 2^56: both failed after the charge)."""
     rng = np.random.default_rng(14)
     rows = 1000
     con = duckdb.connect()
@@ -213,9 +216,11 @@ def test_pums_like_counts_and_sums_in_one_batch(monkeypatch: pytest.MonkeyPatch)
          int(min(500_000, rng.lognormal(10, 1.2))) if rng.random() > 0.2 else 0, str(rng.integers(0, 2))) for _ in range(rows)])
     schema = Schema.load({"tables": {"pums": {"columns": PUMS_COLUMNS}}})
     recorder = Recorder(monkeypatch)
-    cost = PrivacyCost(epsilon=1.0)
-    tables = engine.run(engine.prepare(PUMS_BATCH, schema, cost), backend=DuckDBBackend(con), budget=Budget(epsilon=1.0),
+    cost = PrivacyCost(epsilon=epsilon)
+    budget = Budget(epsilon=epsilon)
+    tables = engine.run(engine.prepare(PUMS_BATCH, schema, cost), backend=DuckDBBackend(con), budget=budget,
                         rng=SeededRandomSource(14))
+    assert budget.spent == pytest.approx(epsilon, rel=1e-12)
     assert len(tables) == 16
     recorder.check_calibration(cost)
     for table in tables[12:]:
@@ -273,12 +278,12 @@ def _batches(draw: st.DrawFn) -> tuple[Schema, list[tuple[Any, ...]], str, Priva
 
 
 @pytest.mark.slow
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(case=_batches())
 def test_every_batch_is_answered_with_noise_as_charged(case: tuple[Schema, list[tuple[Any, ...]], str, PrivacyCost],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     schema, rows, text, cost = case
-    monkeypatch.setattr(planner, "OPTIMIZE_SECONDS", 0.5)  # templates stop early: the test is about calibration
+    monkeypatch.setattr(planner, "OPTIMIZE_SECONDS", 0.2)  # templates stop early: the test is about calibration
     con = duckdb.connect()
     con.execute("CREATE TABLE t (pid INTEGER, g VARCHAR, k INTEGER, m BIGINT)")
     if rows:
