@@ -48,7 +48,7 @@ from dpsql import marginal_batch, mechanism, planner, thresholds
 from dpsql import postprocess as postprocessing
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import CellData, DuckDBBackend, measure_quantum
-from dpsql.errors import ProgrammingError
+from dpsql.errors import PrivacyParameterError, ProgrammingError
 from dpsql.noise import RandomSource
 from dpsql.results import statement_tables
 from dpsql.schema import Column, Ordered, Schema, Table
@@ -92,6 +92,8 @@ class Measurement:
     def expected_total(self, candidate: str) -> float:
         """Expected total squared error of a candidate strategy's answers, in data units squared."""
         unit_error = self.plan.candidates[candidate]  # at ε = 1 or ρ = 1/2, one unit moving one count
+        if self.share == 0:  # an identically zero workload: answered exactly, nothing measured
+            return 0.0 if unit_error == 0 else math.inf
         scale = (self.row_scale / self.share) ** 2 if self.plan.noise == "laplace" else self.row_scale**2 / (2 * self.share)
         return unit_error * scale * self.quantum**2
 
@@ -120,6 +122,13 @@ class Prepared:
     answering_notes: tuple[tuple[int, str], ...] = ()  # (group, note): value cells (TaMM) or measured apart, and why
     decided: dict[tuple[tuple[str, float], ...], tuple[CompiledBatch, tuple[Measurement, ...], list[tuple[int, str]]]] = field(
         default_factory=dict, compare=False, repr=False)  # _final_answering by released θs (the SVT grid repeats them)
+
+    @property
+    def measures_nothing(self) -> bool:
+        """Whether every statement is identically zero (its WHERE never TRUE): answered with exact
+        zeros, no data read and nothing charged."""
+        return (not self.use_residual and not self.thresholds and bool(self.measurements)
+                and all(m.share == 0 for m in self.measurements))
 
     @property
     def standard_total(self) -> float:
@@ -169,7 +178,9 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
                for g, group in enumerate(separate.groups) for kind in group.data_kinds()
                if kind[0] == "sum" and kind[1] not in bounds]
     notes = tuple(sorted(choice.notes + pending))
-    return Prepared(compiled=choice.compiled, cost=cost, measurements=_split(choice.drafts, budget, noise),
+    measurements = _split(choice.drafts, budget, noise)
+    _calibrations(measurements)  # every noise scale is representable: checked before anything is charged
+    return Prepared(compiled=choice.compiled, cost=cost, measurements=measurements,
                     thresholds=tuple(selections), batch=batch, separate=separate, answering_notes=notes,
                     residual=None if isinstance(route, str) else route, residual_note=route if isinstance(route, str) else None)
 
@@ -359,10 +370,28 @@ def _group_drafts(index: int, group: CompiledGroup, columns: Mapping[str, Column
 
 
 def _split(drafts: Sequence[_Draft], total: float, noise: planner.Noise) -> tuple[Measurement, ...]:
-    """The budget split over the drafts (``planner.split_budget``)."""
+    """The budget split over the drafts (``planner.split_budget``). A data vector whose workload
+    is identically zero (every statement reading it is never TRUE; expected error exactly 0) gets
+    share 0: its answers are exact zeros and it is never measured."""
     shares = planner.split_budget([d.plan.expected_error for d in drafts], total, noise=noise)
     return tuple(Measurement(group=d.group, kind=d.kind, plan=d.plan, share=share, row_scale=d.row_scale, quantum=d.quantum)
                  for d, share in zip(drafts, shares))
+
+
+def _calibrations(measurements: Sequence[Measurement]) -> list[mechanism.Calibration | None]:
+    """Each measurement's noise (None: share 0, not measured), from public parameters only.
+
+    Raises PrivacyParameterError when a noise scale is not representable (a budget share far too
+    small); callers check this before charging.
+    """
+    return [None if m.share == 0 else mechanism.calibrate(m.plan.strategy, max_contribution=m.row_scale,
+                                                            **_budget_argument(m))
+            for m in measurements]
+
+
+def _budget_argument(m: Measurement) -> dict[str, Fraction]:
+    """``epsilon=`` or ``rho=`` for ``mechanism.measure``: the share, exactly."""
+    return {"epsilon" if m.plan.noise == "laplace" else "rho": Fraction(m.share)}
 
 
 def _choose_partition(batch: ir.Batch, table: Table, noise: planner.Noise) -> list[list[int]]:
@@ -438,7 +467,8 @@ def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: Rand
                                "Nothing was run or charged.")
     budget.check(prepared.cost)
     backend.check_table(compiled.table)
-    budget.charge(prepared.cost)
+    if not prepared.measures_nothing:
+        budget.charge(prepared.cost)
     family = "discrete Laplace (pure ε-DP)" if prepared.cost.family == "epsilon" else "discrete Gaussian (ρ-zCDP)"
     metadata: dict[str, object]
     if prepared.use_residual:
@@ -471,7 +501,8 @@ def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: Rand
         answers, steps = postprocessing.apply(compiled, answers, postprocess)
         metadata["postprocessing"] = steps or [f"{', '.join(postprocess)}: nothing to change"]
     report("packaging the results")
-    metadata["budget_spent"] = prepared.cost.describe()
+    metadata["budget_spent"] = ("nothing: every statement's WHERE clause is never TRUE (exact zeros, no data read)"
+                                if prepared.measures_nothing else prepared.cost.describe())
     metadata["budget_remaining"] = f"{budget.remaining:.6g} of {budget.total.describe()}"
     return statement_tables(compiled, answers, metadata)
 
@@ -526,7 +557,13 @@ def _decide_at_thresholds(prepared: Prepared, chosen: Mapping[str, float], *,
             for m in prepared.measurements if m.group not in redo]
     drafts = sorted(kept + result.drafts, key=lambda d: d.group)
     notes = [note for note in prepared.answering_notes if note[0] not in redo] + result.notes
-    return result.compiled, _split(drafts, budget, noise), sorted(notes)
+    measurements = _split(drafts, budget, noise)
+    try:
+        _calibrations(measurements)
+    except PrivacyParameterError:  # a share too small for the new plans: the plan checked before the charge measures
+        fallback = "the plan made before θ was released is used: a budget share of the re-planned sums was too small"
+        return prepared.compiled, prepared.measurements, sorted(list(prepared.answering_notes) + [(g, fallback) for g in redo])
+    return result.compiled, measurements, sorted(notes)
 
 
 def _standard_answers(compiled: CompiledBatch, measurements: Sequence[Measurement], chosen: Mapping[str, float], *,
@@ -545,7 +582,11 @@ def _standard_answers(compiled: CompiledBatch, measurements: Sequence[Measuremen
         value_axes = {a.column.name: a.column for a in group.axes if a.column != compiled.table.columns[a.column.name]}
         columns = {**truncated, **value_axes}
         table = replace(compiled.table, columns=columns)
-        mine = [m for m in measurements if m.group == index]
+        zero = [m for m in measurements if m.group == index and m.share == 0]
+        _zero_answers(group, index, zero, answers)
+        mine = [m for m in measurements if m.group == index and m.share != 0]
+        if not mine:
+            continue  # nothing to measure: no scan
         sums = {columns[str(m.kind[1])]: m.quantum for m in mine if m.kind[0] == "sum"}
         nonnull = [columns[str(m.kind[1])] for m in mine if m.kind[0] == "nonnull"]
         report(f"scanning '{compiled.table.name}' for group {index + 1} of {len(compiled.groups)} ({group.cells:,} cells)")
@@ -553,8 +594,7 @@ def _standard_answers(compiled: CompiledBatch, measurements: Sequence[Measuremen
         for m in mine:
             report(f"measuring {_name(m)} with {m.plan.name} ({m.plan.strategy.shape[0]:,} noisy values)")
             x = _batch_vector(group, data, m.kind)
-            budget_argument = {"epsilon" if m.plan.noise == "laplace" else "rho": Fraction(m.share)}
-            release = mechanism.measure(m.plan.strategy, x, rng=rng, max_contribution=m.row_scale, **budget_argument)
+            release = mechanism.measure(m.plan.strategy, x, rng=rng, max_contribution=m.row_scale, **_budget_argument(m))
             positions = [p for p, block in enumerate(group.blocks) if block.data == m.kind]
             stacked = mechanism.answer(group.workload(m.kind), release)
             ends = np.cumsum([group.blocks[p].workload.shape[0] for p in positions])
@@ -565,6 +605,16 @@ def _standard_answers(compiled: CompiledBatch, measurements: Sequence[Measuremen
                                                              variances=stacked.variances[rows] * unit**2)
             _add_covariances(compiled, index, positions, release, m.quantum, answers)
     return answers
+
+
+def _zero_answers(group: CompiledGroup, index: int, zero: Sequence[Measurement],
+                  answers: dict[tuple[int, int], mechanism.Answers]) -> None:
+    """Exact zeros (variance 0) for the blocks of data vectors with an identically zero workload."""
+    kinds = {m.kind for m in zero}
+    for position, block in enumerate(group.blocks):
+        if block.data in kinds:
+            rows = block.workload.shape[0]
+            answers[index, position] = mechanism.Answers(values=np.zeros(rows), variances=np.zeros(rows))
 
 
 def _add_covariances(compiled: CompiledBatch, index: int, positions: Sequence[int], release: mechanism.Measurement,
@@ -589,7 +639,7 @@ def _name(m: Measurement) -> str:
     return f"group {m.group + 1}: {kind}"
 
 
-def _batch_vector(group: CompiledGroup, data: CellData, kind: DataKind) -> npt.NDArray[np.int64]:
+def _batch_vector(group: CompiledGroup, data: CellData, kind: DataKind) -> npt.NDArray[np.int64] | npt.NDArray[np.object_]:
     """Base-cell data summed into the group's cells (the axes' coarser partitions)."""
     values = data.counts if kind[0] == "count" else (data.sums if kind[0] == "sum" else data.nonnull)[kind[1]]  # type: ignore[index]
     return batch_cell_totals([axis.cell_of_base for axis in group.axes], data.index, data.shape, values)

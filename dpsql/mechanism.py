@@ -142,31 +142,94 @@ def measure(
     privacy unit can cause (1 for a row's count; k·B when a unit has up to k rows each adding up
     to B to a sum cell). Then ‖Ã(x − x′)‖₁ ≤ c·Δ₁ and ‖Ã(x − x′)‖₂ ≤ Σ_j |x_j − x′_j|·‖ã_j‖₂ ≤ c·Δ₂,
     so the noise is scaled by c.
+    The noise is :func:`calibrate`'s, sampled exactly for any scale (Python integers beyond int64),
+    and Ã x is computed exactly for counts of any size, so the outcome never depends on x except
+    through the noisy values.
     Raises:
-        PrivacyParameterError: not exactly one of epsilon, rho, or not a finite number > 0.
+        PrivacyParameterError: as :func:`calibrate` (public parameters only).
         ShapeError: x is not a vector over A's cells.
         DataError: x is not integer counts.
+    """
+    calibration = calibrate(A, epsilon=epsilon, rho=rho, max_contribution=max_contribution)
+    counts = _data_vector(A, x)
+    strategy = calibration.strategy
+    exact_answers = _exact_product(strategy, counts)
+    if calibration.noise == "laplace":
+        z = exact.discrete_laplace_wide(calibration.scale, strategy.shape[0], rng=rng)
+        spent = {"epsilon": calibration.spent}
+    else:
+        z = exact.discrete_gaussian_wide(calibration.scale, strategy.shape[0], rng=rng)
+        spent = {"rho": calibration.spent}
+    noisy = exact_answers.astype(object) + z.astype(object) if object in (exact_answers.dtype, z.dtype) else exact_answers + z
+    return Measurement(
+        strategy=strategy, y=np.asarray(noisy, dtype=np.float64), noise=calibration.noise,
+        noise_scale=calibration.scale, noise_variance=calibration.variance, **spent,
+    )
+
+
+#: Largest noise scale t (Laplace) or standard deviation σ (Gaussian) a measurement may use: far
+#: beyond any sensible budget, and small enough that every variance (≈ t², σ² times the answers'
+#: coefficients) is a finite float.
+MAX_NOISE_SCALE = 2**400
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Calibration:
+    """The integer strategy a measurement uses, its noise parameter and the budget it spends."""
+
+    strategy: Workload
+    noise: Noise
+    scale: Fraction     # Laplace scale t, or Gaussian σ²
+    spent: Fraction     # ε = Δ₁/t or ρ = Δ₂²/(2σ²): at most the budget given
+    variance: float     # Var z_i, exactly (up to float rounding)
+
+
+def calibrate(
+    A: Workload,
+    *,
+    epsilon: float | Fraction | None = None,
+    rho: float | Fraction | None = None,
+    max_contribution: int = 1,
+) -> Calibration:
+    """The noise :func:`measure` adds for strategy A at this budget — computed from public
+    parameters only, so that a caller can check it before charging anything.
+
+    Math: Ã = integral_strategy(A); Laplace t ≥ c·Δ₁(Ã)/ε, Gaussian σ² ≥ c²·Δ₂(Ã)²/(2ρ), each
+    rounded up to a rational with a small denominator (more noise, never less privacy).
+    Raises:
+        PrivacyParameterError: not exactly one of epsilon, rho, or not a finite number > 0;
+            max_contribution is not a positive integer; or the noise would exceed MAX_NOISE_SCALE.
     """
     noise, budget = _privacy_parameter(epsilon=epsilon, rho=rho)
     if isinstance(max_contribution, bool) or not isinstance(max_contribution, (int, np.integer)) or max_contribution < 1:
         raise PrivacyParameterError(f"max_contribution must be a positive integer; got {max_contribution!r}.")
-    counts = _data_vector(A, x)
     strategy = integral_strategy(A)
-    exact_answers = _exact_product(strategy, counts)
     if noise == "laplace":
         delta1 = _sensitivity(strategy.max_column_power_sum(1)) * int(max_contribution)
-        scale = exact.fraction_at_least(delta1 / budget)
-        z = exact.discrete_laplace(scale, strategy.shape[0], rng=rng)
-        variance, spent = exact.discrete_laplace_variance(scale), {"epsilon": delta1 / scale}
+        scale = _noise_parameter(delta1 / budget)
+        too_large, spent = scale > MAX_NOISE_SCALE, delta1 / scale
     else:
         delta2_squared = _sensitivity(strategy.max_column_power_sum(2)) * int(max_contribution) ** 2
-        scale = exact.fraction_at_least(delta2_squared / (2 * budget))
-        z = exact.discrete_gaussian(scale, strategy.shape[0], rng=rng)
-        variance, spent = exact.discrete_gaussian_variance(scale), {"rho": delta2_squared / (2 * scale)}
-    return Measurement(
-        strategy=strategy, y=np.asarray(exact_answers + z, dtype=np.float64), noise=noise,
-        noise_scale=scale, noise_variance=float(variance), **spent,
-    )
+        scale = _noise_parameter(delta2_squared / (2 * budget))
+        too_large, spent = scale > MAX_NOISE_SCALE**2, delta2_squared / (2 * scale)
+    if too_large:
+        raise PrivacyParameterError(
+            f"{'epsilon' if noise == 'laplace' else 'rho'} = {float(budget):.3g} is too small for this strategy and "
+            f"contribution bound: its noise would exceed 2^{MAX_NOISE_SCALE.bit_length() - 1}. Use a larger budget.")
+    variance = exact.discrete_laplace_variance(scale) if noise == "laplace" else exact.discrete_gaussian_variance(scale)
+    return Calibration(strategy=strategy, noise=noise, scale=scale, spent=spent, variance=float(variance))
+
+
+#: Noise parameters at least this large are rounded up to an integer (relative change < 2^-32).
+_INTEGER_PARAMETER = 2**32
+
+
+def _noise_parameter(value: Fraction) -> Fraction:
+    """The smallest convenient rational ≥ value: an integer when large (the int64 samplers then
+    cover scales up to 2^56 and σ² up to 2^118), else denominator ≤ 2^20."""
+    if value >= _INTEGER_PARAMETER:
+        return Fraction(math.ceil(value))
+    return exact.fraction_at_least(value)
 
 
 def pseudo_inverse(A: Workload) -> Workload:
@@ -241,15 +304,25 @@ def _privacy_parameter(*, epsilon: float | Fraction | None, rho: float | Fractio
         raise PrivacyParameterError(f"{name} must be a finite number > 0; got {value!r}.")
     if name == "epsilon" and value > 5:
         warnings.warn(f"epsilon = {value} is above 5, which gives little privacy protection.", DpsqlWarning, stacklevel=3)
-    return ("laplace" if name == "epsilon" else "gaussian"), exact.fraction_at_most(Fraction(value))
+    exact_value = Fraction(value)  # floats are dyadic rationals: exact
+    magnitude = exact_value.numerator.bit_length() - exact_value.denominator.bit_length()  # log2, within 1
+    digits = max(20, 21 - magnitude)  # ~20 significant bits, however small the budget
+    return ("laplace" if name == "epsilon" else "gaussian"), exact.fraction_at_most(exact_value, max_denominator=2**digits)
 
 
-def _data_vector(A: Workload, x: npt.ArrayLike) -> npt.NDArray[np.int64]:
+def _data_vector(A: Workload, x: npt.ArrayLike) -> IntVector:
+    """x as exact integers: int64, or Python integers (an object array) when an entry needs more bits."""
     vector = np.asarray(x)
     if vector.ndim != 1 or vector.shape[0] != A.shape[1]:
         raise ShapeError(f"the data vector must have one entry per cell ({A.shape[1]}); got shape {vector.shape}.")
+    if vector.dtype == object:
+        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in vector.tolist()):
+            raise DataError("the data vector must hold integer counts; got non-integer values.")
+        return _narrowed(np.array([int(v) for v in vector.tolist()], dtype=object))
     if not np.all(np.isfinite(vector)) or np.any(np.mod(vector, 1) != 0):
         raise DataError("the data vector must hold integer counts; got non-integer values.")
+    if vector.dtype.kind == "f" and vector.size and float(np.abs(vector).max()) >= 2.0**63:
+        return np.array([int(v) for v in vector.tolist()], dtype=object)
     return vector.astype(np.int64)
 
 
@@ -297,9 +370,8 @@ def _exact_matmul(A: Workload, X: IntVector) -> IntVector:
     if bound < _INT64_SAFE and X.dtype != object and isinstance(A, Explicit) and isinstance(A.matrix, np.ndarray):
         return A.matrix.astype(np.int64) @ X
     bits = int(np.floor(np.log2(_EXACT_FLOAT / (entry * depth))))
-    if bits < 1:
-        raise DataError(f"the strategy's entries (up to {entry:g}) over {depth:,} cells are too large for exact "
-                        "arithmetic; use a strategy with smaller integer entries.")
+    if bits < 1:  # even one-bit limbs could round: Python integers throughout
+        return _narrowed(np.vectorize(int, otypes=[object])(np.asarray(A.dense())) @ X.astype(object))
     total = np.zeros((A.shape[0], X.shape[1]), dtype=object)
     for sign, part in ((1, np.maximum(X, 0)), (-1, np.maximum(-X, 0))):
         scale = 1

@@ -67,10 +67,12 @@ __all__ = [
     "discrete_gaussian_pmf",
     "discrete_gaussian_scalar",
     "discrete_gaussian_variance",
+    "discrete_gaussian_wide",
     "discrete_laplace",
     "discrete_laplace_pmf",
     "discrete_laplace_scalar",
     "discrete_laplace_variance",
+    "discrete_laplace_wide",
     "fraction_at_least",
     "fraction_at_most",
     "resolve_rng",
@@ -863,6 +865,47 @@ def discrete_gaussian(
         return _gaussian_vec(plan, n, source)
     samples = [discrete_gaussian_scalar(s2, rng=source) for _ in range(n)]
     return np.array(samples, dtype=np.int64).reshape(n)
+
+
+WideArray = npt.NDArray[np.int64] | npt.NDArray[np.object_]
+
+
+def discrete_laplace_wide(scale: Fraction, size: int, *, rng: RandomSource | None = None) -> WideArray:
+    """``size`` iid Lap_Z(scale) samples for any positive rational scale.
+
+    Math / Privacy: as :func:`discrete_laplace` (ε-DP at scale = Δ₁/ε, exact sampling). Up to
+    scale 2^56 it is that sampler (int64 samples); beyond, the samples are drawn one by one with
+    the pure-Python reference sampler (CKS Algorithm 2, exact for any rational parameter) and
+    returned as Python integers in an object array.
+
+    Raises:
+        PrivacyParameterError: scale is a float or not a positive rational; size is not an int >= 0.
+    """
+    t = _positive_rational(scale, "scale")
+    if t <= _MAX_LAPLACE_SCALE:
+        return discrete_laplace(t, size, rng=rng)
+    n = _check_size(size)
+    source = resolve_rng(rng)
+    return np.array([discrete_laplace_scalar(t, rng=source) for _ in range(n)], dtype=object).reshape(n)
+
+
+def discrete_gaussian_wide(sigma2: Fraction, size: int, *, rng: RandomSource | None = None) -> WideArray:
+    """``size`` iid N_Z(0, sigma2) samples for any positive rational sigma2.
+
+    Math / Privacy: as :func:`discrete_gaussian` (ρ-zCDP with ρ = Δ₂²/(2σ²), exact sampling). Up
+    to σ² = 2^118 it is that sampler (int64 samples); beyond, the samples are drawn one by one
+    with the pure-Python reference sampler (CKS Algorithm 3, exact for any rational parameter)
+    and returned as Python integers in an object array.
+
+    Raises:
+        PrivacyParameterError: sigma2 is a float or not a positive rational; size is not an int >= 0.
+    """
+    s2 = _positive_rational(sigma2, "sigma2")
+    if s2 <= _MAX_GAUSSIAN_SIGMA2:
+        return discrete_gaussian(s2, size, rng=rng)
+    n = _check_size(size)
+    source = resolve_rng(rng)
+    return np.array([discrete_gaussian_scalar(s2, rng=source) for _ in range(n)], dtype=object).reshape(n)
 
 
 # --------------------------------------------------------------------------------------------

@@ -25,8 +25,10 @@ out, and the plan says so; the standard strategies are always there to fall back
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -206,10 +208,28 @@ def split_budget(errors: Sequence[float], total: float, *, noise: Noise) -> list
     """Shares of a budget over independent measurements minimising the summed expected error.
 
     Gaussian: error_k ∝ c_k/ρ_k, so ρ_k ∝ √c_k. Laplace: error_k ∝ c_k/ε_k², so ε_k ∝ c_k^{1/3}.
+    A measurement with c_k = 0 (an identically zero workload, answered exactly) gets exactly 0.
+    Each share is rounded down to a float, so the shares' exact sum never exceeds ``total``
+    (sequential or zCDP composition then spends at most the charged budget).
 
     >>> [round(x, 6) for x in split_budget([1.0, 4.0], 3.0, noise="gaussian")]
     [1.0, 2.0]
+    >>> split_budget([0.0, 8.0], 0.5, noise="laplace")
+    [0.0, 0.5]
     """
     power = 0.5 if noise == "gaussian" else 1.0 / 3.0
-    weights = np.power(np.maximum(np.asarray(errors, dtype=np.float64), 1e-300), power)
-    return [float(share) for share in total * weights / weights.sum()]
+    values = np.asarray(errors, dtype=np.float64)
+    weights = np.power(values, power) / np.power(values.max(), power) if values.size and values.max() > 0 \
+        else np.zeros(values.size)
+    if not weights.any():
+        return [0.0] * len(weights)
+    exact_total = Fraction(total)
+    exact_weights = [Fraction(float(w)) for w in weights]
+    norm = sum(exact_weights)
+    return [_float_at_most(exact_total * w / norm) for w in exact_weights]
+
+
+def _float_at_most(value: Fraction) -> float:
+    """The largest float ≤ value (for value ≥ 0)."""
+    nearest = float(value)
+    return math.nextafter(nearest, 0.0) if Fraction(nearest) > value else nearest

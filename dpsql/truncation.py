@@ -127,15 +127,15 @@ def svt_threshold(below: npt.ArrayLike, total: int, grid: npt.ArrayLike, *, frac
     if not 0 < r < 1:
         raise PrivacyParameterError(f"the SVT fraction r must be in (0, 1); got {fraction}.")
     _check_epsilon(epsilon)
-    counts, points = np.asarray(below, dtype=np.int64), np.asarray(grid, dtype=np.float64)
+    counts, points = np.array([int(c) for c in np.ravel(below).tolist()], dtype=object), np.asarray(grid, dtype=np.float64)  # exact, any size
     if points.ndim != 1 or counts.shape != points.shape or total < 0:
         raise ShapeError(f"need one count per grid value ({points.size}) and N ≥ 0.")
     p, q = r.numerator, r.denominator
     delta = max(p, q - p) * _positive_rows(max_rows)
     source = noise.resolve_rng(rng)
-    threshold = int(noise.discrete_laplace(noise.fraction_at_least(2 * delta / epsilon), 1, rng=source)[0])
-    draws = noise.discrete_laplace(noise.fraction_at_least(4 * delta / epsilon), points.size, rng=source)
-    fired = np.flatnonzero(q * counts - p * total + draws > threshold)
+    threshold = int(noise.discrete_laplace_wide(noise.fraction_at_least(2 * delta / epsilon), 1, rng=source)[0])
+    draws = noise.discrete_laplace_wide(noise.fraction_at_least(4 * delta / epsilon), points.size, rng=source).astype(object)
+    fired = np.flatnonzero(np.array([q * c - p * int(total) + int(d) > threshold for c, d in zip(counts, draws)], dtype=bool))
     if fired.size == 0:
         return Threshold(theta=float(points[-1]), index=None, epsilon=epsilon)
     return Threshold(theta=float(points[int(fired[0])]), index=int(fired[0]), epsilon=epsilon)
@@ -173,13 +173,13 @@ def r2t_threshold(truncated_sums: npt.ArrayLike, taus: npt.ArrayLike, *, epsilon
     up to ``max_rows`` rows (each clipped on its own) sⱼ moves by ``max_rows``·τⱼ: the noise
     scales with it.
     """
-    sums, tau = np.asarray(truncated_sums, dtype=np.int64), np.asarray(taus, dtype=np.int64)
+    sums, tau = np.array([int(v) for v in np.ravel(truncated_sums)], dtype=object), np.asarray(taus, dtype=np.int64)  # sums exact
     if sums.shape != tau.shape or tau.size == 0 or np.any(tau <= 0):
         raise ShapeError("need one truncated sum per threshold, thresholds > 0.")
     scales, penalties = r2t_penalties(tau.tolist(), epsilon=epsilon / _positive_rows(max_rows), beta=beta, kappa=kappa)
     source = noise.resolve_rng(rng)
-    draws = np.array([int(noise.discrete_laplace(noise.fraction_at_least(scale), 1, rng=source)[0]) for scale in scales.tolist()])
-    scores = sums + draws - penalties
+    draws = [int(noise.discrete_laplace_wide(noise.fraction_at_least(scale), 1, rng=source)[0]) for scale in scales.tolist()]
+    scores = np.array([float(s + d) - c for s, d, c in zip(sums, draws, penalties.tolist())])  # exact sum, then a float
     if np.max(scores) <= 0:
         return Threshold(theta=float(tau[0]), index=0, epsilon=epsilon)
     best = int(np.argmax(scores))  # first maximum: ties go to the smaller τ

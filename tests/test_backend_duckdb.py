@@ -24,7 +24,6 @@ from sqlglot import exp
 
 from dpsql.backends import CellData, DuckDBBackend, arrow_table, measure_quantum
 from dpsql.errors import (
-    DataError,
     InterfaceError,
     OperationalError,
     ProgrammingError,
@@ -375,13 +374,16 @@ def test_summing_requires_bounds_a_number_type_and_a_sane_quantum(people: tuple[
         backend.cell_data(table, [stranger.columns["age"]])
 
 
-def test_sum_overflow_is_a_data_error() -> None:
+def test_sums_beyond_int64_are_exact() -> None:
+    """Issue 14 item 2: a sum past int64 is read exactly (HUGEINT), never an error after the charge."""
     con = duckdb.connect()
     make_table(con, "t", {"x": "BIGINT"}, [(2**40,)] * 2)
     con.execute("INSERT INTO t SELECT x FROM t, range(2000)")  # 4002 rows of 2^40: 2^52 quanta each
     table = load_table({"columns": {"x": {"type": "numeric", "lower": 0, "upper": 2**40, "bin_width": 2**30}}})
-    with pytest.raises(DataError, match="overflow"):
-        DuckDBBackend(con).cell_data(table, [], sum_columns={table.columns["x"]: 2.0**-12})
+    data = DuckDBBackend(con).cell_data(table, [], sum_columns={table.columns["x"]: 2.0**-12})
+    assert data.sums["x"].tolist() == [4002 * 2**52]
+    small = DuckDBBackend(con).cell_data(table, [], sum_columns={table.columns["x"]: 2.0**10})
+    assert small.sums["x"].dtype == np.int64 and small.sums["x"].tolist() == [4002 * 2**30]
 
 
 def test_duckdb_failures_are_operational_errors(people: tuple[duckdb.DuckDBPyConnection, Table]) -> None:

@@ -56,7 +56,6 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.errors import (
-    DataError,
     DomainTooLargeError,
     InterfaceError,
     InternalError,
@@ -110,7 +109,8 @@ class CellData:
     index: IntArray
     #: Rows in each listed cell, after the privacy-unit cap.
     counts: IntArray
-    #: Per SUM column name: sum of round(clamp(value, lo, hi) / quantum) in each listed cell.
+    #: Per SUM column name: sum of round(clamp(value, lo, hi) / quantum) in each listed cell, exactly
+    #: (int64, or Python integers when a sum does not fit).
     sums: Mapping[str, IntArray]
     #: Per COUNT(col) column name: rows with a value (not NULL, not NaN) in each listed cell.
     nonnull: Mapping[str, IntArray]
@@ -237,7 +237,6 @@ class DuckDBBackend:
                 cannot hold its domain, or summed without measure bounds.
             ProgrammingError: a quantum is not a positive finite number, or is so small that
                 values would no longer be exact integers.
-            DataError: a sum overflowed int64 (use a coarser quantum).
             OperationalError: DuckDB failed (the message omits anything that may quote data).
         """
         query = self._query(table, cell_columns, sum_columns, count_columns)
@@ -261,9 +260,9 @@ class DuckDBBackend:
                                                                _int(1))), f"dpsql_below_{k}", quoted=True)
                        for k, u in enumerate(below)]
         present = exp.Not(this=_ref(value).is_(exp.null()))  # LEAST skips NULLs, so guard them explicitly
-        aggregates += [exp.alias_(exp.Coalesce(this=exp.cast(exp.Sum(this=exp.Case().when(present.copy(), _call(
-                           "least", magnitude.copy(), _int(int(t))))), "BIGINT"), expressions=[_int(0)]), f"dpsql_clip_{j}", quoted=True)
-                       for j, t in enumerate(clip)]
+        aggregates += [exp.alias_(exp.Coalesce(this=exp.Sum(this=exp.Case().when(present.copy(), _call(
+                           "least", magnitude.copy(), _int(int(t))))), expressions=[_int(0)]), f"dpsql_clip_{j}", quoted=True)
+                       for j, t in enumerate(clip)]  # HUGEINT sums, read exactly as Python integers
         result = self._run(exp.select(*aggregates).from_(rows.subquery("dpsql_rows", copy=False)).sql("duckdb")).to_pylist()[0]
         return MeasureProfile(rows=int(result["dpsql_rows"]),
                               below=tuple(int(result[f"dpsql_below_{k}"]) for k in range(len(below))),
@@ -318,17 +317,16 @@ class DuckDBBackend:
         return catalog
 
     def _run(self, sql: str) -> pa.Table:
+        """Run generated SQL. Sums are HUGEINT and every per-row value is clamped and bounded by the
+        schema (below 2^53 quanta), so no aggregate can overflow; errors that may quote data values
+        are reported without their message and not chained."""
         try:
             return arrow_table(self.connection.sql(sql))
-        except (duckdb.OutOfRangeException, duckdb.ConversionException) as err:
-            # The only cast that can fail is CAST(SUM(...) AS BIGINT): every per-row value is bounded.
-            raise DataError("A SUM overflowed int64 in the cell query; use a coarser quantum or narrower "
-                            "measure bounds.") from err
         except _QUIET_ERRORS as err:
             raise OperationalError(f"DuckDB failed to run the cell query: {err}") from err
         except duckdb.Error as err:
             raise OperationalError(f"DuckDB failed to run the cell query ({type(err).__name__}); its message is "
-                                   "withheld because it may quote data values (see the chained exception).") from err
+                                   "withheld because it may quote data values.") from None
 
 
 def measure_quantum(column: Column) -> float:
@@ -755,7 +753,8 @@ def _build_query(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Seq
     """SELECT cell indices, COUNT(*), SUMs and COUNTs ... GROUP BY the cell indices, over the capped rows."""
     rows, cell_names, sum_names, count_names = _rows(table, catalog, cells, sums, counts)
     aggregates = [exp.alias_(exp.Count(this=exp.Star()), "dpsql_rows", quoted=True)]
-    aggregates += [exp.alias_(exp.Coalesce(this=exp.cast(exp.Sum(this=_ref(n)), "BIGINT"), expressions=[_int(0)]), n,
+    # SUM over BIGINT is HUGEINT (128 bits; |sum| < 2^53 per row · 2^63 rows fits): fetched exactly, never cast down
+    aggregates += [exp.alias_(exp.Coalesce(this=exp.Sum(this=_ref(n)), expressions=[_int(0)]), n,
                               quoted=True) for n in sum_names]
     aggregates += [exp.alias_(exp.Count(this=exp.Case().when(_ref(n), _int(1))), n, quoted=True) for n in count_names]
     query = exp.select(*[_ref(n) for n in cell_names], *aggregates).from_(rows.subquery("dpsql_rows", copy=False))
@@ -794,12 +793,12 @@ def _cell_data(result: pa.Table, shape: tuple[int, ...], sum_names: Sequence[str
     cells = tuple(_int_column(result, f"dpsql_cell_{i}")[keep] for i in range(len(shape)))
     try:
         index = np.ravel_multi_index(cells, shape) if shape else np.zeros(int(keep.sum()), dtype=np.int64)
-    except ValueError as err:
-        raise InternalError("The cell query returned a cell index outside the declared domain.") from err
+    except ValueError:
+        raise InternalError("The cell query returned a cell index outside the declared domain.") from None
     order = np.argsort(index)
 
     def aligned(array: IntArray, *, kept: bool = False) -> IntArray:
-        out = np.ascontiguousarray((array if kept else array[keep])[order], dtype=np.int64)
+        out = np.ascontiguousarray((array if kept else array[keep])[order])  # int64, or Python integers (wide sums)
         out.setflags(write=False)
         return out
 
@@ -832,15 +831,21 @@ def _marginal_tables(result: pa.Table, shapes: Sequence[int], marginals: Sequenc
         else:
             try:
                 np.add.at(table, index, counts[mine])
-            except IndexError as err:
-                raise InternalError("The marginal query returned a cell index outside the declared domain.") from err
+            except IndexError:
+                raise InternalError("The marginal query returned a cell index outside the declared domain.") from None
         table.setflags(write=False)
         tables[marginal] = table
     return tables
 
 
 def _int_column(result: pa.Table, name: str) -> IntArray:
+    """An integer result column exactly: int64 when every value fits, else Python integers
+    (HUGEINT sums arrive as decimal128(38, 0))."""
     column = result.column(name)
     if column.null_count:
         raise InternalError(f"The cell query returned NULL in '{name}'.")
-    return np.asarray(column.to_numpy(), dtype=np.int64)
+    if not pa.types.is_decimal(column.type):
+        return np.asarray(column.to_numpy(), dtype=np.int64)
+    values = [int(v) for v in column.to_pylist()]
+    fits = all(-2**63 <= v < 2**63 for v in values)
+    return np.array(values, dtype=np.int64 if fits else object).reshape(len(values))

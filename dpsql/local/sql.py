@@ -189,7 +189,7 @@ def simulate_database(published: StrategyFile, database: str | Path, *, schema: 
 def _batch_counts(layout: Layout, shape: tuple[int, ...], index: npt.NDArray[np.int64],
                   counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Base-cell counts (flat over ``shape``) summed into the layout's cells."""
-    return batch_cell_totals([axis.cell_of_base for axis in layout.axes], index, shape, counts)
+    return batch_cell_totals([axis.cell_of_base for axis in layout.axes], index, shape, counts).astype(np.int64)  # row counts fit
 
 
 def _check_table(table: Table) -> None:

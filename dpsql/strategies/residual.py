@@ -821,7 +821,7 @@ def measure(
     Raises:
         ShapeError: a table for a set outside the closure, of the wrong shape, or a closure set
             no table covers.
-        DataError: a table that is not integer counts, or counts too large for exact int64 work.
+        DataError: a table that is not integer counts (counts of any size are measured exactly).
     """
     lattice = selection._lattice
     tables = _closure_tables(lattice, marginal_tables)
@@ -907,7 +907,8 @@ class _NoiseStream:
     def take(self, count: int) -> IntArray:
         if count > self.buffer.size:
             size = min(max(count - self.buffer.size, BATCH_CELLS), self.remaining)
-            self.buffer = np.concatenate([self.buffer, noise.discrete_gaussian(self.gamma2, size, rng=self.rng)])
+            fresh = noise.discrete_gaussian_wide(self.gamma2, size, rng=self.rng)
+            self.buffer = np.concatenate([self.buffer.astype(fresh.dtype), fresh])
             self.remaining -= size
         out, self.buffer = self.buffer[:count], self.buffer[count:]
         return out
@@ -933,21 +934,21 @@ def _measure_group(
 
 
 def _integer_release(counts: IntArray, classes: IntArray, streams: list[_NoiseStream]) -> IntArray:
-    """Ξ v + z exactly in int64, z iid N_Z(0, γ²) with each set's class γ²."""
+    """Ξ v + z exactly, z iid N_Z(0, γ²) with each set's class γ²: in int64 while every value
+    provably fits, else in Python integers (so no count and no noise draw can make it fail)."""
     shape = counts.shape[1:]
     largest = int(np.abs(counts).max(initial=0)) * math.prod(2 * n for n in shape)
-    if largest >= _INT64_SAFE:
-        raise DataError(f"counts up to {int(np.abs(counts).max())} are too large for exact measurement of a {shape} table.")
-    y = counts
+    y = counts if largest < _INT64_SAFE else counts.astype(object)
     for axis in range(1, len(shape) + 1):
         y = _xi_axis(y, axis)
-    z = np.empty_like(y)
-    for k in np.unique(classes).tolist():
-        rows = np.flatnonzero(classes == k)
-        z[rows] = streams[k].take(rows.size * math.prod(shape)).reshape((rows.size, *shape))
-    if largest + int(np.abs(z).max(initial=0)) >= 2**63:
-        raise DataError("the noisy counts do not fit in int64; use a larger rho.")
-    return y + z  # type: ignore[no-any-return]
+    draws = [(rows, streams[k].take(rows.size * math.prod(shape)))
+             for k in np.unique(classes).tolist() for rows in [np.flatnonzero(classes == k)]]
+    wide = y.dtype == object or any(d.dtype == object for _, d in draws) \
+        or largest + max((int(np.abs(d).max(initial=0)) for _, d in draws), default=0) >= 2**63
+    z = np.empty(y.shape, dtype=object if wide else np.int64)
+    for rows, d in draws:
+        z[rows] = d.reshape((rows.size, *shape))
+    return (y.astype(object) + z if wide else y + z)  # type: ignore[no-any-return]
 
 
 # ============================================================================ reconstruction
