@@ -179,16 +179,6 @@ def test_demo_files_hold_twelve_statements_over_its_schema(tmp_path: Path) -> No
         assert backend.connection.execute("SELECT COUNT(*) FROM census").fetchone() == (2_000,)
 
 
-def test_demo_answers_its_twelve_statements(tmp_path: Path) -> None:
-    lines: list[str] = []
-    tables = demo.run(tmp_path, people=20_000, echo=lines.append)
-    assert len(tables) == 12 and all(isinstance(t, pa.Table) for t in tables)
-    assert tables[3].num_rows == 10  # the ten most populous states (ORDER BY ... LIMIT 10)
-    assert tables[2].num_rows == 20 * 2  # age bands by sex
-    assert (tmp_path / "census.duckdb").exists() and (tmp_path / "schema.toml").exists() and (tmp_path / "queries.sql").exists()
-    assert any("Answered 12 statements" in line for line in lines)
-
-
 def _write(folder: Path, text: str) -> str:
     path = folder / "batch.sql"
     path.write_text(text, encoding="utf-8")

@@ -39,6 +39,7 @@ def _ready(child: subprocess.Popen[str]) -> None:
     assert line == "ready\n", child.communicate()[1]
 
 
+@pytest.mark.slow
 def test_eight_processes_racing_for_three_batches(tmp_path: Path) -> None:
     database = tmp_path / "people.duckdb"
     make_database(database)
@@ -58,6 +59,7 @@ def test_eight_processes_racing_for_three_batches(tmp_path: Path) -> None:
     assert balance.limits[0].spent == 3 and balance.left == 0
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_points_never_leaves_an_answer_without_a_charge(tmp_path: Path) -> None:
     """After every kill: answers written ≤ charges ≤ answers + kills, and the ledger is intact."""
     database = tmp_path / "people.duckdb"

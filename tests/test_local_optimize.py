@@ -51,6 +51,7 @@ print(local.worst_case_variance(workloads.Prefix(n), local.LocalStrategy(Q=Q, ep
 """
 
 
+@pytest.mark.slow
 def test_reference_implementation_regression() -> None:
     # digest §10.4: Prefix, n = 128, ε = 1, random start from np.random.seed(0); rand(512, 128), the tuned
     # procedure of §4.4. The reference implementation's README reports 1910.8675697859 (worst case with

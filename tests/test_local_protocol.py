@@ -120,3 +120,18 @@ def test_the_plug_in_variance_is_close_to_the_true_one(published: protocol.Strat
     table = reports_table(published, protocol.randomize_cells(published, np.repeat(np.arange(6), x), rng=SeededRandomSource(9)))
     reported = estimate(table, strategy=published, workload=workloads.Identity(6)).column("variance").to_numpy()
     np.testing.assert_allclose(reported, local.answer_variances(np.eye(6), published.strategy, x), rtol=0.1)
+
+
+def test_the_client_refuses_an_epsilon_above_its_own_limit() -> None:
+    """Issue 14 item 5: the server chooses ε; a client bounds it (default 5) whatever the file says."""
+    truthful = protocol.publish(local.randomized_response(6, epsilon=30.0))  # reports all but reveal the cell
+    for client in (lambda **kw: protocol.randomize(truthful, 3, **kw),
+                   lambda **kw: protocol.randomize_cells(truthful, np.arange(6), **kw)):
+        with pytest.raises(PrivacyParameterError, match=r"ε = 30 per report .* above this client's limit max_epsilon = 5"):
+            client(rng=SeededRandomSource(0))
+        with pytest.raises(PrivacyParameterError, match="max_epsilon must be a finite number > 0"):
+            client(rng=SeededRandomSource(0), max_epsilon=float("nan"))
+    assert protocol.DEFAULT_MAX_EPSILON == 5.0
+    assert protocol.randomize(truthful, 3, rng=SeededRandomSource(0), max_epsilon=30.0).output == 3  # the user's choice
+    at_limit = protocol.publish(local.randomized_response(6, epsilon=5.0))
+    assert 0 <= protocol.randomize(at_limit, 3, rng=SeededRandomSource(0)).output < 6

@@ -192,3 +192,21 @@ def test_design_warns_above_epsilon_5() -> None:
 
     with pytest.warns(DpsqlWarning, match="above 5"):
         design_batch("SELECT COUNT(*) AS n FROM people", SCHEMA, epsilon=6.0, time_limit=1.0)
+
+
+def test_cli_randomize_shows_epsilon_and_refuses_above_max_epsilon(files: dict[str, Path],
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 14 item 5: ε and the mechanism go to stderr first; above --max-epsilon nothing is written."""
+    strategy, reports = files["dir"] / "eps30.json", files["dir"] / "eps30.parquet"
+    with pytest.warns(UserWarning, match="above 5"):
+        protocol.save(design_batch(QUERIES, files["schema"], epsilon=30.0, time_limit=5), strategy)
+    with pytest.raises(PrivacyParameterError, match=r"ε = 30 per report .*--max-epsilon = 5.*Nothing was randomized"):
+        run("local", "randomize", "--strategy", str(strategy), "--input", str(files["rows"]), "-o", str(reports))
+    assert not reports.exists()
+    err = capsys.readouterr().err
+    assert "ε = 30 per report, mechanism " in err and "--max-epsilon 5" in err
+    assert run("local", "randomize", "--strategy", str(strategy), "--input", str(files["rows"]), "-o", str(reports),
+               "--max-epsilon", "30") == 0
+    assert pq.read_table(reports).num_rows == 5000
+    with pytest.raises(PrivacyParameterError, match="limit max_epsilon = 5"):  # the Python client's default
+        randomize_records(protocol.load(strategy), pq.read_table(files["rows"]))

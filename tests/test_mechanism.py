@@ -24,6 +24,7 @@ def _batch() -> tuple[workloads.Workload, workloads.Workload, np.ndarray]:
     return W, A, x
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("budget", "seed"), [({"rho": 0.25}, 11), ({"epsilon": 0.7}, 12)])
 def test_answers_are_unbiased_with_the_predicted_variance(budget: dict[str, float], seed: int) -> None:
     W, A, x = _batch()

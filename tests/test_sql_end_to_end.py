@@ -79,6 +79,7 @@ def connect(data: duckdb.DuckDBPyConnection, *, seed: int = 0, schema: Schema = 
 
 
 # ============================================================================== groups and types
+@pytest.mark.slow
 def test_every_declared_group_in_declared_order_and_arrow_type(data: duckdb.DuckDBPyConnection) -> None:
     batch = """SELECT age, COUNT(*) FROM t GROUP BY age;
                SELECT income, COUNT(*) FROM t GROUP BY income;
@@ -149,6 +150,7 @@ def _truth(data: duckdb.DuckDBPyConnection) -> list[np.ndarray]:
     return [np.asarray(data.execute(sql).fetchone(), dtype=np.float64) for sql in TRUTH_SQL]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cost", [{"epsilon": 1.0}, {"rho": 0.5}], ids=["laplace", "gaussian"])
 def test_answers_are_unbiased_and_their_standard_errors_are_calibrated(data: duckdb.DuckDBPyConnection, cost: dict) -> None:
     """RUNS independent releases of one batch; z = (answer - truth) / reported stddev.
@@ -207,6 +209,7 @@ def _predicted_stddevs(prepared: engine.Prepared) -> list[dict[str, np.ndarray]]
              if out.aggregate.function != "avg"} for s in compiled.statements]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cost", [{"epsilon": 0.5}, {"rho": 0.125}], ids=["laplace", "gaussian"])
 def test_stddev_columns_are_the_plan_s_prediction_and_do_not_depend_on_the_seed(data: duckdb.DuckDBPyConnection, cost: dict) -> None:
     first = connect(data, seed=1).cursor().execute(STATS_BATCH, **cost).fetch_arrow_tables()
@@ -220,6 +223,7 @@ def test_stddev_columns_are_the_plan_s_prediction_and_do_not_depend_on_the_seed(
     assert first[0].column("n").to_pylist() != second[0].column("n").to_pylist(), "different seeds, different noise"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family, small, large, ratio", [("epsilon", 0.1, 0.2, 2.0), ("rho", 0.01, 0.16, 4.0)])
 def test_stddevs_scale_as_one_over_epsilon_and_one_over_root_rho(data: duckdb.DuckDBPyConnection, family: str,
                                                                  small: float, large: float, ratio: float) -> None:
@@ -242,6 +246,7 @@ TWELVE = ";\n".join([
     "SELECT COUNT(*) FROM t WHERE age < 5 OR age >= 15"])
 
 
+@pytest.mark.slow
 def test_a_batch_is_charged_once_exactly_its_cost(data: duckdb.DuckDBPyConnection) -> None:
     with connect(data, epsilon=3.0) as connection:
         cursor = connection.cursor()
@@ -252,6 +257,7 @@ def test_a_batch_is_charged_once_exactly_its_cost(data: duckdb.DuckDBPyConnectio
         assert connection.budget.spent == 0.75 and connection.budget.remaining == 2.25
 
 
+@pytest.mark.slow
 def test_an_epsilon_batch_on_a_rho_budget_costs_epsilon_squared_over_two(data: duckdb.DuckDBPyConnection) -> None:
     with connect(data, rho=1.0) as connection:
         connection.cursor().execute(TWELVE, epsilon=0.5)
@@ -403,6 +409,7 @@ def test_an_alias_never_replaces_a_generated_column(data: duckdb.DuckDBPyConnect
 
 
 # ============================================================================== explain and metadata
+@pytest.mark.slow
 def test_explain_spends_nothing_and_names_candidates_and_cost(data: duckdb.DuckDBPyConnection) -> None:
     with connect(data, epsilon=2.0) as connection:
         text = connection.cursor().explain(TWELVE, epsilon=0.5)
@@ -424,6 +431,7 @@ def test_explain_reads_no_data(tmp_path: object) -> None:
         assert connection.budget.spent == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cost, mechanism_name, spent", [({"epsilon": 0.5}, "Laplace", "ε=0.5"), ({"rho": 0.25}, "Gaussian", "ρ=0.25")])
 def test_metadata_describes_the_release(data: duckdb.DuckDBPyConnection, cost: dict, mechanism_name: str, spent: str) -> None:
     tables = connect(data, rho=10.0).cursor().execute(TWELVE, **cost).fetch_arrow_tables()

@@ -120,6 +120,7 @@ def test_svt_falls_back_to_the_cap_when_it_never_fires() -> None:
     assert found.index is None and found.theta == 64.0
 
 
+@pytest.mark.slow
 def test_svt_output_distribution_is_close_on_neighbours() -> None:
     """ε₁ = 0.5, 5,000 seeded runs on D and D + one large row: for every grid index with at least
     200 hits the frequency ratio is below e^{ε₁} plus 5 binomial standard errors."""
@@ -175,6 +176,7 @@ def test_r2t_scores_without_noise_match_the_digest() -> None:
     assert TAUS[int(np.argmax(sums - at_one))] == 64  # the digest's noiseless argmax at ε = 1
 
 
+@pytest.mark.slow
 def test_r2t_on_zero_data_returns_the_floor_with_high_probability() -> None:
     source = SeededRandomSource(3)
     picks = [truncation.r2t_threshold([0] * 7, TAUS, epsilon=1.0, beta=0.1, rng=source).theta for _ in range(200)]

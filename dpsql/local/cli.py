@@ -45,6 +45,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     randomize.add_argument("--schema", type=Path, help="the schema, if the strategy file embeds none (--db only)")
     randomize.add_argument("--seed", type=int, help="seed of the simulation's draws (--db only)")
     randomize.add_argument("-o", "--out", required=True, type=Path, help="the reports file (.parquet or .csv)")
+    randomize.add_argument("--max-epsilon", type=float, default=protocol.DEFAULT_MAX_EPSILON,
+                           help="refuse a strategy file whose ε per report is above this (default "
+                                f"{protocol.DEFAULT_MAX_EPSILON:g}: the server picks ε, the client bounds it; above 5 a "
+                                "report is up to e^5 ≈ 148 times likelier for one value than another, and two-value "
+                                "randomized response tells the truth 99.3%% of the time)")
     randomize.set_defaults(handler=_randomize)
     answer = actions.add_parser("answer", help="answer the batch from the reports")
     answer.add_argument("queries", type=Path, help="the .sql batch (the cells must match the strategy's)")
@@ -68,11 +73,15 @@ def _design(arguments: argparse.Namespace) -> int:
 
 def _randomize(arguments: argparse.Namespace) -> int:
     published = protocol.load(arguments.strategy)
+    print(f"strategy {arguments.strategy}: ε = {published.epsilon:g} per report, mechanism {published.name}, "
+          f"sha256 {published.sha256[:12]}… (this client's limit: --max-epsilon {arguments.max_epsilon:g})",
+          file=sys.stderr)
+    protocol.check_max_epsilon(published, arguments.max_epsilon, option="--max-epsilon")
     if arguments.input is not None:
         if arguments.seed is not None or arguments.schema is not None:
             raise ProgrammingError("--seed and --schema apply to --db simulation only; --input reports are drawn from "
                                    "the operating system's randomness.")
-        reports = randomize_records(published, _read_table(arguments.input))
+        reports = randomize_records(published, _read_table(arguments.input), max_epsilon=arguments.max_epsilon)
     else:
         rng = np.random.default_rng(arguments.seed)
         reports = simulate_database(published, arguments.db, schema=arguments.schema, rng=rng)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,12 @@ IntArray = npt.NDArray[np.int64]
 
 FORMAT = "dpsql-local-strategy"
 VERSION = 1
+
+#: The largest per-report ε a client accepts unless its user raises the limit. At ε = 5 a report
+#: may be e^5 ≈ 148 times likelier for one value than another (randomized response over two
+#: values tells the truth 99.3% of the time); above it a report all but discloses the record.
+#: The client applies its own limit because the strategy file's ε is chosen by the server.
+DEFAULT_MAX_EPSILON = 5.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,7 +174,26 @@ def load(path: str | Path) -> StrategyFile:
     return published
 
 
-def randomize(published: StrategyFile, value: int | Mapping[str, object], *, rng: RandomSource | None = None) -> Report:
+def check_max_epsilon(published: StrategyFile, max_epsilon: float, *, option: str = "max_epsilon") -> None:
+    """Refuse a strategy whose per-report ε is above the client's limit ``max_epsilon``.
+
+    Raises:
+        PrivacyParameterError: ``max_epsilon`` is not a finite number > 0, or the file's ε exceeds it
+            (the message names ``option``, the setting that raises the limit).
+    """
+    if isinstance(max_epsilon, bool) or not isinstance(max_epsilon, (int, float)) or not math.isfinite(max_epsilon) \
+            or max_epsilon <= 0:
+        raise PrivacyParameterError(f"{option} must be a finite number > 0; got {max_epsilon!r}.")
+    if published.epsilon > max_epsilon:
+        raise PrivacyParameterError(
+            f"the strategy file asks for ε = {published.epsilon:g} per report ({published.name}), above this client's "
+            f"limit {option} = {max_epsilon:g}: its reports would reveal too much of each record. Nothing was "
+            f"randomized. Ask the server for a strategy at ε ≤ {max_epsilon:g}, or raise {option} only if every "
+            "person reporting accepts that privacy loss.")
+
+
+def randomize(published: StrategyFile, value: int | Mapping[str, object], *, rng: RandomSource | None = None,
+              max_epsilon: float = DEFAULT_MAX_EPSILON) -> Report:
     """The client's step: map ``value`` to its cell and return one randomized report.
 
     Args:
@@ -175,11 +201,15 @@ def randomize(published: StrategyFile, value: int | Mapping[str, object], *, rng
         value: the cell index (when the strategy has no layout) or the record, a mapping from
             column name to value (see ``dpsql.local.layout``).
         rng: tests only; production draws from the operating system (SystemRandomSource).
+        max_epsilon: the client's own limit on the file's ε (``DEFAULT_MAX_EPSILON``).
     Privacy:
-        ε-LDP for this report (module docstring): the output is an exact draw from K[:, u] / T.
+        ε-LDP for this report (module docstring): the output is an exact draw from K[:, u] / T,
+        with ε ≤ ``max_epsilon`` whatever the server chose.
     Raises:
+        PrivacyParameterError: the file's ε is above ``max_epsilon``.
         DataError: the value is not a cell index of the strategy, or the record does not fit its layout.
     """
+    check_max_epsilon(published, max_epsilon)
     if published.layout is not None:
         if not isinstance(value, Mapping):
             raise DataError(f"this strategy maps records over columns {', '.join(a.column for a in published.layout.axes)}; "
@@ -187,16 +217,19 @@ def randomize(published: StrategyFile, value: int | Mapping[str, object], *, rng
         cell = published.layout.cell_of(value)
     else:
         cell = _cell_index(value, published.n)
-    output = int(randomize_cells(published, np.array([cell], dtype=np.int64), rng=rng)[0])
+    output = int(randomize_cells(published, np.array([cell], dtype=np.int64), rng=rng, max_epsilon=max_epsilon)[0])
     return Report(strategy=published.sha256, output=output)
 
 
-def randomize_cells(published: StrategyFile, cells: npt.ArrayLike, *, rng: RandomSource | None = None) -> IntArray:
+def randomize_cells(published: StrategyFile, cells: npt.ArrayLike, *, rng: RandomSource | None = None,
+                    max_epsilon: float = DEFAULT_MAX_EPSILON) -> IntArray:
     """One exact draw o ~ K[:, u] / T per cell index u (many clients at once: simulation or a Python client).
 
     Raises:
+        PrivacyParameterError: the file's ε is above ``max_epsilon`` (``check_max_epsilon``).
         DataError: a cell index is outside [0, n).
     """
+    check_max_epsilon(published, max_epsilon)
     cells = np.asarray(cells)
     if cells.ndim != 1 or (cells.size and (not np.issubdtype(cells.dtype, np.integer) or cells.min() < 0
                                            or cells.max() >= published.n)):

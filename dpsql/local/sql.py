@@ -30,7 +30,7 @@ from dpsql.errors import DataError, DpsqlWarning, ProgrammingError, SchemaError,
 from dpsql.linalg import quadratic_diag
 from dpsql.local.answers import counts_of, plug_in_counts, reports_table
 from dpsql.local.layout import AxisLayout, Layout
-from dpsql.local.protocol import StrategyFile, publish, randomize_cells
+from dpsql.local.protocol import DEFAULT_MAX_EPSILON, StrategyFile, check_max_epsilon, publish, randomize_cells
 from dpsql.local.selection import baselines, optimize, score
 from dpsql.local.simulate import simulate
 from dpsql.local.strategy import check_epsilon
@@ -79,8 +79,9 @@ def compile_local(text: str, schema: Schema) -> LocalBatch:
     return LocalBatch(compiled=compiled, workload=group.workload(("count", None)), layout=layout)
 
 
-#: ε per report above which ``design`` warns (as the central mechanisms do above 5).
-HIGH_EPSILON = 5.0
+#: ε per report above which ``design`` warns (as the central mechanisms do above 5); clients refuse
+#: such files unless their user raises the limit (``protocol.DEFAULT_MAX_EPSILON``).
+HIGH_EPSILON = DEFAULT_MAX_EPSILON
 
 
 def design_batch(text: str, schema: SchemaSource, *, epsilon: float, seed: int = 0, restarts: int = 1,
@@ -148,13 +149,17 @@ def design_summary(text: str, published: StrategyFile, schema: SchemaSource | No
     return "\n".join(lines)
 
 
-def randomize_records(published: StrategyFile, records: pa.Table, *, rng: RandomSource | None = None) -> pa.Table:
+def randomize_records(published: StrategyFile, records: pa.Table, *, rng: RandomSource | None = None,
+                      max_epsilon: float = DEFAULT_MAX_EPSILON) -> pa.Table:
     """One report per row of ``records`` (the layout's columns, or ``cell`` for a strategy without layout).
 
     Privacy:
         Each report is an exact ε-LDP draw from OS randomness (``protocol.randomize_cells``):
-        the way a client written in Python randomizes, and a faithful per-row simulation.
+        the way a client written in Python randomizes, and a faithful per-row simulation. A file
+        whose ε is above ``max_epsilon`` is refused before any row is read
+        (``protocol.check_max_epsilon``).
     """
+    check_max_epsilon(published, max_epsilon)
     columns = {name.lower(): records.column(name).to_pylist() for name in records.column_names}
     if published.layout is not None:
         cells = published.layout.cells_of(columns)
@@ -162,7 +167,7 @@ def randomize_records(published: StrategyFile, records: pa.Table, *, rng: Random
         cells = np.asarray(columns["cell"])
     else:
         raise DataError("this strategy has no column layout: the input needs a 'cell' column of cell indices.")
-    return reports_table(published, randomize_cells(published, cells, rng=rng))
+    return reports_table(published, randomize_cells(published, cells, rng=rng, max_epsilon=max_epsilon))
 
 
 def simulate_database(published: StrategyFile, database: str | Path, *, schema: SchemaSource | None = None,

@@ -41,6 +41,7 @@ import numpy.typing as npt
 
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
+from dpsql.kronvec import ColumnTerm
 from dpsql.sql import ir
 from dpsql.workloads import Explicit, Kron, Sum, VStack, Workload
 
@@ -247,6 +248,12 @@ MERGE_CELLS = 2**18
 DENSE_STACK = 2**23
 #: No statement may span more cells than this.
 MAX_CELLS = 2**24
+#: A WHERE clause's TRUE and FALSE sets are each held as at most this many disjoint Kronecker
+#: boxes, at every step of the box algebra (a block's Gram has boxes² Kronecker cross terms).
+MAX_PREDICATE_BOXES = 64
+#: Box pairs the box algebra may visit for one WHERE clause (each intersection of m and n boxes
+#: visits m·n pairs; each union subtracts every left box from every remaining right piece).
+MAX_PREDICATE_WORK = 2**16
 
 
 def compile_batch(batch: ir.Batch, schema: sch.Schema, partition: Sequence[Sequence[int]] | None = None) -> CompiledBatch:
@@ -490,9 +497,12 @@ class _StatementCompiler:
         self.table, self.axes, self.group, self.values = table, axes, group, values
         self.position = {axis.column.name: index for index, axis in enumerate(axes)}
         self.blocks: list[Block] = []
+        self.budget = _BoxBudget(ir.Span(line=1, column=1, start=0, end=0))  # one per statement, set by compile
 
     def compile(self, statement: ir.Statement) -> CompiledStatement:
-        truth = self._truth(statement.where) if statement.where is not None else _Truth(true=[self._everywhere()], false=[])
+        self.budget = _BoxBudget(statement.where.span if statement.where is not None else statement.span)
+        truth = (self._truth(statement.where, false=False) if statement.where is not None
+                 else _Truth(true=[self._everywhere()], false=[]))
         group_axes = tuple(self.position[_resolve(self.table, c).name] for c in statement.group_by)
         if len(set(group_axes)) != len(group_axes):
             raise UnsupportedQueryError(f"a column appears twice in GROUP BY ({statement.span.describe()}); list each column once.")
@@ -507,18 +517,19 @@ class _StatementCompiler:
     def _everywhere(self) -> Box:
         return tuple(np.ones(axis.size, dtype=bool) for axis in self.axes)
 
-    def _truth(self, predicate: ir.Predicate) -> _Truth:
+    def _truth(self, predicate: ir.Predicate, true: bool = True, false: bool = True) -> _Truth:
+        """The predicate's TRUE and FALSE sets; a side not asked for (``true``/``false``) is left
+        empty and never computed (a WHERE clause needs FALSE sets only under NOT)."""
         if isinstance(predicate, ir.Not):
-            inner = self._truth(predicate.operand)
+            inner = self._truth(predicate.operand, true=false, false=true)
             return _Truth(true=inner.false, false=inner.true)
         if isinstance(predicate, (ir.And, ir.Or)):
-            parts = [self._truth(operand) for operand in predicate.operands]
+            meet, join = (_intersect, _union) if isinstance(predicate, ir.And) else (_union, _intersect)
+            parts = [self._truth(operand, true, false) for operand in predicate.operands]
             result = parts[0]
             for part in parts[1:]:
-                if isinstance(predicate, ir.And):
-                    result = _Truth(true=_intersect(result.true, part.true), false=_union(result.false, part.false))
-                else:
-                    result = _Truth(true=_union(result.true, part.true), false=_intersect(result.false, part.false))
+                result = _Truth(true=meet(result.true, part.true, self.budget) if true else [],
+                                false=join(result.false, part.false, self.budget) if false else [])
             return result
         return self._atom_truth(predicate)
 
@@ -582,7 +593,7 @@ class _StatementCompiler:
         if not terms:  # the WHERE clause is never TRUE: rows of zeros
             factors = [Explicit(np.zeros((self._group_count(a) if i in grouped else 1, a.size))) for i, a in enumerate(self.axes)]
             terms.append(Kron(factors) if factors else Explicit(np.zeros((1, 1))))
-        return terms[0] if len(terms) == 1 else Sum(terms)
+        return terms[0] if len(terms) == 1 else DisjointSum(terms)
 
     def _aggregate(self, statement: ir.Statement, aggregate: ir.Aggregate, true: list[Box],
                    group_axes: tuple[int, ...]) -> OutputAggregate:
@@ -655,10 +666,46 @@ def _check_order_by(statement: ir.Statement) -> None:
 
 
 # ==================================================================================== box algebra
-def _intersect(left: Sequence[Box], right: Sequence[Box]) -> list[Box]:
+class DisjointSum(Sum):
+    """Σ_t K_t over boxes with disjoint cells: column j lies in one term's box at most.
+
+    So Σ_i |(Σ_t K_t)_ij|^p = Σ_t Σ_i |(K_t)_ij|^p — the column power sums (sensitivities) stay a
+    sum of Kronecker vectors, never a dense n × n pass.
+    """
+
+    def _column_terms(self, p: int) -> list[ColumnTerm]:
+        return [term for t in self.terms for term in t._column_terms(p)]
+
+
+@dataclass(slots=True)
+class _BoxBudget:
+    """The box algebra's work for one WHERE clause: box pairs visited and boxes held (limits above)."""
+
+    span: ir.Span
+    work: int = 0
+
+    def spend(self, pairs: int) -> None:
+        self.work += pairs
+        if self.work > MAX_PREDICATE_WORK:
+            self._refuse(f"needs more than MAX_PREDICATE_WORK = {MAX_PREDICATE_WORK:,} box operations")
+
+    def hold(self, boxes: list[Box]) -> list[Box]:
+        if len(boxes) > MAX_PREDICATE_BOXES:
+            self._refuse(f"splits the cells into more than MAX_PREDICATE_BOXES = {MAX_PREDICATE_BOXES} disjoint boxes")
+        return boxes
+
+    def _refuse(self, problem: str) -> None:
+        raise UnsupportedQueryError(
+            f"the WHERE clause at {self.span.describe()} {problem} (ORs across different columns multiply). "
+            "Split the statement into several, or write conditions on one column as IN lists or ranges."
+        )
+
+
+def _intersect(left: Sequence[Box], right: Sequence[Box], budget: _BoxBudget) -> list[Box]:
     """Pairwise intersections of two disjoint unions: still disjoint; empty boxes dropped."""
+    budget.spend(len(left) * len(right))
     boxes = [tuple(a & b for a, b in zip(x, y)) for x in left for y in right]
-    return [box for box in boxes if all(mask.any() for mask in box)]
+    return budget.hold([box for box in boxes if all(mask.any() for mask in box)])
 
 
 def _subtract(box: Box, cut: Box) -> list[Box]:
@@ -674,12 +721,13 @@ def _subtract(box: Box, cut: Box) -> list[Box]:
     return pieces
 
 
-def _union(left: Sequence[Box], right: Sequence[Box]) -> list[Box]:
+def _union(left: Sequence[Box], right: Sequence[Box], budget: _BoxBudget) -> list[Box]:
     """left ∪ right as a disjoint union: left plus the parts of right outside left."""
     extra = list(right)
     for box in left:
-        extra = [piece for candidate in extra for piece in _subtract(candidate, box)]
-    return list(left) + extra
+        budget.spend(len(extra))
+        extra = budget.hold([piece for candidate in extra for piece in _subtract(candidate, box)])
+    return budget.hold(list(left) + extra)
 
 
 def _merge(boxes: list[Box]) -> list[Box]:

@@ -47,6 +47,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+import sys
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -57,10 +58,24 @@ from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType  # type: ignore[attr-defined]  # re-exported there
 
-from dpsql.errors import ParameterError, ProgrammingError, SqlSyntaxError, UnsupportedQueryError
+from dpsql.errors import InvalidQueryError, ParameterError, ProgrammingError, SqlSyntaxError, UnsupportedQueryError
 from dpsql.sql import ir
 
 __all__ = ["parse_batch"]
+
+# Limits (README "Limits"): bounded work before anything is planned, explain included. Each is
+# checked before the work it bounds and refused with InvalidQueryError naming the limit and where.
+#: Characters in one batch's SQL text.
+MAX_SQL_LENGTH = 200_000
+#: Nesting depth: open parentheses plus a run of prefix NOT / minus / plus signs (sqlglot's
+#: recursive descent takes some 20 Python frames per level and overflows near 45).
+MAX_NESTING = 32
+#: Statements in one batch.
+MAX_STATEMENTS = 1_000
+#: Predicate atoms in one statement's WHERE clause (each comparison, BETWEEN and IN value counts one).
+MAX_PREDICATE_ATOMS = 1_000
+#: A LIMIT count (DuckDB's own bound, a signed 64-bit integer).
+MAX_LIMIT = 2**63 - 1
 
 _SUPPORTED = (
     "dpsql answers SELECT [group columns,] COUNT(*)|COUNT(col)|SUM(col)|AVG(col) FROM one table "
@@ -553,6 +568,9 @@ def _check_parameter(index: int, value: object) -> ir.Value:
     """
     if isinstance(value, float) and not math.isfinite(value):
         raise ParameterError(f"parameters[{index}] is {value}; a float parameter must be finite.")
+    if isinstance(value, int) and not isinstance(value, bool) and not _representable(value):
+        raise ParameterError(f"parameters[{index}] is an integer outside the range of a double (±{sys.float_info.max:.4g}); "
+                             "pass a number within the column's bounds.")
     if isinstance(value, (int, float, str, dt.date)) and not isinstance(value, (bool, dt.datetime)):
         return value
     raise ParameterError(
@@ -583,14 +601,52 @@ def parse_batch(text: str, parameters: Sequence[object] | None = None) -> ir.Bat
     """
     if not isinstance(text, str):
         raise ProgrammingError(f"SQL text must be a str; got {type(text).__name__}.")
+    if len(text) > MAX_SQL_LENGTH:
+        raise InvalidQueryError(f"the batch's SQL text has {len(text):,} characters; the limit is MAX_SQL_LENGTH = "
+                                f"{MAX_SQL_LENGTH:,}. Split it into several batches.")
     source = _Source.of(text, _tokenize(text))
-    trees = _parse_trees(source)
-    if not trees:
-        raise SqlSyntaxError("The batch holds no SQL statement. Pass one or more SELECT statements "
-                             "separated by ';'.")
-    source = replace(source, parameters=_bind_parameters(source.tokens, parameters))
-    statements = tuple(_parse_statement(tree, replace(scope, source=source)) for tree, scope in trees)
+    _check_nesting(source)
+    _check_statement_count(source)
+    try:
+        trees = _parse_trees(source)
+        if not trees:
+            raise SqlSyntaxError("The batch holds no SQL statement. Pass one or more SELECT statements "
+                                 "separated by ';'.")
+        source = replace(source, parameters=_bind_parameters(source.tokens, parameters))
+        statements = tuple(_parse_statement(tree, replace(scope, source=source)) for tree, scope in trees)
+    except RecursionError:  # a shape the pre-scan does not measure: refuse it, never a bare RecursionError
+        raise InvalidQueryError(f"the batch nests too deeply to be read (limit MAX_NESTING = {MAX_NESTING} levels of "
+                                "parentheses, NOT and signs). Flatten the expression.") from None
     return ir.Batch(statements=statements, text=text)
+
+
+def _check_nesting(source: _Source) -> None:
+    """Refuse nesting deeper than MAX_NESTING: open parentheses plus the current run of prefix NOT/-/+.
+
+    >>> _check_nesting(_Source.of("SELECT (((1)))", _tokenize("SELECT (((1)))")))
+    """
+    depth = run = 0
+    for index, token in enumerate(source.tokens):
+        kind = token.token_type
+        if kind in (TokenType.NOT, TokenType.DASH, TokenType.PLUS):
+            run += 1
+        elif kind != TokenType.L_PAREN:
+            run = 0
+        depth += (kind == TokenType.L_PAREN) - (kind == TokenType.R_PAREN)
+        if depth + run > MAX_NESTING:
+            span = source.token_span(index, index)
+            raise InvalidQueryError(_located(f"the expression nests deeper than MAX_NESTING = {MAX_NESTING} levels "
+                                             "(parentheses plus NOT and signs in a row)", span, source,
+                                             "Flatten it: drop redundant parentheses and double NOTs, or use IN lists."))
+
+
+def _check_statement_count(source: _Source) -> None:
+    """Refuse a batch of more than MAX_STATEMENTS statements (before any is parsed)."""
+    ranges = _statement_ranges(source.tokens)
+    if len(ranges) > MAX_STATEMENTS:
+        span = source.token_span(*ranges[MAX_STATEMENTS])
+        raise InvalidQueryError(_located(f"the batch has {len(ranges):,} statements; the limit is MAX_STATEMENTS = "
+                                         f"{MAX_STATEMENTS:,}", span, source, "Split it into several batches."))
 
 
 def _parse_statement(tree: exp.Expr, scope: _Scope) -> ir.Statement:
@@ -602,6 +658,8 @@ def _parse_statement(tree: exp.Expr, scope: _Scope) -> ir.Statement:
     group_by = _parse_group_by(select.args.get("group"), scope)
     items = _parse_select_list(select, group_by, scope)
     where = select.args.get("where")
+    if where is not None:
+        _check_atom_count(where, scope)
     span = scope.span
     return ir.Statement(
         text=scope.source.text[span.start:span.end],
@@ -804,6 +862,16 @@ def _parse_predicate(node: exp.Expr, scope: _Scope) -> ir.Predicate:
     return parse(node, scope)
 
 
+def _check_atom_count(where: exp.Where, scope: _Scope) -> None:
+    """Refuse a WHERE clause of more than MAX_PREDICATE_ATOMS atoms (each IN value counts one)."""
+    atoms = sum(1 for _ in where.find_all(exp.Between, *_OPERATORS))
+    atoms += sum(len(node.expressions) for node in where.find_all(exp.In))
+    if atoms > MAX_PREDICATE_ATOMS:
+        raise InvalidQueryError(_located(f"the WHERE clause has {atoms:,} predicate atoms; the limit is "
+                                         f"MAX_PREDICATE_ATOMS = {MAX_PREDICATE_ATOMS:,}", _node_span(where, scope),
+                                         scope.source, "Use ranges (BETWEEN, <, >=) or GROUP BY instead of long lists."))
+
+
 def _parse_comparison(node: exp.Binary, scope: _Scope) -> ir.Comparison:
     """``column op constant`` or ``constant op column`` (turned around: ``5 < age`` is ``age > 5``)."""
     left, right = _unparen(node.this), _unparen(node.expression)
@@ -904,7 +972,21 @@ def _parse_constant(node: exp.Literal, scope: _Scope, context: str) -> ir.Litera
         value = _number(node.this)
     except ValueError:
         raise _unsupported(f"the number {node.this}", node, scope, _VALUE_SUPPORTED) from None
+    if not _representable(value):
+        raise InvalidQueryError(_located(f"a {len(node.this)}-character number is outside the range of a double "
+                                         f"(±{sys.float_info.max:.4g})",
+                                         _node_span(node, scope), scope.source,
+                                         "No declared domain reaches it: write a number within the column's bounds."))
     return ir.Literal(value=value, span=_node_span(node, scope))
+
+
+def _representable(value: float) -> bool:
+    """A finite double can hold ``value`` (|value| ≤ 1.797…e308): every domain compares numbers as doubles.
+
+    >>> _representable(10**308), _representable(10**309), _representable(float("inf"))
+    (True, False, False)
+    """
+    return math.isfinite(value) if isinstance(value, float) else abs(value) <= sys.float_info.max
 
 
 def _number(text: str) -> int | float:
@@ -1044,4 +1126,7 @@ def _parse_limit(limit: exp.Limit | None, scope: _Scope) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise _unsupported(f"LIMIT {_fragment(scope.source.text, _node_span(node, scope))}", node, scope,
                            _LIMIT_SUPPORTED)
+    if value > MAX_LIMIT:
+        raise InvalidQueryError(_located(f"LIMIT {value:.3g} is above MAX_LIMIT = 2^63 − 1", _node_span(node, scope),
+                                         scope.source, "Drop the LIMIT or use a smaller count."))
     return value
