@@ -49,6 +49,7 @@ from dpsql import postprocess as postprocessing
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import CellData, DuckDBBackend, measure_quantum
 from dpsql.errors import PrivacyParameterError, ProgrammingError
+from dpsql.ledger import LedgerBudget
 from dpsql.noise import RandomSource
 from dpsql.results import statement_tables
 from dpsql.schema import Column, Ordered, Schema, Table
@@ -460,6 +461,9 @@ def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: Rand
     ``postprocess`` lists opt-in steps of ``dpsql.postprocess`` ("nonnegative", "isotonic").
     """
     report = progress or (lambda message: None)
+    if rng is not None and isinstance(budget, LedgerBudget):  # a known seed replays the noise (see dbapi.connect)
+        raise ProgrammingError("rng= (a chosen random source) is for tests on in-memory data with an in-memory Budget; a "
+                               "release charged to a ledger draws its noise from the operating system. Nothing was run or charged.")
     compiled = prepared.answering
     unknown = sorted(set(postprocess) - set(postprocessing.STEPS))
     if unknown:
