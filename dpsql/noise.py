@@ -47,9 +47,9 @@ import os
 import random
 import secrets
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -884,9 +884,7 @@ def discrete_laplace_wide(scale: Fraction, size: int, *, rng: RandomSource | Non
     t = _positive_rational(scale, "scale")
     if t <= _MAX_LAPLACE_SCALE:
         return discrete_laplace(t, size, rng=rng)
-    n = _check_size(size)
-    source = resolve_rng(rng)
-    return np.array([discrete_laplace_scalar(t, rng=source) for _ in range(n)], dtype=object).reshape(n)
+    return _one_by_one(discrete_laplace_scalar, t, size, rng)
 
 
 def discrete_gaussian_wide(sigma2: Fraction, size: int, *, rng: RandomSource | None = None) -> WideArray:
@@ -903,9 +901,14 @@ def discrete_gaussian_wide(sigma2: Fraction, size: int, *, rng: RandomSource | N
     s2 = _positive_rational(sigma2, "sigma2")
     if s2 <= _MAX_GAUSSIAN_SIGMA2:
         return discrete_gaussian(s2, size, rng=rng)
+    return _one_by_one(discrete_gaussian_scalar, s2, size, rng)
+
+
+def _one_by_one(sampler: Callable[..., int], parameter: Fraction, size: int, rng: RandomSource | None) -> WideArray:
+    """``size`` draws of an exact scalar sampler, as Python integers in an object array."""
     n = _check_size(size)
     source = resolve_rng(rng)
-    return np.array([discrete_gaussian_scalar(s2, rng=source) for _ in range(n)], dtype=object).reshape(n)
+    return np.array([sampler(parameter, rng=source) for _ in range(n)], dtype=object).reshape(n)
 
 
 # --------------------------------------------------------------------------------------------

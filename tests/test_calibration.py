@@ -29,12 +29,12 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+from _helpers import ScansOnce
 from scipy import stats
 
 import dpsql
 from dpsql import engine, local, workloads
 from dpsql.accounting import Budget, PrivacyCost
-from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.local import protocol
 from dpsql.local.answers import estimate, reports_table
 from dpsql.noise import SeededRandomSource
@@ -67,30 +67,6 @@ def _by_key(table: pa.Table, alias: str) -> dict[tuple[object, ...], tuple[float
     return {tuple(c[r] for c in columns): (values[r], stddevs[r]) for r in range(table.num_rows)}
 
 
-class _ScansOnce(DuckDBBackend):
-    """The real DuckDB backend, running each distinct scan once (the data do not change between
-    releases; the noise is fresh every release)."""
-
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
-        super().__init__(con)
-        self._seen: dict[tuple[str, str], Any] = {}
-
-    def _once(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        key = (method, repr((args, sorted(kwargs.items()))))
-        if key not in self._seen:
-            self._seen[key] = getattr(super(), method)(*args, **kwargs)
-        return self._seen[key]
-
-    def cell_data(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        return self._once("cell_data", *args, **kwargs)
-
-    def measure_profile(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        return self._once("measure_profile", *args, **kwargs)
-
-    def marginal_counts(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        return self._once("marginal_counts", *args, **kwargs)
-
-
 def releases(con: duckdb.DuckDBPyConnection, schema: dict[str, Any], sql: str, cost: dict[str, float], *, runs: int,
              seed: int) -> list[list[pa.Table]]:
     """`runs` independent releases of a batch: planned once (``engine.prepare``), each released by
@@ -100,7 +76,7 @@ def releases(con: duckdb.DuckDBPyConnection, schema: dict[str, Any], sql: str, c
     public = dpsql.connect(con, schema=schema, budget=Budget(**{family: 1e6}), rng=SeededRandomSource(seed))
     expected = public.cursor().execute(sql, **cost).fetch_arrow_tables()
     prepared = engine.prepare(sql, public.schema, PrivacyCost(**cost))
-    backend, rng = _ScansOnce(con), SeededRandomSource(seed)
+    backend, rng = ScansOnce(con), SeededRandomSource(seed)
     out = [engine.run(prepared, backend=backend, budget=Budget(**{family: 1e6}), rng=rng) for _ in range(runs)]
     assert all(a.equals(b) and a.schema.metadata == b.schema.metadata for a, b in zip(out[0], expected))
     return out

@@ -17,7 +17,7 @@ so the detector demonstrably has the power to catch a violation of this size.
 
 Which layer is sampled: the real engine, ``engine.prepare`` once and ``engine.run`` per release,
 with a backend that runs each distinct generated scan (DuckDB SQL with the privacy-unit cap, the
-clamping at θ, the SVT profile) once and replays its result (``_ScansOnce``). The scans are
+clamping at θ, the SVT profile) once and replays its result (``ScansOnce``). The scans are
 deterministic functions of the data, so replaying them changes nothing but the run time (one SQL
 release costs 20–110 ms, mostly generating the SQL text; a replayed one 3–7 ms); threshold
 selection, value-cell choice, budget split, noise, reconstruction and packaging run every time.
@@ -32,18 +32,17 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+from _helpers import ScansOnce
 from scipy import stats
 
 import dpsql
 from dpsql import accounting, engine
 from dpsql.accounting import Budget, PrivacyCost
-from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 
@@ -148,30 +147,6 @@ def test_the_detector_flags_a_known_violation_and_passes_a_known_safe_pair() -> 
 
 
 # ============================================================================== sampling the engine
-class _ScansOnce(DuckDBBackend):
-    """The real DuckDB backend, running each distinct scan once: the data do not change between
-    releases, so a rescan returns the same cells (the noise is fresh every release)."""
-
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
-        super().__init__(con)
-        self._seen: dict[tuple[str, str], Any] = {}
-
-    def _once(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        key = (method, repr((args, sorted(kwargs.items()))))
-        if key not in self._seen:
-            self._seen[key] = getattr(super(), method)(*args, **kwargs)
-        return self._seen[key]
-
-    def cell_data(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        return self._once("cell_data", *args, **kwargs)
-
-    def measure_profile(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        return self._once("measure_profile", *args, **kwargs)
-
-    def marginal_counts(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        return self._once("marginal_counts", *args, **kwargs)
-
-
 def _table(rows: Sequence[tuple[object, ...]], columns: str) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(":memory:")
     con.execute(f"CREATE TABLE t ({columns})")
@@ -193,7 +168,7 @@ def _sample(con: duckdb.DuckDBPyConnection, schema: Schema, sql: str, cost: dict
     The first three releases are checked against the public path: dpsql.connect + SQL with the same seeds.
     """
     prepared = engine.prepare(sql, schema, PrivacyCost(**cost))
-    backend = _ScansOnce(con)
+    backend = ScansOnce(con)
     total = {"epsilon": 1e6} if "epsilon" in cost else {"rho": 1e6}
     for s in range(3):
         (via_engine,) = engine.run(prepared, backend=backend, budget=Budget(**total), rng=SeededRandomSource(10_000 + s))
