@@ -416,8 +416,8 @@ def _open_locked(name: str) -> duckdb.DuckDBPyConnection:
     (DuckDB's read-only mode would refuse it too; the check gives the clearer message.)
     """
     if name != ":memory:" and not os.path.isfile(name):
-        where = name if os.path.isabs(name) else f"{name}' ('{os.path.abspath(name)}"
-        raise OperationalError(f"There is no database file at '{where}': check the path, or create the database "
+        where = f"'{name}'" if os.path.isabs(name) else f"'{name}' (resolved to '{os.path.abspath(name)}')"
+        raise OperationalError(f"There is no database file at {where}: check the path, or create the database "
                                "first (dpsql opens databases read-only and never creates one).")
     try:
         return duckdb.connect(name, read_only=name != ":memory:", config=dict(_LOCKED))
@@ -638,7 +638,7 @@ def _ordered_index(domain: Ordered, db: DatabaseColumn) -> exp.Expression:
     case = exp.Case().when(exp.Not(this=_has_value(db)), _int(outside))
     return (case.when(exp.LT(this=value.copy(), expression=lower), _int(0 if domain.clamp else outside))
             .when(beyond(this=value.copy(), expression=top), _int(last if domain.clamp else outside))
-            .else_(_index_in_range(domain, value, db.family)))
+            .else_(_index_in_range(domain, value, db.family), copy=False))
 
 
 def _index_in_range(domain: Ordered, value: exp.Expression, family: TypeFamily) -> exp.Expression:
@@ -691,10 +691,10 @@ def _bisect(value: exp.Expression, boundaries: Sequence[float], low: int, high: 
     """A CASE tree finding k in [low, high) with boundaries[k] <= value < boundaries[k+1]."""
     if high - low == 1:
         return _int(low)
-    middle = (low + high) // 2
+    middle = (low + high) // 2  # the subtrees are new, so they are attached without sqlglot's default deep copy
     return (exp.Case().when(exp.LT(this=value.copy(), expression=_double(boundaries[middle])),
-                            _bisect(value, boundaries, low, middle))
-            .else_(_bisect(value, boundaries, middle, high)))
+                            _bisect(value, boundaries, low, middle), copy=False)
+            .else_(_bisect(value, boundaries, middle, high), copy=False))
 
 
 def _measure_value(column: Column, db: DatabaseColumn, quantum: float) -> exp.Expression:
