@@ -90,10 +90,12 @@ def candidates(sizes: Sequence[int], ordered: Sequence[bool]) -> dict[str, Workl
 #: Work budget of each optimized template, in objective evaluations (dpsql.strategies.budget); the
 #: best strategy found within it is used. A count of work, not wall time, so a plan is deterministic.
 PLAN_EVALUATIONS = 2_000
-#: HDMM's evaluations on an n-cell attribute cost O(n³) each (a dense solve or eigendecomposition),
-#: so HDMM templates get at most PLAN_HDMM_WORK / n³ evaluations for the largest attribute n
-#: (512 at n = 256, 8 at n = 1024), and at least one.
-PLAN_HDMM_WORK = 2**33
+#: HDMM's evaluations grow with the attribute's size n (dense n × n algebra: about 35 ms at n = 256
+#: and 120 ms at n = 1,024 on two cores), so HDMM templates get at most PLAN_HDMM_WORK / n²
+#: evaluations for the largest attribute n (128 at n = 1,024, 8 at n = 4,096), and at least one;
+#: a Gaussian step (a full eigendecomposition, about four times dearer) counts as one, so Gaussian
+#: HDMM gets a quarter of that.
+PLAN_HDMM_WORK = 2**27
 #: Eigen-Design runs on domains of at most this many cells (it eigendecomposes the dense Gram).
 EIGEN_MAX_CELLS = 1024
 #: OPT₊ runs on domains of at most this many cells (its exact error needs a dense (AᵀA)⁺).
@@ -168,7 +170,7 @@ def _templates(W: Workload, *, noise: Noise, sizes: Sequence[int]) -> dict[str, 
     """The optimized templates that apply to W, as builders."""
     from dpsql.strategies import eigen_design, opt0, opt_kron, opt_marginals, opt_union
 
-    limit, hdmm = PLAN_EVALUATIONS, hdmm_evaluations(sizes)
+    limit, hdmm = PLAN_EVALUATIONS, hdmm_evaluations(sizes, noise)
     if len(sizes) == 1:
         templates = {"HDMM": lambda: opt0(W, noise=noise, max_evaluations=hdmm)}
     else:
@@ -182,13 +184,16 @@ def _templates(W: Workload, *, noise: Noise, sizes: Sequence[int]) -> dict[str, 
     return templates
 
 
-def hdmm_evaluations(sizes: Sequence[int]) -> int:
-    """The HDMM templates' budget: PLAN_EVALUATIONS, or fewer on large attributes (O(n³) each).
+def hdmm_evaluations(sizes: Sequence[int], noise: Noise = "laplace") -> int:
+    """The HDMM templates' budget: PLAN_EVALUATIONS, or fewer on large attributes (PLAN_HDMM_WORK).
 
-    >>> hdmm_evaluations([64]), hdmm_evaluations([256]), hdmm_evaluations([1024, 2]), hdmm_evaluations([8192])
-    (2000, 512, 8, 1)
+    >>> hdmm_evaluations([64]), hdmm_evaluations([512]), hdmm_evaluations([1024, 2]), hdmm_evaluations([2**15])
+    (2000, 512, 128, 1)
+    >>> hdmm_evaluations([1024], "gaussian")
+    32
     """
-    return max(1, min(PLAN_EVALUATIONS, PLAN_HDMM_WORK // int(max(sizes, default=1)) ** 3))
+    work = PLAN_HDMM_WORK // (4 if noise == "gaussian" else 1)
+    return max(1, min(PLAN_EVALUATIONS, work // int(max(sizes, default=1)) ** 2))
 
 
 def _several_groups(W: Workload) -> bool:
