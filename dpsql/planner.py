@@ -90,12 +90,12 @@ def candidates(sizes: Sequence[int], ordered: Sequence[bool]) -> dict[str, Workl
 #: Work budget of each optimized template, in objective evaluations (dpsql.strategies.budget); the
 #: best strategy found within it is used. A count of work, not wall time, so a plan is deterministic.
 PLAN_EVALUATIONS = 2_000
-#: HDMM's evaluations grow with the attribute's size n (dense n × n algebra: about 35 ms at n = 256
-#: and 120 ms at n = 1,024 on two cores), so HDMM templates get at most PLAN_HDMM_WORK / n²
-#: evaluations for the largest attribute n (128 at n = 1,024, 8 at n = 4,096), and at least one;
-#: a Gaussian step (a full eigendecomposition, about four times dearer) counts as one, so Gaussian
-#: HDMM gets a quarter of that.
-PLAN_HDMM_WORK = 2**27
+#: HDMM's evaluations grow with the attribute's size n (dense n × n algebra: about 30 ms per
+#: p-Identity evaluation at n = 1,024 on one core), so HDMM templates get at most PLAN_HDMM_WORK / n²
+#: evaluations for the largest attribute n (256 at n = 1,024, 16 at n = 4,096), and at least one;
+#: a Gaussian step (a full eigendecomposition, about ten times dearer) counts as one, so Gaussian
+#: HDMM gets an eighth of that.
+PLAN_HDMM_WORK = 2**28
 #: Eigen-Design runs on domains of at most this many cells (it eigendecomposes the dense Gram).
 EIGEN_MAX_CELLS = 1024
 #: OPT₊ runs on domains of at most this many cells (its exact error needs a dense (AᵀA)⁺).
@@ -188,11 +188,11 @@ def hdmm_evaluations(sizes: Sequence[int], noise: Noise = "laplace") -> int:
     """The HDMM templates' budget: PLAN_EVALUATIONS, or fewer on large attributes (PLAN_HDMM_WORK).
 
     >>> hdmm_evaluations([64]), hdmm_evaluations([512]), hdmm_evaluations([1024, 2]), hdmm_evaluations([2**15])
-    (2000, 512, 128, 1)
+    (2000, 1024, 256, 1)
     >>> hdmm_evaluations([1024], "gaussian")
     32
     """
-    work = PLAN_HDMM_WORK // (4 if noise == "gaussian" else 1)
+    work = PLAN_HDMM_WORK // (8 if noise == "gaussian" else 1)
     return max(1, min(PLAN_EVALUATIONS, work // int(max(sizes, default=1)) ** 2))
 
 
