@@ -22,9 +22,8 @@ from _machine import header
 
 from dpsql import error, planner, strategies
 from dpsql import workloads as wl
+from dpsql.strategies.budget import MAX_EVALUATIONS
 from dpsql.workloads import Workload
-
-TIME_LIMIT = 60.0
 
 
 def total_plus_identity(n: int) -> Workload:
@@ -60,13 +59,13 @@ def workloads_to_run() -> list[tuple[str, Workload, list[int], list[bool]]]:
 
 def templates(W: Workload, noise: str) -> dict[str, Callable[[], Workload]]:
     result: dict[str, Callable[[], Workload]] = {
-        "HDMM-Kron": lambda: strategies.opt_kron(W, noise=noise, time_limit=TIME_LIMIT),  # type: ignore[arg-type]
-        "HDMM-marginals": lambda: strategies.opt_marginals(W, noise=noise, time_limit=TIME_LIMIT),  # type: ignore[arg-type]
+        "HDMM-Kron": lambda: strategies.opt_kron(W, noise=noise, max_evaluations=MAX_EVALUATIONS),  # type: ignore[arg-type]
+        "HDMM-marginals": lambda: strategies.opt_marginals(W, noise=noise, max_evaluations=MAX_EVALUATIONS),  # type: ignore[arg-type]
     }
     if W.shape[1] <= planner.UNION_MAX_CELLS:
-        result["HDMM-union"] = lambda: strategies.opt_union(W, noise=noise, time_limit=TIME_LIMIT)  # type: ignore[arg-type]
+        result["HDMM-union"] = lambda: strategies.opt_union(W, noise=noise, max_evaluations=MAX_EVALUATIONS)  # type: ignore[arg-type]
     if W.shape[1] <= 2048 and noise == "gaussian":
-        result["Eigen"] = lambda: strategies.eigen_design(W, time_limit=TIME_LIMIT)
+        result["Eigen"] = lambda: strategies.eigen_design(W, max_evaluations=MAX_EVALUATIONS)
     return result
 
 

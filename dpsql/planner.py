@@ -87,8 +87,15 @@ def candidates(sizes: Sequence[int], ordered: Sequence[bool]) -> dict[str, Workl
     return result
 
 
-#: Seconds each optimized template may spend (the best strategy found so far is used after that).
-OPTIMIZE_SECONDS = 10.0
+#: Work budget of each optimized template, in objective evaluations (dpsql.strategies.budget); the
+#: best strategy found within it is used. A count of work, not wall time, so a plan is deterministic.
+PLAN_EVALUATIONS = 2_000
+#: HDMM's evaluations grow with the attribute's size n (dense n × n algebra: about 30 ms per
+#: p-Identity evaluation at n = 1,024 on one core), so HDMM templates get at most PLAN_HDMM_WORK / n²
+#: evaluations for the largest attribute n (256 at n = 1,024, 16 at n = 4,096), and at least one;
+#: a Gaussian step (a full eigendecomposition, about ten times dearer) counts as one, so Gaussian
+#: HDMM gets an eighth of that.
+PLAN_HDMM_WORK = 2**28
 #: Eigen-Design runs on domains of at most this many cells (it eigendecomposes the dense Gram).
 EIGEN_MAX_CELLS = 1024
 #: OPT₊ runs on domains of at most this many cells (its exact error needs a dense (AᵀA)⁺).
@@ -163,18 +170,30 @@ def _templates(W: Workload, *, noise: Noise, sizes: Sequence[int]) -> dict[str, 
     """The optimized templates that apply to W, as builders."""
     from dpsql.strategies import eigen_design, opt0, opt_kron, opt_marginals, opt_union
 
-    limit = OPTIMIZE_SECONDS
+    limit, hdmm = PLAN_EVALUATIONS, hdmm_evaluations(sizes, noise)
     if len(sizes) == 1:
-        templates = {"HDMM": lambda: opt0(W, noise=noise, time_limit=limit)}
+        templates = {"HDMM": lambda: opt0(W, noise=noise, max_evaluations=hdmm)}
     else:
-        templates = {"HDMM-Kron": lambda: opt_kron(W, noise=noise, time_limit=limit)}
+        templates = {"HDMM-Kron": lambda: opt_kron(W, noise=noise, max_evaluations=hdmm)}
         if len(sizes) <= MARGINALS_MAX_ATTRIBUTES:
-            templates["HDMM-marginals"] = lambda: opt_marginals(W, noise=noise, time_limit=limit)
+            templates["HDMM-marginals"] = lambda: opt_marginals(W, noise=noise, max_evaluations=limit)
         if W.shape[1] <= UNION_MAX_CELLS and _several_groups(W):
-            templates["HDMM-union"] = lambda: opt_union(W, noise=noise, time_limit=limit)
+            templates["HDMM-union"] = lambda: opt_union(W, noise=noise, max_evaluations=hdmm)
     if W.shape[1] <= EIGEN_MAX_CELLS:
-        templates["Eigen-Design"] = lambda: eigen_design(W, time_limit=limit)
+        templates["Eigen-Design"] = lambda: eigen_design(W, max_evaluations=limit)
     return templates
+
+
+def hdmm_evaluations(sizes: Sequence[int], noise: Noise = "laplace") -> int:
+    """The HDMM templates' budget: PLAN_EVALUATIONS, or fewer on large attributes (PLAN_HDMM_WORK).
+
+    >>> hdmm_evaluations([64]), hdmm_evaluations([512]), hdmm_evaluations([1024, 2]), hdmm_evaluations([2**15])
+    (2000, 1024, 256, 1)
+    >>> hdmm_evaluations([1024], "gaussian")
+    32
+    """
+    work = PLAN_HDMM_WORK // (8 if noise == "gaussian" else 1)
+    return max(1, min(PLAN_EVALUATIONS, work // int(max(sizes, default=1)) ** 2))
 
 
 def _several_groups(W: Workload) -> bool:
@@ -196,7 +215,7 @@ def _optimized(W: Workload, *, noise: Noise, sizes: Sequence[int], notes: list[s
             continue
         announce = None if progress is None else functools.partial(
             progress, f"optimizing the {name} strategy for {W.shape[0]:,} queries over {W.shape[1]:,} cells "
-            f"(at most {OPTIMIZE_SECONDS:g} s; cached afterwards)")
+            f"(at most {PLAN_EVALUATIONS:,} evaluations; cached afterwards)")
         try:
             result[name] = strategy_cache.cached(W, noise=noise, template=name, build=_rounded(build), on_build=announce)
         except (DpsqlError, ArithmeticError, np.linalg.LinAlgError, ValueError) as err:

@@ -1,6 +1,6 @@
 """An on-disk cache of optimized strategies, keyed by the workload's Gram matrix and noise family.
 
-Optimizing a strategy (HDMM, Eigen-Design) takes seconds; a repeated batch has the same Gram
+Optimizing a strategy (HDMM, Eigen-Design) costs real work; a repeated batch has the same Gram
 matrix, so its strategy is read back instead. An entry is an ``.npz`` file: a JSON manifest of the
 strategy's structure (a stack of weighted Kronecker products; Identity and Total factors by size)
 plus its other factors as dense arrays, so that a marginals strategy over a large domain stays
@@ -22,7 +22,9 @@ import numpy as np
 from dpsql.linalg import gram_terms
 from dpsql.workloads import Explicit, Identity, Kron, Total, VStack, Weighted, Workload, kron_factors
 
-FORMAT_VERSION = "3"
+#: Bumped to 4 when optimizers moved from wall-clock deadlines to work budgets (issue 14 item 11):
+#: strategies cut short by a time limit are not reused.
+FORMAT_VERSION = "4"
 
 
 def cache_dir() -> Path:

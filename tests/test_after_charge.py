@@ -283,7 +283,7 @@ def _batches(draw: st.DrawFn) -> tuple[Schema, list[tuple[Any, ...]], str, Priva
 def test_every_batch_is_answered_with_noise_as_charged(case: tuple[Schema, list[tuple[Any, ...]], str, PrivacyCost],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     schema, rows, text, cost = case
-    monkeypatch.setattr(planner, "OPTIMIZE_SECONDS", 0.2)  # templates stop early: the test is about calibration
+    monkeypatch.setattr(planner, "PLAN_EVALUATIONS", 50)  # templates stop early: the test is about calibration
     con = duckdb.connect()
     con.execute("CREATE TABLE t (pid INTEGER, g VARCHAR, k INTEGER, m BIGINT)")
     if rows:

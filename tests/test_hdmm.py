@@ -8,7 +8,7 @@ import pytest
 from dpsql import error
 from dpsql import workloads as wl
 from dpsql.errors import ShapeError
-from dpsql.strategies import hierarchical, identity, wavelet
+from dpsql.strategies import hdmm, hierarchical, identity, wavelet
 from dpsql.strategies.hdmm import opt0, opt_kron, opt_union, pidentity_loss, pidentity_strategy, union_bound
 
 NOISES = ("gaussian", "laplace")
@@ -178,10 +178,30 @@ def test_deterministic_for_fixed_seed(noise: str) -> None:
     np.testing.assert_array_equal(one, two)
 
 
-def test_time_limit_returns_a_valid_strategy() -> None:
-    W = wl.AllRange(256)
-    A = opt0(W, noise="laplace", restarts=5, time_limit=0.05)
+def test_budget_stops_with_the_best_iterate_so_far(monkeypatch: pytest.MonkeyPatch) -> None:
+    """max_evaluations=20: exactly 20 loss evaluations (no further starts), and the strategy
+    returned is the best of them, no worse than the identity."""
+    W, seen = wl.AllRange(256), []
+
+    def counting(theta: np.ndarray, G: np.ndarray, noise: str) -> tuple[float, np.ndarray]:
+        loss, grad = pidentity_loss(theta, G, noise)  # type: ignore[arg-type]
+        seen.append(loss)
+        return loss, grad
+
+    monkeypatch.setattr(hdmm, "pidentity_loss", counting)
+    A = opt0(W, noise="laplace", restarts=5, max_evaluations=20)
+    assert len(seen) == 20
+    scale = np.trace(W.gram().dense()) / 256
+    assert error.expected_error(W, A, noise="laplace") == pytest.approx(2 * min(seen) * scale, rel=1e-9)
     assert error.expected_error(W, A, noise="laplace") <= error.expected_error(W, identity(256), noise="laplace")
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, None])
+def test_bad_budget_raises(bad: object) -> None:
+    for optimize in (opt0, opt_kron, opt_union):
+        with pytest.raises(ValueError, match="max_evaluations"):
+            optimize(wl.Kron([wl.Prefix(4), wl.Prefix(3)]) if optimize is not opt0 else wl.Prefix(4),
+                     max_evaluations=bad)  # type: ignore[operator]
 
 
 # ----------------------------------------------------------------------------- bad input

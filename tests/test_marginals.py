@@ -335,10 +335,10 @@ def test_opt_marginals_on_range_workload_matches_its_loss(noise: str) -> None:
     assert error.expected_error(W, A, noise=noise) <= error.expected_error(W, wl.Identity(24), noise=noise) * (1 + 1e-9)  # type: ignore[arg-type]
 
 
-def test_opt_marginals_time_limit_returns_a_valid_strategy() -> None:
+def test_opt_marginals_budget_of_one_evaluation_returns_a_valid_strategy() -> None:
     W = marginals_workload(TWO_WAY, 3)
     for noise in NOISES:
-        A = opt_marginals(W, noise=noise, time_limit=0.0)  # type: ignore[arg-type]
+        A = opt_marginals(W, noise=noise, max_evaluations=1)  # type: ignore[arg-type]
         assert A.sensitivity("l1" if noise == "laplace" else "l2") == pytest.approx(1.0, abs=1e-12)
         error.check_support(W, A)
         assert error.expected_error(W, A, noise=noise) <= error.expected_error(W, wl.Identity(360), noise=noise) * (1 + 1e-9)  # type: ignore[arg-type]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import time
 from pathlib import Path
 
 import numpy as np
@@ -98,3 +100,20 @@ def test_two_way_marginals_choose_the_marginals_template() -> None:
         assert choice.name == "HDMM-marginals"
         assert choice.expected_error < choice.candidates["identity"] * 0.5  # marginals beat measuring every cell
         assert choice.expected_error < choice.candidates["HDMM-Kron"]
+
+
+def test_plan_does_not_depend_on_the_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planning is bounded by work, not wall time (issue 14 item 11): with a clock that jumps hours
+    on every reading (a very slow or loaded machine) the plan is the same as with the real clock."""
+    W = workloads.Kron([workloads.AllRange(8), workloads.Prefix(6)])
+
+    def planned(cache: str) -> planner.Plan:
+        monkeypatch.setenv("DPSQL_CACHE_DIR", str(tmp_path / cache))  # each plan optimizes afresh
+        return planner.plan(W, noise="laplace", sizes=[8, 6])
+
+    first = planned("real clock")
+    ticks = itertools.count()
+    monkeypatch.setattr(time, "monotonic", lambda: 3600.0 * next(ticks))
+    second = planned("jumping clock")
+    assert second.name == first.name and second.candidates == first.candidates
+    np.testing.assert_array_equal(second.strategy.dense(), first.strategy.dense())

@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import time
 from fractions import Fraction
 
 import numpy as np
@@ -19,6 +18,7 @@ from dpsql.errors import DataError, DomainTooLargeError, PrivacyParameterError, 
 from dpsql.mechanism import exact_along_axis
 from dpsql.strategies import hdmm, residual
 from dpsql.strategies import residual_plus as rpp
+from dpsql.strategies.budget import MAX_EVALUATIONS, WorkBudget
 from dpsql.workloads import AllRange, Explicit, Identity, Prefix, Ranges, Total, Workload
 
 SIZES = [4, 5, 3]
@@ -322,7 +322,7 @@ def test_default_pieces_attain_the_dual_bound_of_every_residual_piece(make: type
     """Every residual piece K (on 1⊥) has fβ ≥ the OPT₀ dual bound of the centred basis (module doc):
     the default attains it, up to OPT₀'s 1e-5 gap and the rounding tolerance."""
     W = make(16)
-    _, _, lower = hdmm._opt_gaussian(rpp._centred_gram(W), time.monotonic() + 30.0)
+    _, _, lower = hdmm._opt_gaussian(rpp._centred_gram(W), WorkBudget(MAX_EVALUATIONS))
     piece = rpp.select([W], [(0,)], strategies=[strategy(make, 16)]).piece(0)
     assert lower <= piece.loss <= lower * (1 + 2e-5 + 2 * rpp.PIECE_TOLERANCE)
 

@@ -35,13 +35,14 @@ normalised to Δ₂ = 1 (every non-empty column has unit L2 norm after completio
 computes the sensitivity itself, and dpsql rounds strategies to integers before measuring, so the
 strategy as measured may differ slightly from the real-valued design returned here.
 
-If the solver has not converged within ``time_limit`` seconds, the best primal-feasible iterate
-found so far is used (it is always a valid, supporting strategy, just less optimised).
+If the solver has not converged within ``max_evaluations`` evaluations of the dual objective and
+its gradient (all solves together), the best primal-feasible iterate found so far is used (it is
+always a valid, supporting strategy, just less optimised). The budget counts work, not wall time,
+so the strategy does not depend on machine speed.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -50,6 +51,7 @@ import scipy.linalg as sla
 import scipy.optimize as sopt
 
 from dpsql.errors import DomainTooLargeError, ShapeError
+from dpsql.strategies.budget import MAX_EVALUATIONS, Exhausted, WorkBudget
 from dpsql.workloads import Explicit, FloatArray, Kron, Workload, kron_factors
 
 #: Largest number of cells Eigen-Design will eigendecompose densely.
@@ -73,27 +75,27 @@ class EigenDesignInfo:
         primal: Σ cᵢ/uᵢ of the returned (feasible) weights, in units of the normalised costs cᵢ.
         dual: the best dual value found (a lower bound on the final solve's optimum).
         gap: (primal − dual) / primal.
-        converged: False when the time limit stopped any of the solves early.
-        seconds: wall time of all weighting solves.
+        converged: False when the work budget stopped any of the solves early.
+        evaluations: dual objective evaluations spent by all weighting solves.
     """
 
     primal: float
     dual: float
     gap: float
     converged: bool
-    seconds: float
+    evaluations: int
 
 
 def eigen_design(W: Workload, *, completion: bool = True, principal: int | None = None,
-                 group_size: int | None = None, time_limit: float = 60.0) -> Workload:
+                 group_size: int | None = None, max_evaluations: int = MAX_EVALUATIONS) -> Workload:
     """Gaussian Eigen-Design strategy for W; see :func:`eigen_design_with_info` for the arguments."""
     return eigen_design_with_info(W, completion=completion, principal=principal, group_size=group_size,
-                                  time_limit=time_limit)[0]
+                                  max_evaluations=max_evaluations)[0]
 
 
 def eigen_design_with_info(W: Workload, *, completion: bool = True, principal: int | None = None,
                            group_size: int | None = None,
-                           time_limit: float = 60.0) -> tuple[Workload, EigenDesignInfo]:
+                           max_evaluations: int = MAX_EVALUATIONS) -> tuple[Workload, EigenDesignInfo]:
     """Gaussian Eigen-Design strategy for W and the weighting's diagnostics (module docstring: the math).
 
     Args:
@@ -102,8 +104,8 @@ def eigen_design_with_info(W: Workload, *, completion: bool = True, principal: i
         principal: if given, optimise only the top-``principal`` eigen-queries individually and
             share one weight among the rest.
         group_size: if given, eigen-query separation with groups of this many eigen-queries.
-        time_limit: seconds for all weighting solves together; on timeout the best iterates so far
-            are used.
+        max_evaluations: evaluations of the dual objective and its gradient (one unit of work
+            each) for all weighting solves together; once spent, the best iterates so far are used.
 
     Returns:
         An :class:`Explicit` strategy with Δ₂ = 1 that supports W, and the weighting's diagnostics.
@@ -111,23 +113,22 @@ def eigen_design_with_info(W: Workload, *, completion: bool = True, principal: i
     Raises:
         ShapeError: W has no rows or columns, or no non-zero entry.
         DomainTooLargeError: W has more than MAX_EIGEN_CELLS cells.
-        ValueError: ``principal``, ``group_size`` or ``time_limit`` is not positive, or both
+        ValueError: ``principal``, ``group_size`` or ``max_evaluations`` is not positive, or both
             ``principal`` and ``group_size`` are given.
     """
-    _check_arguments(principal, group_size, time_limit)
+    _check_arguments(principal, group_size)
+    budget = WorkBudget(max_evaluations)  # ValueError unless a positive integer
     d, Q = _eigen_queries(W)
-    start = time.monotonic()
-    deadline = start + time_limit
     M = Q**2
     groups = _groups(len(d), principal, group_size)
-    relative, converged = (np.ones(len(d)), True) if group_size is None else _separate(d, M, groups, deadline)
-    u, info = _scale_groups(d, M, groups, relative, deadline)
-    info = replace(info, converged=info.converged and converged, seconds=time.monotonic() - start)
+    relative, converged = (np.ones(len(d)), True) if group_size is None else _separate(d, M, groups, budget)
+    u, info = _scale_groups(d, M, groups, relative, budget)
+    info = replace(info, converged=info.converged and converged, evaluations=budget.used)
     return _assemble(Q, u, _column_mask(W), completion), info
 
 
-def _check_arguments(principal: int | None, group_size: int | None, time_limit: float) -> None:
-    """ValueError unless principal / group_size are positive, not both given, and time_limit > 0."""
+def _check_arguments(principal: int | None, group_size: int | None) -> None:
+    """ValueError unless principal / group_size are positive and not both given."""
     if principal is not None and group_size is not None:
         raise ValueError("principal and group_size are alternative speed-ups; give at most one of them.")
     if principal is not None and principal < 1:
@@ -135,8 +136,6 @@ def _check_arguments(principal: int | None, group_size: int | None, time_limit: 
     if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer))
                                    or group_size < 1):
         raise ValueError(f"group_size must be a positive integer number of eigen-queries; got {group_size!r}.")
-    if not time_limit > 0:
-        raise ValueError(f"time_limit must be positive; got {time_limit!r}.")
 
 
 def _eigen_queries(W: Workload) -> tuple[FloatArray, FloatArray]:
@@ -176,7 +175,7 @@ def _groups(k: int, principal: int | None, group_size: int | None) -> list[npt.N
 
 
 def _separate(d: FloatArray, M: FloatArray, groups: list[npt.NDArray[np.int64]],
-              deadline: float) -> tuple[FloatArray, bool]:
+              budget: WorkBudget) -> tuple[FloatArray, bool]:
     """Separation step 1: each group's Program 5.1.1 on its own eigen-queries.
 
     Returns the relative weights r (r_g feasible for group g alone) and whether every solve converged.
@@ -184,20 +183,20 @@ def _separate(d: FloatArray, M: FloatArray, groups: list[npt.NDArray[np.int64]],
     relative = np.empty(len(d))
     converged = True
     for g in groups:
-        relative[g], info = _weights(d[g] / d[g].max(), M[:, g], deadline)
+        relative[g], info = _weights(d[g] / d[g].max(), M[:, g], budget)
         converged = converged and info.converged
     return relative, converged
 
 
 def _scale_groups(d: FloatArray, M: FloatArray, groups: list[npt.NDArray[np.int64]], relative: FloatArray,
-                  deadline: float) -> tuple[FloatArray, EigenDesignInfo]:
+                  budget: WorkBudget) -> tuple[FloatArray, EigenDesignInfo]:
     """Weights uᵢ = t_g rᵢ (i ∈ g), the scales t_g solving Program 5.1.1 over the groups as design units.
 
     Unit g costs c_g/t_g with c_g = Σ_{i∈g} dᵢ/rᵢ and loads cell j by t_g Σ_{i∈g} M_ji rᵢ (module doc).
     """
     cost = np.array([np.sum(d[g] / relative[g]) for g in groups])
     load = np.stack([M[:, g] @ relative[g] for g in groups], axis=1)
-    scales, info = _weights(cost / cost.max(), load, deadline)
+    scales, info = _weights(cost / cost.max(), load, budget)
     u = np.empty(len(d))
     for g, scale in zip(groups, scales):
         u[g] = scale * relative[g]
@@ -209,15 +208,11 @@ def _column_mask(W: Workload) -> npt.NDArray[np.bool_]:
     return np.asarray(W.column_norms("l2") > 0.0)
 
 
-class _Timeout(Exception):
-    """Raised inside the objective to stop L-BFGS-B at the time limit."""
-
-
 class _Tracker:
     """The dual objective −g(y) and its gradient, remembering the best primal and dual values seen."""
 
-    def __init__(self, d: FloatArray, M: FloatArray, deadline: float) -> None:
-        self.sd, self.M, self.deadline = np.sqrt(d), M, deadline
+    def __init__(self, d: FloatArray, M: FloatArray, budget: WorkBudget) -> None:
+        self.sd, self.M, self.budget = np.sqrt(d), M, budget
         self.best_primal, self.best_dual = np.inf, -np.inf
         self.best_u: FloatArray = np.zeros(len(d))
 
@@ -231,12 +226,11 @@ class _Tracker:
         self.best_dual = max(self.best_dual, dual)
         if primal < self.best_primal:
             self.best_primal, self.best_u = primal, u / scale
-        if time.monotonic() > self.deadline:
-            raise _Timeout
+        self.budget.spend()
         return -dual, -(Mu - 1.0)
 
 
-def _weights(d: FloatArray, M: FloatArray, deadline: float) -> tuple[FloatArray, EigenDesignInfo]:
+def _weights(d: FloatArray, M: FloatArray, budget: WorkBudget) -> tuple[FloatArray, EigenDesignInfo]:
     """Solve Program 5.1.1 (min Σ dᵢ/uᵢ s.t. M u ≤ 1) through its dual with L-BFGS-B.
 
     The start is the best uniform dual point y = t·1: g(t·1) = 2√t Σᵢ √(dᵢ sᵢ) − t n with column
@@ -247,23 +241,23 @@ def _weights(d: FloatArray, M: FloatArray, deadline: float) -> tuple[FloatArray,
         d: positive design costs (normalised so max = 1), length k.
         M: n × k non-negative matrix, M_ji = load of design unit i on cell j (for an eigen-query,
             its squared entry in cell j).
-        deadline: time.monotonic() value; past it the best feasible iterate so far is returned
-            (the objective is always evaluated at least once).
+        budget: each objective evaluation spends one unit; once it is spent the best feasible
+            iterate so far is returned (the objective is always evaluated at least once).
 
     Returns:
         (u, info): feasible weights (max_j (M u)_j = 1) and solver diagnostics.
     """
-    start = time.monotonic()
-    tracker = _Tracker(d, M, deadline)
+    used = budget.used
+    tracker = _Tracker(d, M, budget)
     y0 = np.full(M.shape[0], (np.sqrt(d * M.sum(axis=0)).sum() / M.shape[0]) ** 2)
     converged = True
     try:
         sopt.minimize(tracker, y0, jac=True, method="L-BFGS-B", bounds=[(0.0, None)] * M.shape[0],
                       options={"maxiter": 20000, "maxfun": 40000, "ftol": 1e-15, "gtol": 1e-12})
-    except _Timeout:
+    except Exhausted:
         converged = False
     gap = (tracker.best_primal - tracker.best_dual) / tracker.best_primal
-    info = EigenDesignInfo(tracker.best_primal, tracker.best_dual, gap, converged, time.monotonic() - start)
+    info = EigenDesignInfo(tracker.best_primal, tracker.best_dual, gap, converged, budget.used - used)
     return tracker.best_u, info
 
 

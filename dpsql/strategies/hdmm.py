@@ -54,7 +54,6 @@ OPT₊: partition W's terms into groups g with workloads W⁽ᵍ⁾, run OPT⊗ 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Literal
 
@@ -63,6 +62,7 @@ import numpy.typing as npt
 from scipy.optimize import minimize
 
 from dpsql.errors import ShapeError
+from dpsql.strategies.budget import MAX_EVALUATIONS, Exhausted, WorkBudget
 from dpsql.workloads import Explicit, Kron, VStack, Weighted, Workload
 
 FloatArray = npt.NDArray[np.float64]
@@ -76,10 +76,6 @@ BCD_CYCLES = 10
 FTOL = 1e-4
 #: Entry value of the one-row "IdTotal" start Θ = c·1ᵀ.
 IDTOTAL_START = 0.1
-
-
-class _Timeout(Exception):
-    """Raised inside the objective when the time limit has passed."""
 
 
 # ======================================================================== p-Identity objective
@@ -111,8 +107,8 @@ def pidentity_strategy(theta: FloatArray, noise: Noise = "laplace") -> FloatArra
     return np.vstack([np.eye(theta.shape[1]), theta]) / _scales(theta, noise)[None, :]
 
 
-def _minimise(G: FloatArray, start: FloatArray, noise: Noise, deadline: float) -> tuple[float, FloatArray]:
-    """L-BFGS-B from one start; returns the best (loss, Θ) seen, stopping at the deadline."""
+def _minimise(G: FloatArray, start: FloatArray, noise: Noise, budget: WorkBudget) -> tuple[float, FloatArray]:
+    """L-BFGS-B from one start; returns the best (loss, Θ) seen, stopping when the budget is spent."""
     shape = start.shape
     best: list[tuple[float, FloatArray]] = [(np.inf, start)]
 
@@ -124,20 +120,19 @@ def _minimise(G: FloatArray, start: FloatArray, noise: Noise, deadline: float) -
             return np.inf, np.zeros(flat.size)
         if loss < best[0][0]:
             best[0] = (loss, theta.copy())
-        if time.monotonic() > deadline:
-            raise _Timeout
+        budget.spend()
         return loss, grad.ravel()
 
     try:
         minimize(fun, start.ravel(), jac=True, method="L-BFGS-B", bounds=[(0.0, None)] * start.size,
                  options={"ftol": FTOL, "maxiter": 1000})
-    except _Timeout:
+    except Exhausted:
         pass
     return best[0]
 
 
 def _opt_pidentity(G: FloatArray, noise: Noise, ps: tuple[int, ...], rng: np.random.Generator, restarts: int,
-                   deadline: float, warm: FloatArray | None = None) -> tuple[float, FloatArray]:
+                   budget: WorkBudget, warm: FloatArray | None = None) -> tuple[float, FloatArray]:
     """Best (loss, Θ) over Θ = 0 (identity), an optional warm start, the IdTotal start
     Θ = c·1ᵀ (one row; [1ᵀ; I]-like workloads need p = 1, digest §3.3) and `restarts` random starts
     (U[0,1) entries), start r having ps[r % len(ps)] rows."""
@@ -148,9 +143,9 @@ def _opt_pidentity(G: FloatArray, noise: Noise, ps: tuple[int, ...], rng: np.ran
     starts = ([warm] if warm is not None and warm.shape[1] == n else []) + [np.full((1, n), IDTOTAL_START)] + \
         [rng.random((ps[r % len(ps)], n)) for r in range(restarts)]
     for start in starts:
-        if time.monotonic() > deadline and best[1].any():
+        if budget.exhausted and best[1].any():
             break
-        loss, theta = _minimise(Gs, start, noise, deadline)
+        loss, theta = _minimise(Gs, start, noise, budget)
         if loss < best[0]:
             best = (loss, theta)
     return best[0] * scale, best[1]
@@ -163,8 +158,10 @@ GAP_TOLERANCE = 1e-5
 RIDGE = 1e-9
 
 
-def _opt_gaussian(G: FloatArray, deadline: float, iterations: int = 200) -> tuple[float, FloatArray, float]:
+def _opt_gaussian(G: FloatArray, budget: WorkBudget, iterations: int = 200) -> tuple[float, FloatArray, float]:
     """(loss, A, lower bound): the dual fixed point μ ← diag(K^{1/2}) / trace(K^{1/2}) (module doc).
+
+    One iteration (one eigendecomposition) is one unit of ``budget``.
 
     At μ the primal X = D^{-1/2} K^{1/2} D^{-1/2} has trace(X⁻¹G) = trace(K^{1/2}) = f and
     Δ₂² = maxᵢ Xᵢᵢ, so loss = f · maxᵢ (K^{1/2})ᵢᵢ / μᵢ, while f² is a lower bound on every loss.
@@ -185,7 +182,7 @@ def _opt_gaussian(G: FloatArray, deadline: float, iterations: int = 200) -> tupl
             best = (loss, A / np.sqrt(np.max(diag_half / mu)), max(best[2], f * f))
         else:
             best = (best[0], best[1], max(best[2], f * f))
-        if best[0] <= best[2] * (1.0 + GAP_TOLERANCE) or time.monotonic() > deadline:
+        if best[0] <= best[2] * (1.0 + GAP_TOLERANCE) or not budget.step():
             break
         mu = diag_half / f
     return best
@@ -239,34 +236,35 @@ def default_ps(n: int) -> tuple[int, ...]:
 
 
 def _solve(G: FloatArray, noise: Noise, p: int | None, rng: np.random.Generator, restarts: int,
-           deadline: float, warm: FloatArray | None = None) -> tuple[float, FloatArray, FloatArray | None]:
+           budget: WorkBudget, warm: FloatArray | None = None) -> tuple[float, FloatArray, FloatArray | None]:
     """(loss, dense strategy, Θ or None) minimising Δ²·trace(G (AᵀA)⁻¹) for one attribute."""
     n = G.shape[0]
     if n == 1 or not np.any(G):
         return float(np.trace(G)), np.eye(n), None
     if noise == "gaussian":
-        A = _unit_columns(_opt_gaussian(G, deadline)[1])
+        A = _unit_columns(_opt_gaussian(G, budget)[1])
         return _factor_loss(G, A, noise), A, None
     ps = default_ps(n) if p is None else (p,)
     if any(isinstance(q, bool) or not isinstance(q, (int, np.integer)) or q < 1 for q in ps):
         raise ShapeError(f"p must be a positive integer; got {p!r}.")
-    loss, theta = _opt_pidentity(G, noise, tuple(int(q) for q in ps), rng, restarts, deadline, warm)
+    loss, theta = _opt_pidentity(G, noise, tuple(int(q) for q in ps), rng, restarts, budget, warm)
     return loss, pidentity_strategy(theta, noise), theta
 
 
 def opt0(W: Workload, *, noise: Noise = "gaussian", p: int | None = None, seed: int = 0,
-         restarts: int = 3, time_limit: float = 30.0) -> Workload:
+         restarts: int = 3, max_evaluations: int = MAX_EVALUATIONS) -> Workload:
     """HDMM OPT₀ for one attribute: the strategy minimising Δ²·trace(WᵀW (AᵀA)⁻¹) (module doc).
 
     laplace: p-Identity [I; Θ]S⁻¹ (Δ₁ = 1), best of Θ = 0 and `restarts` seeded L-BFGS-B runs,
     p = max(1, n // 16) by default. gaussian: the convex unit-diagonal optimum (Δ₂ = 1), solved
-    to a certified 1e-5 relative duality gap (`p` and `restarts` are unused). Stops at `time_limit`
-    seconds with the best strategy found so far. Returns an Explicit full-column-rank strategy.
+    to a certified 1e-5 relative duality gap (`p` and `restarts` are unused). Stops after
+    `max_evaluations` evaluations of the loss and its gradient (Gaussian: fixed-point iterations)
+    with the best strategy found so far, so the result does not depend on machine speed. Returns an Explicit full-column-rank strategy.
     """
     noise = _check_noise(noise)
     G = _dense_gram(W, "the workload")
-    deadline = time.monotonic() + float(time_limit)
-    _, A, _ = _solve(G, noise, p, np.random.default_rng(seed), int(restarts), deadline)
+    budget = WorkBudget(max_evaluations)
+    _, A, _ = _solve(G, noise, p, np.random.default_rng(seed), int(restarts), budget)
     return Explicit(A)
 
 
@@ -300,7 +298,7 @@ def _kron_grams(W: Workload, caller: str) -> tuple[FloatArray, list[list[FloatAr
 
 
 def _opt_kron_grams(weights: FloatArray, grams: list[list[FloatArray]], noise: Noise, rng: np.random.Generator,
-                    restarts: int, deadline: float) -> tuple[float, list[FloatArray]]:
+                    restarts: int, budget: WorkBudget) -> tuple[float, list[FloatArray]]:
     """OPT⊗ block coordinate descent on Σₖ wₖ² ⊗ᵢ Gₖᵢ (module doc).
 
     Returns (loss, factors): the loss Σₖ wₖ² Πᵢ Δ(Aᵢ)² trace(Gₖᵢ (AᵢᵀAᵢ)⁻¹) of the dense factors
@@ -316,28 +314,29 @@ def _opt_kron_grams(weights: FloatArray, grams: list[list[FloatArray]], noise: N
         for i in range(d):
             c = weights * np.prod(np.delete(table, i, axis=1), axis=1)
             G = sum(ck * row[i] for ck, row in zip(c, grams))
-            new, A, theta = _solve(G, noise, None, rng, restarts if cycle == 0 else 0, deadline, thetas[i])
+            new, A, theta = _solve(G, noise, None, rng, restarts if cycle == 0 else 0, budget, thetas[i])
             if new < float(c @ table[:, i]):
                 factors[i], thetas[i] = A, theta
                 table[:, i] = [_factor_loss(row[i], A, noise) for row in grams]
         loss = float(weights @ np.prod(table, axis=1))
-        if len(weights) == 1 or loss >= previous * (1.0 - BCD_TOLERANCE) or time.monotonic() > deadline:
+        if len(weights) == 1 or loss >= previous * (1.0 - BCD_TOLERANCE) or budget.exhausted:
             break
     return loss, factors
 
 
 def opt_kron(W: Workload, *, noise: Noise = "gaussian", seed: int = 0, restarts: int = 3,
-             time_limit: float = 30.0) -> Kron:
+             max_evaluations: int = MAX_EVALUATIONS) -> Kron:
     """HDMM OPT⊗: ⊗ᵢ Aᵢ of per-attribute OPT₀ strategies by block coordinate descent (module doc).
 
     W is a Kron, or a VStack of (Weighted) Krons over the same attribute sizes. Each factor has
     Δ = 1, so the product does too. Random restarts run in the first cycle; later cycles
-    warm-start and accept only improvements, so the loss never increases.
+    warm-start and accept only improvements, so the loss never increases. All solves share
+    ``max_evaluations`` evaluations (as in :func:`opt0`); the best factors so far are kept.
     """
     noise = _check_noise(noise)
     weights, grams = _kron_grams(W, "opt_kron")
-    _, factors = _opt_kron_grams(weights, grams, noise, np.random.default_rng(seed), int(restarts),
-                                 time.monotonic() + float(time_limit))
+    budget = WorkBudget(max_evaluations)
+    _, factors = _opt_kron_grams(weights, grams, noise, np.random.default_rng(seed), int(restarts), budget)
     return Kron([Explicit(A) for A in factors])
 
 
@@ -407,7 +406,7 @@ def _check_groups(groups: Sequence[Sequence[int]], k: int) -> list[list[int]]:
 
 
 def opt_union(W: Workload, *, noise: Noise = "gaussian", groups: Sequence[Sequence[int]] | None = None,
-              seed: int = 0, restarts: int = 3, time_limit: float = 30.0) -> Workload:
+              seed: int = 0, restarts: int = 3, max_evaluations: int = MAX_EVALUATIONS) -> Workload:
     """HDMM OPT₊: one OPT⊗ strategy per group of W's terms, stacked with the optimal budget split.
 
     W is a union of Kronecker products as for :func:`opt_kron`; its terms are numbered 0..k−1 in
@@ -417,13 +416,13 @@ def opt_union(W: Workload, *, noise: Noise = "gaussian", groups: Sequence[Sequen
     is VStack([Weighted(c_g, Kron(A⁽ᵍ⁾)) for e_g > 0]) with Δ₁ = Σc_g = 1 (laplace) or
     Δ₂ = (Σc_g²)^{1/2} = 1 (gaussian), and expected error (least squares) at most U* = Σ e_g/c_g²
     (module doc). A single block is returned as its Kron. Groups run in order, sharing one seeded
-    generator and the ``time_limit`` deadline.
+    generator and one budget of ``max_evaluations`` evaluations (as in :func:`opt0`).
     """
     noise = _check_noise(noise)
     weights, grams = _kron_grams(W, "opt_union")
     parts = _default_groups(grams) if groups is None else _check_groups(groups, len(weights))
-    rng, deadline = np.random.default_rng(seed), time.monotonic() + float(time_limit)
-    solved = [_opt_kron_grams(weights[g], [grams[k] for k in g], noise, rng, int(restarts), deadline) for g in parts]
+    rng, budget = np.random.default_rng(seed), WorkBudget(max_evaluations)
+    solved = [_opt_kron_grams(weights[g], [grams[k] for k in g], noise, rng, int(restarts), budget) for g in parts]
     if not any(loss > 0.0 for loss, _ in solved):  # an all-zero workload: any strategy is exact
         return Kron([Explicit(A) for A in solved[0][1]])
     c, _ = union_bound([loss for loss, _ in solved], noise)

@@ -30,7 +30,6 @@ PRUNE·Σθ are then dropped when that keeps the strategy supported and its loss
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -52,6 +51,7 @@ from dpsql.residual_basis import (
     superset_sum,
     workload_sizes,
 )
+from dpsql.strategies.budget import MAX_EVALUATIONS, Exhausted, WorkBudget
 from dpsql.workloads import Workload
 
 FloatArray = npt.NDArray[np.float64]
@@ -69,10 +69,6 @@ PENALTY = 100.0
 #: Weights below PRUNE · Σθ are dropped if the loss grows by at most a factor 1 + PRUNE_SLACK.
 PRUNE = 1e-7
 PRUNE_SLACK = 1e-6
-
-
-class _Timeout(Exception):
-    """Raised inside the objective when the time limit has passed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +140,9 @@ class _Best:
             self.loss, self.theta = loss, theta.copy()
 
 
-def _minimise(objective: Objective, start: FloatArray, best: _Best, deadline: float) -> None:
-    """L-BFGS-B (θ ≥ 0) from one supported start, offering every finite point to ``best``."""
+def _minimise(objective: Objective, start: FloatArray, best: _Best, budget: WorkBudget) -> None:
+    """L-BFGS-B (θ ≥ 0) from one supported start, offering every finite point to ``best``; every
+    evaluation spends one unit of ``budget``."""
     penalty = PENALTY * objective(start)[0]
 
     def fun(theta: FloatArray) -> tuple[float, FloatArray]:
@@ -153,14 +150,13 @@ def _minimise(objective: Objective, start: FloatArray, best: _Best, deadline: fl
         if not np.isfinite(loss):
             return penalty, np.zeros_like(theta)
         best.offer(loss, theta)
-        if time.monotonic() > deadline:
-            raise _Timeout
+        budget.spend()
         return loss, grad
 
     try:
         minimize(fun, start, jac=True, method="L-BFGS-B", bounds=[(0.0, None)] * start.size,
                  options={"ftol": FTOL, "gtol": GTOL, "maxiter": MAXITER})
-    except _Timeout:
+    except Exhausted:
         pass
 
 
@@ -180,7 +176,7 @@ def _deterministic_starts(w: FloatArray, noise: Noise) -> list[FloatArray]:
 
 
 def _search(lattice: _Lattice, w: FloatArray, noise: Noise, seed: int, restarts: int,
-            deadline: float) -> FloatArray:
+            budget: WorkBudget) -> FloatArray:
     """The best θ over the deterministic and `restarts` seeded random starts (module doc)."""
     def objective(theta: FloatArray) -> tuple[float, FloatArray]:
         return lattice.objective(theta, noise)
@@ -192,10 +188,10 @@ def _search(lattice: _Lattice, w: FloatArray, noise: Noise, seed: int, restarts:
     rng = np.random.default_rng(seed)
     starts += [rng.random(start.size) for _ in range(max(0, restarts))]
     for start in starts:
-        if time.monotonic() > deadline:
+        if budget.exhausted:
             break
         if np.isfinite(objective(start)[0]):
-            _minimise(objective, start, best, deadline)
+            _minimise(objective, start, best, budget)
     return _prune(objective, best.theta, best.loss)
 
 
@@ -218,23 +214,24 @@ def _unit_sensitivity(theta: FloatArray, noise: Noise) -> FloatArray:
 
 
 def opt_marginals(W: Workload, *, noise: Noise = "gaussian", seed: int = 0, restarts: int = 3,
-                  time_limit: float = 30.0) -> Workload:
+                  max_evaluations: int = MAX_EVALUATIONS) -> Workload:
     """HDMM OPT_M: the weighted marginals strategy minimising the expected error on W (module doc).
 
     W is a Kron, or a VStack / Weighted of Krons, over one set of attribute sizes (a non-Kron W is
     a one-attribute product). Runs L-BFGS-B from the identity, the workload's own marginals and
-    `restarts` seeded random starts, stopping at `time_limit` seconds with the best found so far.
+    `restarts` seeded random starts, stopping after `max_evaluations` evaluations of the loss and its
+    gradient (all starts together) with the best found so far, so the result does not depend on machine speed.
     Returns dpsql.residual_basis.marginals_strategy with sensitivity 1 (Δ₁ for Laplace, Δ₂ for Gaussian).
     Raises ShapeError for empty or non-finite workloads and unsupported structures.
     """
     noise = _check_noise(noise)
     sizes, w = _workload_weights(W)
-    deadline = time.monotonic() + float(time_limit)
+    budget = WorkBudget(max_evaluations)
     lattice = _Lattice.build(sizes, w)
     scale = float(lattice.dims @ lattice.lam_w)  # trace(WᵀW): the loss of the identity strategy
     if scale <= 0.0:
         theta = _deterministic_starts(w, noise)[0]  # nothing to answer: the identity
     else:
         scaled = replace(lattice, lam_w=lattice.lam_w / scale)  # the argmin is scale-invariant
-        theta = _search(scaled, w, noise, seed, int(restarts), deadline)
+        theta = _search(scaled, w, noise, seed, int(restarts), budget)
     return marginals_strategy(sizes, _unit_sensitivity(theta, noise))
