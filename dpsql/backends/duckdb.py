@@ -846,6 +846,8 @@ def _int_column(result: pa.Table, name: str) -> IntArray:
         raise InternalError(f"The cell query returned NULL in '{name}'.")
     if not pa.types.is_decimal(column.type):
         return np.asarray(column.to_numpy(), dtype=np.int64)
-    values = [int(v) for v in column.to_pylist()]
-    fits = all(-2**63 <= v < 2**63 for v in values)
-    return np.array(values, dtype=np.int64 if fits else object).reshape(len(values))
+    try:  # Arrow's safe cast is exact and refuses any value outside int64
+        return np.asarray(column.cast(pa.int64()).to_numpy(), dtype=np.int64)
+    except pa.ArrowInvalid:
+        values = [int(v) for v in column.to_pylist()]
+        return np.array(values, dtype=object).reshape(len(values))
