@@ -649,6 +649,18 @@ class Sum(Workload):
         return "Sum([" + ", ".join(map(repr, self.terms)) + "])"
 
 
+class DisjointSum(Sum):
+    """Σ_t K_t whose terms have disjoint column supports (the caller's promise: e.g. Kronecker
+    boxes over disjoint cells): column j is non-zero in one term at most.
+
+    So Σ_i |(Σ_t K_t)_ij|^p = Σ_t Σ_i |(K_t)_ij|^p — the column power sums (sensitivities) stay a
+    sum of Kronecker vectors, never a dense n × n pass.
+    """
+
+    def _column_terms(self, p: int) -> list[ColumnTerm]:
+        return [term for t in self.terms for term in t._column_terms(p)]
+
+
 class Product(Workload):
     """A B, applied right to left."""
 

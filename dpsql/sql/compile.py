@@ -41,9 +41,8 @@ import numpy.typing as npt
 
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
-from dpsql.kronvec import ColumnTerm
 from dpsql.sql import ir
-from dpsql.workloads import Explicit, Kron, Sum, VStack, Workload
+from dpsql.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Workload
 
 BoolArray = npt.NDArray[np.bool_]
 Box = tuple[BoolArray, ...]  # one mask per axis over the axis's batch cells (outside cell last)
@@ -666,17 +665,6 @@ def _check_order_by(statement: ir.Statement) -> None:
 
 
 # ==================================================================================== box algebra
-class DisjointSum(Sum):
-    """Σ_t K_t over boxes with disjoint cells: column j lies in one term's box at most.
-
-    So Σ_i |(Σ_t K_t)_ij|^p = Σ_t Σ_i |(K_t)_ij|^p — the column power sums (sensitivities) stay a
-    sum of Kronecker vectors, never a dense n × n pass.
-    """
-
-    def _column_terms(self, p: int) -> list[ColumnTerm]:
-        return [term for t in self.terms for term in t._column_terms(p)]
-
-
 @dataclass(slots=True)
 class _BoxBudget:
     """The box algebra's work for one WHERE clause: box pairs visited and boxes held (limits above)."""
