@@ -44,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from dpsql import marginal_batch, mechanism, planner, thresholds
+from dpsql import blas, marginal_batch, mechanism, planner, thresholds
 from dpsql import postprocess as postprocessing
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import CellData, DuckDBBackend, measure_quantum
@@ -152,6 +152,7 @@ class Prepared:
 MAX_GROUP_EVALUATIONS = 60
 
 
+@blas.single_threaded()
 def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[object] | None = None,
             progress: planner.Progress | None = None, *, plan_all_routes: bool = False) -> Prepared:
     """Parse, compile, plan every data vector and split the batch's budget — no data read.
@@ -451,6 +452,7 @@ def _value_scale(column: Column) -> tuple[float, int]:
     return quantum, max(1, math.ceil(max(abs(low), abs(high)) / quantum))
 
 
+@blas.single_threaded()
 def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: RandomSource | None = None,
         progress: Callable[[str], None] | None = None, postprocess: Sequence[str] = ()) -> list[pa.Table]:
     """Charge the batch, scan, measure, package one table per statement.
