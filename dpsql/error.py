@@ -33,15 +33,14 @@ from dpsql.linalg import (
     trace_of_product,
 )
 from dpsql.workloads import (
+    Explicit,
     FloatArray,
     Identity,
     Kron,
     VStack,
-    Sum,
     Weighted,
     Workload,
     check_dense_size,
-    kron_factors,
 )
 
 Noise = Literal["gaussian", "laplace"]
@@ -74,7 +73,11 @@ def support_residual(W: Workload, A: Workload) -> float:
 
 def check_support(W: Workload, A: Workload) -> None:
     """Raise UnsupportedStrategyError unless W A⁺ A = W (to SUPPORT_TOLERANCE)."""
-    residual = support_residual(W, A)
+    _refuse_unsupported(W, A, support_residual(W, A))
+
+
+def _refuse_unsupported(W: Workload, A: Workload, residual: float) -> None:
+    """UnsupportedStrategyError when the relative support residual exceeds SUPPORT_TOLERANCE."""
     if residual > SUPPORT_TOLERANCE:
         raise UnsupportedStrategyError(
             f"strategy {A!r} does not support workload {W!r}: W A⁺ A ≠ W (relative residual "
@@ -85,8 +88,38 @@ def check_support(W: Workload, A: Workload) -> None:
 
 def expected_error(W: Workload, A: Workload, *, noise: Noise = "gaussian") -> float:
     """Total squared error Σᵢ Var(answerᵢ) = v · trace(G (AᵀA)⁺) at unit privacy (see module doc)."""
+    short = _short_strategy_error(W, A)
+    if short is not None:
+        trace, residual = short
+        _refuse_unsupported(W, A, residual)
+        return unit_noise_variance(A, noise) * trace
     check_support(W, A)
     return unit_noise_variance(A, noise) * trace_of_product(W.gram(), pinv_gram(A))
+
+
+#: A dense strategy of p < n rows is scored through its row space while m·p is at most this.
+SHORT_STRATEGY_ENTRIES = 2**24
+
+
+def _short_strategy_error(W: Workload, A: Workload) -> tuple[float, float] | None:
+    """(trace(G (AᵀA)⁺), support residual) of a dense strategy with fewer rows than cells, from
+    its thin SVD A = U S Vᵀ (rank r): (AᵀA)⁺ = V S⁻² Vᵀ, so trace(G (AᵀA)⁺) = ‖W V S⁻¹‖²_F, and
+    A⁺A = V Vᵀ, so the residual is (trace G − ‖W V‖²_F) / trace G. O(p²n + cost of W·V) instead
+    of dense n × n algebra. None when A is not such a matrix."""
+    if not isinstance(A, Explicit) or not isinstance(A.matrix, np.ndarray):
+        return None
+    p, n = A.shape
+    if p >= n or W.shape[0] * p > SHORT_STRATEGY_ENTRIES:
+        return None
+    _check_columns(W, A)
+    _, values, rows = np.linalg.svd(A.matrix, full_matrices=False)
+    keep = values > np.sqrt(RANK_TOLERANCE) * values.max(initial=0.0)
+    basis = rows[keep].T  # n × r, orthonormal columns spanning A's row space
+    projected = W @ basis if basis.shape[1] else np.zeros((W.shape[0], 0))
+    trace = float(np.sum((projected / values[keep]) ** 2))
+    total = W.gram().trace()
+    residual = 0.0 if total == 0.0 else max(0.0, (total - float(np.sum(projected**2))) / total)
+    return trace, residual
 
 
 def per_query_variance(W: Workload, A: Workload, *, noise: Noise = "gaussian") -> FloatArray:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dpsql import error, strategies, workloads
 from dpsql.errors import PrivacyParameterError, ShapeError, UnsupportedStrategyError
@@ -128,3 +130,28 @@ def test_bad_input_errors() -> None:
     with pytest.raises(ShapeError, match="branching"):
         strategies.hierarchical(8, branching=1)
     assert issubclass(PrivacyParameterError, ValueError)
+
+
+@given(st.integers(0, 2**32 - 1))
+def test_short_strategies_are_scored_through_their_row_space(seed: int) -> None:
+    """A dense strategy with fewer rows than cells (the workload's own rows) is scored from its thin
+    SVD: the same error as the dense pseudo-inverse, and the same support verdict."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 24))
+    p, m = int(rng.integers(1, n)), int(rng.integers(1, 10))
+    A = rng.integers(-2, 3, size=(p, n)).astype(float)
+    if p > 1 and seed % 2:
+        A[-1] = A[0]  # rank deficient
+    supported = rng.integers(-1, 2, size=(m, p)) @ A
+    for noise in ("laplace", "gaussian"):
+        reference = error.unit_noise_variance(workloads.Explicit(A), noise) * np.trace(
+            supported.T @ supported @ np.linalg.pinv(A.T @ A))
+        got = error.expected_error(workloads.Explicit(supported), workloads.Explicit(A), noise=noise)
+        assert got == pytest.approx(reference, rel=1e-7, abs=1e-9)
+    other = rng.integers(-1, 2, size=(m, n)).astype(float)
+    inside = np.allclose(other @ np.linalg.pinv(A) @ A, other, atol=1e-8)
+    if inside:
+        error.expected_error(workloads.Explicit(other), workloads.Explicit(A))
+    else:
+        with pytest.raises(UnsupportedStrategyError):
+            error.expected_error(workloads.Explicit(other), workloads.Explicit(A))
