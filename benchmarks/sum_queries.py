@@ -67,7 +67,7 @@ def thresholds(values: np.ndarray, method: str, source: SeededRandomSource, tota
 
 
 def best_strategy(W: Workload) -> Workload:
-    return planner.plan(W, noise="laplace", optimize=False, bound=False).strategy
+    return planner.plan(W, noise="laplace", optimize=False).strategy
 
 
 def run(args: argparse.Namespace) -> dict[tuple[str, str], np.ndarray]:

@@ -44,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from dpsql import blas, marginal_batch, mechanism, planner, thresholds
+from dpsql import blas, marginal_batch, mechanism, plan_cache, planner, thresholds
 from dpsql import postprocess as postprocessing
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import CellData, DuckDBBackend, measure_quantum
@@ -364,7 +364,7 @@ def _group_drafts(index: int, group: CompiledGroup, columns: Mapping[str, Column
     drafts = []
     for kind in group.data_kinds():
         plan = (known or {}).get((index, kind)) or planner.plan(group.workload(kind), noise=noise, sizes=sizes, ordered=ordered,
-                                                                 bound=known is None, quick=quick, progress=progress,
+                                                                 quick=quick, progress=progress,
                                                                  extra=extra if kind == ("count", None) else None)
         quantum, bound = _value_scale(columns[str(kind[1])]) if kind[0] == "sum" else (1.0, 1)
         drafts.append(_Draft(group=index, kind=kind, plan=plan, row_scale=unit_rows * bound, quantum=quantum))
@@ -404,8 +404,19 @@ def _choose_partition(batch: ir.Batch, table: Table, noise: planner.Noise) -> li
     are scored with the standard strategies and the quick optimized template (weighted
     marginals), which is what makes merging GROUP BYs over different columns pay off. With the optimal
     split the batch's total error is ∝ (Σ_k c_k^{1/3})³ (Laplace) or (Σ_k √c_k)² (Gaussian) over
-    the measurements' unit errors c_k, which is the score compared here.
+    the measurements' unit errors c_k, which is the score compared here. The partition found is
+    cached by the statements and the table's declaration (``dpsql.plan_cache``).
     """
+    key = plan_cache.object_key("partition", noise, table, batch.statements)
+    known = plan_cache.load_partition(key, len(batch.statements))
+    if known is None:
+        known = _search_partition(batch, table, noise)
+        plan_cache.store_partition(key, known)
+    return known
+
+
+def _search_partition(batch: ir.Batch, table: Table, noise: planner.Noise) -> list[list[int]]:
+    """:func:`_choose_partition`'s greedy search."""
     power = 1 / 3 if noise == "laplace" else 1 / 2
     errors: dict[frozenset[int], list[float]] = {}
 
@@ -414,8 +425,8 @@ def _choose_partition(batch: ir.Batch, table: Table, noise: planner.Noise) -> li
             group, _ = compile_group(batch, table, sorted(members))
             sizes = [axis.size for axis in group.axes]
             ordered = [isinstance(axis.column.domain, Ordered) for axis in group.axes]
-            errors[members] = [planner.plan(group.workload(kind), noise=noise, sizes=sizes, ordered=ordered,
-                                            bound=False, quick=True).expected_error for kind in group.data_kinds()]
+            errors[members] = [planner.expected_error(group.workload(kind), noise=noise, sizes=sizes, ordered=ordered,
+                                                      quick=True) for kind in group.data_kinds()]
         return errors[members]
 
     def score(groups: list[frozenset[int]]) -> float:
@@ -583,20 +594,14 @@ def _standard_answers(compiled: CompiledBatch, measurements: Sequence[Measuremen
     """
     truncated = _measured_columns(compiled.table, chosen)
     answers: dict[tuple[int, int], mechanism.Answers] = {}
+    scans = _scan(compiled, measurements, truncated, backend=backend, report=report)
     for index, group in enumerate(compiled.groups):
-        # value-cell axes bin the clamped value (their variant of the column); every other column as measured
-        value_axes = {a.column.name: a.column for a in group.axes if a.column != compiled.table.columns[a.column.name]}
-        columns = {**truncated, **value_axes}
-        table = replace(compiled.table, columns=columns)
         zero = [m for m in measurements if m.group == index and m.share == 0]
         _zero_answers(group, index, zero, answers)
         mine = [m for m in measurements if m.group == index and m.share != 0]
         if not mine:
-            continue  # nothing to measure: no scan
-        sums = {columns[str(m.kind[1])]: m.quantum for m in mine if m.kind[0] == "sum"}
-        nonnull = [columns[str(m.kind[1])] for m in mine if m.kind[0] == "nonnull"]
-        report(f"scanning '{compiled.table.name}' for group {index + 1} of {len(compiled.groups)} ({group.cells:,} cells)")
-        data = backend.cell_data(table, [columns[axis.column.name] for axis in group.axes], sum_columns=sums, count_columns=nonnull)
+            continue  # nothing to measure: not scanned
+        data = scans[index]
         for m in mine:
             report(f"measuring {_name(m)} with {m.plan.name} ({m.plan.strategy.shape[0]:,} noisy values)")
             x = _batch_vector(group, data, m.kind)
@@ -611,6 +616,59 @@ def _standard_answers(compiled: CompiledBatch, measurements: Sequence[Measuremen
                                                              variances=stacked.variances[rows] * unit**2)
             _add_covariances(compiled, index, positions, release, m.quantum, answers)
     return answers
+
+
+@dataclass(frozen=True, slots=True)
+class _ScanRequest:
+    """What one statement group reads: its table variant, cell columns, sums and non-NULL counts."""
+
+    index: int
+    table: Table
+    cells: list[Column]
+    sums: dict[Column, float]
+    nonnull: list[Column]
+    value_axes: bool
+
+
+def _scan(compiled: CompiledBatch, measurements: Sequence[Measurement], truncated: Mapping[str, Column], *,
+          backend: DuckDBBackend, report: Callable[[str], None]) -> dict[int, CellData]:
+    """The cell data of every group with something to measure, by group index.
+
+    Groups reading the table's columns as measured share one scan (GROUPING SETS); a group with
+    value-cell axes (its own variant of a column, binning the clamped value) is scanned alone.
+    """
+    requests = []
+    for index, group in enumerate(compiled.groups):
+        mine = [m for m in measurements if m.group == index and m.share != 0]
+        if not mine:
+            continue
+        value_axes = {a.column.name: a.column for a in group.axes if a.column != compiled.table.columns[a.column.name]}
+        columns = {**truncated, **value_axes}
+        requests.append(_ScanRequest(index=index, table=replace(compiled.table, columns=columns),
+                                     cells=[columns[axis.column.name] for axis in group.axes],
+                                     sums={columns[str(m.kind[1])]: m.quantum for m in mine if m.kind[0] == "sum"},
+                                     nonnull=[columns[str(m.kind[1])] for m in mine if m.kind[0] == "nonnull"],
+                                     value_axes=bool(value_axes)))
+    shared: list[_ScanRequest] = []
+    alone: list[_ScanRequest] = []
+    sums: dict[Column, float] = {}
+    for request in requests:
+        fits = not request.value_axes and all(sums.get(c, q) == q for c, q in request.sums.items())
+        (shared if fits else alone).append(request)
+        if fits:
+            sums.update(request.sums)
+    found: dict[int, CellData] = {}
+    if shared:
+        name, cells = compiled.table.name, sum(compiled.groups[r.index].cells for r in shared)
+        report(f"scanning '{name}' once for {len(shared)} statement group(s) ({cells:,} cells)")
+        nonnull = list(dict.fromkeys(c for r in shared for c in r.nonnull))
+        data = backend.cell_data_sets(shared[0].table, [r.cells for r in shared], sum_columns=sums, count_columns=nonnull)
+        found.update({r.index: d for r, d in zip(shared, data)})
+    for r in alone:
+        report(f"scanning '{compiled.table.name}' for group {r.index + 1} of {len(compiled.groups)} "
+               f"({compiled.groups[r.index].cells:,} cells)")
+        found[r.index] = backend.cell_data(r.table, r.cells, sum_columns=r.sums, count_columns=r.nonnull)
+    return found
 
 
 def _zero_answers(group: CompiledGroup, index: int, zero: Sequence[Measurement],
@@ -696,10 +754,11 @@ def explain(prepared: Prepared, budget: Budget | None = None) -> str:
         if scales:
             lines.append(f"    note: read as value cells; SUM rows are weighted by value / s (s = {', '.join(f'{x:g}' for x in scales)}), "
                          "so their errors are s times the figures here")
-        if m.plan.svd_bound is not None:
-            floor = m.plan.svd_bound * (2 if m.plan.noise == "laplace" else 1)  # Laplace variance is 2b², b ≥ Δ₂
+        bound, exact = m.plan.svd_bound()
+        if bound is not None:
+            floor = bound * (2 if m.plan.noise == "laplace" else 1)  # Laplace variance is 2b², b ≥ Δ₂
             ratio = m.plan.expected_error / floor if floor else float("nan")
-            kind = "" if m.plan.svd_bound_exact else " (partial: from the largest sub-workload, the true bound is higher)"
+            kind = "" if exact else " (partial: from the largest sub-workload, the true bound is higher)"
             lines.append(f"    SVD lower bound{kind}: RMSE {m.expected_rmse(m.plan.name) / math.sqrt(ratio):.4g}; "
                          f"chosen strategy's error / bound = {ratio:.3f}")
         else:

@@ -18,7 +18,8 @@ H2, H4 or the Haar wavelet on every ordered attribute with identity on categoric
 Optimized strategies are rounded to integers as the mechanism measures them and cached on disk by
 the workload's Gram (``dpsql.strategy_cache``). Each candidate is scored by its exact expected
 total squared error at unit privacy (``error.expected_error``) and the lowest wins; the SVD bound
-is reported beside them. A template that fails, or whose error cannot be computed exactly, is left
+prunes the templates and is reported by EXPLAIN. Decisions are cached by the workload's exact
+structure (``dpsql.plan_cache``). A template that fails, or whose error cannot be computed exactly, is left
 out, and the plan says so; the standard strategies are always there to fall back on.
 """
 
@@ -27,15 +28,15 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
 
-from dpsql import error, strategies, strategy_cache
+from dpsql import error, plan_cache, strategies, strategy_cache
 from dpsql.errors import DomainTooLargeError, DpsqlError, ShapeError
 from dpsql.mechanism import integral_strategy
-from dpsql.workloads import Explicit, Workload
+from dpsql.workloads import Explicit, Kron, Workload
 
 Noise = error.Noise
 #: Per-attribute strategy families: (name, builder for an ordered attribute of n cells).
@@ -49,23 +50,34 @@ FAMILIES: dict[str, Callable[[int], Workload]] = {
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
-    """The chosen strategy, every candidate's expected total squared error, and the SVD bound.
+    """The chosen strategy and every candidate's expected total squared error.
 
-    Errors are at unit privacy (Gaussian σ = Δ₂, i.e. ρ = 1/2; Laplace ε = 1).
+    Errors are at unit privacy (Gaussian σ = Δ₂, i.e. ρ = 1/2; Laplace ε = 1). The SVD lower
+    bound, which only EXPLAIN shows, is computed on first request (:meth:`svd_bound`).
     """
 
     strategy: Workload
     name: str
     noise: Noise
     candidates: dict[str, float]
-    svd_bound: float | None
-    svd_bound_exact: bool
     queries: int
+    workload: Workload = field(repr=False, compare=False)
     notes: tuple[str, ...] = ()
+    _bound: list[tuple[float | None, bool]] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def expected_error(self) -> float:
         return self.candidates[self.name]
+
+    def svd_bound(self) -> tuple[float | None, bool]:
+        """(bound, exact): the workload's SVD lower bound at unit Gaussian privacy and whether it
+        is exact (else a weaker lower bound); (None, False) where the domain is too large."""
+        if not self._bound:
+            try:
+                self._bound.append(error.svd_bound_detail(self.workload))
+            except DomainTooLargeError:
+                self._bound.append((None, False))
+        return self._bound[0]
 
 
 @functools.lru_cache(maxsize=256)
@@ -103,48 +115,110 @@ UNION_MAX_CELLS = 4096
 #: OPT_M runs on workloads of at most this many attributes (its objective costs O(d·2^d)).
 MARGINALS_MAX_ATTRIBUTES = 16
 
-#: Templates cheap enough (O(d·2^d) per step, milliseconds) for searches that plan many groups.
-QUICK_TEMPLATES = frozenset({"HDMM-marginals"})
+#: Searches that plan many candidate groups (``quick``) run only OPT_M, the template cheap enough
+#: for them (O(d·2^d) per step, milliseconds), from its deterministic starts and with this work
+#: budget; the final plan gets PLAN_EVALUATIONS and random restarts.
+QUICK_EVALUATIONS = 200
 
 Progress = Callable[[str], None]
 
 
 def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None = None,
-         ordered: Sequence[bool] | None = None, bound: bool = True, optimize: bool = True,
-         quick: bool = False, progress: Progress | None = None, extra: Mapping[str, Workload] | None = None) -> Plan:
-    """Score every candidate on W and return the best, with all scores and (if ``bound``) the SVD bound.
+         ordered: Sequence[bool] | None = None, optimize: bool = True, quick: bool = False,
+         progress: Progress | None = None, extra: Mapping[str, Workload] | None = None) -> Plan:
+    """Score every candidate on W and return the best, with all scores.
 
     ``sizes``/``ordered`` describe W's Kronecker attributes (default: one ordered attribute);
-    ``optimize`` adds the HDMM and Eigen-Design templates (``quick``: only those in QUICK_TEMPLATES,
-    for searches that plan many candidate groups); ``progress`` hears about each template that has
+    ``optimize`` adds the HDMM and Eigen-Design templates (``quick``: only a short OPT_M, for
+    searches that plan many candidate groups); ``progress`` hears about each template that has
     to be optimized (not read from the cache); ``extra`` adds the caller's own integer strategies.
+
+    Cheap candidates are scored first. The templates run only when the best of them is more than
+    NEAR_OPTIMAL above the SVD lower bound (no strategy can gain more). Decisions are cached by
+    W's exact structure (``dpsql.plan_cache``): a workload planned before is not scored again.
     """
     if W.shape[0] == 0 or W.shape[1] == 0:
         raise ShapeError(f"cannot plan for an empty workload of shape {W.shape}: it needs at least one query and one cell.")
     sizes = list(sizes) if sizes is not None else [W.shape[1]]
     ordered = list(ordered) if ordered is not None else [True] * len(sizes)
     options = {**candidates(sizes, ordered), **(extra or {})}
+    key = _decision_key(W, noise=noise, sizes=sizes, ordered=ordered, optimize=optimize, quick=quick, extra=extra)
+    known = plan_cache.load(key)
+    if known is not None:
+        strategy = _rebuild(known.name, W, options, noise=noise, sizes=sizes, progress=progress, quick=quick)
+        if strategy is not None:
+            return Plan(strategy=strategy, name=known.name, noise=noise, candidates=dict(known.candidates),
+                        queries=W.shape[0], workload=W, notes=known.notes)
+    templates = _templates(W, noise=noise, sizes=sizes, quick=quick) if optimize else {}
     notes: list[str] = []
     scores = {name: error.expected_error(W, A, noise=noise) for name, A in options.items()}
     own = _workload_strategy(W)
     if own is not None:
         scores["workload"], options["workload"] = error.expected_error(W, own, noise=noise), own
-    if optimize:
-        for name, A in _optimized(W, noise=noise, sizes=sizes, notes=notes, progress=progress, quick=quick).items():
-            try:
-                scores[name], options[name] = error.expected_error(W, A, noise=noise), A
-            except DpsqlError as err:
-                notes.append(f"{name} was not used ({type(err).__name__}: {err}); the best standard strategy stands in.")
-    best = min(scores, key=scores.__getitem__)
-    value: float | None = None
-    exact = False
-    if bound:
+    result = Plan(strategy=options[min(scores, key=scores.__getitem__)], name=min(scores, key=scores.__getitem__),
+                  noise=noise, candidates=scores, queries=W.shape[0], workload=W)
+    if templates and not quick and _near_optimal(result):
+        notes.append(f"the optimized templates were not run: {result.name} is within {NEAR_OPTIMAL:.0%} of the SVD lower bound.")
+        templates = {}
+    for name, A in _optimized(W, templates, noise=noise, notes=notes, progress=progress, quick=quick).items():
         try:
-            value, exact = error.svd_bound_detail(W)
-        except DomainTooLargeError:
-            value = None
-    return Plan(strategy=options[best], name=best, noise=noise, candidates=scores, svd_bound=value,
-                svd_bound_exact=exact, queries=W.shape[0], notes=tuple(notes))
+            scores[name], options[name] = error.expected_error(W, A, noise=noise), A
+        except DpsqlError as err:
+            notes.append(f"{name} was not used ({type(err).__name__}: {err}); the best standard strategy stands in.")
+    best = min(scores, key=scores.__getitem__)
+    plan_cache.store(key, plan_cache.Decision(name=best, candidates=scores, notes=tuple(notes)))
+    return Plan(strategy=options[best], name=best, noise=noise, candidates=scores, queries=W.shape[0], workload=W,
+                notes=tuple(notes), _bound=result._bound)
+
+
+#: Optimization is skipped when a cheap candidate's expected error is within this fraction of the
+#: SVD lower bound (Gaussian: svdb; Laplace: 2·svdb, since Δ₁ ≥ Δ₂).
+NEAR_OPTIMAL = 0.05
+
+
+def _near_optimal(result: Plan) -> bool:
+    """Whether ``result``'s best error is within NEAR_OPTIMAL of the SVD lower bound (computed here
+    only where it is cheap: a Kronecker product, or at most EIGEN_MAX_CELLS cells)."""
+    if result.workload.shape[1] > EIGEN_MAX_CELLS and not isinstance(result.workload, Kron):
+        return False
+    bound, _ = result.svd_bound()
+    if not bound:
+        return False
+    floor = bound * (2.0 if result.noise == "laplace" else 1.0)
+    return result.expected_error <= floor * (1 + NEAR_OPTIMAL)
+
+
+def expected_error(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None = None,
+                   ordered: Sequence[bool] | None = None, quick: bool = False) -> float:
+    """The expected total squared error of W's plan at unit privacy (:func:`plan`'s), read from
+    the decision cache without rebuilding the strategy when W was planned before."""
+    sizes = list(sizes) if sizes is not None else [W.shape[1]]
+    ordered = list(ordered) if ordered is not None else [True] * len(sizes)
+    known = plan_cache.load(_decision_key(W, noise=noise, sizes=sizes, ordered=ordered, optimize=True, quick=quick, extra=None))
+    if known is not None:
+        return known.candidates[known.name]
+    return plan(W, noise=noise, sizes=sizes, ordered=ordered, quick=quick).expected_error
+
+
+def _decision_key(W: Workload, *, noise: Noise, sizes: Sequence[int], ordered: Sequence[bool], optimize: bool,
+                  quick: bool, extra: Mapping[str, Workload] | None) -> str:
+    """The decision cache's key for one call of :func:`plan`."""
+    return plan_cache.decision_key(W, noise=noise, options=[f"sizes={list(sizes)}", f"ordered={list(ordered)}",
+                                                              f"optimize={optimize}", f"quick={quick}"], extra=extra or {})
+
+
+def _rebuild(name: str, W: Workload, options: Mapping[str, Workload], *, noise: Noise, sizes: Sequence[int],
+             progress: Progress | None, quick: bool) -> Workload | None:
+    """The strategy a cached decision names (None when it cannot be rebuilt: plan again)."""
+    if name in options:
+        return options[name]
+    if name == "workload":
+        return _workload_strategy(W)
+    templates = _templates(W, noise=noise, sizes=sizes, quick=quick)
+    if name in templates:
+        built = _optimized(W, {name: templates[name]}, noise=noise, notes=[], progress=progress, quick=quick)
+        return built.get(name)
+    return None
 
 
 #: The workload-as-strategy candidate is tried up to this many workload entries.
@@ -166,10 +240,14 @@ def _rounded(build: Callable[[], Workload]) -> Callable[[], Workload]:
     return lambda: integral_strategy(build())
 
 
-def _templates(W: Workload, *, noise: Noise, sizes: Sequence[int]) -> dict[str, Callable[[], Workload]]:
-    """The optimized templates that apply to W, as builders."""
+def _templates(W: Workload, *, noise: Noise, sizes: Sequence[int], quick: bool = False) -> dict[str, Callable[[], Workload]]:
+    """The optimized templates that apply to W, as builders (``quick``: OPT_M only, from its
+    deterministic starts with at most QUICK_EVALUATIONS evaluations)."""
     from dpsql.strategies import eigen_design, opt0, opt_kron, opt_marginals, opt_union
 
+    if quick:
+        return {"HDMM-marginals": lambda: opt_marginals(W, noise=noise, restarts=0, max_evaluations=QUICK_EVALUATIONS)} \
+            if 1 < len(sizes) <= MARGINALS_MAX_ATTRIBUTES else {}
     limit, hdmm = PLAN_EVALUATIONS, hdmm_evaluations(sizes, noise)
     if len(sizes) == 1:
         templates = {"HDMM": lambda: opt0(W, noise=noise, max_evaluations=hdmm)}
@@ -206,18 +284,18 @@ def _several_groups(W: Workload) -> bool:
         return False  # not a union of Kronecker products: OPT_⊗ reports why
 
 
-def _optimized(W: Workload, *, noise: Noise, sizes: Sequence[int], notes: list[str],
-               progress: Progress | None, quick: bool) -> dict[str, Workload]:
-    """The optimized templates that succeed on W, rounded to integers and cached by W's Gram."""
+def _optimized(W: Workload, templates: Mapping[str, Callable[[], Workload]], *, noise: Noise, notes: list[str],
+               progress: Progress | None, quick: bool = False) -> dict[str, Workload]:
+    """The optimized templates that succeed on W, rounded to integers and cached by W's Gram
+    (quick searches' results apart from the full ones)."""
     result = {}
-    for name, build in _templates(W, noise=noise, sizes=sizes).items():
-        if quick and name not in QUICK_TEMPLATES:
-            continue
+    for name, build in templates.items():
         announce = None if progress is None else functools.partial(
             progress, f"optimizing the {name} strategy for {W.shape[0]:,} queries over {W.shape[1]:,} cells "
             f"(at most {PLAN_EVALUATIONS:,} evaluations; cached afterwards)")
         try:
-            result[name] = strategy_cache.cached(W, noise=noise, template=name, build=_rounded(build), on_build=announce)
+            result[name] = strategy_cache.cached(W, noise=noise, template=f"{name} quick" if quick else name,
+                                                 build=_rounded(build), on_build=announce)
         except (DpsqlError, ArithmeticError, np.linalg.LinAlgError, ValueError) as err:
             notes.append(f"{name} was not used ({type(err).__name__}: {err}); the best standard strategy stands in.")
     return result

@@ -43,6 +43,9 @@ class ScansOnce(DuckDBBackend):
     def cell_data(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         return self._once("cell_data", *args, **kwargs)
 
+    def cell_data_sets(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        return self._once("cell_data_sets", *args, **kwargs)
+
     def measure_profile(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         return self._once("measure_profile", *args, **kwargs)
 

@@ -613,3 +613,43 @@ def test_marginal_counts_equal_sums_of_the_full_cell_counts(unit: int | None) ->
         backend.marginal_counts(table, columns, [(1, 0)])
     with pytest.raises(ShapeError, match="without repeats"):
         backend.marginal_counts(table, columns, [(0,), (0,)])
+
+
+def test_one_scan_of_several_cell_sets_equals_a_scan_per_set(people: tuple[duckdb.DuckDBPyConnection, Table]) -> None:
+    """cell_data_sets (GROUPING SETS) gives, for every set, exactly what cell_data gives for it
+    alone: counts, sums and non-NULL counts, outside cells included; repeated and reordered sets too."""
+    con, table = people
+    age, income, score, sex, joined = (table.columns[n] for n in ("age", "income", "score", "sex", "joined"))
+    backend = DuckDBBackend(con)
+    quanta = {age: measure_quantum(age), score: 0.25}
+    sets = [[sex], [age, sex], [], [sex, age], [joined, income, score], [sex]]
+    together = backend.cell_data_sets(table, sets, sum_columns=quanta, count_columns=[income])
+    assert len(together) == len(sets)
+    for cells, data in zip(sets, together):
+        alone = backend.cell_data(table, cells, sum_columns=quanta, count_columns=[income])
+        assert data.shape == alone.shape
+        np.testing.assert_array_equal(data.index, alone.index)
+        np.testing.assert_array_equal(data.counts, alone.counts)
+        for name in alone.sums:
+            np.testing.assert_array_equal(data.sums[name], alone.sums[name])
+        np.testing.assert_array_equal(data.nonnull["income"], alone.nonnull["income"])
+
+
+def test_one_scan_caps_each_unit_once_for_every_set() -> None:
+    """With a privacy unit, every set is counted over the same capped rows: per set, no unit has
+    more than max_rows rows, and every set holds the same rows in all."""
+    rows = [(unit, i % 4, float(i)) for unit, n in {"a": 1, "b": 2, "c": 5, "d": 9}.items() for i in range(n)]
+    con = duckdb.connect()
+    make_table(con, "visits", {"person": "VARCHAR", "kind": "INTEGER", "amount": "DOUBLE"}, rows)
+    table = load_table({"privacy_unit": {"column": "person", "max_rows": 3}, "columns": {
+        "person": {"type": "categorical", "values": ["a", "b", "c", "d"]},
+        "kind": {"type": "integer", "lower": 0, "upper": 3},
+        "amount": {"type": "numeric", "lower": 0, "upper": 10}}}, name="visits")
+    person, kind, amount = (table.columns[n] for n in ("person", "kind", "amount"))
+    by_person, by_kind, total = DuckDBBackend(con).cell_data_sets(table, [[person, kind], [kind], []], sum_columns={amount: 1.0})
+    per_unit: collections.Counter = collections.Counter()
+    for (unit, _), n in as_dict(by_person).items():
+        per_unit[unit] += n
+    assert dict(per_unit) == {0: 1, 1: 2, 2: 3, 3: 3}
+    assert int(by_kind.counts.sum()) == int(total.counts.sum()) == 9
+    assert sum(int(v) for v in by_kind.sums["amount"]) == sum(int(v) for v in total.sums["amount"])

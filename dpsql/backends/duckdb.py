@@ -244,6 +244,38 @@ class DuckDBBackend:
         shape = tuple(c.domain.size + 1 for c in cell_columns)
         return _cell_data(result, shape, [c.name for c in sum_columns], [c.name for c in count_columns])
 
+    def cell_data_sets(self, table: Table, cell_sets: Sequence[Sequence[Column]], *,
+                       sum_columns: Mapping[Column, float] = _NO_SUMS, count_columns: Sequence[Column] = ()) -> list[CellData]:
+        """:meth:`cell_data` for several sets of cell columns, in one scan (GROUP BY GROUPING SETS).
+
+        Every set gets the row counts, every sum and every non-NULL count, over the same rows: a
+        privacy unit's rows are capped once, chosen by all the columns together, so each set's
+        vectors still hold at most ``max_rows`` rows of any unit. Returns one CellData per entry
+        of ``cell_sets``, in order (sets listing the same columns share one grouping set).
+
+        Raises:
+            SchemaError, ProgrammingError, OperationalError: as for :meth:`cell_data`.
+        """
+        columns = list(dict.fromkeys(c for cells in cell_sets for c in cells))
+        catalog = self._checked_catalog(table, columns, sum_columns, count_columns)
+        positions = [tuple(columns.index(c) for c in cells) for cells in cell_sets]
+        grouping = list(dict.fromkeys(tuple(sorted(p)) for p in positions))
+        result = self._run(_build_query(table, catalog, columns, sum_columns, count_columns, grouping).sql("duckdb"))
+        present = np.stack([~np.asarray(result.column(f"dpsql_cell_{i}").is_null()) for i in range(len(columns))], axis=1) \
+            if columns else np.zeros((result.num_rows, 0), dtype=bool)
+        sums = [f"dpsql_sum_{i}" for i in range(len(sum_columns))]
+        counts = [f"dpsql_nonnull_{i}" for i in range(len(count_columns))]
+        found = []
+        for position, cells in zip(positions, cell_sets):
+            pattern = np.zeros(len(columns), dtype=bool)
+            pattern[list(position)] = True
+            mine = result.filter(pa.array(np.all(present == pattern, axis=1)))
+            renamed = pa.table({**{f"dpsql_cell_{k}": mine.column(f"dpsql_cell_{p}") for k, p in enumerate(position)},
+                                **{name: mine.column(name) for name in ["dpsql_rows", *sums, *counts]}})
+            shape = tuple(c.domain.size + 1 for c in cells)
+            found.append(_cell_data(renamed, shape, [c.name for c in sum_columns], [c.name for c in count_columns]))
+        return found
+
     def measure_profile(self, table: Table, column: Column, quantum: float, below: Sequence[float],
                         clip: Sequence[int]) -> MeasureProfile:
         """What the truncation-threshold selectors read, in one scan over the (capped) rows.
@@ -749,8 +781,10 @@ def _rows(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Sequence[C
 
 
 def _build_query(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Sequence[Column],
-                 sums: Mapping[Column, float], counts: Sequence[Column]) -> exp.Select:
-    """SELECT cell indices, COUNT(*), SUMs and COUNTs ... GROUP BY the cell indices, over the capped rows."""
+                 sums: Mapping[Column, float], counts: Sequence[Column],
+                 grouping: Sequence[tuple[int, ...]] | None = None) -> exp.Select:
+    """SELECT cell indices, COUNT(*), SUMs and COUNTs ... GROUP BY the cell indices (or, given
+    ``grouping``, by GROUPING SETS of cell column positions), over the capped rows."""
     rows, cell_names, sum_names, count_names = _rows(table, catalog, cells, sums, counts)
     aggregates = [exp.alias_(exp.Count(this=exp.Star()), "dpsql_rows", quoted=True)]
     # SUM over BIGINT is HUGEINT (128 bits; |sum| < 2^53 per row · 2^63 rows fits): fetched exactly, never cast down
@@ -758,6 +792,10 @@ def _build_query(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Seq
                               quoted=True) for n in sum_names]
     aggregates += [exp.alias_(exp.Count(this=exp.Case().when(_ref(n), _int(1))), n, quoted=True) for n in count_names]
     query = exp.select(*[_ref(n) for n in cell_names], *aggregates).from_(rows.subquery("dpsql_rows", copy=False))
+    if grouping is not None:
+        sets = [exp.Tuple(expressions=[_ref(cell_names[i]) for i in positions]) for positions in grouping]
+        query.set("group", exp.Group(expressions=[exp.GroupingSets(expressions=sets)]))
+        return query
     return query.group_by(*[_ref(n) for n in cell_names]) if cell_names else query
 
 

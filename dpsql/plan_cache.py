@@ -1,0 +1,231 @@
+"""Planning decisions cached by the workload's exact structure (and statement groupings by the
+batch's statements), in memory and on disk.
+
+Scoring every candidate strategy of a workload (exact expected errors, optimized templates) is
+the planner's cost; an analyst who runs a batch again, or a batch sharing statement groups with
+an earlier one, asks for the same workloads. A decision is what the planner concluded about
+one workload: the winning candidate's name, every candidate's expected error at unit privacy and
+the planner's notes. The strategy itself is rebuilt from the name (standard strategies by
+construction, optimized ones from :mod:`dpsql.strategy_cache`).
+
+The key is a SHA-256 of the workload's structure (every block, weight and Kronecker factor,
+exactly), the noise family, the candidate set asked for and DECISION_FORMAT. Decisions depend on
+the queries only (never on data), so caching them leaks nothing; and they steer accuracy, never
+privacy: the noise is always calibrated from the strategy actually measured and the sensitivity
+from the schema. Entries are small JSON files under ``$DPSQL_CACHE_DIR/plans`` (default
+``~/.cache/dpsql/plans``); a damaged or unreadable entry is ignored and rewritten, and a
+read-only cache folder only means nothing is stored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import tempfile
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpsql.strategy_cache import cache_dir
+from dpsql.workloads import (
+    Explicit,
+    Identity,
+    Kron,
+    Ranges,
+    Sum,
+    VStack,
+    Weighted,
+    Workload,
+)
+
+#: Bump when the candidates, their scoring or the planner's work budgets change: decisions made
+#: under other rules are not reused.
+DECISION_FORMAT = "1"
+#: Leaves with at most this many entries are hashed row by row; larger ones by their Gram
+#: (the only candidate that reads rows, the workload's own, is limited to far smaller ones).
+ROW_HASH_ENTRIES = 2**22
+#: Decisions kept in memory per process.
+MEMORY_ENTRIES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the planner concluded about one workload."""
+
+    name: str
+    candidates: dict[str, float]
+    notes: tuple[str, ...]
+
+
+_memory: OrderedDict[str, Any] = OrderedDict()
+
+
+def decision_key(W: Workload, *, noise: str, options: Iterable[str], extra: Mapping[str, Workload]) -> str:
+    """SHA-256 of (DECISION_FORMAT, noise, the candidate options asked for, the caller's extra
+    strategies and W, each by its exact structure)."""
+    digest = hashlib.sha256(f"decision|{DECISION_FORMAT}|{noise}|{'|'.join(options)}|".encode())
+    for name in sorted(extra):
+        digest.update(f"extra|{name}|".encode())
+        _update(digest, extra[name])
+    _update(digest, W)
+    return digest.hexdigest()
+
+
+def _update(digest: hashlib._Hash, W: Workload) -> None:  # type: ignore[name-defined]
+    """Feed W's structure into ``digest``: combinators by their parts, leaves by their entries."""
+    digest.update(f"{type(W).__name__}{W.shape}".encode())
+    if isinstance(W, VStack):
+        parts: tuple[Workload, ...] = W.blocks
+    elif isinstance(W, Kron):
+        parts = W.factors
+    elif isinstance(W, Sum):
+        parts = W.terms
+    elif isinstance(W, Weighted):
+        digest.update(np.float64(W.weight).tobytes())
+        parts = (W.base,)
+    else:
+        digest.update(_leaf_bytes(W))
+        return
+    digest.update(str(len(parts)).encode())
+    for part in parts:
+        _update(digest, part)
+
+
+def _leaf_bytes(W: Workload) -> bytes:
+    """A leaf's exact content: Identity by size, ranges by their intervals, others by entries
+    (or by their Gram when too large to list)."""
+    if isinstance(W, Identity):
+        return b""
+    if isinstance(W, Ranges):
+        return np.stack([W.lo, W.hi]).tobytes()
+    if isinstance(W, Explicit):
+        matrix = W.matrix
+        if isinstance(matrix, np.ndarray):
+            return np.ascontiguousarray(matrix).tobytes()
+        return b"".join(np.ascontiguousarray(a).tobytes() for a in (matrix.data, matrix.indices, matrix.indptr))
+    rows, cols = W.shape
+    if rows * cols <= ROW_HASH_ENTRIES:
+        return np.ascontiguousarray(W.dense()).tobytes()
+    return b"gram" + np.ascontiguousarray(W.gram().dense()).tobytes()
+
+
+def load(key: str) -> Decision | None:
+    """The decision stored under ``key`` (memory first, then disk), or None."""
+    stored = _load(key)
+    try:
+        decision = Decision(name=str(stored["name"]), candidates={str(k): float(v) for k, v in stored["candidates"].items()},
+                            notes=tuple(str(n) for n in stored["notes"]))
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return None
+    if decision.name not in decision.candidates or not all(math.isfinite(v) and v >= 0 for v in decision.candidates.values()):
+        return None
+    return decision
+
+
+def store(key: str, decision: Decision) -> None:
+    """Keep ``decision`` under ``key``."""
+    _store(key, {"name": decision.name, "candidates": decision.candidates, "notes": list(decision.notes)})
+
+
+def load_partition(key: str, statements: int) -> list[list[int]] | None:
+    """A partition of statements 0..statements−1 stored under ``key``, or None."""
+    stored = _load(key)
+    try:
+        groups = [[int(i) for i in group] for group in stored["groups"]]
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return None
+    if sorted(i for group in groups for i in group) != list(range(statements)) or not all(groups):
+        return None
+    return groups
+
+
+def store_partition(key: str, groups: list[list[int]]) -> None:
+    """Keep a partition (lists of statement indices) under ``key``."""
+    _store(key, {"groups": groups})
+
+
+def object_key(*parts: object) -> str:
+    """SHA-256 of DECISION_FORMAT and ``parts``' exact content (dataclasses field by field, arrays
+    by their bytes, mappings, sequences, scalars by repr): for decisions keyed by a batch's parsed
+    statements and its table's declaration."""
+    digest = hashlib.sha256(f"object|{DECISION_FORMAT}".encode())
+    for part in parts:
+        _feed(digest, part)
+    return digest.hexdigest()
+
+
+def _feed(digest: hashlib._Hash, value: object) -> None:  # type: ignore[name-defined]
+    """Feed one value's exact content into ``digest`` (see :func:`object_key`)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        digest.update(f"<{type(value).__qualname__}".encode())
+        for item in dataclasses.fields(value):
+            digest.update(f"{item.name}=".encode())
+            _feed(digest, getattr(value, item.name))
+        digest.update(b">")
+    elif isinstance(value, np.ndarray):
+        digest.update(f"<array{value.dtype}{value.shape}".encode())
+        digest.update(np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, Mapping):
+        digest.update(f"<map{len(value)}".encode())
+        for name in sorted(value, key=repr):
+            _feed(digest, name)
+            _feed(digest, value[name])
+    elif isinstance(value, (list, tuple, frozenset, set)):
+        items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+        digest.update(f"<{type(value).__name__}{len(items)}".encode())
+        for item in items:
+            _feed(digest, item)
+    else:
+        digest.update(f"<{type(value).__name__}:{value!r}>".encode())
+
+
+def _load(key: str) -> Any:
+    """The JSON payload stored under ``key`` (memory first, then disk), or None."""
+    path = _path(key)
+    if str(path) in _memory:
+        _memory.move_to_end(str(path))
+        return _memory[str(path)]
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    _remember(path, stored)
+    return stored
+
+
+def _store(key: str, payload: dict[str, Any]) -> None:
+    """Keep ``payload`` in memory and write it atomically to disk (a read-only folder is not an error)."""
+    path = _path(key)
+    _remember(path, payload)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".json")
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            json.dump(payload, stream)
+        os.replace(temporary, path)
+    except OSError:
+        return
+
+
+def clear_memory() -> None:
+    """Forget the decisions held in memory (the disk entries stay): a cold start in one process."""
+    _memory.clear()
+
+
+def _remember(path: Path, payload: Any) -> None:
+    """Keep ``payload`` in memory under its file's path (so another cache folder starts cold)."""
+    _memory[str(path)] = payload
+    _memory.move_to_end(str(path))
+    while len(_memory) > MEMORY_ENTRIES:
+        _memory.popitem(last=False)
+
+
+def _path(key: str) -> Path:
+    return cache_dir().parent / "plans" / f"{key}.json"
