@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -203,13 +204,13 @@ def calibrate(
     noise, budget = _privacy_parameter(epsilon=epsilon, rho=rho)
     if isinstance(max_contribution, bool) or not isinstance(max_contribution, (int, np.integer)) or max_contribution < 1:
         raise PrivacyParameterError(f"max_contribution must be a positive integer; got {max_contribution!r}.")
-    strategy = integral_strategy(A)
+    strategy = _integral(A)
     if noise == "laplace":
-        delta1 = _sensitivity(strategy.max_column_power_sum(1)) * int(max_contribution)
+        delta1 = _power_sum(strategy, 1) * int(max_contribution)
         scale = _noise_parameter(delta1 / budget)
         too_large, spent = scale > MAX_NOISE_SCALE, delta1 / scale
     else:
-        delta2_squared = _sensitivity(strategy.max_column_power_sum(2)) * int(max_contribution) ** 2
+        delta2_squared = _power_sum(strategy, 2) * int(max_contribution) ** 2
         scale = _noise_parameter(delta2_squared / (2 * budget))
         too_large, spent = scale > MAX_NOISE_SCALE**2, delta2_squared / (2 * scale)
     if too_large:
@@ -392,6 +393,28 @@ def _narrowed(values: npt.NDArray[np.object_]) -> IntVector:
 
 #: Below this, float64 sums and products of integers are exact (every partial result < 2^53).
 _EXACT_INTEGER = 2.0**50
+
+
+_integral_of: weakref.WeakKeyDictionary[Workload, Workload] = weakref.WeakKeyDictionary()
+_power_sums: weakref.WeakKeyDictionary[Workload, dict[int, int]] = weakref.WeakKeyDictionary()
+
+
+def _integral(A: Workload) -> Workload:
+    """integral_strategy(A), kept per strategy object (workloads are immutable) so that checking a
+    calibration before the charge and measuring after it round the strategy once."""
+    if A.integral:
+        return A  # (not kept: an entry whose value is its own key would never be released)
+    if A not in _integral_of:
+        _integral_of[A] = integral_strategy(A)
+    return _integral_of[A]
+
+
+def _power_sum(strategy: Workload, p: int) -> int:
+    """Δ₁ (p = 1) or Δ₂² (p = 2) of an integer strategy as an integer bound, kept per strategy."""
+    known = _power_sums.setdefault(strategy, {})
+    if p not in known:
+        known[p] = _sensitivity(strategy.max_column_power_sum(p))
+    return known[p]
 
 
 def _sensitivity(value: float) -> int:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -145,8 +146,10 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
     key = _decision_key(W, noise=noise, sizes=sizes, ordered=ordered, optimize=optimize, quick=quick, extra=extra)
     known = plan_cache.load(key)
     if known is not None:
-        strategy = _rebuild(known.name, W, options, noise=noise, sizes=sizes, progress=progress, quick=quick)
+        memo = f"{key}|{known.name}"
+        strategy = _rebuilt.get(memo) or _rebuild(known.name, W, options, noise=noise, sizes=sizes, progress=progress, quick=quick)
         if strategy is not None:
+            _remember(memo, strategy)
             return Plan(strategy=strategy, name=known.name, noise=noise, candidates=dict(known.candidates),
                         queries=W.shape[0], workload=W, notes=known.notes)
     templates = _templates(W, noise=noise, sizes=sizes, quick=quick) if optimize else {}
@@ -205,6 +208,18 @@ def _decision_key(W: Workload, *, noise: Noise, sizes: Sequence[int], ordered: S
     """The decision cache's key for one call of :func:`plan`."""
     return plan_cache.decision_key(W, noise=noise, options=[f"sizes={list(sizes)}", f"ordered={list(ordered)}",
                                                               f"optimize={optimize}", f"quick={quick}"], extra=extra or {})
+
+
+#: Strategies rebuilt from cached decisions, kept in memory per process (by decision key and name).
+REBUILT_STRATEGIES = 64
+_rebuilt: OrderedDict[str, Workload] = OrderedDict()
+
+
+def _remember(key: str, strategy: Workload) -> None:
+    _rebuilt[key] = strategy
+    _rebuilt.move_to_end(key)
+    while len(_rebuilt) > REBUILT_STRATEGIES:
+        _rebuilt.popitem(last=False)
 
 
 def _rebuild(name: str, W: Workload, options: Mapping[str, Workload], *, noise: Noise, sizes: Sequence[int],

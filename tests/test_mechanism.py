@@ -191,3 +191,18 @@ def test_sensitivity_beyond_exact_floats_is_rounded_up() -> None:
     assert mechanism._sensitivity(huge) >= 2**60 and mechanism._sensitivity(huge) <= 2**60 * (1 + 2.0**-39)
     with pytest.raises(Exception, match="non-integer sensitivity"):
         mechanism._sensitivity(12.5)
+
+
+def test_a_checked_calibration_is_not_computed_again_when_measuring(monkeypatch: pytest.MonkeyPatch) -> None:
+    """engine.prepare calibrates every measurement before the charge; measure() reuses the rounded
+    strategy and its sensitivity instead of recomputing them (same object, same noise)."""
+    A = workloads.Kron([workloads.Explicit(np.array([[0.5, 0.25], [1.0, 0.0]])), workloads.Prefix(3)])
+    checked = mechanism.calibrate(A, epsilon=1.0, max_contribution=3)
+    calls: list[int] = []
+    rounded = mechanism.integral_strategy
+    monkeypatch.setattr(mechanism, "integral_strategy", lambda *a, **k: calls.append(1) or rounded(*a, **k))
+    again = mechanism.calibrate(A, epsilon=1.0, max_contribution=3)
+    release = mechanism.measure(A, np.arange(6), epsilon=1.0, max_contribution=3, rng=SeededRandomSource(1))
+    assert calls == [] and again.strategy is checked.strategy and release.strategy is checked.strategy
+    assert again == checked and release.noise_scale == checked.scale
+    assert checked.scale == 3 * checked.strategy.sensitivity("l1")  # Δ₁ of the rounded strategy, times c, at ε = 1

@@ -500,3 +500,13 @@ def test_column_spans_slice_the_text_to_the_column(batch: list[tuple[str, list[s
         assert sorted(texts) == sorted(expected)
         for node in columns:
             assert (node.span.line, node.span.column) == position(text, node.span.start)
+
+
+def test_a_batch_parsed_before_is_returned_from_memory() -> None:
+    text = "SELECT COUNT(*) FROM t WHERE x < ?; SELECT g, COUNT(*) FROM t GROUP BY g"
+    first = parse_batch(text, [3])
+    assert parse_batch(text, [3]) is first
+    assert parse_batch(text, [4]) is not first and parse_batch(text, [4]) == parse_batch(text, [4])
+    assert parse_batch(text, [3.0]) is not first  # another type is another parameter
+    with pytest.raises(ProgrammingError):
+        parse_batch(text, [[3]])  # unhashable: parsed (and refused) without the memory
