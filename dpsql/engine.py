@@ -204,8 +204,10 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
     statement, in statement order; default all 1) weigh each statement's errors, relative to
     answering it alone, in the objective every planning decision minimises (``dpsql.weights``).
     After planning, a statement still expected to do worse than answering it alone has its
-    weight raised and the budget split again (GUARD_ROUNDS times at most); if it stays worse,
-    ``guard_notes`` says so (EXPLAIN and the statement's result metadata show it).
+    weight raised and the budget split again (GUARD_ROUNDS times at most), then the groups are
+    planned again with the raised weights (GUARD_REPLANS times at most, kept only when fewer
+    statements lose); if it stays worse, ``guard_notes`` says so (EXPLAIN and the statement's
+    result metadata show it).
     """
     batch = parse_batch(text, parameters)
     statement_weights = statement_weights_of(weights, len(batch.statements))
@@ -217,6 +219,41 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
             and len(initial_partition(batch, table)) > 1):
         return Prepared(compiled=route.compiled, cost=cost, measurements=(), residual=route, weights=statement_weights,
                         guard_notes=tuple(_guard_notes(statement_errors(route.compiled, _residual_sums(route), cost), 0)))
+    prepared, raised = _plan_groups(batch, schema, cost, weighing, progress)
+    for _ in range(GUARD_REPLANS):
+        if not prepared.guard_notes:
+            break
+        again, raised = _plan_groups(batch, schema, cost, raised, progress)
+        if _standing(again) >= _standing(prepared):
+            break
+        prepared = again
+    prepared = replace(prepared, residual=None if isinstance(route, str) else route,
+                       residual_note=route if isinstance(route, str) else None)
+    if prepared.use_residual:
+        assert prepared.residual is not None
+        return replace(prepared, weights=statement_weights, guard_notes=tuple(_guard_notes(statement_errors(
+            prepared.residual.compiled, _residual_sums(prepared.residual), cost), 0)))
+    return prepared
+
+
+#: Times the statement groups may be planned again with the guard's raised weights (each is a full
+#: planning pass: a count of work, not time).
+GUARD_REPLANS = 2
+
+
+def _standing(prepared: Prepared) -> tuple[int, float]:
+    """(statements worse than alone, worst ratio): the guard's order of plans, lower is better."""
+    errors = statement_errors(prepared.compiled, _measured_sums(prepared.compiled, prepared.measurements), prepared.cost)
+    ratios = [e.ratio for e in errors]
+    return len(weighting.worse_than_alone(ratios)), max(ratios, default=0.0)
+
+
+def _plan_groups(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weighing: _Weighing,
+                 progress: planner.Progress | None) -> tuple[Prepared, _Weighing]:
+    """The standard route under ``weighing``: statement groups, value cells or apart, the split and
+    the guard's re-splits. Also returns the guard's raised weights, to plan again with."""
+    noise = weighing.noise
+    table = batch_table(batch, schema)
     separate = compile_batch(batch, schema, _choose_partition(batch, table, noise, weighing))
     measured = [separate.table.columns[str(kind[1])] for g in separate.groups for kind in g.data_kinds() if kind[0] == "sum"]
     selections, selection_share = thresholds.plans(list(dict.fromkeys(measured)), family=cost.family, total=cost.value)
@@ -231,17 +268,10 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
                if kind[0] == "sum" and kind[1] not in bounds]
     notes = tuple(sorted(choice.notes + pending))
     measurements = _split(choice.drafts, budget, noise)
-    measurements, weighing, guard = _guard(choice.compiled, measurements, weighing, cost, budget)
+    measurements, kept, guard, raised = _guard(choice.compiled, measurements, weighing, cost, budget)
     _calibrations(measurements)  # every noise scale is representable: checked before anything is charged
-    prepared = Prepared(compiled=choice.compiled, cost=cost, measurements=measurements,
-                        thresholds=tuple(selections), batch=batch, separate=separate, answering_notes=notes,
-                        residual=None if isinstance(route, str) else route, residual_note=route if isinstance(route, str) else None,
-                        weights=weighing.weights, guard_notes=tuple(guard))
-    if prepared.use_residual:
-        assert prepared.residual is not None
-        return replace(prepared, guard_notes=tuple(_guard_notes(statement_errors(
-            prepared.residual.compiled, _residual_sums(prepared.residual), cost), 0)))
-    return prepared
+    return Prepared(compiled=choice.compiled, cost=cost, measurements=measurements, thresholds=tuple(selections), batch=batch,
+                    separate=separate, answering_notes=notes, weights=kept.weights, guard_notes=tuple(guard)), raised
 
 
 def statement_weights_of(weights: Sequence[float] | None, statements: int) -> tuple[float, ...]:
@@ -536,7 +566,7 @@ def _split(drafts: Sequence[_Draft], total: float, noise: planner.Noise) -> tupl
 
 
 #: Rounds of the guard: each raises the weight of every statement expected to do worse than
-#: answering it alone by that ratio and splits the budget again (a count of work, not time).
+#: answering it alone by that ratio squared and splits the budget again (a count of work, not time).
 GUARD_ROUNDS = 4
 
 
@@ -611,13 +641,16 @@ def _vector_weights(compiled: CompiledBatch, m: Measurement | _Draft, weighing: 
 
 
 def _guard(compiled: CompiledBatch, measurements: tuple[Measurement, ...], weighing: _Weighing, cost: PrivacyCost,
-           budget: float) -> tuple[tuple[Measurement, ...], _Weighing, list[tuple[int, str]]]:
+           budget: float) -> tuple[tuple[Measurement, ...], _Weighing, list[tuple[int, str]], _Weighing]:
     """Bring every statement's expected error to at most answering it alone, where a split can.
 
-    Each round raises w_s of every statement with ratio r_s > 1 to w_s·r_s and splits the budget
-    again over the same strategies (GUARD_ROUNDS rounds at most); the round with the fewest such
-    statements, then the smallest worst ratio, is kept, and a note names each statement left
-    worse than alone. Public information only: the plan and the schema.
+    Each round raises w_s of every statement with ratio r_s > 1 to w_s·r_s² and splits the budget
+    again over the same strategies (GUARD_ROUNDS rounds at most): a measurement's variance falls
+    as c^{-2/3} (Laplace, ε_k ∝ c_k^{1/3}) or c^{-1/2} (Gaussian) in its weight, so r² covers
+    the ratio when the statement has its measurement to itself; the round with the fewest such
+    statements, then the smallest worst ratio, is kept (with its weights), and a note names each
+    statement left worse than alone; the weights as last raised are returned too, for planning
+    again. Public information only: the plan and the schema.
     """
     columns = compiled.table.columns
     weights = list(weighing.weights)
@@ -632,7 +665,7 @@ def _guard(compiled: CompiledBatch, measurements: tuple[Measurement, ...], weigh
         if not losers:
             break
         for s in losers:
-            weights[s] *= ratios[s]
+            weights[s] *= ratios[s] ** 2
         raised = _Weighing(weights=tuple(weights), noise=weighing.noise)
         drafts = [_Draft(group=m.group, kind=m.kind, plan=m.plan, row_scale=m.row_scale, quantum=m.quantum,
                          block_totals=m.block_totals, block_weights=_vector_weights(compiled, m, raised, columns))
@@ -640,7 +673,8 @@ def _guard(compiled: CompiledBatch, measurements: tuple[Measurement, ...], weigh
         measurements = _split(drafts, budget, weighing.noise)
     assert best is not None
     _, kept, final, errors = best
-    return kept, _Weighing(weights=final, noise=weighing.noise), _guard_notes(errors, GUARD_ROUNDS)
+    return (kept, _Weighing(weights=final, noise=weighing.noise), _guard_notes(errors, GUARD_ROUNDS),
+            _Weighing(weights=tuple(weights), noise=weighing.noise))
 
 
 def _guard_notes(errors: Sequence[StatementError], rounds: int) -> list[tuple[int, str]]:
@@ -649,7 +683,7 @@ def _guard_notes(errors: Sequence[StatementError], rounds: int) -> list[tuple[in
     for s in weighting.worse_than_alone([e.ratio for e in errors]):
         figures = "; ".join(f"{label} RMSE {rmse:.4g} against {alone:.4g} alone" for label, rmse, alone in errors[s].parts)
         tried = f" after {rounds} rounds of raising its weight and splitting the budget again" if rounds else ""
-        note = (f"expected mean squared error {errors[s].ratio:.3g}× that of answering this statement alone at the "
+        note = (f"expected mean squared error {errors[s].ratio:.4g}× that of answering this statement alone at the "
                 f"same share{tried} ({figures}); give it a larger weights= entry, or send it in its own batch.")
         notes.append((s, note))
     return notes
@@ -763,6 +797,7 @@ def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: Rand
         route = prepared.residual
         assert route is not None
         answers = marginal_batch.answer(route, backend=backend, rng=rng, report=report)
+        errors = statement_errors(compiled, _residual_sums(route), prepared.cost)
         metadata = {
             "mechanism": f"ResidualPlanner, {family}",
             "strategy": {"batch": route.describe()},
@@ -772,6 +807,7 @@ def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: Rand
         chosen = _choose_thresholds(prepared, backend=backend, rng=rng, report=report)
         compiled, used, notes = _final_answering(prepared, chosen, progress=report)
         answers = _standard_answers(compiled, used, chosen, backend=backend, rng=rng, report=report)
+        errors = statement_errors(compiled, _measured_sums(compiled, used), prepared.cost, _measured_columns(compiled.table, chosen))
         metadata = {
             "mechanism": f"matrix mechanism, {family}",
             "strategy": {_name(m): m.plan.name for m in used},
@@ -792,7 +828,26 @@ def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: Rand
     metadata["budget_spent"] = ("nothing: every statement's WHERE clause is never TRUE (exact zeros, no data read)"
                                 if prepared.measures_nothing else prepared.cost.describe())
     metadata["budget_remaining"] = f"{budget.remaining:.6g} of {budget.total.describe()}"
-    return statement_tables(compiled, answers, metadata)
+    return statement_tables(compiled, answers, metadata, _statement_metadata(errors, prepared))
+
+
+def _statement_metadata(errors: Sequence[StatementError], prepared: Prepared) -> list[dict[str, object]]:
+    """Each statement's ``statement_error`` metadata: its expected RMSE per aggregate part, the RMSE
+    of answering that part alone at the same share, their mean squared ratio, its weight, and a
+    note when it is expected to do worse than alone (figures of the plan: public, no data)."""
+    notes = dict(_guard_notes(errors, 0 if prepared.use_residual else GUARD_ROUNDS))
+    result: list[dict[str, object]] = []
+    for s, e in enumerate(errors):
+        entry: dict[str, object] = {
+            "expected_rmse": {label: rmse for label, rmse, _ in e.parts},
+            "alone_rmse": {label: alone for label, _, alone in e.parts},
+            "ratio_to_alone": e.ratio,
+            "weight": prepared.weights[s] if prepared.weights else 1.0,
+        }
+        if s in notes:
+            entry["note"] = notes[s]
+        result.append({"statement_error": entry})
+    return result
 
 
 def _choose_thresholds(prepared: Prepared, *, backend: DuckDBBackend, rng: RandomSource | None,
@@ -948,7 +1003,7 @@ def explain(prepared: Prepared, budget: Budget | None = None) -> str:
         lines.append("Route: ResidualPlanner — its expected error equals the SVD lower bound of this batch's workload, "
                      "so no strategy answers it more accurately; statement groups were not planned.")
         lines.extend(_explain_residual(route))
-        return "\n".join(lines)
+        return "\n".join(lines + _explain_statements(prepared))
     queries = sum(m.plan.queries for m in prepared.measurements)
     standard_rmse = math.sqrt(prepared.standard_total / queries)
     if route is None:
@@ -960,7 +1015,7 @@ def explain(prepared: Prepared, budget: Budget | None = None) -> str:
                      f"statement groups {standard_rmse:.4g}.")
         lines.extend(_explain_residual(route))
         if prepared.use_residual:
-            return "\n".join(lines)
+            return "\n".join(lines + _explain_statements(prepared))
         lines.append("")
     lines.append(f"Statement groups: {len(compiled.groups)}, each answered jointly.")
     for index, group in enumerate(compiled.groups):
@@ -976,6 +1031,9 @@ def explain(prepared: Prepared, budget: Budget | None = None) -> str:
             marker = "*" if name == m.plan.name else " "
             lines.append(f"  {marker} {name:<{width}} expected RMSE {m.expected_rmse(name):12.4g}")
         lines.extend(f"    note: {note}" for note in m.plan.notes)
+        if m.weighted:
+            lines.append("    note: candidates are scored by the statement-weighted objective (see Statements below); "
+                         "only the chosen strategy's RMSE is exact, the others are its score scaled alike")
         scales = sorted({b.scale for b in compiled.groups[m.group].blocks if b.data == m.kind and b.scale != 1})
         if scales:
             lines.append(f"    note: read as value cells; SUM rows are weighted by value / s (s = {', '.join(f'{x:g}' for x in scales)}), "
@@ -988,7 +1046,28 @@ def explain(prepared: Prepared, budget: Budget | None = None) -> str:
                          f"chosen strategy's error / bound = {ratio:.3f}")
         else:
             lines.append("    SVD bound: not computed (domain too large for a dense spectrum)")
-    return "\n".join(lines)
+    return "\n".join(lines + _explain_statements(prepared))
+
+
+def _explain_statements(prepared: Prepared) -> list[str]:
+    """Per statement: expected RMSE of each aggregate part against answering it alone, the ratio of
+    mean squared errors, its weight when not 1, and the guard's note when it stays worse."""
+    if prepared.use_residual:
+        assert prepared.residual is not None
+        errors = statement_errors(prepared.residual.compiled, _residual_sums(prepared.residual), prepared.cost)
+    else:
+        errors = statement_errors(prepared.compiled, _measured_sums(prepared.compiled, prepared.measurements), prepared.cost)
+    unit = "ε" if prepared.cost.family == "epsilon" else "ρ"
+    lines = ["", f"Statements: expected RMSE per answer, and answering each alone ({unit}/{len(errors)} per statement, "
+                 "split evenly over its aggregate parts); ratio = mean squared error / alone's (at most 1 unless noted):"]
+    notes = dict(prepared.guard_notes)
+    for s, e in enumerate(errors):
+        weight = prepared.weights[s] if prepared.weights else 1.0
+        figures = "; ".join(f"{label} {rmse:.4g} (alone {alone:.4g})" for label, rmse, alone in e.parts)
+        lines.append(f"  statement {s + 1}: {figures}; ratio {e.ratio:.3f}" + (f"; weight {weight:.4g}" if weight != 1 else ""))
+        if s in notes:
+            lines.append(f"    note: {notes[s]}")
+    return lines
 
 
 def _runs(numbers: Sequence[int]) -> str:
