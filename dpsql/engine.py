@@ -30,7 +30,12 @@ the workload itself (no time-limited optimization, which would delay every relea
 
 Routes: a zCDP batch of COUNT(*) statements is also planned as one ResidualPlanner release over
 all its marginals (``dpsql.marginal_batch``, ρ-zCDP per privacy unit, measured at ρ/k²); the
-route with the lower expected total squared error over the batch's answers answers it.
+route with the lower batch objective answers it.
+
+Objective (``dpsql.weights``): every decision above (strategies, split, value cells or apart,
+partition, route) minimises Σ_s w_s·mean_{answers of s}(Var / baseline), each statement's error
+relative to answering it alone at ε/N (ρ/N), with weights w_s (``weights=``, default 1). The
+guard then checks every statement against its baseline (``_guard``) and says which stay worse.
 """
 
 from __future__ import annotations

@@ -17,11 +17,13 @@ import pytest
 
 import dpsql
 from dpsql import engine, error
+from dpsql import weights as weighting
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import ProgrammingError
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
+from dpsql.workloads import DisjointSum, Explicit, Kron, VStack
 
 ROWS = 2000
 BATCH = "SELECT g, COUNT(*) AS n FROM t GROUP BY g; SELECT SUM(x) AS s FROM t"
@@ -160,3 +162,20 @@ def test_weighted_answers_have_honest_standard_errors() -> None:
     assert np.all(np.abs(scores.mean(axis=0)) < 4.5 / math.sqrt(runs))
     assert abs(scores.var(axis=0, ddof=1).mean() - 1) < 1.6 * 6 * math.sqrt(2 / (runs * scores.shape[1]))
     assert np.all(np.abs(scores.var(axis=0, ddof=1) - 1) < 1.6 * 6 * math.sqrt(2 / runs))
+
+
+def test_scaled_stack_scales_each_blocks_rows_and_keeps_its_structure() -> None:
+    """scaled_stack(W, rows, s) = diag(s_b repeated over block b's rows) · W, for a VStack of a
+    Kronecker block and a disjoint sum, and for a dense one-axis stack; Kronecker blocks stay
+    Kronecker; equal scales of 1 return W itself."""
+    rng = np.random.default_rng(4)
+    kron = Kron([Explicit(rng.random((2, 3))), Explicit(rng.random((3, 4)))])
+    disjoint = DisjointSum([Kron([Explicit(rng.random((1, 3))), Explicit(rng.random((1, 4)))]) for _ in range(2)])
+    stacked = VStack([kron, disjoint])
+    scaled = weighting.scaled_stack(stacked, [6, 1], [0.5, 2.0])
+    assert isinstance(scaled, VStack) and isinstance(scaled.blocks[0], Kron) and isinstance(scaled.blocks[1], DisjointSum)
+    np.testing.assert_allclose(scaled.dense(), np.repeat([0.5, 2.0], [6, 1])[:, None] * stacked.dense())
+    dense = Explicit(rng.random((5, 7)))
+    np.testing.assert_allclose(weighting.scaled_stack(dense, [2, 3], [3.0, 0.25]).dense(),
+                               np.repeat([3.0, 0.25], [2, 3])[:, None] * dense.dense())
+    assert weighting.scaled_stack(stacked, [6, 1], weighting.normalized([0.1, 0.1])[1]) is stacked
