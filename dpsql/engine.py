@@ -1017,7 +1017,8 @@ def explain(prepared: Prepared, budget: Budget | None = None) -> str:
         rp_rmse = math.sqrt(route.total_variance / route.query_count)
         chosen = "ResidualPlanner" if prepared.use_residual else "statement groups"
         lines.append(f"Route: {chosen} — expected RMSE per answer: ResidualPlanner {rp_rmse:.4g}, "
-                     f"statement groups {standard_rmse:.4g}.")
+                     f"statement groups {standard_rmse:.4g}; the lower statement-weighted objective answers "
+                     f"(ResidualPlanner {route.objective:.6g}, statement groups {prepared.standard_objective:.6g}).")
         lines.extend(_explain_residual(route))
         if prepared.use_residual:
             return "\n".join(lines + _explain_statements(prepared))
