@@ -43,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
         cost = command.add_mutually_exclusive_group(required=True)
         cost.add_argument("--epsilon", type=float, help="the batch's cost in pure ε-DP (discrete Laplace noise)")
         cost.add_argument("--rho", type=float, help="the batch's cost in ρ-zCDP (discrete Gaussian noise)")
+        command.add_argument("--weights", type=_weights, help="each statement's weight in the planning objective, "
+                             "comma-separated in statement order (e.g. 1,1,4; default all 1)")
         budget_cli.add_ledger_options(command)
         command.set_defaults(handler=handler)
     run = commands.choices["run"]
@@ -87,7 +89,8 @@ def _run(arguments: argparse.Namespace) -> int:
         _progress("parsing, compiling and planning the batch", started)
         steps = [step for step in ("nonnegative", "isotonic") if getattr(arguments, step)]
         cursor = connection.cursor().execute(text, epsilon=arguments.epsilon, rho=arguments.rho,
-                                             progress=lambda message: _progress(message, started), postprocess=steps)
+                                             progress=lambda message: _progress(message, started), postprocess=steps,
+                                             weights=arguments.weights)
         tables = cursor.fetch_arrow_tables()
         _progress(f"answered {len(tables)} statement(s)", started)
         release = json.loads(tables[0].schema.metadata[b"dpsql"]) if tables else {}
@@ -109,9 +112,18 @@ def _run(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def _weights(text: str) -> list[float]:
+    """--weights 1,1,4 → [1.0, 1.0, 4.0] (positivity and count are checked with the batch)."""
+    try:
+        return [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers (e.g. 1,1,4)") from None
+
+
 def _explain(arguments: argparse.Namespace) -> int:
     with _open(arguments) as connection:
-        print(connection.cursor().explain(read_queries(arguments.queries), epsilon=arguments.epsilon, rho=arguments.rho))
+        print(connection.cursor().explain(read_queries(arguments.queries), epsilon=arguments.epsilon, rho=arguments.rho,
+                                          weights=arguments.weights))
     return 0
 
 

@@ -239,18 +239,22 @@ class Cursor:
     # ------------------------------------------------------------------------------- execution
     def execute(self, operation: str, parameters: Sequence[object] | None = None, *,
                 epsilon: float | None = None, rho: float | None = None,
-                progress: Callable[[str], None] | None = None, postprocess: Sequence[str] = ()) -> Cursor:
+                progress: Callable[[str], None] | None = None, postprocess: Sequence[str] = (),
+                weights: Sequence[float] | None = None) -> Cursor:
         """Answer a batch of statements privately at the given cost; the first result becomes current.
 
         ``progress``, if given, receives a message before each long step. ``postprocess`` opts in
-        to "nonnegative" and/or "isotonic" (``dpsql.postprocess``; free, but biased). The budget is
+        to "nonnegative" and/or "isotonic" (``dpsql.postprocess``; free, but biased). ``weights``
+        (one positive number per statement, in statement order; default all 1) is each statement's
+        weight in the planning objective (``dpsql.weights``): a statement of weight 4 has its errors,
+        relative to answering it alone, count four times as much as one of weight 1. The budget is
         read first (nothing is charged then; the charge itself is made atomically before any data
         is read), so a missing ledger or a spent budget is reported before the batch is planned.
         """
         self._check_open()
         cost = PrivacyCost(epsilon=epsilon, rho=rho)
         self.connection.budget.check(cost)  # an unreadable ledger or a spent budget fails before the planning work
-        prepared = engine.prepare(operation, self.connection.schema, cost, parameters, progress=progress)
+        prepared = engine.prepare(operation, self.connection.schema, cost, parameters, progress=progress, weights=weights)
         _check_plan_cost(prepared)
         budget = self.connection._budget_for(operation, parameters, prepared)
         results = engine.run(prepared, backend=self.connection._backend, budget=budget,
@@ -259,23 +263,25 @@ class Cursor:
         return self
 
     def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[object]], *,
-                    epsilon: float | None = None, rho: float | None = None) -> Cursor:
+                    epsilon: float | None = None, rho: float | None = None, weights: Sequence[float] | None = None) -> Cursor:
         """Execute ``operation`` once per parameter set; each run is its own batch and charge."""
         results: list[pa.Table] = []
         for parameters in seq_of_parameters:
-            results.extend(self.execute(operation, parameters, epsilon=epsilon, rho=rho)._results)
+            results.extend(self.execute(operation, parameters, epsilon=epsilon, rho=rho, weights=weights)._results)
         self._results, self._current, self._row = results, 0 if results else -1, 0
         return self
 
     def explain(self, operation: str, parameters: Sequence[object] | None = None, *,
-                epsilon: float | None = None, rho: float | None = None) -> str:
-        """The plan (workload size, candidate strategies with expected RMSE, SVD bound, cost); spends nothing.
+                epsilon: float | None = None, rho: float | None = None, weights: Sequence[float] | None = None) -> str:
+        """The plan (workload size, candidate strategies with expected RMSE, SVD bound, each statement's
+        expected RMSE against answering it alone, cost); spends nothing. ``weights`` as in ``execute``.
 
         With a ledger that cannot be read (or has no total), the plan is still shown, followed by
         a line saying the budget state is unknown and why: ``execute`` fails until it is fixed.
         """
         self._check_open()
-        prepared = engine.prepare(operation, self.connection.schema, PrivacyCost(epsilon=epsilon, rho=rho), parameters)
+        prepared = engine.prepare(operation, self.connection.schema, PrivacyCost(epsilon=epsilon, rho=rho), parameters,
+                                  weights=weights)
         try:
             budget = self.connection.budget
         except LedgerError as err:

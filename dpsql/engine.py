@@ -30,7 +30,12 @@ the workload itself (no time-limited optimization, which would delay every relea
 
 Routes: a zCDP batch of COUNT(*) statements is also planned as one ResidualPlanner release over
 all its marginals (``dpsql.marginal_batch``, ρ-zCDP per privacy unit, measured at ρ/k²); the
-route with the lower expected total squared error over the batch's answers answers it.
+route with the lower batch objective answers it.
+
+Objective (``dpsql.weights``): every decision above (strategies, split, value cells or apart,
+partition, route) minimises Σ_s w_s·mean_{answers of s}(Var / baseline), each statement's error
+relative to answering it alone at ε/N (ρ/N), with weights w_s (``weights=``, default 1). The
+guard then checks every statement against its baseline (``_guard``) and says which stay worse.
 """
 
 from __future__ import annotations
@@ -46,10 +51,13 @@ import pyarrow as pa
 
 from dpsql import blas, marginal_batch, mechanism, plan_cache, planner, thresholds
 from dpsql import postprocess as postprocessing
+from dpsql import weights as weighting
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import CellData, DuckDBBackend, measure_quantum
+from dpsql.error import unit_noise_variance
 from dpsql.errors import PrivacyParameterError, ProgrammingError
 from dpsql.ledger import LedgerBudget
+from dpsql.linalg import pinv_gram, quadratic_diag, trace_of_product
 from dpsql.noise import RandomSource
 from dpsql.results import statement_tables
 from dpsql.schema import Column, Ordered, Schema, Table
@@ -57,8 +65,10 @@ from dpsql.sql import ir
 from dpsql.sql.compile import (
     MERGE_CELLS,
     WEIGHT_BITS,
+    Block,
     CompiledBatch,
     CompiledGroup,
+    CompiledStatement,
     ValueCells,
     batch_cell_totals,
     batch_table,
@@ -70,7 +80,7 @@ from dpsql.sql.compile import (
     value_cells_problem,
 )
 from dpsql.sql.parse import parse_batch
-from dpsql.workloads import Explicit, Identity, Kron, Workload
+from dpsql.workloads import Explicit, Identity, Kron, VStack, Workload
 
 DataKind = tuple[str, str | None]
 
@@ -85,18 +95,44 @@ class Measurement:
     share: float      # this measurement's ε or ρ
     row_scale: int    # k·B: the most one privacy unit moves one cell of this vector
     quantum: float    # value of one integer unit (1 for counts)
+    block_totals: tuple[float, ...] = ()   # t_b: the chosen strategy's unit error summed over each block of this vector
+    block_weights: tuple[float, ...] = ()  # c_b: each block's weight in the batch objective (dpsql.weights)
+
+    @property
+    def weighted(self) -> bool:
+        """Whether the plan was scored on a workload with unequal block weights (its candidates'
+        scores are then the weighted objective, not the answers' total error)."""
+        return len(set(self.block_weights)) > 1
+
+    @property
+    def objective(self) -> float:
+        """Σ_b c_b·t_b: this vector's unit error in the batch objective (what the split weighs)."""
+        if not self.block_totals:
+            return self.plan.expected_error
+        return float(sum(c * t for c, t in zip(self.block_weights, self.block_totals)))
+
+    @property
+    def noise_scale(self) -> float:
+        """Variance of one unit error at this share: (k·B/ε)² (Laplace) or (k·B)²/(2ρ) (Gaussian)."""
+        if self.share == 0:
+            return 0.0
+        return (self.row_scale / self.share) ** 2 if self.plan.noise == "laplace" else self.row_scale**2 / (2 * self.share)
 
     def expected_rmse(self, candidate: str) -> float:
         """RMSE per query of a candidate strategy at this measurement's budget, in data units."""
         return math.sqrt(self.expected_total(candidate) / self.plan.queries)
 
     def expected_total(self, candidate: str) -> float:
-        """Expected total squared error of a candidate strategy's answers, in data units squared."""
+        """Expected total squared error of a candidate strategy's answers, in data units squared.
+
+        Exact for the chosen strategy; for another candidate of a weighted plan, its weighted
+        score scaled by the chosen strategy's ratio of total error to score."""
         unit_error = self.plan.candidates[candidate]  # at ε = 1 or ρ = 1/2, one unit moving one count
+        if self.block_totals and self.plan.expected_error > 0:
+            unit_error *= sum(self.block_totals) / self.plan.expected_error
         if self.share == 0:  # an identically zero workload: answered exactly, nothing measured
             return 0.0 if unit_error == 0 else math.inf
-        scale = (self.row_scale / self.share) ** 2 if self.plan.noise == "laplace" else self.row_scale**2 / (2 * self.share)
-        return unit_error * scale * self.quantum**2
+        return unit_error * self.noise_scale * self.quantum**2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,6 +157,8 @@ class Prepared:
     batch: ir.Batch | None = None
     separate: CompiledBatch | None = None  # the statement groups before any was read as value cells
     answering_notes: tuple[tuple[int, str], ...] = ()  # (group, note): value cells (TaMM) or measured apart, and why
+    weights: tuple[float, ...] = ()  # each statement's weight in the objective as planned (the guard may have raised some)
+    guard_notes: tuple[tuple[int, str], ...] = ()  # (statement, note): expected error still above answering it alone
     decided: dict[tuple[tuple[str, float], ...], tuple[CompiledBatch, tuple[Measurement, ...], list[tuple[int, str]]]] = field(
         default_factory=dict, compare=False, repr=False)  # _final_answering by released θs (the SVT grid repeats them)
 
@@ -137,10 +175,18 @@ class Prepared:
         return sum(m.expected_total(m.plan.name) for m in self.measurements)
 
     @property
+    def standard_objective(self) -> float:
+        """The standard route's batch objective (``dpsql.weights``): Σ_K Σ_b c_b·t_b·(noise variance
+        of one unit of measurement K, in units of its per-unit bound k·B)."""
+        return sum(m.objective * m.noise_scale / m.row_scale**2 for m in self.measurements)
+
+    @property
     def use_residual(self) -> bool:
+        """Whether ResidualPlanner answers: it has the lower batch objective (both routes weigh
+        every statement's answers by the same c_b; ResidualPlanner's blocks are COUNT(*)s)."""
         if self.residual is None:
             return False
-        return not self.measurements or self.residual.total_variance < self.standard_total * (1 - 1e-9)
+        return not self.measurements or self.residual.objective < self.standard_objective * (1 - 1e-9)
 
     @property
     def answering(self) -> CompiledBatch:
@@ -154,37 +200,141 @@ MAX_GROUP_EVALUATIONS = 60
 
 @blas.single_threaded()
 def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[object] | None = None,
-            progress: planner.Progress | None = None, *, plan_all_routes: bool = False) -> Prepared:
+            progress: planner.Progress | None = None, *, plan_all_routes: bool = False,
+            weights: Sequence[float] | None = None) -> Prepared:
     """Parse, compile, plan every data vector and split the batch's budget — no data read.
 
     ``progress`` hears about each strategy that has to be optimized (seconds, not milliseconds).
     ``plan_all_routes`` plans the statement groups even when ResidualPlanner is certified optimal
-    (to compare the routes; the choice is the same).
+    (to compare the routes; the choice is the same). ``weights`` (one positive number per
+    statement, in statement order; default all 1) weigh each statement's errors, relative to
+    answering it alone, in the objective every planning decision minimises (``dpsql.weights``).
+    After planning, a statement still expected to do worse than answering it alone has its
+    weight raised and the budget split again (GUARD_ROUNDS times at most), then the groups are
+    planned again with the raised weights (GUARD_REPLANS times at most, kept only when fewer
+    statements lose); if it stays worse, ``guard_notes`` says so (EXPLAIN and the statement's
+    result metadata show it).
     """
     batch = parse_batch(text, parameters)
+    statement_weights = statement_weights_of(weights, len(batch.statements))
     noise: planner.Noise = "laplace" if cost.family == "epsilon" else "gaussian"
     table = batch_table(batch, schema)
-    route = marginal_batch.plan(batch, schema, cost)
+    weighing = _Weighing(weights=statement_weights, noise=noise)
+    route = marginal_batch.plan(batch, schema, cost, statement_weights)
     if (isinstance(route, marginal_batch.ResidualPlan) and route.optimal and not plan_all_routes
             and len(initial_partition(batch, table)) > 1):
-        return Prepared(compiled=route.compiled, cost=cost, measurements=(), residual=route)  # nothing can beat it
-    separate = compile_batch(batch, schema, _choose_partition(batch, table, noise))
+        return Prepared(compiled=route.compiled, cost=cost, measurements=(), residual=route, weights=statement_weights,
+                        guard_notes=tuple(_guard_notes(statement_errors(route.compiled, _residual_sums(route), cost), 0)))
+    prepared, raised = _plan_groups(batch, schema, cost, weighing, progress)
+    for _ in range(GUARD_REPLANS):
+        if not prepared.guard_notes:
+            break
+        again, raised = _plan_groups(batch, schema, cost, raised, progress)
+        if _standing(again) >= _standing(prepared):
+            break
+        prepared = again
+    prepared = replace(prepared, residual=None if isinstance(route, str) else route,
+                       residual_note=route if isinstance(route, str) else None)
+    if prepared.use_residual:
+        assert prepared.residual is not None
+        return replace(prepared, weights=statement_weights, guard_notes=tuple(_guard_notes(statement_errors(
+            prepared.residual.compiled, _residual_sums(prepared.residual), cost), 0)))
+    return prepared
+
+
+#: Times the statement groups may be planned again with the guard's raised weights (each is a full
+#: planning pass: a count of work, not time).
+GUARD_REPLANS = 2
+
+
+def _standing(prepared: Prepared) -> tuple[int, float]:
+    """(statements worse than alone, worst ratio): the guard's order of plans, lower is better."""
+    errors = statement_errors(prepared.compiled, _measured_sums(prepared.compiled, prepared.measurements), prepared.cost)
+    ratios = [e.ratio for e in errors]
+    return len(weighting.worse_than_alone(ratios)), max(ratios, default=0.0)
+
+
+def _plan_groups(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weighing: _Weighing,
+                 progress: planner.Progress | None) -> tuple[Prepared, _Weighing]:
+    """The standard route under ``weighing``: statement groups, value cells or apart, the split and
+    the guard's re-splits. Also returns the guard's raised weights, to plan again with."""
+    noise = weighing.noise
+    table = batch_table(batch, schema)
+    separate = compile_batch(batch, schema, _choose_partition(batch, table, noise, weighing))
     measured = [separate.table.columns[str(kind[1])] for g in separate.groups for kind in g.data_kinds() if kind[0] == "sum"]
     selections, selection_share = thresholds.plans(list(dict.fromkeys(measured)), family=cost.family, total=cost.value)
     bounds = {c.name: ValueCells(low=c.measure_bounds[0], high=c.measure_bounds[1])  # type: ignore[index]
               for c in measured if c.truncation is None}
     budget = cost.value * (1 - selection_share)
-    choice = _answering_groups(batch, separate, separate.table.columns, bounds, noise=noise, budget=budget, progress=progress)
+    choice = _answering_groups(batch, separate, separate.table.columns, bounds, noise=noise, budget=budget, progress=progress,
+                               weighing=weighing)
     pending = [(g, f"SUM({kind[1]}) is read as value cells (TaMM) or measured apart (TiMM) once its θ is released; "
                    "the figures below measure it apart at the outer bound")
                for g, group in enumerate(separate.groups) for kind in group.data_kinds()
                if kind[0] == "sum" and kind[1] not in bounds]
     notes = tuple(sorted(choice.notes + pending))
     measurements = _split(choice.drafts, budget, noise)
+    measurements, kept, guard, raised = _guard(choice.compiled, measurements, weighing, cost, budget)
     _calibrations(measurements)  # every noise scale is representable: checked before anything is charged
-    return Prepared(compiled=choice.compiled, cost=cost, measurements=measurements,
-                    thresholds=tuple(selections), batch=batch, separate=separate, answering_notes=notes,
-                    residual=None if isinstance(route, str) else route, residual_note=route if isinstance(route, str) else None)
+    return Prepared(compiled=choice.compiled, cost=cost, measurements=measurements, thresholds=tuple(selections), batch=batch,
+                    separate=separate, answering_notes=notes, weights=kept.weights, guard_notes=tuple(guard)), raised
+
+
+def statement_weights_of(weights: Sequence[float] | None, statements: int) -> tuple[float, ...]:
+    """The statements' weights: one positive finite number per statement (default all 1).
+
+    Raises ProgrammingError naming the problem (nothing is run or charged).
+    """
+    if weights is None:
+        return (1.0,) * statements
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+        raise ProgrammingError(f"weights= must be a list of positive numbers, one per statement in statement order; got "
+                               f"{type(weights).__name__}. Nothing was run or charged.")
+    if len(weights) != statements:
+        raise ProgrammingError(f"weights= has {len(weights)} number(s) but the batch has {statements} statement(s); give one "
+                               "positive weight per statement, in statement order. Nothing was run or charged.")
+    result = []
+    for index, value in enumerate(weights):
+        number = float(value) if isinstance(value, (int, float, Fraction)) and not isinstance(value, bool) else math.nan
+        if not math.isfinite(number) or number <= 0:
+            raise ProgrammingError(f"weights[{index}] = {value!r} (statement {index + 1}) is not a positive finite number; "
+                                   "each statement's weight must be > 0 (1 is the default). Nothing was run or charged.")
+        result.append(number)
+    return tuple(result)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Weighing:
+    """Each statement's weight w_s, and how it becomes the block weights c_b (``dpsql.weights``)."""
+
+    weights: tuple[float, ...]
+    noise: planner.Noise
+
+    def blocks(self, group: CompiledGroup, statements: Sequence[CompiledStatement], members: Sequence[int],
+               columns: Mapping[str, Column]) -> list[float]:
+        """c_b of each block of ``group``, whose ``statements`` are the batch's ``members``."""
+        found = [1.0] * len(group.blocks)
+        for member, statement in zip(members, statements):
+            positions = [p for output in statement.aggregates for p in output.blocks]
+            answers = sum(group.blocks[p].workload.shape[0] for p in positions)
+            for p in positions:
+                found[p] = weighting.block_weight(self.weights[member], answers, len(positions), self.noise,
+                                                  _bound_ratio(group.blocks[p], columns))
+        return found
+
+
+def _row_bound(kind: DataKind, columns: Mapping[str, Column]) -> float:
+    """β: the most one row moves one answer of this kind, in data units (B·quantum for sums)."""
+    if kind[0] != "sum":
+        return 1.0
+    quantum, steps = _value_scale(columns[str(kind[1])])
+    return quantum * steps
+
+
+def _bound_ratio(block: Block, columns: Mapping[str, Column]) -> float:
+    """ρ_b: the per-row bound the measurement uses for this block (its data vector's β times the
+    block's scale) over the bound of answering it alone (β of what the block answers)."""
+    return block.scale * _row_bound(block.data, columns) / _row_bound(block.kind, columns)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,6 +346,15 @@ class _Draft:
     plan: planner.Plan
     row_scale: int
     quantum: float
+    block_totals: tuple[float, ...] = ()   # as in Measurement
+    block_weights: tuple[float, ...] = ()
+
+    @property
+    def objective(self) -> float:
+        """Σ_b c_b·t_b (the plan's own score when no block totals are known)."""
+        if not self.block_totals:
+            return self.plan.expected_error
+        return float(sum(c * t for c, t in zip(self.block_weights, self.block_totals)))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,7 +373,8 @@ VALUE_CELLS_MAX = 4096
 def _answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping[str, Column], bounds: Mapping[str, ValueCells],
                       *, noise: planner.Noise, budget: float, progress: planner.Progress | None,
                       groups: Sequence[int] | None = None, start: CompiledBatch | None = None,
-                      known: Mapping[tuple[int, DataKind], planner.Plan] | None = None) -> _Answering:
+                      known: Mapping[tuple[int, DataKind], planner.Plan] | None = None,
+                      weighing: _Weighing | None = None) -> _Answering:
     """Per statement group: separate measurements, or — where ``bounds`` lets a SUM column be read
     as value cells and that lowers the group's error score — one count measurement (TaMM).
 
@@ -233,16 +393,20 @@ def _answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping
     limits the work to those group indices of ``separate`` (the others keep their form in
     ``start`` and are left out of the result's drafts). ``known`` gives plans made before (by
     group and kind of ``separate``); when given, new plans skip the SVD bound (EXPLAIN is done).
+    ``weighing`` gives each statement's weight in the scores (default: all 1).
     """
     table = separate.table
     unit_rows = table.privacy_unit.max_rows if table.privacy_unit.column else 1
+    weighing = weighing or _Weighing(weights=(1.0,) * len(separate.statements), noise=noise)
     base = start or separate
     compiled_groups, statements = list(base.groups), list(base.statements)
     drafts: list[_Draft] = []
     notes: list[tuple[int, str]] = []
     for index in range(len(separate.groups)) if groups is None else groups:
         group = separate.groups[index]
-        chosen = _group_drafts(index, group, columns, unit_rows, noise, progress, known)
+        members = [i for i, s in enumerate(separate.statements) if s.group == index]
+        chosen = _group_drafts(index, group, columns, unit_rows, noise, progress, known,
+                               block_weights=weighing.blocks(group, [separate.statements[m] for m in members], members, columns))
         sums = sorted({str(kind[1]) for kind in group.data_kinds() if kind[0] == "sum"})
         touched = {axis.column.name for axis in group.axes}
         usable = {}
@@ -252,7 +416,6 @@ def _answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping
                 usable[name] = bounds[name]
             else:
                 notes.append((index, f"SUM({name}) is measured apart from the counts: {problem}."))
-        members = [i for i, s in enumerate(separate.statements) if s.group == index]
         compiled_groups[index] = group
         for member in members:
             statements[member] = separate.statements[member]
@@ -266,11 +429,12 @@ def _answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping
                 # quick templates only with several axes (OPT⊗ and OPT₊ would take their full time limit per group)
                 # and after θ is released (each θ is a new workload; optimizing would delay every release)
                 basis = {} if touched & set(usable) else {"value basis": _value_basis(cells_group, usable)}
+                cell_weights = weighing.blocks(cells_group, cells_statements, members, columns)
                 alternative = _group_drafts(index, cells_group, columns, unit_rows, noise, progress,
                                             {} if known is not None else None, quick=len(cells_group.axes) > 1 or known is not None,
-                                            extra=basis)
+                                            extra=basis, block_weights=cell_weights)
                 apart = _error_score(chosen, noise, budget)
-                joint = _error_score(alternative, noise, budget) + _squared_bias_bound(cells_group)
+                joint = _error_score(alternative, noise, budget) + _squared_bias_bound(cells_group, cell_weights)
                 rounding = "; ".join(_rounding_note(name, cells, table.columns[name]) for name, cells in usable.items())
                 use = joint < apart * (1 - 1e-9)
                 verdict = "answered from one count vector (TaMM)" if use else "measured apart (TiMM)"
@@ -296,17 +460,20 @@ def _rounding_problem(column: Column, cells: ValueCells) -> str | None:
 
 
 def _error_score(drafts: Sequence[_Draft], noise: planner.Noise, budget: float) -> float:
-    """Expected total squared error of measuring ``drafts`` with all of ``budget`` split optimally:
-    (Σ c_k^{1/3})³/ε² (Laplace) or (Σ √c_k)²/(2ρ) (Gaussian), c_k the unit errors."""
+    """Batch objective of measuring ``drafts`` with all of ``budget`` split optimally:
+    (Σ c_k^{1/3})³/ε² (Laplace) or (Σ √c_k)²/(2ρ) (Gaussian), c_k the weighted unit errors
+    Σ_b c_b·t_b (``dpsql.weights``)."""
     power = 1 / 3 if noise == "laplace" else 1 / 2
-    total = sum(d.plan.expected_error ** power for d in drafts) ** (1 / power)
+    total = sum(d.objective ** power for d in drafts) ** (1 / power)
     return total / budget**2 if noise == "laplace" else total / (2 * budget)
 
 
-def _squared_bias_bound(group: CompiledGroup) -> float:
-    """Σ over a group's value-cell SUM answers of (h/s)²: one privacy unit's rounding bias in units
-    of its bound (the scale of :func:`_error_score`); 0 on exact cells."""
-    return float(sum(block.workload.shape[0] * (block.bias / block.scale) ** 2 for block in group.blocks if block.bias))
+def _squared_bias_bound(group: CompiledGroup, weights: Sequence[float] | None = None) -> float:
+    """Σ over a group's value-cell SUM answers of c_b·(h/s)²: one privacy unit's rounding bias in
+    units of its bound, weighted as :func:`_error_score` weighs the variances; 0 on exact cells."""
+    c = weights if weights is not None else [1.0] * len(group.blocks)
+    return float(sum(w * block.workload.shape[0] * (block.bias / block.scale) ** 2
+                     for w, block in zip(c, group.blocks) if block.bias))
 
 
 def bias_bounds(compiled: CompiledBatch) -> dict[str, dict[str, object]]:
@@ -356,28 +523,176 @@ def _rounding_note(name: str, cells: ValueCells, column: Column) -> str:
 def _group_drafts(index: int, group: CompiledGroup, columns: Mapping[str, Column], unit_rows: int,
                   noise: planner.Noise, progress: planner.Progress | None,
                   known: Mapping[tuple[int, DataKind], planner.Plan] | None = None, quick: bool = False,
-                  extra: Mapping[str, Workload] | None = None) -> list[_Draft]:
+                  extra: Mapping[str, Workload] | None = None, block_weights: Sequence[float] | None = None) -> list[_Draft]:
     """Plan each data vector of one group (``known``: plans already made, by (group, kind);
-    ``quick``: only the planner's quick templates; ``extra``: more candidate strategies for its counts)."""
+    ``quick``: only the planner's quick templates; ``extra``: more candidate strategies for its counts;
+    ``block_weights``: c_b of each block, default 1). The planner sees the workload with block b's
+    rows scaled by √(c_b / max c) (unchanged when the weights are equal), so it minimises Σ_b c_b·t_b."""
     sizes = [axis.size for axis in group.axes]
     ordered = [isinstance(axis.column.domain, Ordered) for axis in group.axes]
+    weights = list(block_weights) if block_weights is not None else [1.0] * len(group.blocks)
     drafts = []
     for kind in group.data_kinds():
-        plan = (known or {}).get((index, kind)) or planner.plan(group.workload(kind), noise=noise, sizes=sizes, ordered=ordered,
+        positions = [p for p, block in enumerate(group.blocks) if block.data == kind]
+        rows = [group.blocks[p].workload.shape[0] for p in positions]
+        workload = group.workload(kind)
+        planning = weighting.scaled_stack(workload, rows, weighting.normalized([weights[p] for p in positions])[1])
+        plan = (known or {}).get((index, kind)) or planner.plan(planning, noise=noise, sizes=sizes, ordered=ordered,
                                                                  quick=quick, progress=progress,
                                                                  extra=extra if kind == ("count", None) else None)
         quantum, bound = _value_scale(columns[str(kind[1])]) if kind[0] == "sum" else (1.0, 1)
-        drafts.append(_Draft(group=index, kind=kind, plan=plan, row_scale=unit_rows * bound, quantum=quantum))
+        drafts.append(_Draft(group=index, kind=kind, plan=plan, row_scale=unit_rows * bound, quantum=quantum,
+                             block_totals=_block_totals(workload, rows, plan),
+                             block_weights=tuple(weights[p] for p in positions)))
     return drafts
+
+
+def _block_totals(workload: Workload, rows: Sequence[int], plan: planner.Plan) -> tuple[float, ...]:
+    """t_b = v·trace(G_b (AᵀA)⁺): the unit error of the plan's strategy summed over each block of
+    the (unweighted) workload, blocks in order (a dense stack's rows split by ``rows``)."""
+    if plan.expected_error == 0:
+        return (0.0,) * len(rows)
+    strategy = plan.strategy
+    M, v = pinv_gram(strategy), unit_noise_variance(strategy, plan.noise)
+    if isinstance(workload, VStack):
+        return tuple(v * trace_of_product(block.gram(), M) for block in workload.blocks)
+    diagonal = quadratic_diag(workload, M)
+    ends = np.cumsum(rows)
+    return tuple(v * float(diagonal[end - r:end].sum()) for r, end in zip(rows, ends))
 
 
 def _split(drafts: Sequence[_Draft], total: float, noise: planner.Noise) -> tuple[Measurement, ...]:
     """The budget split over the drafts (``planner.split_budget``). A data vector whose workload
     is identically zero (every statement reading it is never TRUE; expected error exactly 0) gets
     share 0: its answers are exact zeros and it is never measured."""
-    shares = planner.split_budget([d.plan.expected_error for d in drafts], total, noise=noise)
-    return tuple(Measurement(group=d.group, kind=d.kind, plan=d.plan, share=share, row_scale=d.row_scale, quantum=d.quantum)
+    shares = planner.split_budget([d.objective for d in drafts], total, noise=noise)
+    return tuple(Measurement(group=d.group, kind=d.kind, plan=d.plan, share=share, row_scale=d.row_scale, quantum=d.quantum,
+                             block_totals=d.block_totals, block_weights=d.block_weights)
                  for d, share in zip(drafts, shares))
+
+
+#: Rounds of the guard: each raises the weight of every statement expected to do worse than
+#: answering it alone by that ratio squared and splits the budget again (a count of work, not time).
+GUARD_ROUNDS = 4
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatementError:
+    """One statement's expected error under the plan against answering it alone (``dpsql.weights``).
+
+    ``parts``: per aggregate input (an AVG has its SUM and its COUNT), (label, expected RMSE per
+    answer with the squared bias bound of rounded value cells, RMSE of answering that part alone
+    with the Laplace mechanism at ε/(N·n_s) or the Gaussian at ρ/(N·n_s)), in data units.
+    ``ratio``: the mean over the statement's answers of (Var + bias²)/baseline; above 1 the
+    statement is expected to do worse than answering it alone.
+    """
+
+    parts: tuple[tuple[str, float, float], ...]
+    ratio: float
+
+
+def statement_errors(compiled: CompiledBatch, sums: Mapping[tuple[int, int], float], cost: PrivacyCost,
+                     columns: Mapping[str, Column] | None = None) -> list[StatementError]:
+    """Each statement's :class:`StatementError`. ``sums`` holds Σ (Var + bias²) over each block's
+    answers, keyed (group, block); ``columns`` as measured (truncated ones narrowed to ±θ)."""
+    noise: planner.Noise = "laplace" if cost.family == "epsilon" else "gaussian"
+    columns = columns if columns is not None else compiled.table.columns
+    unit_rows = compiled.table.privacy_unit.max_rows if compiled.table.privacy_unit.column else 1
+    result = []
+    for statement in compiled.statements:
+        group = compiled.groups[statement.group]
+        labelled = [(output.aggregate.alias + ("" if len(output.blocks) == 1 else (" (SUM)", " (COUNT)")[j]), p)
+                    for output in statement.aggregates for j, p in enumerate(output.blocks)]
+        parts, relative, answers = [], 0.0, 0
+        for label, p in labelled:
+            block = group.blocks[p]
+            rows = block.workload.shape[0]
+            baseline = weighting.baseline_variance(noise, cost.value, len(compiled.statements), len(labelled),
+                                                   unit_rows * _row_bound(block.kind, columns))
+            total = sums.get((statement.group, p), 0.0)
+            parts.append((label, math.sqrt(total / rows), math.sqrt(baseline)))
+            relative += total / baseline
+            answers += rows
+        result.append(StatementError(parts=tuple(parts), ratio=relative / answers))
+    return result
+
+
+def _measured_sums(compiled: CompiledBatch, measurements: Sequence[Measurement]) -> dict[tuple[int, int], float]:
+    """Σ (Var + bias²) over each block's answers under the measurements (keyed (group, block)); a
+    rounded value-cell SUM answer counts one privacy unit's bias, k·h, as the scores do."""
+    unit_rows = compiled.table.privacy_unit.max_rows if compiled.table.privacy_unit.column else 1
+    sums = {}
+    for m in measurements:
+        group = compiled.groups[m.group]
+        positions = [p for p, block in enumerate(group.blocks) if block.data == m.kind]
+        for p, total in zip(positions, m.block_totals):
+            block = group.blocks[p]
+            bias = block.workload.shape[0] * (unit_rows * block.bias) ** 2
+            sums[m.group, p] = total * m.noise_scale * (m.quantum * block.scale) ** 2 + bias
+    return sums
+
+
+def _residual_sums(route: marginal_batch.ResidualPlan) -> dict[tuple[int, int], float]:
+    """Σ Var over each block's answers on the ResidualPlanner route."""
+    return {(0, b): float(v.sum()) for b, v in enumerate(route.variances)}
+
+
+def _vector_weights(compiled: CompiledBatch, m: Measurement | _Draft, weighing: _Weighing,
+                    columns: Mapping[str, Column]) -> tuple[float, ...]:
+    """c_b of the blocks of one measurement's data vector under ``weighing``."""
+    group = compiled.groups[m.group]
+    members = [i for i, statement in enumerate(compiled.statements) if statement.group == m.group]
+    found = weighing.blocks(group, [compiled.statements[i] for i in members], members, columns)
+    return tuple(c for c, block in zip(found, group.blocks) if block.data == m.kind)
+
+
+def _guard(compiled: CompiledBatch, measurements: tuple[Measurement, ...], weighing: _Weighing, cost: PrivacyCost,
+           budget: float) -> tuple[tuple[Measurement, ...], _Weighing, list[tuple[int, str]], _Weighing]:
+    """Bring every statement's expected error to at most answering it alone, where a split can.
+
+    Each round raises w_s of every statement with ratio r_s > 1 to w_s·r_s² and splits the budget
+    again over the same strategies (GUARD_ROUNDS rounds at most): a measurement's variance falls
+    as c^{-2/3} (Laplace, ε_k ∝ c_k^{1/3}) or c^{-1/2} (Gaussian) in its weight, so r² covers
+    the ratio when the statement has its measurement to itself; the round with the fewest such
+    statements, then the smallest worst ratio, is kept (with its weights), and a note names each
+    statement left worse than alone; the weights as last raised are returned too, for planning
+    again. Public information only: the plan and the schema.
+    """
+    columns = compiled.table.columns
+    weights = list(weighing.weights)
+    best: tuple[tuple[int, float], tuple[Measurement, ...], tuple[float, ...], list[StatementError]] | None = None
+    for _ in range(GUARD_ROUNDS + 1):
+        errors = statement_errors(compiled, _measured_sums(compiled, measurements), cost)
+        ratios = [e.ratio for e in errors]
+        losers = weighting.worse_than_alone(ratios)
+        key = (len(losers), max(ratios, default=0.0))
+        if best is None or key < best[0]:
+            best = (key, measurements, tuple(weights), errors)
+        if not losers:
+            break
+        for s in losers:
+            weights[s] *= ratios[s] ** 2
+        raised = _Weighing(weights=tuple(weights), noise=weighing.noise)
+        drafts = [_Draft(group=m.group, kind=m.kind, plan=m.plan, row_scale=m.row_scale, quantum=m.quantum,
+                         block_totals=m.block_totals, block_weights=_vector_weights(compiled, m, raised, columns))
+                  for m in measurements]
+        measurements = _split(drafts, budget, weighing.noise)
+    assert best is not None
+    _, kept, final, errors = best
+    return (kept, _Weighing(weights=final, noise=weighing.noise), _guard_notes(errors, GUARD_ROUNDS),
+            _Weighing(weights=tuple(weights), noise=weighing.noise))
+
+
+def _guard_notes(errors: Sequence[StatementError], rounds: int) -> list[tuple[int, str]]:
+    """(statement, note) for each statement expected to do worse than answering it alone."""
+    notes = []
+    for s in weighting.worse_than_alone([e.ratio for e in errors]):
+        figures = "; ".join(f"{label} RMSE {rmse:.4g} against {alone:.4g} alone" for label, rmse, alone in errors[s].parts)
+        tried = f" after {rounds} rounds of raising its weight and splitting the budget again" if rounds else ""
+        note = (f"expected mean squared error {errors[s].ratio:.4g}× that of answering this statement alone at the "
+                f"same share{tried} ({figures}); give it a larger weights= entry, or send it in its own batch.")
+        notes.append((s, note))
+    return notes
 
 
 def _calibrations(measurements: Sequence[Measurement]) -> list[mechanism.Calibration | None]:
@@ -396,7 +711,7 @@ def _budget_argument(m: Measurement) -> dict[str, Fraction]:
     return {"epsilon" if m.plan.noise == "laplace" else "rho": Fraction(m.share)}
 
 
-def _choose_partition(batch: ir.Batch, table: Table, noise: planner.Noise) -> list[list[int]]:
+def _choose_partition(batch: ir.Batch, table: Table, noise: planner.Noise, weighing: _Weighing | None = None) -> list[list[int]]:
     """Groups of statements, merged greedily while the batch's total expected error falls.
 
     Starts from one group per distinct column set. Merging two groups answers both from one
@@ -404,29 +719,37 @@ def _choose_partition(batch: ir.Batch, table: Table, noise: planner.Noise) -> li
     are scored with the standard strategies and the quick optimized template (weighted
     marginals), which is what makes merging GROUP BYs over different columns pay off. With the optimal
     split the batch's total error is ∝ (Σ_k c_k^{1/3})³ (Laplace) or (Σ_k √c_k)² (Gaussian) over
-    the measurements' unit errors c_k, which is the score compared here. The partition found is
-    cached by the statements and the table's declaration (``dpsql.plan_cache``).
+    the measurements' weighted unit errors c_k = Σ_b c_b·t_b (``weighing``, ``dpsql.weights``),
+    which is the score compared here. The partition found is cached by the statements, their
+    weights and the table's declaration (``dpsql.plan_cache``).
     """
-    key = plan_cache.object_key("partition", noise, table, batch.statements)
+    weighing = weighing or _Weighing(weights=(1.0,) * len(batch.statements), noise=noise)
+    key = plan_cache.object_key("partition", noise, table, batch.statements, weighing.weights)
     known = plan_cache.load_partition(key, len(batch.statements))
     if known is None:
-        known = _search_partition(batch, table, noise)
+        known = _search_partition(batch, table, noise, weighing)
         plan_cache.store_partition(key, known)
     return known
 
 
-def _search_partition(batch: ir.Batch, table: Table, noise: planner.Noise) -> list[list[int]]:
+def _search_partition(batch: ir.Batch, table: Table, noise: planner.Noise, weighing: _Weighing) -> list[list[int]]:
     """:func:`_choose_partition`'s greedy search."""
     power = 1 / 3 if noise == "laplace" else 1 / 2
     errors: dict[frozenset[int], list[float]] = {}
 
     def group_errors(members: frozenset[int]) -> list[float]:
         if members not in errors:
-            group, _ = compile_group(batch, table, sorted(members))
+            group, statements = compile_group(batch, table, sorted(members))
             sizes = [axis.size for axis in group.axes]
             ordered = [isinstance(axis.column.domain, Ordered) for axis in group.axes]
-            errors[members] = [planner.expected_error(group.workload(kind), noise=noise, sizes=sizes, ordered=ordered,
-                                                      quick=True) for kind in group.data_kinds()]
+            weights = weighing.blocks(group, statements, sorted(members), table.columns)
+            found = []
+            for kind in group.data_kinds():
+                positions = [p for p, block in enumerate(group.blocks) if block.data == kind]
+                top, scales = weighting.normalized([weights[p] for p in positions])
+                W = weighting.scaled_stack(group.workload(kind), [group.blocks[p].workload.shape[0] for p in positions], scales)
+                found.append(top * planner.expected_error(W, noise=noise, sizes=sizes, ordered=ordered, quick=True))
+            errors[members] = found
         return errors[members]
 
     def score(groups: list[frozenset[int]]) -> float:
@@ -492,6 +815,7 @@ def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: Rand
         route = prepared.residual
         assert route is not None
         answers = marginal_batch.answer(route, backend=backend, rng=rng, report=report)
+        errors = statement_errors(compiled, _residual_sums(route), prepared.cost)
         metadata = {
             "mechanism": f"ResidualPlanner, {family}",
             "strategy": {"batch": route.describe()},
@@ -501,6 +825,7 @@ def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: Rand
         chosen = _choose_thresholds(prepared, backend=backend, rng=rng, report=report)
         compiled, used, notes = _final_answering(prepared, chosen, progress=report)
         answers = _standard_answers(compiled, used, chosen, backend=backend, rng=rng, report=report)
+        errors = statement_errors(compiled, _measured_sums(compiled, used), prepared.cost, _measured_columns(compiled.table, chosen))
         metadata = {
             "mechanism": f"matrix mechanism, {family}",
             "strategy": {_name(m): m.plan.name for m in used},
@@ -521,7 +846,26 @@ def run(prepared: Prepared, *, backend: DuckDBBackend, budget: Budget, rng: Rand
     metadata["budget_spent"] = ("nothing: every statement's WHERE clause is never TRUE (exact zeros, no data read)"
                                 if prepared.measures_nothing else prepared.cost.describe())
     metadata["budget_remaining"] = f"{budget.remaining:.6g} of {budget.total.describe()}"
-    return statement_tables(compiled, answers, metadata)
+    return statement_tables(compiled, answers, metadata, _statement_metadata(errors, prepared))
+
+
+def _statement_metadata(errors: Sequence[StatementError], prepared: Prepared) -> list[dict[str, object]]:
+    """Each statement's ``statement_error`` metadata: its expected RMSE per aggregate part, the RMSE
+    of answering that part alone at the same share, their mean squared ratio, its weight, and a
+    note when it is expected to do worse than alone (figures of the plan: public, no data)."""
+    notes = dict(_guard_notes(errors, 0 if prepared.use_residual else GUARD_ROUNDS))
+    result: list[dict[str, object]] = []
+    for s, e in enumerate(errors):
+        entry: dict[str, object] = {
+            "expected_rmse": {label: rmse for label, rmse, _ in e.parts},
+            "alone_rmse": {label: alone for label, _, alone in e.parts},
+            "ratio_to_alone": e.ratio,
+            "weight": prepared.weights[s] if prepared.weights else 1.0,
+        }
+        if s in notes:
+            entry["note"] = notes[s]
+        result.append({"statement_error": entry})
+    return result
 
 
 def _choose_thresholds(prepared: Prepared, *, backend: DuckDBBackend, rng: RandomSource | None,
@@ -568,9 +912,11 @@ def _decide_at_thresholds(prepared: Prepared, chosen: Mapping[str, float], *,
     progress("planning the sums at the released thresholds")
     known = {(m.group, m.kind): m.plan for m in prepared.measurements if prepared.compiled.groups[m.group] is separate.groups[m.group]}
     budget = sum(m.share for m in prepared.measurements)
+    weighing = _Weighing(weights=prepared.weights or (1.0,) * len(separate.statements), noise=noise)
     result = _answering_groups(prepared.batch, separate, columns, bounds, noise=noise, budget=budget, progress=progress,
-                               groups=redo, start=prepared.compiled, known=known)
-    kept = [_Draft(group=m.group, kind=m.kind, plan=m.plan, row_scale=m.row_scale, quantum=m.quantum)
+                               groups=redo, start=prepared.compiled, known=known, weighing=weighing)
+    kept = [_Draft(group=m.group, kind=m.kind, plan=m.plan, row_scale=m.row_scale, quantum=m.quantum,
+                   block_totals=m.block_totals, block_weights=m.block_weights)
             for m in prepared.measurements if m.group not in redo]
     drafts = sorted(kept + result.drafts, key=lambda d: d.group)
     notes = [note for note in prepared.answering_notes if note[0] not in redo] + result.notes
@@ -722,7 +1068,7 @@ def explain(prepared: Prepared, budget: Budget | None = None) -> str:
         lines.append("Route: ResidualPlanner — its expected error equals the SVD lower bound of this batch's workload, "
                      "so no strategy answers it more accurately; statement groups were not planned.")
         lines.extend(_explain_residual(route))
-        return "\n".join(lines)
+        return "\n".join(lines + _explain_statements(prepared))
     queries = sum(m.plan.queries for m in prepared.measurements)
     standard_rmse = math.sqrt(prepared.standard_total / queries)
     if route is None:
@@ -731,10 +1077,11 @@ def explain(prepared: Prepared, budget: Budget | None = None) -> str:
         rp_rmse = math.sqrt(route.total_variance / route.query_count)
         chosen = "ResidualPlanner" if prepared.use_residual else "statement groups"
         lines.append(f"Route: {chosen} — expected RMSE per answer: ResidualPlanner {rp_rmse:.4g}, "
-                     f"statement groups {standard_rmse:.4g}.")
+                     f"statement groups {standard_rmse:.4g}; the lower statement-weighted objective answers "
+                     f"(ResidualPlanner {route.objective:.6g}, statement groups {prepared.standard_objective:.6g}).")
         lines.extend(_explain_residual(route))
         if prepared.use_residual:
-            return "\n".join(lines)
+            return "\n".join(lines + _explain_statements(prepared))
         lines.append("")
     lines.append(f"Statement groups: {len(compiled.groups)}, each answered jointly.")
     for index, group in enumerate(compiled.groups):
@@ -750,6 +1097,9 @@ def explain(prepared: Prepared, budget: Budget | None = None) -> str:
             marker = "*" if name == m.plan.name else " "
             lines.append(f"  {marker} {name:<{width}} expected RMSE {m.expected_rmse(name):12.4g}")
         lines.extend(f"    note: {note}" for note in m.plan.notes)
+        if m.weighted:
+            lines.append("    note: candidates are scored by the statement-weighted objective (see Statements below); "
+                         "only the chosen strategy's RMSE is exact, the others are its score scaled alike")
         scales = sorted({b.scale for b in compiled.groups[m.group].blocks if b.data == m.kind and b.scale != 1})
         if scales:
             lines.append(f"    note: read as value cells; SUM rows are weighted by value / s (s = {', '.join(f'{x:g}' for x in scales)}), "
@@ -763,7 +1113,28 @@ def explain(prepared: Prepared, budget: Budget | None = None) -> str:
                          f"chosen strategy's error / bound = {ratio:.3f}")
         else:
             lines.append("    SVD bound: not computed (domain too large for a dense spectrum)")
-    return "\n".join(lines)
+    return "\n".join(lines + _explain_statements(prepared))
+
+
+def _explain_statements(prepared: Prepared) -> list[str]:
+    """Per statement: expected RMSE of each aggregate part against answering it alone, the ratio of
+    mean squared errors, its weight when not 1, and the guard's note when it stays worse."""
+    if prepared.use_residual:
+        assert prepared.residual is not None
+        errors = statement_errors(prepared.residual.compiled, _residual_sums(prepared.residual), prepared.cost)
+    else:
+        errors = statement_errors(prepared.compiled, _measured_sums(prepared.compiled, prepared.measurements), prepared.cost)
+    unit = "ε" if prepared.cost.family == "epsilon" else "ρ"
+    lines = ["", f"Statements: expected RMSE per answer, and answering each alone ({unit}/{len(errors)} per statement, "
+                 "split evenly over its aggregate parts); ratio = mean squared error / alone's (at most 1 unless noted):"]
+    notes = dict(prepared.guard_notes)
+    for s, e in enumerate(errors):
+        weight = prepared.weights[s] if prepared.weights else 1.0
+        figures = "; ".join(f"{label} {rmse:.4g} (alone {alone:.4g})" for label, rmse, alone in e.parts)
+        lines.append(f"  statement {s + 1}: {figures}; ratio {e.ratio:.3f}" + (f"; weight {weight:.4g}" if weight != 1 else ""))
+        if s in notes:
+            lines.append(f"    note: {notes[s]}")
+    return lines
 
 
 def _runs(numbers: Sequence[int]) -> str:
@@ -784,8 +1155,8 @@ def _explain_residual(route: marginal_batch.ResidualPlan) -> list[str]:
     names = ["(" + ", ".join(axes[i].column.name for i in a) + ")" if a else "(total)" for a in selection.marginals]
     shown = ", ".join(names[:8]) + (f", … ({len(names) - 8} more)" if len(names) > 8 else "")
     objective = selection.objective_value()
-    if math.isclose(objective, route.total_variance, rel_tol=1e-9):  # GROUP BY blocks: the objective is the answers' error
-        certificate = (f"  SVD lower bound for these marginals: RMSE {math.sqrt(selection.bound / route.query_count):.4g}; "
+    if math.isclose(objective, route.weighted_variance, rel_tol=1e-9):  # GROUP BY blocks: the objective is the answers' error
+        certificate = (f"  SVD lower bound for these marginals (of the statement-weighted error {selection.bound:.6g}): "
                        f"ResidualPlanner's error / bound = {route.bound_ratio:.3f}")
     else:
         certificate = (f"  weighted marginal objective {objective:.6g} = {route.bound_ratio:.3f} × its SVD lower bound "

@@ -43,6 +43,7 @@ from dpsql.schema import Schema
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, compile_batch
 from dpsql.strategies import residual
+from dpsql.weights import block_weight
 from dpsql.workloads import Explicit, Kron, Sum, Workload
 
 FloatArray = npt.NDArray[np.float64]
@@ -62,6 +63,7 @@ class ResidualPlan:
     selection: residual.Selection
     unit_rows: int
     variances: tuple[FloatArray, ...]
+    block_weights: tuple[float, ...] = ()  # c_b of each block in the batch objective (dpsql.weights); () = all 1
 
     @property
     def optimal(self) -> bool:
@@ -80,6 +82,18 @@ class ResidualPlan:
         return float(sum(v.sum() for v in self.variances))
 
     @property
+    def weighted_variance(self) -> float:
+        """Σ_b c_b·Σ_i Var_i: what the selection minimises (``dpsql.weights``)."""
+        weights = self.block_weights or (1.0,) * len(self.variances)
+        return float(sum(c * v.sum() for c, v in zip(weights, self.variances)))
+
+    @property
+    def objective(self) -> float:
+        """The batch objective: :attr:`weighted_variance` / k² (in units of one privacy unit's k
+        rows, as the standard route's objective)."""
+        return self.weighted_variance / self.unit_rows**2
+
+    @property
     def query_count(self) -> int:
         return sum(v.size for v in self.variances)
 
@@ -94,8 +108,13 @@ class ResidualPlan:
                 f"residual measurements, {measured:,} noisy values)")
 
 
-def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost) -> ResidualPlan | str:
-    """ResidualPlanner's plan for the batch, or the reason it does not apply (for EXPLAIN)."""
+def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: Sequence[float] | None = None) -> ResidualPlan | str:
+    """ResidualPlanner's plan for the batch, or the reason it does not apply (for EXPLAIN).
+
+    ``weights`` (one per statement, default 1) weigh each statement's answers as the standard
+    route does (``dpsql.weights``: c_b = w_s / m_s for a COUNT(*) block of m_s answers); the
+    selection minimises Σ_b c_b·Σ Var over the blocks, still a weighted marginal objective.
+    """
     if cost.family != "rho":
         return "ResidualPlanner was not considered: it is a Gaussian (zCDP) mechanism and this batch is charged in ε."
     compiled = compile_batch(batch, schema, [list(range(len(batch.statements)))])
@@ -114,22 +133,28 @@ def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost) -> ResidualPlan | s
     live = [q for q in queries if q is not None]
     if not live:
         return "every statement's WHERE clause is never TRUE."
-    weights: dict[mq.Marginal, float] = {}
-    for q in live:
-        weights[q.marginal] = weights.get(q.marginal, 0.0) + mq.selection_weight(q)
+    statement_of = {p: statement for statement in compiled.statements for output in statement.aggregates for p in output.blocks}
+    index_of = {id(statement): i for i, statement in enumerate(compiled.statements)}
+    block_weights = tuple(
+        block_weight(1.0 if weights is None else float(weights[index_of[id(statement_of[b])]]), block.workload.shape[0], 1, "gaussian")
+        for b, block in enumerate(group.blocks))
+    selection_weights: dict[mq.Marginal, float] = {}
+    for q, c in zip(queries, block_weights):
+        if q is not None:
+            selection_weights[q.marginal] = selection_weights.get(q.marginal, 0.0) + c * mq.selection_weight(q)
     table = compiled.table
     unit_rows = table.privacy_unit.max_rows if table.privacy_unit.column else 1
-    marginals = sorted(weights, key=lambda a: (len(a), a))
+    marginals = sorted(selection_weights, key=lambda a: (len(a), a))
     try:
         selection = residual.select(sizes, marginals, objective="sum_variance",
-                                    rho=Fraction(cost.value) / unit_rows**2, weights=[weights[a] for a in marginals])
+                                    rho=Fraction(cost.value) / unit_rows**2, weights=[selection_weights[a] for a in marginals])
     except (DomainTooLargeError, ShapeError) as err:
         return f"ResidualPlanner was not used ({type(err).__name__}: {err})."
     scale = _sigma2_lookup(selection.closure, selection.sigma2)
     variances = tuple(np.zeros(block.workload.shape[0]) if q is None else mq.variances(q, scale)
                       for q, block in zip(queries, group.blocks))
     return ResidualPlan(compiled=compiled, queries=tuple(queries), selection=selection, unit_rows=unit_rows,
-                        variances=variances)
+                        variances=variances, block_weights=block_weights)
 
 
 def answer(route: ResidualPlan, *, backend: DuckDBBackend, rng: RandomSource | None,

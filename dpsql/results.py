@@ -11,7 +11,7 @@ mechanism, strategies, budget spent and left, and the expected RMSE.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,16 +30,17 @@ AVG_MIN_COUNT_STDDEVS = 2.0
 
 
 def statement_tables(compiled: CompiledBatch, answers: Mapping[tuple[int, int], Answers],
-                     metadata: Mapping[str, Any]) -> list[pa.Table]:
+                     metadata: Mapping[str, Any], per_statement: Sequence[Mapping[str, Any]] | None = None) -> list[pa.Table]:
     """One table per statement, from the answers of every block, keyed (group, block index).
 
-    Each table's metadata is ``metadata`` plus, when some AVG groups are NULL, ``avg_null`` with
-    the reason per output column.
+    Each table's metadata is ``metadata``, plus that statement's entry of ``per_statement``, plus,
+    when some AVG groups are NULL, ``avg_null`` with the reason per output column.
     """
     tables = []
-    for statement in compiled.statements:
+    for index, statement in enumerate(compiled.statements):
         table, notes = _table(compiled, statement, answers)
-        own = {**metadata, "avg_null": notes} if notes else metadata
+        own = {**metadata, **per_statement[index]} if per_statement is not None else metadata
+        own = {**own, "avg_null": notes} if notes else own
         tables.append(table.replace_schema_metadata({b"dpsql": json.dumps(own, default=str).encode()}))
     return tables
 

@@ -112,6 +112,17 @@ def test_explain_prints_the_plan_and_spends_nothing(files: dict[str, str], capsy
     assert "identity" in out and "expected RMSE" in out
 
 
+def test_explain_takes_statement_weights(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """--weights 1,4 reaches the plan (EXPLAIN names the weight); a malformed list or a wrong count is refused."""
+    assert main(arguments(files, "explain", "--weights", "1,4", cost=("--epsilon", "0.5"))) == 0
+    assert "weight 4" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(arguments(files, "explain", "--weights", "1,x", cost=("--epsilon", "0.5")))
+    assert "not a comma-separated list of numbers" in capsys.readouterr().err
+    assert main(arguments(files, "explain", "--weights", "1", cost=("--epsilon", "0.5"))) == 2
+    assert "weights= has 1 number(s) but the batch has 2 statement(s)" in capsys.readouterr().err
+
+
 def test_schema_suggest_prints_the_not_private_warning(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["schema", "suggest", "--db", files["db"], "--table", "people"]) == 0
     out = capsys.readouterr().out

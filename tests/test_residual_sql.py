@@ -24,7 +24,7 @@ from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
-from dpsql.workloads import VStack
+from dpsql.workloads import VStack, Weighted
 
 SIZES = [2, 3, 4, 5, 6, 7, 8, 2, 3, 4, 5, 6, 7, 8, 9]
 ROWS = 3000
@@ -144,15 +144,18 @@ def test_the_batch_is_scanned_once_and_beats_the_statement_groups() -> None:
 
 def test_when_every_cell_is_reported_residual_planner_meets_the_svd_bound_and_skips_the_groups() -> None:
     """Every group reported (``other = true``): the batch's Gram is the marginal Gram, so
-    ResidualPlanner's total error is the SVD bound of the batch's own workload (computed densely
+    ResidualPlanner's statement-weighted error (each block's rows weighted by c_b = 1/m_s,
+    dpsql.weights) is the SVD bound of the batch's own workload so weighted (computed densely
     here over the 4·5·6 = 120 cells) and the statement groups are not planned."""
     sql = two_way(range(1, 4)) + "; SELECT a2, COUNT(*) AS n FROM t GROUP BY a2"
     prepared = engine.prepare(sql, wide_schema(), PrivacyCost(rho=0.5))
     route = prepared.residual
     assert route is not None and route.optimal and prepared.use_residual and prepared.measurements == ()
-    W = VStack([block.workload for block in route.compiled.groups[0].blocks])
+    blocks = route.compiled.groups[0].blocks
+    assert route.block_weights == tuple(1 / b.workload.shape[0] for b in blocks)
+    W = VStack([Weighted(math.sqrt(c), b.workload) for c, b in zip(route.block_weights, blocks)])
     assert W.shape == (4 * 5 + 4 * 6 + 5 * 6 + 5, 120)
-    assert route.total_variance == pytest.approx(error.svd_bound(W), rel=1e-8)  # ρ = 1/2 is the bound's unit
+    assert route.weighted_variance == pytest.approx(error.svd_bound(W), rel=1e-8)  # ρ = 1/2 is the bound's unit
     assert "statement groups were not planned" in engine.explain(prepared)
     both = engine.prepare(sql, wide_schema(), PrivacyCost(rho=0.5), plan_all_routes=True)
     assert both.use_residual and both.measurements and both.residual is not None
@@ -218,8 +221,8 @@ def test_answers_are_unbiased_with_the_reported_variance() -> None:
     reported one; the 81 answers make a chance failure about 1 in 1,000."""
     con, runs = wide_table(rows=800, seed=5), 300
     planned = engine.prepare(STAT_SQL, wide_schema(other=False), PrivacyCost(rho=0.05))
-    assert planned.residual is not None
-    prepared = replace(planned, measurements=())  # ResidualPlanner's route (Eigen-Design comes within 4 % of it here)
+    assert planned.residual is not None  # the routes' objectives are within 1 %: answer with ResidualPlanner, under test here
+    prepared = replace(planned, measurements=())
     assert prepared.use_residual
     backend = DuckDBBackend(con)
     expected = [{tuple(row[:groups]): int(row[groups]) for row in con.execute(sql).fetchall()} for sql, groups in truth_queries()]

@@ -444,7 +444,9 @@ def test_explain_reads_no_data(tmp_path: object) -> None:
 def test_metadata_describes_the_release(data: duckdb.DuckDBPyConnection, cost: dict, mechanism_name: str, spent: str) -> None:
     tables = connect(data, rho=10.0).cursor().execute(TWELVE, **cost).fetch_arrow_tables()
     metadata = [json.loads(table.schema.metadata[b"dpsql"]) for table in tables]
+    own = [m.pop("statement_error") for m in metadata]  # each statement's figures against answering it alone
     assert all(m == metadata[0] for m in metadata)
+    assert all(set(e) >= {"expected_rmse", "alone_rmse", "ratio_to_alone", "weight"} for e in own)
     first = metadata[0]
     assert mechanism_name in first["mechanism"] and first["budget_spent"] == spent
     assert set(first["strategy"]) == set(first["expected_rmse"]) and first["strategy"]
