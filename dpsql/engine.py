@@ -549,16 +549,25 @@ def _group_drafts(index: int, group: CompiledGroup, columns: Mapping[str, Column
 
 def _block_totals(workload: Workload, rows: Sequence[int], plan: planner.Plan) -> tuple[float, ...]:
     """t_b = v·trace(G_b (AᵀA)⁺): the unit error of the plan's strategy summed over each block of
-    the (unweighted) workload, blocks in order (a dense stack's rows split by ``rows``)."""
+    the (unweighted) workload, blocks in order (a dense stack's rows split by ``rows``); cached by
+    the workload's and the strategy's structure (``dpsql.plan_cache``)."""
     if plan.expected_error == 0:
         return (0.0,) * len(rows)
     strategy = plan.strategy
+    key = plan_cache.decision_key(workload, noise=plan.noise, options=["block totals", *map(str, rows)],
+                                  extra={"strategy": strategy})
+    known = plan_cache.load_numbers(key, len(rows))
+    if known is not None:
+        return known
     M, v = pinv_gram(strategy), unit_noise_variance(strategy, plan.noise)
     if isinstance(workload, VStack):
-        return tuple(v * trace_of_product(block.gram(), M) for block in workload.blocks)
-    diagonal = quadratic_diag(workload, M)
-    ends = np.cumsum(rows)
-    return tuple(v * float(diagonal[end - r:end].sum()) for r, end in zip(rows, ends))
+        totals = tuple(v * trace_of_product(block.gram(), M) for block in workload.blocks)
+    else:
+        diagonal = quadratic_diag(workload, M)
+        ends = np.cumsum(rows)
+        totals = tuple(v * float(diagonal[end - r:end].sum()) for r, end in zip(rows, ends))
+    plan_cache.store_numbers(key, totals)
+    return totals
 
 
 def _split(drafts: Sequence[_Draft], total: float, noise: planner.Noise) -> tuple[Measurement, ...]:

@@ -26,7 +26,7 @@ import math
 import os
 import tempfile
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,6 +149,21 @@ def load_partition(key: str, statements: int) -> list[list[int]] | None:
 def store_partition(key: str, groups: list[list[int]]) -> None:
     """Keep a partition (lists of statement indices) under ``key``."""
     _store(key, {"groups": groups})
+
+
+def load_numbers(key: str, count: int) -> tuple[float, ...] | None:
+    """``count`` finite non-negative numbers stored under ``key`` (e.g. a plan's error per block), or None."""
+    stored = _load(key)
+    try:
+        numbers = tuple(float(v) for v in stored["numbers"])
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return None
+    return numbers if len(numbers) == count and all(math.isfinite(v) and v >= 0 for v in numbers) else None
+
+
+def store_numbers(key: str, numbers: Sequence[float]) -> None:
+    """Keep ``numbers`` under ``key``."""
+    _store(key, {"numbers": [float(v) for v in numbers]})
 
 
 def object_key(*parts: object) -> str:

@@ -86,3 +86,18 @@ def test_a_batch_is_grouped_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [s.group for s in again.compiled.statements] == [s.group for s in first.compiled.statements]
     engine.prepare(batch.replace("x < 10", "x < 11"), schema, PrivacyCost(epsilon=1.0))
     assert searched == [1]  # another batch is grouped afresh
+
+
+def test_each_blocks_expected_error_is_computed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-statement errors the objective and the guard need are kept with the decisions: a
+    batch prepared again (as in a new process) computes no pseudo-inverse."""
+    schema = Schema.load({"tables": {"t": {"columns": {
+        "x": {"type": "integer", "lower": 0, "upper": 31, "bin_width": 4, "resolution": 1},
+        "g": {"type": "categorical", "values": ["a", "b", "c"]}}}}})
+    batch = "SELECT g, COUNT(*) FROM t GROUP BY g; SELECT COUNT(*) FROM t WHERE x < 10; SELECT x, COUNT(*) FROM t GROUP BY x"
+    first = engine.prepare(batch, schema, PrivacyCost(epsilon=1.0))
+    plan_cache.clear_memory()
+    _no_scoring(monkeypatch)
+    monkeypatch.setattr(engine, "pinv_gram", lambda *args: (_ for _ in ()).throw(AssertionError("computed again")))
+    again = engine.prepare(batch, schema, PrivacyCost(epsilon=1.0))
+    assert [m.block_totals for m in again.measurements] == [m.block_totals for m in first.measurements]
