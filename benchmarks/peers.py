@@ -421,7 +421,7 @@ def _f(value: float | None, digits: int = 3) -> str:
         return "0"
     magnitude = abs(value)
     if magnitude >= 1e5 or magnitude < 1e-3:
-        return f"{value:.{digits}g}"
+        return f"{value:.{digits - 1}e}"
     return f"{value:,.{max(0, digits - 1 - int(np.floor(np.log10(magnitude))))}f}"
 
 
