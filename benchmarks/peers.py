@@ -373,10 +373,16 @@ class Score:
     by_measure: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # "sum(income)"
     missing: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     covered: dict[str, list[bool]] = field(default_factory=lambda: defaultdict(list))
+    variances: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # reported stddev²
     refusals: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     refused_statements: int = 0
     statements: int = 0
     seconds: list[float] = field(default_factory=list)
+
+    def reported(self, kind: str) -> float | None:
+        """The RMSE the system's own standard errors predict (dpsql only)."""
+        values = self.variances.get(kind)
+        return float(np.sqrt(np.mean(values))) if values else None
 
     def rmse(self, kind: str) -> float | None:
         values = self.squares.get(kind, self.by_measure.get(kind))
@@ -410,7 +416,10 @@ def score(trial: Trial, exact: Answers, batch: Batch, dataset: Dataset, into: Sc
                     into.by_measure[f"{kind}({column})"].append((value - truth) ** 2)
                 stddev = cell.get(f"{alias}_stddev")
                 if cell.get(alias) is not None and stddev is not None:
-                    into.covered[kind].append(abs(cell[alias] - truth) <= Z95 * stddev)  # type: ignore[operator]
+                    hit = abs(cell[alias] - truth) <= Z95 * stddev  # type: ignore[operator]
+                    for label in (kind, f"{kind}({column})") if kind != "count" else (kind,):
+                        into.variances[label].append(stddev**2)
+                        into.covered[label].append(hit)
 
 
 # -------------------------------------------------------------------------------------- output
@@ -447,6 +456,14 @@ class Result:
     dp: Score
     sn: Score
 
+    def measures(self) -> list[str]:
+        """"sum(income)"-style labels of every SUM/AVG kind that spans more than one measure."""
+        labels = []
+        for kind in KINDS[1:]:
+            found = sorted(m for m in set(self.dp.by_measure) | set(self.sn.by_measure) if m.startswith(f"{kind}("))
+            labels += found if len(found) > 1 else []
+        return labels
+
     @property
     def cold(self) -> float:
         return self.dp.seconds[0]
@@ -463,18 +480,19 @@ class Result:
 def print_batch(r: Result) -> None:
     print(f"\n## ({r.batch.number}) {r.batch.title}: {len(r.batch.statements)} statements, {r.cells} exact answer cells")
     print(f"trials: dpsql {len(r.dp.seconds)} (1 cold + {len(r.dp.seconds) - 1} warm), SmartNoise {len(r.sn.seconds)}")
-    print(f"{'kind':6} {'RMSE dpsql':>12} {'RMSE SmartNoise':>16} {'ratio':>7}  {'missing dpsql / SN':>19}  coverage ±1.96σ")
+    print(f"{'kind':6} {'RMSE dpsql':>12} {'RMSE SmartNoise':>16} {'ratio':>7}  {'missing dpsql / SN':>19}  "
+          f"coverage ±1.96σ   dpsql's reported RMSE")
     for kind in KINDS:
         if kind not in r.dp.squares and kind not in r.sn.squares:
             continue
         a, b = r.dp.rmse(kind), r.sn.rmse(kind)
         print(f"{kind:6} {_f(a):>12} {_f(b):>16} {_f(_ratio(a, b)):>7}  "
-              f"{r.dp.missing.get(kind, 0):>9} / {r.sn.missing.get(kind, 0):<7}  {_coverage(r.dp.covered.get(kind, []))}")
-    for kind in KINDS[1:]:
-        measures = sorted(m for m in set(r.dp.by_measure) | set(r.sn.by_measure) if m.startswith(kind))
-        for measure in measures if len(measures) > 1 else ():
-            a, b = r.dp.rmse(measure), r.sn.rmse(measure)
-            print(f"  {measure:22} {_f(a):>12} {_f(b):>16} {_f(_ratio(a, b)):>7}")
+              f"{r.dp.missing.get(kind, 0):>9} / {r.sn.missing.get(kind, 0):<7}  {_coverage(r.dp.covered.get(kind, [])):17} "
+              f"{_f(r.dp.reported(kind))}")
+    for measure in r.measures():
+        a, b = r.dp.rmse(measure), r.sn.rmse(measure)
+        print(f"  {measure:22} {_f(a):>12} {_f(b):>16} {_f(_ratio(a, b)):>7}  {'':19}  "
+              f"{_coverage(r.dp.covered.get(measure, [])):17} {_f(r.dp.reported(measure))}")
     print(f"CPU s per batch: dpsql cold {_f(r.cold)}, warm {_f(r.warm)} (median); SmartNoise {_f(r.sn_seconds)} (median); "
           f"ratio dpsql/SmartNoise cold {_f(_ratio(r.cold, r.sn_seconds))}, warm {_f(_ratio(r.warm, r.sn_seconds))}")
     every = [hit for kind in KINDS for hit in r.dp.covered.get(kind, [])]
@@ -485,19 +503,17 @@ def print_batch(r: Result) -> None:
 def print_summary(results: Sequence[Result]) -> None:
     print("\n## Summary (ε = 1 per batch, pure ε-DP; RMSE against DuckDB's exact answers; CPU s per batch)\n")
     print("| batch | kind | RMSE dpsql | RMSE SmartNoise | ratio | CPU dpsql cold/warm | CPU SmartNoise | ratio cold/warm "
-          "| coverage | refusals dpsql / SN |")
+          "| coverage | refused statements |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        for kind in KINDS:
-            if kind not in r.dp.squares and kind not in r.sn.squares:
-                continue
+        for kind in [k for k in KINDS if k in r.dp.squares or k in r.sn.squares] + r.measures():
             a, b = r.dp.rmse(kind), r.sn.rmse(kind)
             covered = r.dp.covered.get(kind, [])
             print(f"| ({r.batch.number}) {r.batch.title} | {kind} | {_f(a)} | {_f(b)} | {_f(_ratio(a, b))} "
                   f"| {_f(r.cold)} / {_f(r.warm)} | {_f(r.sn_seconds)} "
                   f"| {_f(_ratio(r.cold, r.sn_seconds))} / {_f(_ratio(r.warm, r.sn_seconds))} "
                   f"| {f'{np.mean(covered):.3f}' if covered else '—'} "
-                  f"| {r.dp.refused_statements}/{r.dp.statements} / {r.sn.refused_statements}/{r.sn.statements} |")
+                  f"| dpsql {r.dp.refused_statements}/{r.dp.statements}, SN {r.sn.refused_statements}/{r.sn.statements} |")
     every = [hit for r in results for kind in KINDS for hit in r.dp.covered.get(kind, [])]
     print(f"\nOverall coverage of dpsql's ±1.96·stddev intervals: {_coverage(every)} (target 0.95 ± 0.02)")
 
