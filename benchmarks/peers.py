@@ -23,7 +23,9 @@ cells are printed. A group absent from the data has exact COUNT and SUM 0 and no
 AVG cells are not scored).
 
 Prints, per batch: RMSE of each system and their ratio (dpsql / SmartNoise) by kind (count, sum,
-avg), over all cells and trials; CPU seconds per batch (``time.process_time``: all threads of
+avg; and per measure where a kind spans several), over all cells and trials, with the RMSE each
+system predicts (dpsql from its reported stddevs, SmartNoise from its Laplace scales: √2·b per
+COUNT/SUM answer), whose ratio is free of trial noise; CPU seconds per batch (``time.process_time``: all threads of
 this process, BLAS and DuckDB included; loading the data into DuckDB and into SmartNoise's SQLite
 is not counted for either) for SmartNoise (median over trials) and for dpsql cold (a fresh
 ``DPSQL_CACHE_DIR`` and a new connection: the first trial) and warm (the same batch again on that
@@ -321,10 +323,20 @@ def run_dpsql(connection: Any, batch: Batch, dataset: Dataset) -> Trial:
                  refusals=[None] * len(batch.statements))
 
 
-def smartnoise_shares(reader: Any, batch: Batch, dataset: Dataset) -> list[float]:
+@dataclass(frozen=True)
+class SmartNoisePlan:
+    """Per statement: each mechanism's ε, and each COUNT/SUM column's noise standard deviation."""
+
+    shares: list[float]
+    stddevs: list[dict[str, float]]
+
+
+def smartnoise_plan(reader: Any, batch: Batch, dataset: Dataset) -> SmartNoisePlan:
     """Per statement, the ε of each of its mechanisms so that the statement costs ε/N in all:
     ε/(N·k) for its k mechanisms (SmartNoise's per-mechanism costs at ε = 1, composed basically),
-    then checked by reading the costs back at those shares (they must add up to the batch's ε)."""
+    then checked by reading the costs back at those shares (they must add up to the batch's ε).
+    A COUNT or SUM column's Laplace scale b is read from ``get_simple_accuracy`` (the α-accuracy
+    of Laplace is b·ln(1/α)); its standard deviation is √2·b. AVG has none (a ratio)."""
     from snsql import Privacy
 
     def cost(sql: str, epsilon: float) -> float | None:
@@ -339,17 +351,28 @@ def smartnoise_shares(reader: Any, batch: Batch, dataset: Dataset) -> list[float
     spent = sum(cost(sql, share) or 0.0 for sql, share in zip(texts, shares))
     if spent > EPSILON * (1 + 1e-9):
         raise RuntimeError(f"SmartNoise would spend ε = {spent}, more than {EPSILON}, on batch {batch.number}")
-    return shares
+    stddevs = []
+    for statement, sql, share in zip(batch.statements, texts, shares):
+        reader.privacy = Privacy(epsilon=share, delta=0.0)
+        try:
+            accuracy = reader.get_simple_accuracy(sql, 0.05)
+        except Exception:  # noqa: BLE001
+            accuracy = []
+        kinds = {alias: kind for alias, kind, _ in statement.values}
+        names = [*statement.groups, *kinds]  # SELECT lists the group columns first
+        stddevs.append({name: float(np.sqrt(2) * a / np.log(20)) for name, a in zip(names, accuracy)
+                        if a is not None and kinds.get(name, "avg") != "avg"})
+    return SmartNoisePlan(shares=shares, stddevs=stddevs)
 
 
-def run_smartnoise(reader: Any, batch: Batch, dataset: Dataset, shares: Sequence[float]) -> Trial:
+def run_smartnoise(reader: Any, batch: Batch, dataset: Dataset, plan: SmartNoisePlan) -> Trial:
     """Each statement alone at its share; refused statements are recorded and answered by nothing."""
     from snsql import Privacy
 
     answers: Answers = []
     refusals: list[str | None] = []
     started = time.process_time()
-    for statement, share in zip(batch.statements, shares):
+    for statement, share in zip(batch.statements, plan.shares):
         reader.privacy = Privacy(epsilon=share, delta=0.0)
         try:
             rows = reader.execute(statement.sql.format(t=dataset.sn_table))
@@ -361,7 +384,11 @@ def run_smartnoise(reader: Any, batch: Batch, dataset: Dataset, shares: Sequence
         answers.append({_key([row[names.index(g)] for g in statement.groups]):
                         {alias: _number(row[names.index(alias)]) for alias, _, _ in statement.values} for row in rows[1:]})
         refusals.append(None)
-    return Trial(answers=answers, seconds=time.process_time() - started, refusals=refusals)
+    seconds = time.process_time() - started
+    for released, stddev in zip(answers, plan.stddevs):  # the mechanisms' own noise, beside each answer
+        for cell in released.values():
+            cell.update({f"{alias}_stddev": sd for alias, sd in stddev.items()})
+    return Trial(answers=answers, seconds=seconds, refusals=refusals)
 
 
 # ------------------------------------------------------------------------------------ scoring
@@ -380,7 +407,8 @@ class Score:
     seconds: list[float] = field(default_factory=list)
 
     def reported(self, kind: str) -> float | None:
-        """The RMSE the system's own standard errors predict (dpsql only)."""
+        """The RMSE predicted by the released standard errors (dpsql) or the mechanisms' scales
+        (SmartNoise, COUNT and SUM), over the answers that have one."""
         values = self.variances.get(kind)
         return float(np.sqrt(np.mean(values))) if values else None
 
@@ -477,22 +505,27 @@ class Result:
         return statistics.median(self.sn.seconds) if self.sn.seconds else None
 
 
+def _predicted(r: Result, kind: str) -> str:
+    a, b = r.dp.reported(kind), r.sn.reported(kind)
+    return f"{_f(a)} / {_f(b)} / {_f(_ratio(a, b))}"
+
+
 def print_batch(r: Result) -> None:
     print(f"\n## ({r.batch.number}) {r.batch.title}: {len(r.batch.statements)} statements, {r.cells} exact answer cells")
     print(f"trials: dpsql {len(r.dp.seconds)} (1 cold + {len(r.dp.seconds) - 1} warm), SmartNoise {len(r.sn.seconds)}")
     print(f"{'kind':6} {'RMSE dpsql':>12} {'RMSE SmartNoise':>16} {'ratio':>7}  {'missing dpsql / SN':>19}  "
-          f"coverage ±1.96σ   dpsql's reported RMSE")
+          f"{'dpsql coverage ±1.96σ':21} predicted RMSE: dpsql (its stddevs) / SN (its Laplace scales) / ratio")
     for kind in KINDS:
         if kind not in r.dp.squares and kind not in r.sn.squares:
             continue
         a, b = r.dp.rmse(kind), r.sn.rmse(kind)
         print(f"{kind:6} {_f(a):>12} {_f(b):>16} {_f(_ratio(a, b)):>7}  "
-              f"{r.dp.missing.get(kind, 0):>9} / {r.sn.missing.get(kind, 0):<7}  {_coverage(r.dp.covered.get(kind, [])):17} "
-              f"{_f(r.dp.reported(kind))}")
+              f"{r.dp.missing.get(kind, 0):>9} / {r.sn.missing.get(kind, 0):<7}  {_coverage(r.dp.covered.get(kind, [])):21} "
+              f"{_predicted(r, kind)}")
     for measure in r.measures():
         a, b = r.dp.rmse(measure), r.sn.rmse(measure)
         print(f"  {measure:22} {_f(a):>12} {_f(b):>16} {_f(_ratio(a, b)):>7}  {'':19}  "
-              f"{_coverage(r.dp.covered.get(measure, [])):17} {_f(r.dp.reported(measure))}")
+              f"{_coverage(r.dp.covered.get(measure, [])):21} {_predicted(r, measure)}")
     print(f"CPU s per batch: dpsql cold {_f(r.cold)}, warm {_f(r.warm)} (median); SmartNoise {_f(r.sn_seconds)} (median); "
           f"ratio dpsql/SmartNoise cold {_f(_ratio(r.cold, r.sn_seconds))}, warm {_f(_ratio(r.warm, r.sn_seconds))}")
     every = [hit for kind in KINDS for hit in r.dp.covered.get(kind, [])]
@@ -502,15 +535,17 @@ def print_batch(r: Result) -> None:
 
 def print_summary(results: Sequence[Result]) -> None:
     print("\n## Summary (ε = 1 per batch, pure ε-DP; RMSE against DuckDB's exact answers; CPU s per batch)\n")
-    print("| batch | kind | RMSE dpsql | RMSE SmartNoise | ratio | CPU dpsql cold/warm | CPU SmartNoise | ratio cold/warm "
-          "| coverage | refused statements |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("predicted ratio: dpsql's reported stddevs against SmartNoise's Laplace scales (COUNT and SUM only), "
+          "free of trial noise; coverage: dpsql's ±1.96·stddev\n")
+    print("| batch | kind | RMSE dpsql | RMSE SmartNoise | ratio | predicted ratio | CPU dpsql cold/warm | CPU SmartNoise "
+          "| ratio cold/warm | coverage | refused statements |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         for kind in [k for k in KINDS if k in r.dp.squares or k in r.sn.squares] + r.measures():
             a, b = r.dp.rmse(kind), r.sn.rmse(kind)
             covered = r.dp.covered.get(kind, [])
             print(f"| ({r.batch.number}) {r.batch.title} | {kind} | {_f(a)} | {_f(b)} | {_f(_ratio(a, b))} "
-                  f"| {_f(r.cold)} / {_f(r.warm)} | {_f(r.sn_seconds)} "
+                  f"| {_f(_ratio(r.dp.reported(kind), r.sn.reported(kind)))} | {_f(r.cold)} / {_f(r.warm)} | {_f(r.sn_seconds)} "
                   f"| {_f(_ratio(r.cold, r.sn_seconds))} / {_f(_ratio(r.warm, r.sn_seconds))} "
                   f"| {f'{np.mean(covered):.3f}' if covered else '—'} "
                   f"| dpsql {r.dp.refused_statements}/{r.dp.statements}, SN {r.sn.refused_statements}/{r.sn.statements} |")
@@ -558,9 +593,9 @@ def run_batch(batch: Batch, dataset: Dataset, reader: Any, args: argparse.Namesp
         score(trial, exact, batch, dataset, dp)
     private.close()
 
-    shares = smartnoise_shares(reader, batch, dataset)
+    plan = smartnoise_plan(reader, batch, dataset)
     sn = Score()
-    for trial in _trials(lambda: run_smartnoise(reader, batch, dataset, shares), args.trials, 1, args.max_seconds):
+    for trial in _trials(lambda: run_smartnoise(reader, batch, dataset, plan), args.trials, 1, args.max_seconds):
         score(trial, exact, batch, dataset, sn)
     connection.close()
     return Result(batch=batch, cells=cells, dp=dp, sn=sn)
