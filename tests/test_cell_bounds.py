@@ -231,3 +231,18 @@ def test_reported_stddevs_match_the_plans_expected_error_over_several_axes_and_a
     stddevs = np.concatenate([t.column("s_stddev").to_numpy() for t in tables])
     reported = json.loads(tables[0].schema.metadata[b"dpsql"])["expected_rmse"]["group 1: sum(income)"]
     assert math.isclose(math.sqrt(np.mean(stddevs**2)), reported, rel_tol=2.0 ** -(mechanism.CELL_BOUND_BITS - 1))
+
+
+def test_truncated_sums_are_cell_bounded_at_the_released_threshold() -> None:
+    """A truncated measure (θ chosen from the data) that statements also filter on: once θ is
+    released, the sums are planned again with per-cell bounds capped at θ — cells below θ keep
+    their own bound, every cell above (and the outside cell) gets θ."""
+    column = {**INCOME, "truncate": "svt"}
+    prepared = _prepared(PREFIX_SQL, {"income": column}, {"epsilon": 1.0})
+    theta = 200_000.0
+    _, used, _ = engine._final_answering(prepared, {"income": theta}, progress=lambda message: None)
+    (measurement,) = used
+    assert measurement.cell_bounds is not None
+    bounds = np.asarray(measurement.cell_bounds[0]) * measurement.quantum
+    assert measurement.row_scale * measurement.quantum == theta
+    assert list(bounds) == [min(c, theta) for c in [*CUTS, TOP]] + [theta]
