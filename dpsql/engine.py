@@ -407,9 +407,11 @@ def _cell_bounded(draft: _Draft, group: CompiledGroup, columns: Mapping[str, Col
                                                                    for i, v in enumerate(bounds)))
         plan = planner.plan(workload, noise=noise, sizes=sizes, ordered=ordered, bound=bound, quick=quick, progress=progress)
         scaled = tuple(tuple(unit_rows * v for v in vector) if i == position else vector for i, vector in enumerate(bounds))
-        mechanism.cell_bounded_strategy(plan.strategy, scaled)
+        measured = mechanism.cell_bounded_strategy(plan.strategy, scaled)
     except (DomainTooLargeError, ShapeError):
         return draft
+    if not isinstance(measured, Kron) and measured.shape[1] > mechanism.DENSE_SOLVE_LIMIT:
+        return draft  # scaled columns lose a stack's marginal structure: answering would need LSMR over many cells
     if not plan.expected_error < draft.plan.expected_error * (1 - 1e-9):
         return draft
     cells = sorted(set(max(bounds, key=lambda vector: max(vector) - min(vector))))
