@@ -7,6 +7,9 @@ Privacy:
     by at most k·B, B = max(|lower|, |upper|) / quantum in the sum's integer units; so measurement
     j runs at ε_j/(k·B_j) (Laplace) or ρ_j/(k·B_j)² (Gaussian) of the strategy's own sensitivity,
     and the shares add up to the batch's ε (sequential composition) or ρ (zCDP composition).
+    A sum vector whose column is also an axis of its group may instead be measured with per-cell
+    bounds b_j ≤ B (a row in cell j moves its sum by at most b_j, from the schema's cell ranges):
+    sensitivity k·max_j b_j‖a_j‖ (``mechanism.calibrate(cell_bounds=...)``, :func:`_cell_bounds`).
     Everything after the measurements is post-processing. Nothing is read from the data before
     the cost is checked and charged, and the cells come from the schema only.
 
@@ -55,7 +58,12 @@ from dpsql import weights as weighting
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import CellData, DuckDBBackend, measure_quantum
 from dpsql.error import unit_noise_variance
-from dpsql.errors import PrivacyParameterError, ProgrammingError
+from dpsql.errors import (
+    DomainTooLargeError,
+    PrivacyParameterError,
+    ProgrammingError,
+    ShapeError,
+)
 from dpsql.ledger import LedgerBudget
 from dpsql.linalg import pinv_gram, quadratic_diag, trace_of_product
 from dpsql.noise import RandomSource
@@ -80,9 +88,10 @@ from dpsql.sql.compile import (
     value_cells_problem,
 )
 from dpsql.sql.parse import parse_batch
-from dpsql.workloads import Explicit, Identity, Kron, VStack, Workload
+from dpsql.workloads import Explicit, Identity, Kron, VStack, Workload, scale_columns
 
 DataKind = tuple[str, str | None]
+CellBounds = tuple[tuple[int, ...], ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,6 +106,7 @@ class Measurement:
     quantum: float    # value of one integer unit (1 for counts)
     block_totals: tuple[float, ...] = ()   # t_b: the chosen strategy's unit error summed over each block of this vector
     block_weights: tuple[float, ...] = ()  # c_b: each block's weight in the batch objective (dpsql.weights)
+    cell_bounds: CellBounds | None = None  # k·b_j per cell (Kronecker vectors): plan is on y = x/b (_cell_bounds)
 
     @property
     def weighted(self) -> bool:
@@ -348,6 +358,7 @@ class _Draft:
     quantum: float
     block_totals: tuple[float, ...] = ()   # as in Measurement
     block_weights: tuple[float, ...] = ()
+    cell_bounds: CellBounds | None = None
 
     @property
     def objective(self) -> float:
@@ -536,14 +547,16 @@ def _group_drafts(index: int, group: CompiledGroup, columns: Mapping[str, Column
         positions = [p for p, block in enumerate(group.blocks) if block.data == kind]
         rows = [group.blocks[p].workload.shape[0] for p in positions]
         workload = group.workload(kind)
-        planning = weighting.scaled_stack(workload, rows, weighting.normalized([weights[p] for p in positions])[1])
+        scales = weighting.normalized([weights[p] for p in positions])[1]
+        planning = weighting.scaled_stack(workload, rows, scales)
         plan = (known or {}).get((index, kind)) or planner.plan(planning, noise=noise, sizes=sizes, ordered=ordered,
                                                                  quick=quick, progress=progress,
                                                                  extra=extra if kind == ("count", None) else None)
         quantum, bound = _value_scale(columns[str(kind[1])]) if kind[0] == "sum" else (1.0, 1)
-        drafts.append(_Draft(group=index, kind=kind, plan=plan, row_scale=unit_rows * bound, quantum=quantum,
-                             block_totals=_block_totals(workload, rows, plan),
-                             block_weights=tuple(weights[p] for p in positions)))
+        draft = _Draft(group=index, kind=kind, plan=plan, row_scale=unit_rows * bound, quantum=quantum,
+                       block_totals=_block_totals(workload, rows, plan), block_weights=tuple(weights[p] for p in positions))
+        drafts.append(_cell_bounded(draft, group, columns, unit_rows, noise, progress, rows=rows, scales=scales,
+                                    quick=quick or known is not None) if kind[0] == "sum" else draft)
     return drafts
 
 
@@ -568,6 +581,87 @@ def _block_totals(workload: Workload, rows: Sequence[int], plan: planner.Plan) -
         totals = tuple(v * float(diagonal[end - r:end].sum()) for r, end in zip(rows, ends))
     plan_cache.store_numbers(key, totals)
     return totals
+def _cell_bounded(draft: _Draft, group: CompiledGroup, columns: Mapping[str, Column], unit_rows: int,
+                  noise: planner.Noise, progress: planner.Progress | None, *, rows: Sequence[int], scales: Sequence[float],
+                  quick: bool) -> _Draft:
+    """The SUM draft measured with per-cell bounds when its column is an axis of the group and that
+    lowers the expected error; else ``draft`` (one global bound B).
+
+    With b_j the most one row moves cell j's sum (:func:`_cell_bounds`), the plan is made for
+    W_y = W·diag(b)/B over y = x/b, where a row moves one cell of y by at most 1 (like a count):
+    its scores are in units of B, as the global plan's, so the budget split and the TaMM choice
+    compare them directly. The planner sees W_y's blocks scaled by ``scales`` (the statements'
+    weights, as for the global plan) and the two plans are compared on the batch objective. The mechanism measures the strategy on x with sensitivity
+    k·max_j b_j‖a_j‖ (``mechanism.cell_bounded_strategy``).
+    """
+    column = columns[str(draft.kind[1])]
+    bounds = _cell_bounds(group, column, draft.quantum)
+    if bounds is None:
+        return draft
+    top = draft.row_scale // unit_rows
+    sizes = [axis.size for axis in group.axes]
+    ordered = [isinstance(axis.column.domain, Ordered) for axis in group.axes]
+    try:
+        position = next(i for i, vector in enumerate(bounds) if len(set(vector)) > 1)  # the summed column's axis
+        workload = scale_columns(group.workload(draft.kind), tuple(np.asarray(v, dtype=np.float64) / (top if i == position else 1)
+                                                                   for i, v in enumerate(bounds)))
+        plan = planner.plan(weighting.scaled_stack(workload, rows, scales), noise=noise, sizes=sizes, ordered=ordered,
+                            quick=quick, progress=progress)
+        scaled = tuple(tuple(unit_rows * v for v in vector) if i == position else vector for i, vector in enumerate(bounds))
+        measured = mechanism.cell_bounded_strategy(plan.strategy, scaled)
+    except (DomainTooLargeError, ShapeError):
+        return draft
+    if not isinstance(measured, Kron) and measured.shape[1] > mechanism.DENSE_SOLVE_LIMIT:
+        return draft  # scaled columns lose a stack's marginal structure: answering would need LSMR over many cells
+    bounded = replace(draft, plan=plan, block_totals=_block_totals(workload, rows, plan), cell_bounds=scaled)
+    if not bounded.objective < draft.objective * (1 - 1e-9):
+        return draft
+    cells = sorted(set(max(bounds, key=lambda vector: max(vector) - min(vector))))
+    note = (f"cell-bounded sum({column.name}): per-cell bounds {cells[0] * draft.quantum:,.6g}…{cells[-1] * draft.quantum:,.6g} "
+            f"(one row moves cell j's sum by at most b_j, not the global {top * draft.quantum:,.6g}); expected squared "
+            f"error {bounded.objective / draft.objective:.3g}× that of the global-bound plan ({draft.plan.name})")
+    return replace(bounded, plan=replace(plan, notes=plan.notes + (note,)))
+
+
+#: Per-cell bounds are raised to at least B / 2^CELL_BOUND_RANGE (a larger bound is still a bound):
+#: cells that small add nothing to the error, and the strategy's integer entries stay moderate.
+CELL_BOUND_RANGE = 16
+
+
+def _cell_bounds(group: CompiledGroup, column: Column, quantum: float) -> tuple[tuple[int, ...], ...] | None:
+    """Per axis of ``group``, the most one row moves a cell's clamped sum of ``column`` (in quanta;
+    all ones but on the column's own axis), or None when the column is not an axis.
+
+    A row in batch cell j of the column's axis has a value in [b_first, b_last+1] (its base cells'
+    boundaries; the edge cells reach to ±∞ when the domain clamps out-of-range values into them),
+    which SUM clamps to the measure bounds [lo, hi] and rounds to quanta: it adds at most
+    b_j = ⌈max(|clamp(b_first)|, |clamp(b_last+1)|)/q⌉. The outside cell holds NULL and NaN (adding
+    0) and, unless the domain clamps or the table excludes them, out-of-domain values (B). Every
+    b_j is at least 1 and B/2^CELL_BOUND_RANGE; all come from the schema only.
+    """
+    position = next((i for i, axis in enumerate(group.axes) if axis.column.name == column.name), None)
+    if position is None or column.measure_bounds is None or not isinstance(group.axes[position].column.domain, Ordered):
+        return None
+    axis = group.axes[position]
+    domain = group.axes[position].column.domain
+    assert isinstance(domain, Ordered)
+    low, high = column.measure_bounds
+    top = max(1, math.ceil(max(abs(low), abs(high)) / quantum))
+    floor = max(1, math.ceil(top / 2**CELL_BOUND_RANGE))
+    edges = np.asarray(domain.boundaries, dtype=np.float64)
+    cells = axis.cell_of_base[:-1]
+    bounds = np.full(axis.size, floor, dtype=np.int64)
+    for j in np.unique(cells):
+        bases = np.flatnonzero(cells == j)
+        left = -math.inf if domain.clamp and bases[0] == 0 else edges[bases[0]]
+        right = math.inf if domain.clamp and bases[-1] == domain.size - 1 else edges[bases[-1] + 1]
+        most = max(abs(min(max(v, low), high)) for v in (left, right))
+        bounds[j] = max(floor, min(top, math.ceil(most / quantum)))
+    if axis.has_outside:
+        bounds[-1] = floor if domain.clamp or column.outside_excluded else top
+    if int(bounds.max()) == int(bounds.min()):
+        return None  # nothing to gain over the global bound
+    return tuple(tuple(int(b) for b in bounds) if i == position else (1,) * a.size for i, a in enumerate(group.axes))
 
 
 def _split(drafts: Sequence[_Draft], total: float, noise: planner.Noise) -> tuple[Measurement, ...]:
@@ -576,7 +670,7 @@ def _split(drafts: Sequence[_Draft], total: float, noise: planner.Noise) -> tupl
     share 0: its answers are exact zeros and it is never measured."""
     shares = planner.split_budget([d.objective for d in drafts], total, noise=noise)
     return tuple(Measurement(group=d.group, kind=d.kind, plan=d.plan, share=share, row_scale=d.row_scale, quantum=d.quantum,
-                             block_totals=d.block_totals, block_weights=d.block_weights)
+                             block_totals=d.block_totals, block_weights=d.block_weights, cell_bounds=d.cell_bounds)
                  for d, share in zip(drafts, shares))
 
 
@@ -710,9 +804,21 @@ def _calibrations(measurements: Sequence[Measurement]) -> list[mechanism.Calibra
     Raises PrivacyParameterError when a noise scale is not representable (a budget share far too
     small); callers check this before charging.
     """
-    return [None if m.share == 0 else mechanism.calibrate(m.plan.strategy, max_contribution=m.row_scale,
-                                                            **_budget_argument(m))
-            for m in measurements]
+    return [None if m.share == 0 else _calibration(m) for m in measurements]
+
+
+def _calibration(m: Measurement) -> mechanism.Calibration:
+    strategy, contribution = _measured_strategy(m)
+    return mechanism.calibrate(strategy, **contribution, **_budget_argument(m))  # type: ignore[arg-type]
+
+
+def _measured_strategy(m: Measurement) -> tuple[Workload, dict[str, object]]:
+    """(strategy on the data vector, its contribution arguments for ``mechanism.calibrate``/``measure``):
+    the plan's strategy with max_contribution = k·B, or — cell-bounded — its substitution onto
+    x = diag(b) y with the per-cell bounds k·b_j."""
+    if m.cell_bounds is None:
+        return m.plan.strategy, {"max_contribution": m.row_scale}
+    return mechanism.cell_bounded_strategy(m.plan.strategy, m.cell_bounds), {"max_contribution": 1, "cell_bounds": m.cell_bounds}
 
 
 def _budget_argument(m: Measurement) -> dict[str, Fraction]:
@@ -919,13 +1025,14 @@ def _decide_at_thresholds(prepared: Prepared, chosen: Mapping[str, float], *,
               for name, c in columns.items() if c.measure_bounds is not None}
     noise: planner.Noise = "laplace" if prepared.cost.family == "epsilon" else "gaussian"
     progress("planning the sums at the released thresholds")
-    known = {(m.group, m.kind): m.plan for m in prepared.measurements if prepared.compiled.groups[m.group] is separate.groups[m.group]}
+    known = {(m.group, m.kind): m.plan for m in prepared.measurements
+             if prepared.compiled.groups[m.group] is separate.groups[m.group] and m.cell_bounds is None}
     budget = sum(m.share for m in prepared.measurements)
     weighing = _Weighing(weights=prepared.weights or (1.0,) * len(separate.statements), noise=noise)
     result = _answering_groups(prepared.batch, separate, columns, bounds, noise=noise, budget=budget, progress=progress,
                                groups=redo, start=prepared.compiled, known=known, weighing=weighing)
     kept = [_Draft(group=m.group, kind=m.kind, plan=m.plan, row_scale=m.row_scale, quantum=m.quantum,
-                   block_totals=m.block_totals, block_weights=m.block_weights)
+                   block_totals=m.block_totals, block_weights=m.block_weights, cell_bounds=m.cell_bounds)
             for m in prepared.measurements if m.group not in redo]
     drafts = sorted(kept + result.drafts, key=lambda d: d.group)
     notes = [note for note in prepared.answering_notes if note[0] not in redo] + result.notes
@@ -960,7 +1067,8 @@ def _standard_answers(compiled: CompiledBatch, measurements: Sequence[Measuremen
         for m in mine:
             report(f"measuring {_name(m)} with {m.plan.name} ({m.plan.strategy.shape[0]:,} noisy values)")
             x = _batch_vector(group, data, m.kind)
-            release = mechanism.measure(m.plan.strategy, x, rng=rng, max_contribution=m.row_scale, **_budget_argument(m))
+            strategy, contribution = _measured_strategy(m)
+            release = mechanism.measure(strategy, x, rng=rng, **contribution, **_budget_argument(m))  # type: ignore[arg-type]
             positions = [p for p, block in enumerate(group.blocks) if block.data == m.kind]
             stacked = mechanism.answer(group.workload(m.kind), release)
             ends = np.cumsum([group.blocks[p].workload.shape[0] for p in positions])

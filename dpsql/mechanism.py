@@ -18,6 +18,16 @@ Privacy:
     sampled exactly (dpsql.noise) from OS randomness unless a seeded source is injected for tests.
     Rounding the scale up makes the spent ε = Δ₁/t or ρ = Δ₂²/(2σ²) at most the requested one;
     Measurement records the spent value.
+Per-cell contribution bounds (``cell_bounds`` b, b_j ≥ 1 integers, Kronecker-structured): when
+    one row in cell j moves x_j by at most b_j (a SUM's cells on an axis of the summed column),
+    one privacy unit of c rows moves x by d with Σ_j |d_j|/b_j ≤ c, so
+        ‖Ã d‖ ≤ Σ_j |d_j| ‖Ã e_j‖ ≤ c · max_j b_j ‖Ã e_j‖   (L1 for Laplace, L2 for Gaussian),
+    attained by one row of contribution b_j in the maximising cell j. The noise is calibrated to
+    this Δ, so the guarantee (ε-DP or ρ-zCDP) is unchanged; with b ≡ 1 it is the bound above.
+    :func:`cell_bounded_strategy` turns a strategy A planned for y = diag(1/b) x (where every
+    row moves one cell by at most 1, like a count) into the integer strategy Ã·diag(m) on x,
+    m_j ≈ const/b_j, so the integer data x are measured exactly (Li's thesis Prop. 3.7: only the
+    strategy's rows matter, and any positive column scaling spans the same row space).
 """
 
 from __future__ import annotations
@@ -36,10 +46,17 @@ import scipy.sparse.linalg as spla
 
 from dpsql import noise as exact
 from dpsql.error import check_support
-from dpsql.errors import DataError, DpsqlWarning, InternalError, PrivacyParameterError, ShapeError
+from dpsql.errors import (
+    DataError,
+    DpsqlWarning,
+    InternalError,
+    PrivacyParameterError,
+    ShapeError,
+)
 from dpsql.linalg import bilinear_diag, pinv_gram, quadratic_diag
 from dpsql.residual_basis import marginal_form
 from dpsql.workloads import (
+    ColumnTerm,
     Explicit,
     FloatArray,
     Identity,
@@ -49,6 +66,7 @@ from dpsql.workloads import (
     VStack,
     Weighted,
     Workload,
+    scale_columns,
 )
 
 Noise = Literal["gaussian", "laplace"]
@@ -135,6 +153,7 @@ def measure(
     epsilon: float | Fraction | None = None,
     rho: float | Fraction | None = None,
     max_contribution: int = 1,
+    cell_bounds: CellBounds | None = None,
     rng: exact.RandomSource | None = None,
 ) -> Measurement:
     """Release y = Ã x + z: ε-DP with discrete Laplace noise or ρ-zCDP with discrete Gaussian noise.
@@ -142,7 +161,8 @@ def measure(
     Math / Privacy: see the module docstring. ``max_contribution`` = c is the largest ‖x − x′‖₁ one
     privacy unit can cause (1 for a row's count; k·B when a unit has up to k rows each adding up
     to B to a sum cell). Then ‖Ã(x − x′)‖₁ ≤ c·Δ₁ and ‖Ã(x − x′)‖₂ ≤ Σ_j |x_j − x′_j|·‖ã_j‖₂ ≤ c·Δ₂,
-    so the noise is scaled by c.
+    so the noise is scaled by c. With ``cell_bounds`` b (one row moves x_j by at most b_j; see the
+    module docstring) the sensitivity is c·max_j b_j‖ã_j‖ instead.
     The noise is :func:`calibrate`'s, sampled exactly for any scale (Python integers beyond int64),
     and Ã x is computed exactly for counts of any size, so the outcome never depends on x except
     through the noisy values.
@@ -151,7 +171,7 @@ def measure(
         ShapeError: x is not a vector over A's cells.
         DataError: x is not integer counts.
     """
-    calibration = calibrate(A, epsilon=epsilon, rho=rho, max_contribution=max_contribution)
+    calibration = calibrate(A, epsilon=epsilon, rho=rho, max_contribution=max_contribution, cell_bounds=cell_bounds)
     counts = _data_vector(A, x)
     strategy = calibration.strategy
     exact_answers = _exact_product(strategy, counts)
@@ -191,26 +211,31 @@ def calibrate(
     epsilon: float | Fraction | None = None,
     rho: float | Fraction | None = None,
     max_contribution: int = 1,
+    cell_bounds: CellBounds | None = None,
 ) -> Calibration:
     """The noise :func:`measure` adds for strategy A at this budget — computed from public
     parameters only, so that a caller can check it before charging anything.
 
     Math: Ã = integral_strategy(A); Laplace t ≥ c·Δ₁(Ã)/ε, Gaussian σ² ≥ c²·Δ₂(Ã)²/(2ρ), each
-    rounded up to a rational with a small denominator (more noise, never less privacy).
+    rounded up to a rational with a small denominator (more noise, never less privacy). With
+    ``cell_bounds`` b: Δ₁ = max_j b_j‖ã_j‖₁, Δ₂² = max_j b_j²‖ã_j‖₂² (exact; module docstring).
     Raises:
         PrivacyParameterError: not exactly one of epsilon, rho, or not a finite number > 0;
-            max_contribution is not a positive integer; or the noise would exceed MAX_NOISE_SCALE.
+            max_contribution is not a positive integer; cell_bounds are not positive integers
+            below 2^53 over A's columns; or the noise would exceed MAX_NOISE_SCALE.
     """
     noise, budget = _privacy_parameter(epsilon=epsilon, rho=rho)
     if isinstance(max_contribution, bool) or not isinstance(max_contribution, (int, np.integer)) or max_contribution < 1:
         raise PrivacyParameterError(f"max_contribution must be a positive integer; got {max_contribution!r}.")
+    bounds = None if cell_bounds is None else _checked_bounds(cell_bounds, A.shape[1])
     strategy = _integral(A)
     if noise == "laplace":
-        delta1 = _power_sum(strategy, 1) * int(max_contribution)
+        delta1 = _power_sum(strategy, 1, bounds) * int(max_contribution)
         scale = _noise_parameter(delta1 / budget)
         too_large, spent = scale > MAX_NOISE_SCALE, delta1 / scale
     else:
-        delta2_squared = _power_sum(strategy, 2) * int(max_contribution) ** 2
+        squared = None if bounds is None else tuple(v**2 for v in bounds)
+        delta2_squared = _power_sum(strategy, 2, squared) * int(max_contribution) ** 2
         scale = _noise_parameter(delta2_squared / (2 * budget))
         too_large, spent = scale > MAX_NOISE_SCALE**2, delta2_squared / (2 * scale)
     if too_large:
@@ -219,6 +244,41 @@ def calibrate(
             f"contribution bound: its noise would exceed 2^{MAX_NOISE_SCALE.bit_length() - 1}. Use a larger budget.")
     variance = exact.discrete_laplace_variance(scale) if noise == "laplace" else exact.discrete_gaussian_variance(scale)
     return Calibration(strategy=strategy, noise=noise, scale=scale, spent=spent, variance=float(variance))
+
+
+#: Per-cell contribution bounds: one vector of positive integers per Kronecker axis of the data
+#: vector; cell (j₁, …, j_d) has bound Π_i b_i[j_i] (axes the bound does not depend on: all ones).
+CellBounds = Sequence[Sequence[int]]
+#: Relative precision (bits) of the column multipliers of :func:`cell_bounded_strategy`.
+CELL_BOUND_BITS = 8
+
+
+def _checked_bounds(cell_bounds: CellBounds, cells: int) -> ColumnTerm:
+    """cell_bounds as float vectors (exact: integers below 2^53), or PrivacyParameterError."""
+    vectors = []
+    for vector in cell_bounds:
+        values = list(vector)
+        if not values or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 1 <= v < 2**53 for v in values):
+            raise PrivacyParameterError("cell_bounds must be non-empty vectors of integers from 1 to 2^53 (one per axis).")
+        vectors.append(np.asarray([int(v) for v in values], dtype=np.float64))
+    if not vectors or int(np.prod([len(v) for v in vectors])) != cells:
+        raise PrivacyParameterError(f"cell_bounds over {[len(v) for v in vectors]} cells do not match the strategy's {cells} columns.")
+    return tuple(vectors)
+
+
+def cell_bounded_strategy(A: Workload, cell_bounds: CellBounds, *, bits: int = CELL_BOUND_BITS) -> Workload:
+    """The integer strategy on x that measures A on y = diag(1/b) x: Ã·diag(m), Ã = integral_strategy(A).
+
+    m = ⊗_i m_i with m_i[j] = round(2^bits · max b_i / b_i[j]) (all ones on an axis where b_i is
+    constant), so m_j b_j is one constant to a relative 2^-(bits+1) and Ã·diag(m) x = const·Ã y up
+    to that rounding of the columns' scales. The scaling is exact integer arithmetic on x, keeps Ã's
+    Kronecker structure and row space (W is supported on x exactly when W·diag(b) is on y), and
+    the reported variances are those of Ã·diag(m) itself; measure it with the same ``cell_bounds``.
+    Entries grow by max b/min b · 2^bits: callers keep that ratio moderate (a bound may be raised).
+    """
+    vectors = _checked_bounds(cell_bounds, A.shape[1])
+    multipliers = tuple(np.ones(len(v)) if np.all(v == v[0]) else np.rint(2.0**bits * v.max() / v) for v in vectors)
+    return scale_columns(integral_strategy(A), multipliers)
 
 
 #: Noise parameters at least this large are rounded up to an integer (relative change < 2^-32).
@@ -409,8 +469,11 @@ def _integral(A: Workload) -> Workload:
     return _integral_of[A]
 
 
-def _power_sum(strategy: Workload, p: int) -> int:
-    """Δ₁ (p = 1) or Δ₂² (p = 2) of an integer strategy as an integer bound, kept per strategy."""
+def _power_sum(strategy: Workload, p: int, weights: ColumnTerm | None) -> int:
+    """Δ₁ (p = 1) or Δ₂² (p = 2) of an integer strategy as an integer bound (columns weighted by
+    per-cell bounds when given), kept per strategy when unweighted."""
+    if weights is not None:
+        return _sensitivity(strategy.max_column_power_sum(p, weights))
     known = _power_sums.setdefault(strategy, {})
     if p not in known:
         known[p] = _sensitivity(strategy.max_column_power_sum(p))

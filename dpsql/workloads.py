@@ -142,9 +142,16 @@ class Workload(ABC):
         total = np.sum([kron_vectors(term) for term in align_terms(self._column_terms(p))], axis=0)
         return np.asarray(total, dtype=np.float64) ** (1.0 / p)
 
-    def max_column_power_sum(self, p: int) -> float:
-        """max_j Σ_i |A_ij|^p, exact, without forming the product domain (Δ₁ for p = 1, Δ₂² for p = 2)."""
-        return max_of_kron_sum(self._column_terms(p))
+    def max_column_power_sum(self, p: int, weights: ColumnTerm | None = None) -> float:
+        """max_j w_j Σ_i |A_ij|^p, exact, without forming the product domain (Δ₁ for p = 1, Δ₂² for
+        p = 2; ``weights``: non-negative Kronecker vectors w = w₁ ⊗ w₂ ⊗ … over the columns, else 1)."""
+        terms = self._column_terms(p)
+        if weights is None:
+            return max_of_kron_sum(terms)
+        if int(np.prod([len(v) for v in weights])) != self.shape[1]:
+            raise ShapeError(f"column weights over {[len(v) for v in weights]} cells do not match {self.shape[1]} columns.")
+        *aligned, w = align_terms([*terms, tuple(np.asarray(v, dtype=np.float64) for v in weights)])
+        return max_of_kron_sum([tuple(a * b for a, b in zip(term, w)) for term in aligned])
 
     def sensitivity(self, norm: Norm = "l2") -> float:
         """Δ₁ or Δ₂: the largest column norm.
@@ -718,3 +725,34 @@ def _positive_int(value: int, name: str) -> int:
 def kron_factors(A: Workload) -> tuple[Workload, ...]:
     """A's Kronecker factors (a single-element tuple for a non-Kronecker operator)."""
     return A.factors if isinstance(A, Kron) else (A,)
+
+
+def scale_columns(A: Workload, weights: ColumnTerm) -> Workload:
+    """A·diag(w₁ ⊗ w₂ ⊗ …), keeping A's structure: a Kronecker product over the same axes scales
+    its factors, stacks, sums and weights scale their parts; any other operator becomes an
+    explicit (sparse) matrix with its columns scaled (DomainTooLargeError if it is too large)."""
+    vectors = tuple(np.asarray(v, dtype=np.float64) for v in weights)
+    if int(np.prod([len(v) for v in vectors])) != A.shape[1]:
+        raise ShapeError(f"column weights over {[len(v) for v in vectors]} cells do not match {A.shape[1]} columns.")
+    if all(np.all(v == 1.0) for v in vectors):
+        return A
+    if isinstance(A, Kron) and [f.shape[1] for f in A.factors] == [len(v) for v in vectors]:
+        return Kron([f if np.all(v == 1.0) else _scaled_leaf(f, v) for f, v in zip(A.factors, vectors)])
+    if isinstance(A, VStack):
+        return VStack([scale_columns(b, vectors) for b in A.blocks])
+    if isinstance(A, Weighted):
+        return Weighted(A.weight, scale_columns(A.base, vectors))
+    if isinstance(A, Sum):  # DisjointSum stays disjoint: scaling columns keeps every support
+        return type(A)([scale_columns(t, vectors) for t in A.terms])
+    return _scaled_leaf(A, kron_vectors(vectors))
+
+
+def _scaled_leaf(A: Workload, v: FloatArray) -> Workload:
+    """A·diag(v) as an Explicit matrix (sparse unless A is dense)."""
+    if isinstance(A, Identity):
+        return Explicit(sp.diags_array(v).tocsr())
+    if isinstance(A, Explicit) and not sp.issparse(A.matrix):
+        return Explicit(A.matrix * v)
+    matrix = A.matrix if isinstance(A, Explicit) else sp.csr_array(A.dense())
+    return Explicit(sp.csr_array(matrix @ sp.diags_array(v)))
+
