@@ -57,12 +57,13 @@ from dpsql import postprocess as postprocessing
 from dpsql import weights as weighting
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import CellData, DuckDBBackend, measure_quantum
-from dpsql.error import unit_noise_variance
+from dpsql.error import check_support, unit_noise_variance
 from dpsql.errors import (
     DomainTooLargeError,
     PrivacyParameterError,
     ProgrammingError,
     ShapeError,
+    UnsupportedStrategyError,
 )
 from dpsql.ledger import LedgerBudget
 from dpsql.linalg import pinv_gram, quadratic_diag, trace_of_product
@@ -555,9 +556,32 @@ def _group_drafts(index: int, group: CompiledGroup, columns: Mapping[str, Column
         quantum, bound = _value_scale(columns[str(kind[1])]) if kind[0] == "sum" else (1.0, 1)
         draft = _Draft(group=index, kind=kind, plan=plan, row_scale=unit_rows * bound, quantum=quantum,
                        block_totals=_block_totals(workload, rows, plan), block_weights=tuple(weights[p] for p in positions))
-        drafts.append(_cell_bounded(draft, group, columns, unit_rows, noise, progress, rows=rows, scales=scales,
-                                    quick=quick or known is not None) if kind[0] == "sum" else draft)
+        draft = _cell_bounded(draft, group, columns, unit_rows, noise, progress, rows=rows, scales=scales,
+                              quick=quick or known is not None) if kind[0] == "sum" else draft
+        drafts.append(_supported(draft, workload, rows, sizes, ordered))
     return drafts
+
+
+def _supported(draft: _Draft, workload: Workload, rows: Sequence[int], sizes: Sequence[int],
+               ordered: Sequence[bool]) -> _Draft:
+    """``draft``, or — when its strategy as measured (rounded to integers) does not support the
+    workload its answers come from — the same draft with its best standard candidate (full column
+    rank, so it supports every workload). A cell-bounded draft was checked by :func:`_cell_bounded`.
+
+    ``mechanism.answer`` makes exactly this check after the measurement; making it here, before
+    anything is charged, means it can never fail then.
+    """
+    if draft.plan.expected_error == 0 or draft.cell_bounds is not None:
+        return draft
+    try:
+        check_support(workload, mechanism.integral_strategy(draft.plan.strategy))
+        return draft
+    except UnsupportedStrategyError as err:
+        standard = planner.candidates(sizes, ordered)
+        name = min((n for n in standard if n in draft.plan.candidates), key=draft.plan.candidates.__getitem__)
+        note = f"{draft.plan.name} was replaced by {name}: rounded to integers it does not support every answer ({err})"
+        plan = replace(draft.plan, strategy=standard[name], name=name, notes=draft.plan.notes + (note,))
+        return replace(draft, plan=plan, block_totals=_block_totals(workload, rows, plan))
 
 
 def _block_totals(workload: Workload, rows: Sequence[int], plan: planner.Plan) -> tuple[float, ...]:
@@ -609,7 +633,8 @@ def _cell_bounded(draft: _Draft, group: CompiledGroup, columns: Mapping[str, Col
                             quick=quick, progress=progress)
         scaled = tuple(tuple(unit_rows * v for v in vector) if i == position else vector for i, vector in enumerate(bounds))
         measured = mechanism.cell_bounded_strategy(plan.strategy, scaled)
-    except (DomainTooLargeError, ShapeError):
+        check_support(group.workload(draft.kind), measured)  # as mechanism.answer will, after the charge
+    except (DomainTooLargeError, ShapeError, UnsupportedStrategyError):
         return draft
     if not isinstance(measured, Kron) and measured.shape[1] > mechanism.DENSE_SOLVE_LIMIT:
         return draft  # scaled columns lose a stack's marginal structure: answering would need LSMR over many cells

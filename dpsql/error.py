@@ -59,8 +59,12 @@ def unit_noise_variance(A: Workload, noise: Noise) -> float:
 
 
 def support_residual(W: Workload, A: Workload) -> float:
-    """trace(G (I − A⁺A)) / trace(G): zero exactly when A supports W (W A⁺ A = W)."""
+    """trace(G (I − A⁺A)) / trace(G): zero exactly when A supports W (W A⁺ A = W); for a short
+    dense strategy from its thin SVD, as :func:`expected_error` computes it."""
     _check_columns(W, A)
+    short = _short_strategy_error(W, A)
+    if short is not None:
+        return short[1]
     P = projector(A)
     if isinstance(P, Identity):
         return 0.0  # A has full column rank: it supports every workload
