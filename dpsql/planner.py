@@ -119,7 +119,7 @@ MARGINALS_MAX_ATTRIBUTES = 16
 #: Searches that plan many candidate groups (``quick``) run only OPT_M, the template cheap enough
 #: for them (O(d·2^d) per step, milliseconds), from its deterministic starts and with this work
 #: budget; the final plan gets PLAN_EVALUATIONS and random restarts.
-QUICK_EVALUATIONS = 200
+QUICK_EVALUATIONS = 50
 
 Progress = Callable[[str], None]
 
