@@ -118,9 +118,7 @@ class Measurement:
     @property
     def objective(self) -> float:
         """Σ_b c_b·t_b: this vector's unit error in the batch objective (what the split weighs)."""
-        if not self.block_totals:
-            return self.plan.expected_error
-        return float(sum(c * t for c, t in zip(self.block_weights, self.block_totals)))
+        return _objective(self.plan, self.block_weights, self.block_totals)
 
     @property
     def noise_scale(self) -> float:
@@ -144,6 +142,13 @@ class Measurement:
         if self.share == 0:  # an identically zero workload: answered exactly, nothing measured
             return 0.0 if unit_error == 0 else math.inf
         return unit_error * self.noise_scale * self.quantum**2
+
+
+def _objective(plan: planner.Plan, weights: Sequence[float], totals: Sequence[float]) -> float:
+    """Σ_b c_b·t_b over a data vector's blocks (the plan's own score when no block totals are known)."""
+    if not totals:
+        return plan.expected_error
+    return float(sum(c * t for c, t in zip(weights, totals)))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -364,9 +369,7 @@ class _Draft:
     @property
     def objective(self) -> float:
         """Σ_b c_b·t_b (the plan's own score when no block totals are known)."""
-        if not self.block_totals:
-            return self.plan.expected_error
-        return float(sum(c * t for c, t in zip(self.block_weights, self.block_totals)))
+        return _objective(self.plan, self.block_weights, self.block_totals)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -574,7 +577,7 @@ def _supported(draft: _Draft, workload: Workload, rows: Sequence[int], sizes: Se
     if draft.plan.expected_error == 0 or draft.cell_bounds is not None:
         return draft
     try:
-        check_support(workload, mechanism.integral_strategy(draft.plan.strategy))
+        check_support(workload, mechanism.rounded_strategy(draft.plan.strategy))
         return draft
     except UnsupportedStrategyError as err:
         standard = planner.candidates(sizes, ordered)

@@ -228,7 +228,7 @@ def calibrate(
     if isinstance(max_contribution, bool) or not isinstance(max_contribution, (int, np.integer)) or max_contribution < 1:
         raise PrivacyParameterError(f"max_contribution must be a positive integer; got {max_contribution!r}.")
     bounds = None if cell_bounds is None else _checked_bounds(cell_bounds, A.shape[1])
-    strategy = _integral(A)
+    strategy = rounded_strategy(A)
     if noise == "laplace":
         delta1 = _power_sum(strategy, 1, bounds) * int(max_contribution)
         scale = _noise_parameter(delta1 / budget)
@@ -459,9 +459,9 @@ _integral_of: weakref.WeakKeyDictionary[Workload, Workload] = weakref.WeakKeyDic
 _power_sums: weakref.WeakKeyDictionary[Workload, dict[int, int]] = weakref.WeakKeyDictionary()
 
 
-def _integral(A: Workload) -> Workload:
+def rounded_strategy(A: Workload) -> Workload:
     """integral_strategy(A), kept per strategy object (workloads are immutable) so that checking a
-    calibration before the charge and measuring after it round the strategy once."""
+    strategy before the charge and measuring with it after round it once."""
     if A.integral:
         return A  # (not kept: an entry whose value is its own key would never be released)
     if A not in _integral_of:
