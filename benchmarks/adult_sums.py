@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from dpsql import engine, error
+from dpsql.engine.weighing import value_scale
 from dpsql.accounting import PrivacyCost
 from dpsql.schema import Schema
 
@@ -60,14 +61,14 @@ def schema(domain: dict[str, int]) -> Schema:
 
 def statement_figures(prepared: engine.Prepared, total: float) -> list[tuple[list[tuple[str, float, float]], float]]:
     """Per statement: [(part, expected RMSE, baseline RMSE)], and the mean of Var/baseline over its answers."""
-    compiled = prepared.answering
+    compiled = prepared.chosen.compiled
     n = len(compiled.statements)
     variances: dict[tuple[int, int], np.ndarray] = {}
-    for m in prepared.measurements:
+    for m in prepared.groups.measurements:
         group = compiled.groups[m.group]
         noise_scale = (m.row_scale / m.share) ** 2 if m.plan.noise == "laplace" else m.row_scale**2 / (2 * m.share)
         for position, block in enumerate(group.blocks):
-            if block.data == m.kind:
+            if block.data == m.vector:
                 unit = error.per_query_variance(block.workload, m.plan.strategy, noise=m.plan.noise)
                 variances[m.group, position] = unit * noise_scale * (m.quantum * block.scale) ** 2
     laplace = prepared.cost.family == "epsilon"
@@ -81,7 +82,7 @@ def statement_figures(prepared: engine.Prepared, total: float) -> list[tuple[lis
             block = compiled.groups[statement.group].blocks[position]
             bound = 1.0
             if block.kind[0] == "sum":
-                quantum, steps = engine._value_scale(compiled.table.columns[str(block.kind[1])])
+                quantum, steps = value_scale(compiled.table.columns[block.kind.summed])
                 bound = quantum * steps
             sensitivity = unit_rows * bound
             baseline = 2 * (sensitivity / share) ** 2 if laplace else sensitivity**2 / (2 * share)
@@ -108,12 +109,12 @@ def main() -> None:
         options["weights"] = [float(w) for w in arguments.weights.split(",")]
     prepared = engine.prepare(";\n".join(STATEMENTS), schema(domain), cost, **options)
     figures = statement_figures(prepared, total)
-    print(f"{len(STATEMENTS)} statements, {cost.describe()}; groups: {len(prepared.answering.groups)}; "
-          f"route: {'ResidualPlanner' if prepared.use_residual else 'statement groups'}")
-    for g, note in prepared.answering_notes:
+    print(f"{len(STATEMENTS)} statements, {cost.describe()}; groups: {len(prepared.chosen.compiled.groups)}; "
+          f"route: {'ResidualPlanner' if (prepared.chosen is prepared.residual) else 'statement groups'}")
+    for g, note in prepared.groups.answering_notes:
         print(f"  group {g + 1}: {note[:150]}")
-    for m in prepared.measurements:
-        print(f"  {engine._name(m)}: {m.plan.name}, share {m.share:.4g}, {m.plan.queries} queries")
+    for m in prepared.groups.measurements:
+        print(f"  {m.name}: {m.plan.name}, share {m.share:.4g}, {m.plan.queries} queries")
     worse = 0
     for k, (sql, (rows, ratio)) in enumerate(zip(STATEMENTS, figures), 1):
         parts = "; ".join(f"{label} RMSE {rmse:.4g} (alone {base:.4g})" for label, rmse, base in rows)

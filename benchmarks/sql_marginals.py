@@ -76,9 +76,9 @@ def run(name: str, con: duckdb.DuckDBPyConnection, table: str, sizes: dict[str, 
     started = time.perf_counter()
     engine.prepare(sql, Schema.load(schema), PrivacyCost(rho=rho))
     planned = time.perf_counter() - started
-    assert prepared.residual is not None
-    rp = math.sqrt(prepared.residual.total_variance / prepared.residual.query_count)
-    groups = math.sqrt(prepared.standard_total / sum(m.plan.queries for m in prepared.measurements))
+    assert isinstance(prepared.residual, engine.ResidualPlan)
+    rp = math.sqrt(prepared.residual.total_variance / prepared.residual.answer_count)
+    groups = math.sqrt(prepared.groups.expected_total / sum(m.plan.queries for m in prepared.groups.measurements))
     with dpsql.connect(con, schema=schema, budget=dpsql.Budget(rho=rho)) as connection:
         started = time.perf_counter()
         tables = connection.cursor().execute(sql, rho=rho).fetch_arrow_tables()

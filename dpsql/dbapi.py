@@ -20,9 +20,9 @@ import duckdb
 import pyarrow as pa
 
 from dpsql import engine
-from dpsql.accounting import Budget, PrivacyCost, price, sequential
+from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend, attached_files
-from dpsql.errors import InterfaceError, InternalError, LedgerError, NotSupportedError, ProgrammingError
+from dpsql.errors import InterfaceError, LedgerError, NotSupportedError, ProgrammingError
 from dpsql.ledger import Account, BatchRecord, Ledger, LedgerBudget, default_path
 from dpsql.noise import RandomSource
 from dpsql.schema import Schema
@@ -202,26 +202,8 @@ class Connection:
 
 def _mechanism(prepared: engine.Prepared) -> str:
     """The release mechanism as the ledger records it, e.g. 'matrix mechanism, discrete Laplace'."""
-    route = "ResidualPlanner" if prepared.use_residual else "matrix mechanism"
+    route = "ResidualPlanner" if isinstance(prepared.chosen, engine.ResidualPlan) else "matrix mechanism"
     return f"{route}, {'discrete Laplace' if prepared.cost.family == 'epsilon' else 'discrete Gaussian'}"
-
-
-def _check_plan_cost(prepared: engine.Prepared) -> None:
-    """The plan's own cost, composed from its parts, must not exceed the cost that is charged.
-
-    Math: sequential composition of every measurement's share and every threshold selection's
-    ε_sel (ε_sel²/2 in ρ); the ResidualPlanner route is one release at the whole cost. Shares are
-    floats from the budget split, so the comparison allows 1e-9 relative rounding.
-    """
-    family = prepared.cost.family
-    if prepared.use_residual or not prepared.measurements:
-        return
-    parts = [PrivacyCost.of(family, m.share) for m in prepared.measurements if m.share > 0]
-    parts += [PrivacyCost(epsilon=t.epsilon) for t in prepared.thresholds]
-    planned = price(sequential(parts), family) if parts else 0
-    if planned > prepared.cost.exact * (1 + 1e-9):
-        raise InternalError(f"the plan spends {family}={float(planned):.9g}, more than the batch's {prepared.cost.describe()}; "
-                            "nothing was run or charged. Please report this.")
 
 
 class Cursor:
@@ -244,7 +226,7 @@ class Cursor:
         """Answer a batch of statements privately at the given cost; the first result becomes current.
 
         ``progress``, if given, receives a message before each long step. ``postprocess`` opts in
-        to "nonnegative" and/or "isotonic" (``dpsql.postprocess``; free, but biased). ``weights``
+        to "nonnegative" and/or "isotonic" (``dpsql.engine.postprocess``; free, but biased). ``weights``
         (one positive number per statement, in statement order; default all 1) is each statement's
         weight in the planning objective (``dpsql.weights``): a statement of weight 4 has its errors,
         relative to answering it alone, count four times as much as one of weight 1. The budget is
@@ -255,7 +237,6 @@ class Cursor:
         cost = PrivacyCost(epsilon=epsilon, rho=rho)
         self.connection.budget.check(cost)  # an unreadable ledger or a spent budget fails before the planning work
         prepared = engine.prepare(operation, self.connection.schema, cost, parameters, progress=progress, weights=weights)
-        _check_plan_cost(prepared)
         budget = self.connection._budget_for(operation, parameters, prepared)
         results = engine.run(prepared, backend=self.connection._backend, budget=budget,
                              rng=self.connection._rng, progress=progress, postprocess=postprocess)

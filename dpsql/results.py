@@ -11,8 +11,8 @@ mechanism, strategies, budget spent and left, and the expected RMSE.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -24,12 +24,41 @@ from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, CompiledStatement, OutputAggregate
 
 
+class AnswerKey(NamedTuple):
+    """Where a block's answers belong: statement group ``group``, block ``block`` of that group."""
+
+    group: int
+    block: int
+
+
+class AnswerSet(Mapping[AnswerKey, Answers]):
+    """The released answers of a batch, one :class:`~dpsql.mechanism.Answers` per block."""
+
+    __slots__ = ("_answers",)
+
+    def __init__(self, answers: Mapping[AnswerKey, Answers] | None = None) -> None:
+        self._answers = {AnswerKey(*key): found for key, found in (answers or {}).items()}
+
+    def __getitem__(self, key: tuple[int, int]) -> Answers:
+        return self._answers[AnswerKey(*key)]
+
+    def __iter__(self) -> Iterator[AnswerKey]:
+        return iter(self._answers)
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+    def of_group(self, group: int) -> dict[int, Answers]:
+        """The answers of one statement group, by block."""
+        return {key.block: found for key, found in self._answers.items() if key.group == group}
+
+
 #: AVG is NULL where the noisy COUNT is below this many of its standard errors (or below 1): there
 #: the ratio S/C is dominated by noise in C and its delta-method standard error is meaningless.
 AVG_MIN_COUNT_STDDEVS = 2.0
 
 
-def statement_tables(compiled: CompiledBatch, answers: Mapping[tuple[int, int], Answers],
+def statement_tables(compiled: CompiledBatch, answers: AnswerSet,
                      metadata: Mapping[str, Any], per_statement: Sequence[Mapping[str, Any]] | None = None) -> list[pa.Table]:
     """One table per statement, from the answers of every block, keyed (group, block index).
 
@@ -46,10 +75,10 @@ def statement_tables(compiled: CompiledBatch, answers: Mapping[tuple[int, int], 
 
 
 def _table(compiled: CompiledBatch, statement: CompiledStatement,
-           answers: Mapping[tuple[int, int], Answers]) -> tuple[pa.Table, dict[str, str]]:
+           answers: AnswerSet) -> tuple[pa.Table, dict[str, str]]:
     columns: dict[str, pa.Array] = {}
     notes: dict[str, str] = {}
-    mine = {block: found for (group, block), found in answers.items() if group == statement.group}
+    mine = answers.of_group(statement.group)
     for item in statement.statement.select:
         if isinstance(item, ir.GroupColumn):
             index = next(i for i, c in enumerate(statement.statement.group_by) if c.name.lower() == item.column.name.lower())

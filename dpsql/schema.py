@@ -196,6 +196,22 @@ class Column:
     def key(self) -> str:
         return f"tables.{self.table}.columns.{self.name}"
 
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """The declared measure bounds [lower, upper] a SUM clamps to (SchemaError if none: only
+        integer and numeric columns declared with lower/upper can be summed)."""
+        if self.measure_bounds is None:
+            raise SchemaError(f"{self.key} has no measure bounds: declare it integer or numeric with lower and upper "
+                              "to SUM or AVG it.")
+        return self.measure_bounds
+
+    @property
+    def ordered_domain(self) -> Ordered:
+        """The column's domain when it is ordered (SchemaError for a categorical column)."""
+        if not isinstance(self.domain, Ordered):
+            raise SchemaError(f"{self.key} is categorical; an ordered (integer, numeric or date) column is needed here.")
+        return self.domain
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrivacyUnit:

@@ -129,7 +129,7 @@ def test_never_true_statement_is_an_exact_zero(small: duckdb.DuckDBPyConnection,
              "SELECT SUM(age) AS s FROM t WHERE age > 5 AND age < 3; "
              "SELECT COUNT(*) AS m FROM t GROUP BY sex")
     prepared = engine.prepare(batch, SMALL_SCHEMA, cost)
-    assert min(m.share for m in prepared.measurements) == 0.0
+    assert min(m.share for m in prepared.groups.measurements) == 0.0
     recorder = Recorder(monkeypatch)
     budget = Budget(**{cost.family: 1.0})
     never, total, by_sex = engine.run(prepared, backend=DuckDBBackend(small), budget=budget, rng=SeededRandomSource(1))
@@ -137,7 +137,7 @@ def test_never_true_statement_is_an_exact_zero(small: duckdb.DuckDBPyConnection,
     assert _answer(total, "s") == ([0.0], [0.0])
     values, stddevs = _answer(by_sex, "m")
     assert all(sd > 0 for sd in stddevs) and all(abs(v - t) <= 8 * sd for v, t, sd in zip(values, [100, 200], stddevs))
-    recorder.check_calibration(cost if not prepared.use_residual else None)
+    recorder.check_calibration(cost if prepared.chosen is not prepared.residual else None)
     assert budget.spent == cost.value
 
 
@@ -294,9 +294,9 @@ def test_every_batch_is_answered_with_noise_as_charged(case: tuple[Schema, list[
     budget = Budget(**{cost.family: 2 * cost.value})
     tables = engine.run(prepared, backend=DuckDBBackend(con), budget=budget, rng=SeededRandomSource(0))
     assert len(tables) == len(text.split(";"))
-    if prepared.measures_nothing:
+    if prepared.chosen.measures_nothing:
         recorder.check_calibration(None)
-    elif not prepared.use_residual:
+    elif prepared.chosen is not prepared.residual:
         recorder.check_calibration(cost)
     for table in tables:
         for name in table.column_names:

@@ -2,7 +2,7 @@
 
 When the summed column is an axis of its statement group, a row in cell j moves that cell's sum
 by at most b_j ≤ B; the mechanism's sensitivity is k·max_j b_j‖a_j‖ and the engine plans on
-y = x/b (``dpsql.mechanism.cell_bounded_strategy``, ``dpsql.engine._cell_bounds``).
+y = x/b (``dpsql.mechanism.cell_bounded_strategy``, ``dpsql.engine.vector_plans.cell_bounds``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from test_calibration import assert_calibrated, releases
 
 import dpsql
-from dpsql import engine, mechanism
+from dpsql import engine, mechanism, thresholds
+from dpsql.engine.threshold_release import final_answering
+from dpsql.engine.vector_plans import cell_bounds
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.errors import PrivacyParameterError
 from dpsql.noise import SeededRandomSource
@@ -130,7 +132,7 @@ def test_fifteen_prefix_sums_report_a_tenth_of_per_query_laplace_error() -> None
     (also in the result metadata) is at most 0.1× per-query Laplace (ε/15 each, sensitivity B,
     RMSE √2·15·B). With one global bound it was 0.17×: the low cells carry bounds far below B."""
     prepared = _prepared(PREFIX_SQL, {"income": INCOME}, {"epsilon": 1.0})
-    (measurement,) = prepared.measurements
+    (measurement,) = prepared.groups.measurements
     assert measurement.cell_bounds is not None
     baseline = math.sqrt(2) * len(CUTS) * TOP / 1.0
     assert measurement.expected_rmse(measurement.plan.name) <= 0.1 * baseline
@@ -155,8 +157,8 @@ def test_per_cell_bounds_follow_the_cells_clamp_truncation_and_outside_rows() ->
         compiled = compile_batch(parse_batch(sql), connection.schema)
         table_column = connection.schema.tables["t"].columns["x"]
         if theta is not None:
-            table_column = engine.thresholds.truncated(table_column, theta)
-        found = engine._cell_bounds(compiled.groups[0], table_column, 1.0)
+            table_column = thresholds.truncated(table_column, theta)
+        found = cell_bounds(compiled.groups[0], table_column, 1.0)
         assert found is not None
         return found[0]
 
@@ -185,7 +187,7 @@ def test_cell_bounded_prefix_sums_are_calibrated_with_nulls(cost: dict[str, floa
     """300 releases of the 15 prefix SUMs over incomes with NULLs (SUM leaves them out): z-scores
     against DuckDB's exact sums are unbiased with E z² = 1, at ε (discrete Laplace) and ρ."""
     prepared = _prepared(PREFIX_SQL, {"income": INCOME}, cost)
-    assert all(m.cell_bounds is not None for m in prepared.measurements)
+    assert all(m.cell_bounds is not None for m in prepared.groups.measurements)
     z = _z_scores(_incomes(3000, seed=2, nulls=300), {"income": INCOME}, PREFIX_SQL, cost, runs=300)
     assert_calibrated(z)
 
@@ -201,7 +203,7 @@ def test_cell_bounded_range_sums_on_a_signed_domain_are_calibrated() -> None:
     cells around 0 have the smallest bounds; out-of-domain rows sit outside every range) — per-cell
     bounds are used, and 300 releases' z-scores are unbiased with E z² = 1."""
     prepared = _prepared(RANGE_SQL, {"income": SIGNED}, {"epsilon": 1.0})
-    assert all(m.cell_bounds is not None for m in prepared.measurements)
+    assert all(m.cell_bounds is not None for m in prepared.groups.measurements)
     rng = np.random.default_rng(4)
     con = duckdb.connect(":memory:")
     con.execute("CREATE TABLE t (income DOUBLE)")
@@ -225,7 +227,7 @@ def test_reported_stddevs_match_the_plans_expected_error_over_several_axes_and_a
                                                         for i in range(400)])
     connection = dpsql.connect(con, schema=schema, budget=Budget(**{k: 10 * v for k, v in cost.items()}), rng=SeededRandomSource(3))
     prepared = engine.prepare(sql, connection.schema, PrivacyCost(**cost))
-    (measurement,) = [m for m in prepared.measurements if m.kind == ("sum", "income")]
+    (measurement,) = [m for m in prepared.groups.measurements if m.vector == ("sum", "income")]
     assert measurement.cell_bounds is not None and measurement.row_scale == 2 * TOP / measurement.quantum
     tables = connection.cursor().execute(sql, **cost).fetch_arrow_tables()
     stddevs = np.concatenate([t.column("s_stddev").to_numpy() for t in tables])
@@ -240,8 +242,8 @@ def test_truncated_sums_are_cell_bounded_at_the_released_threshold() -> None:
     column = {**INCOME, "truncate": "svt"}
     prepared = _prepared(PREFIX_SQL, {"income": column}, {"epsilon": 1.0})
     theta = 200_000.0
-    _, used, _ = engine._final_answering(prepared, {"income": theta}, progress=lambda message: None)
-    (measurement,) = used
+    final = final_answering(prepared.groups, {"income": theta}, report=lambda message: None)
+    (measurement,) = final.measurements
     assert measurement.cell_bounds is not None
     bounds = np.asarray(measurement.cell_bounds[0]) * measurement.quantum
     assert measurement.row_scale * measurement.quantum == theta

@@ -1,7 +1,7 @@
 """Differential tests of dpsql.sql.compile (sqlglot's fixture model, checked on a real engine).
 
 Each statement is compiled, the exact data vectors of its statement group are read from DuckDB
-(``DuckDBBackend.cell_data`` summed into the group's cells by ``engine._batch_vector``), and every
+(``DuckDBBackend.cell_data`` summed into the group's cells by ``dpsql.engine.scan.batch_vector``), and every
 block's ``workload @ x`` is compared with what DuckDB computes for the *original* SQL text run
 directly on the table. The oracle encodes only the documented semantics:
 
@@ -26,7 +26,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpsql import engine
+from dpsql.engine.scan import batch_vector
 from dpsql.backends.duckdb import DuckDBBackend, measure_quantum
 from dpsql.errors import NotSupportedError, OperationalError, ProgrammingError, SchemaError, UnsupportedQueryError
 from dpsql.schema import Schema
@@ -123,7 +123,7 @@ def compiled_answers(compiled: CompiledBatch, con: duckdb.DuckDBPyConnection) ->
         sums = {columns[k[1]]: measure_quantum(columns[k[1]]) for k in kinds if k[0] == "sum"}
         nonnull = [columns[k[1]] for k in kinds if k[0] == "nonnull"]
         data = backend.cell_data(compiled.table, [axis.column for axis in group.axes], sum_columns=sums, count_columns=nonnull)
-        x = {kind: engine._batch_vector(group, data, kind) for kind in kinds}
+        x = {kind: batch_vector(group, data, kind) for kind in kinds}
         for b, block in enumerate(group.blocks):
             scale = sums[columns[block.data[1]]] if block.data[0] == "sum" else 1.0
             values[g, b] = np.asarray(block.workload @ x[block.data].astype(np.float64)) * scale

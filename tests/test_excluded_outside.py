@@ -68,7 +68,7 @@ def test_excluded_columns_have_no_outside_cell_and_answers_are_calibrated() -> N
 def test_residual_planner_still_drops_the_excluded_outside_cell() -> None:
     prepared = engine.prepare("SELECT race, COUNT(*) AS n FROM t GROUP BY race; SELECT x, COUNT(*) AS n FROM t GROUP BY x",
                               coded_schema(), PrivacyCost(rho=0.5), plan_all_routes=True)
-    assert prepared.residual is not None
+    assert isinstance(prepared.residual, engine.ResidualPlan)
     assert [a.size for a in prepared.residual.compiled.groups[0].axes] == [5, 21]
     tables = engine.run(prepared, backend=DuckDBBackend(coded()), budget=Budget(rho=10.0), rng=SeededRandomSource(0))
     assert [t.num_rows for t in tables] == [5, 21]

@@ -14,7 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dpsql import engine, marginal_batch
+from dpsql import engine
+from dpsql.engine import residual_route
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.noise import SeededRandomSource
@@ -65,7 +66,7 @@ def assert_calibrated(scores: np.ndarray) -> None:
 ])
 def test_count_and_avg_skip_nan_on_every_route(sql: str, kind: str, extra: dict[str, object], route: str) -> None:
     prepared = engine.prepare(sql, nan_schema(kind, **extra), PrivacyCost(epsilon=1.0))
-    note = " ".join(n for _, n in prepared.answering_notes)
+    note = " ".join(n for _, n in prepared.groups.answering_notes)
     assert ("(TaMM)" in note) == (route == "TaMM")
     truth = {name: value for name, value in TRUTH.items() if f" AS {name}" in sql}
     assert_calibrated(z_scores(prepared, nan_table(), truth))
@@ -92,11 +93,11 @@ def test_residual_planner_route_puts_nan_in_the_outside_cell() -> None:
     """A zCDP COUNT(*) batch answered by ResidualPlanner: WHERE x >= 0 counts the 50 values per g."""
     con, declared = nan_table(), nan_schema()
     batch = parse_batch("SELECT g, COUNT(*) AS n FROM t WHERE x >= 0 GROUP BY g")
-    route = marginal_batch.plan(batch, declared, PrivacyCost(rho=1.0))
-    assert isinstance(route, marginal_batch.ResidualPlan)
+    route = residual_route.plan(batch, declared, PrivacyCost(rho=1.0), (1.0,))
+    assert isinstance(route, residual_route.ResidualPlan)
     scores = []
     for seed in range(RUNS):
-        answers = marginal_batch.answer(route, backend=DuckDBBackend(con), rng=SeededRandomSource(seed), report=lambda _: None)
+        answers = residual_route.answer(route, backend=DuckDBBackend(con), rng=SeededRandomSource(seed), report=lambda _: None)
         found = answers[0, 0]
         scores.append((found.values - 25.0) / np.sqrt(found.variances))
     assert_calibrated(np.array(scores))

@@ -59,12 +59,12 @@ def data() -> duckdb.DuckDBPyConnection:
 
 def test_groups_are_scanned_once_and_answer_as_when_scanned_apart() -> None:
     prepared = engine.prepare(BATCH, SCHEMA, PrivacyCost(epsilon=1.0))
-    assert len(prepared.compiled.groups) > 1
+    assert len(prepared.groups.compiled.groups) > 1
     con = data()
     once, apart = Counting(con), Counting(con, one_by_one=True)
     first = engine.run(prepared, backend=once, budget=Budget(epsilon=10), rng=SeededRandomSource(7))
     second = engine.run(prepared, backend=apart, budget=Budget(epsilon=10), rng=SeededRandomSource(7))
     assert once.scans == ["cell_data_sets"]
-    assert apart.scans == ["cell_data"] * len(prepared.compiled.groups)
+    assert apart.scans == ["cell_data"] * len(prepared.groups.compiled.groups)
     for a, b in zip(first, second):
         assert a.equals(b)  # the same cells, so the same noisy answers for the same seed

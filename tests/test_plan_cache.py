@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dpsql import engine, error, plan_cache, planner, workloads
+from dpsql.engine import grouping, vector_plans
 from dpsql.accounting import PrivacyCost
 from dpsql.schema import Schema
 
@@ -80,10 +81,10 @@ def test_a_batch_is_grouped_once(monkeypatch: pytest.MonkeyPatch) -> None:
     first = engine.prepare(batch, schema, PrivacyCost(epsilon=1.0))
     plan_cache.clear_memory()
     searched: list[int] = []
-    monkeypatch.setattr(engine, "_search_partition", lambda *args: searched.append(1) or [[0], [1], [2]])
+    monkeypatch.setattr(grouping, "search_partition", lambda *args: searched.append(1) or [[0], [1], [2]])
     again = engine.prepare(batch, schema, PrivacyCost(epsilon=1.0))
     assert searched == []
-    assert [s.group for s in again.compiled.statements] == [s.group for s in first.compiled.statements]
+    assert [s.group for s in again.groups.compiled.statements] == [s.group for s in first.groups.compiled.statements]
     engine.prepare(batch.replace("x < 10", "x < 11"), schema, PrivacyCost(epsilon=1.0))
     assert searched == [1]  # another batch is grouped afresh
 
@@ -98,6 +99,6 @@ def test_each_blocks_expected_error_is_computed_once(monkeypatch: pytest.MonkeyP
     first = engine.prepare(batch, schema, PrivacyCost(epsilon=1.0))
     plan_cache.clear_memory()
     _no_scoring(monkeypatch)
-    monkeypatch.setattr(engine, "pinv_gram", lambda *args: (_ for _ in ()).throw(AssertionError("computed again")))
+    monkeypatch.setattr(vector_plans, "pinv_gram", lambda *args: (_ for _ in ()).throw(AssertionError("computed again")))
     again = engine.prepare(batch, schema, PrivacyCost(epsilon=1.0))
-    assert [m.block_totals for m in again.measurements] == [m.block_totals for m in first.measurements]
+    assert [m.block_totals for m in again.groups.measurements] == [m.block_totals for m in first.groups.measurements]

@@ -63,7 +63,7 @@ def test_sql_batch_of_200_ranges_beats_hierarchical() -> None:
                        for lo, hi in (sorted(rng.integers(0, 128, 2)) for _ in range(200)))
     for cost in (PrivacyCost(rho=0.5), PrivacyCost(epsilon=1.0)):
         prepared = engine.prepare(batch, schema, cost)
-        (measurement,) = prepared.measurements
+        (measurement,) = prepared.groups.measurements
         best_standard = min(v for k, v in measurement.plan.candidates.items() if k in planner.FAMILIES)
         assert measurement.plan.name not in planner.FAMILIES
         assert measurement.plan.expected_error <= 0.95 * best_standard

@@ -348,7 +348,7 @@ def test_cell_bounded_sums_are_epsilon_dp_on_worst_case_neighbours_in_every_band
     neighbour, and each shows a loss of at least ε/2 — the small band's noise is as small as its
     bound allows, no smaller."""
     prepared = engine.prepare(BANDS_SQL, BANDS_SCHEMA, PrivacyCost(epsilon=1.0))
-    assert [m.cell_bounds is not None for m in prepared.measurements] == [True]
+    assert [m.cell_bounds is not None for m in prepared.groups.measurements] == [True]
     d, top, bottom = _band_neighbours()
     runs, cost = 1500, {"epsilon": 1.0}
     first = _sample(d, BANDS_SCHEMA, BANDS_SQL, cost, ["s"], runs=runs, seed=31)

@@ -175,7 +175,7 @@ def test_answers_are_unbiased_and_their_standard_errors_are_calibrated(data: duc
     prepared = engine.prepare(STATS_BATCH, SCHEMA, PrivacyCost(**cost))
     backend, budget, rng = _ScanOnce(data), Budget(rho=1e9), SeededRandomSource(4242)
     runs = [engine.run(prepared, backend=backend, budget=budget, rng=rng) for _ in range(RUNS)]
-    assert len(prepared.compiled.groups) == 2 and len(backend.scans) == 1  # one scan serves both statement groups
+    assert len(prepared.groups.compiled.groups) == 2 and len(backend.scans) == 1  # one scan serves both statement groups
     assert budget.spent == pytest.approx(RUNS * budget.price(PrivacyCost(**cost)))
     names = ["n", "older_women", "total", "mean"]
     values = [np.stack([run[i].column(name).to_numpy(zero_copy_only=False) for run in runs]) for i, name in enumerate(names)]
@@ -200,9 +200,9 @@ def test_answers_are_unbiased_and_their_standard_errors_are_calibrated(data: duc
 
 def _predicted_stddevs(prepared: engine.Prepared) -> list[dict[str, np.ndarray]]:
     """Each statement's COUNT/SUM stddevs from the plan alone: exact lattice-noise variance times diag(W (ÃᵀÃ)⁺ Wᵀ)."""
-    compiled = prepared.compiled
+    compiled = prepared.groups.compiled
     per_block: dict[tuple[int, int], np.ndarray] = {}
-    for m in prepared.measurements:
+    for m in prepared.groups.measurements:
         A = mechanism.integral_strategy(m.plan.strategy)
         group = compiled.groups[m.group]
         if m.plan.noise == "laplace":
@@ -210,7 +210,7 @@ def _predicted_stddevs(prepared: engine.Prepared) -> list[dict[str, np.ndarray]]
         else:
             variance = discrete_gaussian_variance((A.sensitivity("l2") * m.row_scale) ** 2 / (2 * m.share))
         for b, block in enumerate(group.blocks):
-            if block.data == m.kind:
+            if block.data == m.vector:
                 shape = error.per_query_variance(block.workload, A, noise=m.plan.noise) / error.unit_noise_variance(A, m.plan.noise)
                 per_block[m.group, b] = np.sqrt(variance * shape) * m.quantum
     return [{out.aggregate.alias: per_block[s.group, out.blocks[0]][s.block_rows] for out in s.aggregates

@@ -17,6 +17,8 @@ import pytest
 
 import dpsql
 from dpsql import engine, error
+from dpsql.engine.guard import guard_notes, measured_sums
+from dpsql.engine.metadata import statement_metadata
 from dpsql import weights as weighting
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
@@ -48,9 +50,9 @@ def table(seed: int = 0) -> duckdb.DuckDBPyConnection:
 
 def sum_variance(prepared: engine.Prepared) -> float:
     """Expected variance of the SUM total (statement 2), from its block and its measurement's plan."""
-    statement = prepared.compiled.statements[1]
-    block = prepared.compiled.groups[statement.group].blocks[statement.aggregates[0].blocks[0]]
-    (m,) = [m for m in prepared.measurements if (m.group, m.kind) == (statement.group, block.data)]
+    statement = prepared.groups.compiled.statements[1]
+    block = prepared.groups.compiled.groups[statement.group].blocks[statement.aggregates[0].blocks[0]]
+    (m,) = [m for m in prepared.groups.measurements if (m.group, m.vector) == (statement.group, block.data)]
     unit = error.per_query_variance(block.workload, m.plan.strategy, noise=m.plan.noise)
     scale = (m.row_scale / m.share) ** 2 if m.plan.noise == "laplace" else m.row_scale**2 / (2 * m.share)
     return float(unit[0]) * scale * (m.quantum * block.scale) ** 2
@@ -66,8 +68,8 @@ def test_a_sum_total_beside_a_big_group_by_is_no_worse_than_answering_it_alone(c
     laplace = cost.family == "epsilon"
     alone = 2 * (99 * 2 / cost.value) ** 2 if laplace else 99**2 * 2 / (2 * cost.value)
     assert sum_variance(prepared) <= alone * (1 + 1e-9)
-    errors = engine.statement_errors(prepared.compiled, engine._measured_sums(prepared.compiled, prepared.measurements), cost)
-    assert [e.ratio <= 1 + 1e-3 for e in errors] == [True, True] and prepared.guard_notes == ()
+    errors = engine.statement_errors(prepared.groups.compiled, measured_sums(prepared.groups.compiled, prepared.groups.measurements), cost)
+    assert [e.ratio <= 1 + 1e-3 for e in errors] == [True, True] and prepared.chosen.guard_notes == ()
     assert errors[1].parts[0][2] == pytest.approx(math.sqrt(alone))
 
 
@@ -77,7 +79,7 @@ def test_weights_move_accuracy_toward_the_heavier_statement() -> None:
     figures = {}
     for weights in ([4.0, 1.0], None, [1.0, 4.0]):
         prepared = engine.prepare(BATCH, schema(), PrivacyCost(epsilon=1.0), weights=weights)
-        errors = engine.statement_errors(prepared.compiled, engine._measured_sums(prepared.compiled, prepared.measurements),
+        errors = engine.statement_errors(prepared.groups.compiled, measured_sums(prepared.groups.compiled, prepared.groups.measurements),
                                          prepared.cost)
         figures[str(weights)] = (errors[0].ratio, errors[1].ratio, sum_variance(prepared))
     heavy_counts, default, heavy_sum = figures["[4.0, 1.0]"], figures["None"], figures["[1.0, 4.0]"]
@@ -125,12 +127,13 @@ def test_the_guard_names_a_statement_left_worse_than_alone() -> None:
     """A statement expected to do worse than answering it alone gets a note naming the ratio, in
     EXPLAIN and in its result metadata."""
     error = engine.StatementError(parts=(("s", 20.0, 10.0),), ratio=4.0)
-    ((index, note),) = engine._guard_notes([engine.StatementError(parts=(("n", 1.0, 2.0),), ratio=0.25), error], 3)
+    ((index, note),) = guard_notes([engine.StatementError(parts=(("n", 1.0, 2.0),), ratio=0.25), error], 3)
     assert index == 1 and note.startswith("expected mean squared error 4× that of answering this statement alone")
     assert "after 3 rounds" in note and "s RMSE 20 against 10 alone" in note
     prepared = engine.prepare(BATCH, schema(), PrivacyCost(epsilon=1.0))
-    assert f"    note: {note}" in engine.explain(replace(prepared, guard_notes=((1, note),)))
-    (metadata, _) = engine._statement_metadata([error, engine.StatementError(parts=(("n", 1.0, 2.0),), ratio=0.25)], prepared)
+    assert f"    note: {note}" in engine.explain(replace(prepared, chosen=replace(prepared.chosen, guard_notes=((1, note),))))
+    (metadata, _) = [m.to_json() for m in statement_metadata([error, engine.StatementError(parts=(("n", 1.0, 2.0),), ratio=0.25)],
+                                                             prepared.chosen.weights, 4)]
     assert metadata["statement_error"]["note"].startswith("expected mean squared error 4×")  # type: ignore[index]
 
 
@@ -139,9 +142,9 @@ def test_the_guard_raises_a_losing_statements_weight_until_it_is_no_worse() -> N
     the guard raises its weight and splits again until it is no worse than alone, and reports the
     weight it used."""
     prepared = engine.prepare(BATCH, schema(), PrivacyCost(epsilon=1.0), weights=[1.0, 1e-4])
-    errors = engine.statement_errors(prepared.compiled, engine._measured_sums(prepared.compiled, prepared.measurements),
+    errors = engine.statement_errors(prepared.groups.compiled, measured_sums(prepared.groups.compiled, prepared.groups.measurements),
                                      prepared.cost)
-    assert errors[1].ratio <= 1 + 1e-3 and prepared.weights[1] > 1e-4 and prepared.guard_notes == ()
+    assert errors[1].ratio <= 1 + 1e-3 and prepared.chosen.weights[1] > 1e-4 and prepared.chosen.guard_notes == ()
 
 
 def test_weighted_answers_have_honest_standard_errors() -> None:

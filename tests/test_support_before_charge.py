@@ -30,7 +30,7 @@ def test_an_unsupporting_strategy_is_replaced_before_the_charge(monkeypatch: pyt
 
     monkeypatch.setattr(planner, "plan", short_strategy)
     prepared = engine.prepare(BATCH, SCHEMA, PrivacyCost(epsilon=1.0))
-    (measurement,) = prepared.measurements
+    (measurement,) = prepared.groups.measurements
     assert measurement.plan.name in planner.FAMILIES
     assert any("half was replaced by" in note and "does not support" in note for note in measurement.plan.notes)
     con = duckdb.connect()

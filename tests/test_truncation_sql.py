@@ -72,14 +72,14 @@ def test_measure_profile_matches_a_reference() -> None:
 @pytest.mark.parametrize(("cost", "share"), [({"epsilon": 2.0}, None), ({"rho": 0.5}, 0.25)])
 def test_the_selection_spends_exactly_its_share(cost: dict[str, float], share: float | None) -> None:
     prepared = engine.prepare(SQL, schema("svt", share), PrivacyCost(**cost))
-    (plan,) = prepared.thresholds
+    (plan,) = prepared.groups.thresholds
     fraction = 0.1 if share is None else share
     total = next(iter(cost.values()))
     spent_on_selection = plan.epsilon if "epsilon" in cost else plan.epsilon**2 / 2  # ε-DP ⇒ ε²/2-zCDP
     assert spent_on_selection == pytest.approx(fraction * total)
-    assert sum(m.share for m in prepared.measurements) == pytest.approx((1 - fraction) * total)
+    assert sum(m.share for m in prepared.groups.measurements) == pytest.approx((1 - fraction) * total)
     assert "Truncation: income" in engine.explain(prepared)
-    assert not engine.prepare(SQL, schema(None), PrivacyCost(**cost)).thresholds
+    assert not engine.prepare(SQL, schema(None), PrivacyCost(**cost)).groups.thresholds
 
 
 def test_thresholds_are_sensible_on_heavy_tails() -> None:

@@ -13,12 +13,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dpsql import engine, mechanism, postprocess
+from dpsql import engine, mechanism
+from dpsql.engine import postprocess
+from dpsql.engine.scan import batch_vector
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
-from dpsql.sql.compile import ValueCells, compile_group, value_cells_problem
+from dpsql.sql.compile import CompiledBatch, ValueCells, compile_group, value_cells_problem
+from dpsql.sql.vectors import COUNTS
 from dpsql.sql.parse import parse_batch
 from dpsql.workloads import Explicit, Kron, Sum
 
@@ -62,7 +65,7 @@ def test_value_cells_answer_clamped_and_truncated_sums_exactly(high: float) -> N
     assert [block.kind for block in group.blocks] == [("sum", "x"), ("nonnull", "x"), ("count", None)]
     cells = replace(t, columns={**t.columns, **{axis.column.name: axis.column for axis in group.axes}})
     data = DuckDBBackend(con).cell_data(cells, [axis.column for axis in group.axes])
-    vector = engine._batch_vector(group, data, ("count", None))
+    vector = batch_vector(group, data, COUNTS)
     answers = [block.workload @ vector * block.scale for block in group.blocks]
     truth = exact(con, f"SELECT g, SUM(CASE WHEN x IS NULL THEN 0 ELSE LEAST(GREATEST(x, 0), {high}) END), "
                        "COUNT(x), COUNT(*) FROM t GROUP BY g ORDER BY g")
@@ -79,7 +82,7 @@ def test_value_cells_on_a_grid_round_to_midpoints_within_the_reported_bound() ->
     data = DuckDBBackend(con).cell_data(replace(t, columns={**t.columns, **{a.column.name: a.column for a in group.axes}}),
                                         [a.column for a in group.axes])
     (block,) = group.blocks
-    answers = block.workload @ engine._batch_vector(group, data, ("count", None)) * block.scale
+    answers = block.workload @ batch_vector(group, data, COUNTS) * block.scale
     truth = exact(con, "SELECT g, SUM(y), COUNT(*) FROM t GROUP BY g ORDER BY g")
     for g in range(4):
         assert abs(answers[g] - truth[g][0]) <= 5.0 * truth[g][1]
@@ -102,13 +105,13 @@ def test_the_planner_reads_count_and_sum_as_one_vector_when_that_is_more_accurat
     """COUNT(*) and SUM(x) over the whole table: one optimized measurement of the 22 value cells
     beats two separate ones; EXPLAIN and the note say so, with the per-row rounding (none here)."""
     prepared = engine.prepare("SELECT COUNT(*) AS n, SUM(x) AS s FROM t", schema(), cost)
-    ((group, note),) = prepared.answering_notes
+    ((group, note),) = prepared.groups.answering_notes
     assert group == 0 and note.startswith("answered from one count vector (TaMM)") and "x exact (one value per cell" in note
-    assert [m.kind for m in prepared.measurements] == [("count", None)]
+    assert [m.vector for m in prepared.groups.measurements] == [("count", None)]
     assert note in engine.explain(prepared)
     apart = engine.prepare("SELECT g, COUNT(*) AS n, SUM(x) AS s FROM t GROUP BY g", schema(), cost)
-    assert {m.kind for m in apart.measurements} == {("count", None), ("sum", "x")}
-    assert "measured apart (TiMM)" in apart.answering_notes[0][1]  # a tie: [1; r/s] per group costs what two measurements do
+    assert {m.vector for m in apart.groups.measurements} == {("count", None), ("sum", "x")}
+    assert "measured apart (TiMM)" in apart.groups.answering_notes[0][1]  # a tie: [1; r/s] per group costs what two measurements do
 
 
 def test_grouped_count_and_avg_share_the_value_basis_and_match_the_predicted_variance() -> None:
@@ -118,8 +121,8 @@ def test_grouped_count_and_avg_share_the_value_basis_and_match_the_predicted_var
     variance within 1.6·6·√(2/R) of 1."""
     con, runs = table(4), 30
     prepared = engine.prepare("SELECT g, COUNT(*) AS n, AVG(x) AS a FROM t GROUP BY g", schema(), PrivacyCost(epsilon=1.0))
-    ((_, note),) = prepared.answering_notes
-    (measurement,) = prepared.measurements
+    ((_, note),) = prepared.groups.answering_notes
+    (measurement,) = prepared.groups.measurements
     assert note.startswith("answered from one count vector (TaMM)") and measurement.plan.name == "value basis"
     truth = exact(con, "SELECT g, COUNT(*), SUM(CASE WHEN x IS NULL THEN 0 ELSE LEAST(GREATEST(x, 0), 20) END) / COUNT(x) "
                        "FROM t GROUP BY g ORDER BY g")
@@ -141,7 +144,7 @@ def test_shared_measurement_answers_match_the_predicted_variance_and_avg_uses_th
     subtracts 2·S·Cov(S, C)/C³, matches the spread of the AVG answers the same way."""
     con, runs = table(3), 40
     prepared = engine.prepare("SELECT COUNT(*) AS n, SUM(x) AS s, AVG(x) AS a FROM t", schema(), PrivacyCost(epsilon=1.0))
-    assert [m.kind for m in prepared.measurements] == [("count", None)]
+    assert [m.vector for m in prepared.groups.measurements] == [("count", None)]
     ((n, s, c),) = con.execute("SELECT COUNT(*), SUM(CASE WHEN x IS NULL THEN 0 ELSE LEAST(GREATEST(x, 0), 20) END), "
                                "COUNT(x) FROM t").fetchall()
     backend, z = DuckDBBackend(con), []
@@ -150,7 +153,7 @@ def test_shared_measurement_answers_match_the_predicted_variance_and_avg_uses_th
         row = {name: result.column(name)[0].as_py() for name in result.column_names}
         z.append([(row["n"] - n) / row["n_stddev"], (row["s"] - s) / row["s_stddev"], (row["a"] - s / c) / row["a_stddev"]])
         metadata = json.loads(result.schema.metadata[b"dpsql"])
-        assert metadata["strategy"] == {"group 1: count": prepared.measurements[0].plan.name}
+        assert metadata["strategy"] == {"group 1: count": prepared.groups.measurements[0].plan.name}
     scores = np.array(z)
     assert np.all(np.abs(scores.mean(axis=0)) < 4.5 / math.sqrt(runs))
     assert np.all(np.abs(scores.var(axis=0, ddof=1) - 1) < 1.6 * 6 * math.sqrt(2 / runs))
@@ -172,12 +175,12 @@ def test_prefix_sums_on_a_clamped_measure_can_be_value_cells_and_form_an_isotoni
     so the isotonic step finds one chain and makes decreasing answers non-decreasing."""
     sql = ";".join(f"SELECT SUM(x) AS s FROM t WHERE x < {k}" for k in range(2, 21, 2))
     prepared = engine.prepare(sql, schema("clamp"), PrivacyCost(epsilon=1.0))
-    ((_, note),) = prepared.answering_notes
+    ((_, note),) = prepared.groups.answering_notes
     assert "error score with x as value cells" in note
     batch, t = parse_batch(sql), schema("clamp").table("t")
     group, statements = compile_group(batch, t, list(range(10)), 0, {"x": ValueCells(low=0.0, high=20.0)})
     assert all(block.kind == ("sum", "x") and block.data == ("count", None) for block in group.blocks)
-    compiled = engine.CompiledBatch(table=t, groups=(group,), statements=tuple(statements))
+    compiled = CompiledBatch(table=t, groups=(group,), statements=tuple(statements))
     answers = {(0, b): mechanism.Answers(values=np.array([-float(b)]), variances=np.ones(1)) for b in range(10)}
     fitted, notes = postprocess.apply(compiled, answers, ["isotonic"])
     assert "1" in notes[0] and np.all(np.diff([fitted[0, b].values[0] for b in range(10)]) >= 0)

@@ -43,7 +43,7 @@ def test_rounding_value_cells_are_not_used_by_default_and_sums_stay_within_their
     releases the SUM's z-scores have mean within 4.5/√R of 0 and every |z| below 6."""
     con = incomes()
     prepared = engine.prepare(SQL, income_schema(), PrivacyCost(epsilon=1.0))
-    ((_, note),) = prepared.answering_notes
+    ((_, note),) = prepared.groups.answering_notes
     assert "measured apart" in note and 'value_cells = "rounded"' in note and "tables.people.columns.income" in note
     ((truth,),) = con.execute("SELECT SUM(income) FROM people").fetchall()
     backend, z = DuckDBBackend(con), []
@@ -58,7 +58,7 @@ def test_rounding_value_cells_are_not_used_by_default_and_sums_stay_within_their
 
 def test_opted_in_rounding_reports_its_bias_bound_in_the_metadata_and_explain() -> None:
     prepared = engine.prepare(SQL, income_schema(value_cells="rounded"), PrivacyCost(epsilon=1.0))
-    ((_, note),) = prepared.answering_notes
+    ((_, note),) = prepared.groups.answering_notes
     assert note.startswith("answered from one count vector (TaMM)")
     assert "bias_bound: SUM ±5000.01 × rows summed, AVG ±5000.01" in engine.explain(prepared)
     (result,) = engine.run(prepared, backend=DuckDBBackend(incomes()), budget=Budget(epsilon=10.0), rng=SeededRandomSource(0))
@@ -77,7 +77,7 @@ def test_rounding_scores_its_squared_bias_bound() -> None:
                "g": {"type": "categorical", "values": list(range(50))}}
     declared = Schema.load({"tables": {"people": {"columns": columns}}})
     sql = "SELECT g, COUNT(*) AS n, SUM(income) AS s FROM people GROUP BY g"
-    notes = [engine.prepare(sql, declared, PrivacyCost(epsilon=epsilon)).answering_notes[0][1] for epsilon in (10.0, 100.0)]
+    notes = [engine.prepare(sql, declared, PrivacyCost(epsilon=epsilon)).groups.answering_notes[0][1] for epsilon in (10.0, 100.0)]
     assert notes[0].startswith("answered from one count vector (TaMM)") and notes[1].startswith("measured apart (TiMM)")
 
 
@@ -91,5 +91,5 @@ def test_whole_value_cells_stay_exact_without_opting_in() -> None:
     columns = {"income": {"type": "integer", "lower": 0, "upper": 100}}
     prepared = engine.prepare("SELECT COUNT(*) AS n, SUM(income) AS s FROM people",
                               Schema.load({"tables": {"people": {"columns": columns}}}), PrivacyCost(epsilon=1.0))
-    ((_, note),) = prepared.answering_notes
+    ((_, note),) = prepared.groups.answering_notes
     assert note.startswith("answered from one count vector (TaMM)") and "income exact" in note

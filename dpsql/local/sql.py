@@ -37,10 +37,11 @@ from dpsql.local.strategy import check_epsilon
 from dpsql.local.variance import Factorization, cell_covariance, check_support, estimate_cells, worst_case_variance
 from dpsql.mechanism import Answers
 from dpsql.noise import RandomSource
-from dpsql.results import statement_tables
+from dpsql.results import AnswerKey, AnswerSet, statement_tables
 from dpsql.schema import Schema, Table
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, batch_cell_totals, batch_table, compile_batch
+from dpsql.sql.vectors import COUNTS
 from dpsql.sql.parse import parse_batch
 from dpsql.workloads import Explicit, Workload
 
@@ -76,7 +77,7 @@ def compile_local(text: str, schema: Schema) -> LocalBatch:
     group = compiled.groups[0]
     layout = Layout(table=compiled.table.name,
                     axes=tuple(AxisLayout.of(axis.column, axis.cell_of_base) for axis in group.axes))
-    return LocalBatch(compiled=compiled, workload=group.workload(("count", None)), layout=layout)
+    return LocalBatch(compiled=compiled, workload=group.workload(COUNTS), layout=layout)
 
 
 #: ε per report above which ``design`` warns (as the central mechanisms do above 5); clients refuse
@@ -124,13 +125,13 @@ def answer_batch(text: str, published: StrategyFile, reports: pa.Table, *,
     x_hat = estimate_cells(strategy, y)
     sigma = Explicit(cell_covariance(strategy, plug_in_counts(x_hat, int(y.sum())), Factorization.of(strategy)))
     blocks = batch.compiled.groups[0].blocks
-    answers = {(0, position): Answers(values=np.asarray(block.workload @ x_hat),
-                                      variances=np.maximum(quadratic_diag(block.workload, sigma), 0.0))
+    answers = {AnswerKey(0, position): Answers(values=np.asarray(block.workload @ x_hat),
+                                               variances=np.maximum(quadratic_diag(block.workload, sigma), 0.0))
                for position, block in enumerate(blocks)}
     metadata = {"mechanism": f"local DP workload factorization ({published.name})", "epsilon": published.epsilon,
                 "strategy_sha256": published.sha256, "reports": int(y.sum()),
                 "stddev": "plug-in estimate: the exact standard error at the estimated counts"}
-    return statement_tables(batch.compiled, answers, metadata)
+    return statement_tables(batch.compiled, AnswerSet(answers), metadata)
 
 
 def design_summary(text: str, published: StrategyFile, schema: SchemaSource | None = None, *,

@@ -42,6 +42,7 @@ import numpy.typing as npt
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
 from dpsql.sql import ir
+from dpsql.sql.vectors import COUNTS, DataVector
 from dpsql.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Workload
 
 BoolArray = npt.NDArray[np.bool_]
@@ -72,8 +73,8 @@ class Axis:
 class Block:
     """The linear queries of one aggregate input of one statement, over one data kind."""
 
-    data: tuple[str, str | None]  # the vector measured: ("count", None) | ("sum", col) | ("nonnull", col)
-    kind: tuple[str, str | None]  # what the block answers: data, or ("sum"/"nonnull", col) read from value cells
+    data: DataVector  # the vector measured
+    kind: DataVector  # what the block answers: data, or a sum/non-NULL count read from value cells (data is COUNTS)
     workload: Workload
     scale: float = 1.0  # answers are workload @ data times this (value-cell sums are weighted by r/scale)
     bias: float = 0.0   # value-cell SUM rows on rounded cells: the most one row's value is moved (0: exact)
@@ -178,11 +179,11 @@ class CompiledGroup:
     def cells(self) -> int:
         return int(np.prod([axis.size for axis in self.axes], dtype=np.int64))
 
-    def data_kinds(self) -> list[tuple[str, str | None]]:
+    def data_kinds(self) -> list[DataVector]:
         """The data vectors the group needs, in a stable order."""
-        return sorted({block.data for block in self.blocks}, key=lambda kind: (kind[0], kind[1] or ""))
+        return sorted({block.data for block in self.blocks}, key=lambda vector: (vector.kind, vector.column or ""))
 
-    def workload(self, kind: tuple[str, str | None]) -> Workload:
+    def workload(self, kind: DataVector) -> Workload:
         """All blocks over one data vector, stacked in block order (on one axis, as one dense
         matrix while it has at most DENSE_STACK entries: a thousand one-row statements then plan
         and answer as one matrix, not a thousand)."""
@@ -603,31 +604,33 @@ class _StatementCompiler:
                 f"{aggregate.function.upper()}({name}) needs a numeric column with declared bounds "
                 f"({aggregate.span.describe()}); declare {self.table.name}.{name} as integer or numeric with lower/upper."
             )
-        kinds: list[tuple[str, str | None]]
-        if aggregate.function == "count":
-            kinds = [("count", None)] if column is None else [("nonnull", column.name)]
+        kinds: list[DataVector]
+        if column is None:
+            kinds = [COUNTS]
+        elif aggregate.function == "count":
+            kinds = [DataVector("nonnull", column.name)]
         elif aggregate.function == "sum":
-            kinds = [("sum", column.name)]  # type: ignore[union-attr]
+            kinds = [DataVector("sum", column.name)]
         else:
-            kinds = [("sum", column.name), ("nonnull", column.name)]  # type: ignore[union-attr]
+            kinds = [DataVector("sum", column.name), DataVector("nonnull", column.name)]
         indices = []
         for kind in kinds:
             self.blocks.append(self._kind_block(kind, true, group_axes))
             indices.append(len(self.blocks) - 1)
         return OutputAggregate(aggregate=aggregate, blocks=tuple(indices), column=column)
 
-    def _kind_block(self, kind: tuple[str, str | None], true: list[Box], group_axes: tuple[int, ...]) -> Block:
+    def _kind_block(self, kind: DataVector, true: list[Box], group_axes: tuple[int, ...]) -> Block:
         """The block of one data kind; on a value-cell column, SUM and COUNT(col) become weighted counts."""
-        cells = self.values.get(kind[1]) if kind[1] is not None else None
-        if cells is None:
+        cells = self.values.get(kind.column) if kind.column is not None else None
+        if cells is None or kind.column is None:
             return Block(data=kind, kind=kind, workload=self._block(true, group_axes))
-        position = self.position[str(kind[1])]
+        position = self.position[kind.column]
         axis = self.axes[position]
-        if kind[0] == "nonnull":
+        if kind.kind == "nonnull":
             weight = np.ones(axis.size)
             weight[-1] = 0.0 if axis.has_outside else 1.0  # the outside cell holds the NULLs
-            return Block(data=("count", None), kind=kind, workload=self._block(true, group_axes, (position, weight)))
-        return Block(data=("count", None), kind=kind, workload=self._block(true, group_axes, (position, cells.weights(axis))),
+            return Block(data=COUNTS, kind=kind, workload=self._block(true, group_axes, (position, weight)))
+        return Block(data=COUNTS, kind=kind, workload=self._block(true, group_axes, (position, cells.weights(axis))),
                      scale=cells.scale, bias=cells.bias(axis.column.domain))  # type: ignore[arg-type]
 
 

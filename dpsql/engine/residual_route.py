@@ -1,4 +1,6 @@
-"""A batch of COUNT(*) … GROUP BY statements answered jointly by ResidualPlanner (seed 001).
+"""The ResidualPlanner route: a batch of COUNT(*) … GROUP BY statements answered jointly by
+ResidualPlanner (Xiao, He, Zhang, Kifer, "An Optimal and Scalable Matrix Mechanism for Noisy
+Marginals under Convex Loss Functions", NeurIPS 2023).
 
 The route:
     compile  every statement into one group over all the batch's axes; an axis has the column's
@@ -35,13 +37,18 @@ import numpy.typing as npt
 
 from dpsql import marginal_queries as mq
 from dpsql.accounting import PrivacyCost
-from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.backends import Backend
+from dpsql.engine.group_route import Release, family_name
+from dpsql.engine.guard import StatementError, guard_notes, statement_errors
+from dpsql.engine.metadata import ReleaseMetadata
+from dpsql.engine.vocabulary import AnswerKey, AnswerSet, NotApplicable, Report, unit_rows
 from dpsql.errors import DomainTooLargeError, ShapeError
 from dpsql.mechanism import Answers
 from dpsql.noise import RandomSource
 from dpsql.schema import Schema
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, compile_batch
+from dpsql.sql.vectors import COUNTS
 from dpsql.strategies import residual
 from dpsql.weights import block_weight
 from dpsql.workloads import Explicit, Kron, Sum, Workload
@@ -55,15 +62,23 @@ class ResidualPlan:
     """Everything ResidualPlanner decided for a batch before any data is read.
 
     ``queries[b]`` is block b of the single group as marginal queries (None: never TRUE, answered
-    0 exactly); ``selection`` is at ρ/k²; ``variances[b]`` the expected variance of each answer.
+    0 exactly); ``selection`` is at ρ/k²; ``variances[b]`` the expected variance of each answer;
+    ``weights``: each statement's weight; ``block_weights``: c_b of each block in the batch
+    objective (``dpsql.weights``).
     """
 
+    cost: PrivacyCost
     compiled: CompiledBatch
     queries: tuple[mq.MarginalQueries | None, ...]
     selection: residual.Selection
     unit_rows: int
     variances: tuple[FloatArray, ...]
-    block_weights: tuple[float, ...] = ()  # c_b of each block in the batch objective (dpsql.weights); () = all 1
+    weights: tuple[float, ...]
+    block_weights: tuple[float, ...]
+
+    name = "ResidualPlanner"
+    measures_nothing = False
+    guard_rounds = 0
 
     @property
     def optimal(self) -> bool:
@@ -72,7 +87,8 @@ class ResidualPlan:
         True when every block reports each cell of its marginal once, with one weight (GROUP BY
         with every group reported, or an excluded outside cell): then FᵀF = c·I per block, the
         batch's Gram is the weighted marginal Gram ResidualPlanner optimizes, and its
-        sum-of-variances optimum is that Gram's SVD lower bound (seed 001, Lemma 2).
+        sum-of-variances optimum is that Gram's SVD lower bound (He, Xiao, Toksoz, Ding, Zhang, Kifer, "ResidualPlanner+: a Scalable Matrix Mechanism
+        for Marginals and Beyond", arXiv 2305.08175, Lemma 2).
         """
         return self.bound_ratio <= 1 + 1e-9 and all(q is None or _reports_each_cell_once(q) for q in self.queries)
 
@@ -82,10 +98,14 @@ class ResidualPlan:
         return float(sum(v.sum() for v in self.variances))
 
     @property
+    def expected_total(self) -> float:
+        """Expected total squared error of the answers."""
+        return self.total_variance
+
+    @property
     def weighted_variance(self) -> float:
         """Σ_b c_b·Σ_i Var_i: what the selection minimises (``dpsql.weights``)."""
-        weights = self.block_weights or (1.0,) * len(self.variances)
-        return float(sum(c * v.sum() for c, v in zip(weights, self.variances)))
+        return float(sum(c * v.sum() for c, v in zip(self.block_weights, self.variances)))
 
     @property
     def objective(self) -> float:
@@ -94,8 +114,51 @@ class ResidualPlan:
         return self.weighted_variance / self.unit_rows**2
 
     @property
-    def query_count(self) -> int:
+    def answer_count(self) -> int:
         return sum(v.size for v in self.variances)
+
+    @property
+    def guard_notes(self) -> tuple[tuple[int, str], ...]:
+        """(statement, note) for each statement expected to do worse than answering it alone."""
+        return guard_notes(self.statement_errors(), 0)
+
+    def statement_errors(self) -> list[StatementError]:
+        """Each statement's expected error against answering it alone (Σ Var over each block)."""
+        sums = {AnswerKey(0, b): float(v.sum()) for b, v in enumerate(self.variances)}
+        return statement_errors(self.compiled, sums, self.cost)
+
+    def cost_parts(self) -> list[PrivacyCost]:
+        """What the plan spends: one ρ-zCDP release of every residual."""
+        return [self.cost]
+
+    def answer(self, *, backend: Backend, rng: RandomSource | None, report: Report) -> Release:
+        """Scan once, measure every residual, reconstruct, answer every block."""
+        metadata = ReleaseMetadata(mechanism=f"ResidualPlanner, {family_name(self.cost)}",
+                                   strategy={"batch": self.describe()},
+                                   expected_rmse={"batch": math.sqrt(self.total_variance / self.answer_count)})
+        return Release(compiled=self.compiled, answers=answer(self, backend=backend, rng=rng, report=report),
+                       errors=self.statement_errors(), metadata=metadata, guard_rounds=0)
+
+    def explain_lines(self) -> list[str]:
+        """ResidualPlanner's marginals, measurements and optimality certificate."""
+        selection = self.selection
+        axes = self.compiled.groups[0].axes
+        names = ["(" + ", ".join(axes[i].column.name for i in a) + ")" if a else "(total)" for a in selection.marginals]
+        shown = ", ".join(names[:8]) + (f", … ({len(names) - 8} more)" if len(names) > 8 else "")
+        objective = selection.objective_value()
+        if math.isclose(objective, self.weighted_variance, rel_tol=1e-9):  # GROUP BY blocks: the objective is the error
+            certificate = (f"  SVD lower bound for these marginals (of the statement-weighted error {selection.bound:.6g}): "
+                           f"ResidualPlanner's error / bound = {self.bound_ratio:.3f}")
+        else:
+            certificate = (f"  weighted marginal objective {objective:.6g} = {self.bound_ratio:.3f} × its SVD lower bound "
+                           f"{selection.bound:.6g} (the weights approximate the filtered statements; the RMSE above is "
+                           "their exact error)")
+        per_unit = f" (ρ/{self.unit_rows}² for privacy units of up to {self.unit_rows} rows)" if self.unit_rows > 1 else ""
+        return [
+            f"ResidualPlanner: {self.describe()}; measured at ρ = {float(selection.rho):.6g} per row{per_unit}.",
+            f"  marginals over {len(axes)} columns: {shown}",
+            certificate,
+        ]
 
     @property
     def bound_ratio(self) -> float:
@@ -108,58 +171,59 @@ class ResidualPlan:
                 f"residual measurements, {measured:,} noisy values)")
 
 
-def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: Sequence[float] | None = None) -> ResidualPlan | str:
+def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: Sequence[float]) -> ResidualPlan | NotApplicable:
     """ResidualPlanner's plan for the batch, or the reason it does not apply (for EXPLAIN).
 
-    ``weights`` (one per statement, default 1) weigh each statement's answers as the standard
+    ``weights`` (one per statement) weigh each statement's answers as the standard
     route does (``dpsql.weights``: c_b = w_s / m_s for a COUNT(*) block of m_s answers); the
     selection minimises Σ_b c_b·Σ Var over the blocks, still a weighted marginal objective.
     """
     if cost.family != "rho":
-        return "ResidualPlanner was not considered: it is a Gaussian (zCDP) mechanism and this batch is charged in ε."
+        return NotApplicable("ResidualPlanner was not considered: it is a Gaussian (zCDP) mechanism and this batch is charged in ε.")
     compiled = compile_batch(batch, schema, [list(range(len(batch.statements)))])
     group = compiled.groups[0]
-    if any(block.data != ("count", None) for block in group.blocks):
-        return "ResidualPlanner answers COUNT(*) only; this batch also has SUM, AVG or COUNT(column)."
+    if any(block.data != COUNTS for block in group.blocks):
+        return NotApplicable("ResidualPlanner answers COUNT(*) only; this batch also has SUM, AVG or COUNT(column).")
     if not group.axes:
-        return "ResidualPlanner needs GROUP BY or WHERE columns; this batch only counts all rows."
+        return NotApplicable("ResidualPlanner needs GROUP BY or WHERE columns; this batch only counts all rows.")
     sizes = [axis.size for axis in group.axes]  # an excluded column's axis has no outside cell (compile)
     queries = []
     for block in group.blocks:
         found = _marginal_queries(block.workload, sizes)
-        if isinstance(found, str):
+        if isinstance(found, NotApplicable):
             return found
         queries.append(found)
     live = [q for q in queries if q is not None]
     if not live:
-        return "every statement's WHERE clause is never TRUE."
+        return NotApplicable("every statement's WHERE clause is never TRUE.")
     statement_of = {p: statement for statement in compiled.statements for output in statement.aggregates for p in output.blocks}
     index_of = {id(statement): i for i, statement in enumerate(compiled.statements)}
     block_weights = tuple(
-        block_weight(1.0 if weights is None else float(weights[index_of[id(statement_of[b])]]), block.workload.shape[0], 1, "gaussian")
+        block_weight(float(weights[index_of[id(statement_of[b])]]), block.workload.shape[0], 1, "gaussian")
         for b, block in enumerate(group.blocks))
     selection_weights: dict[mq.Marginal, float] = {}
     for q, c in zip(queries, block_weights):
         if q is not None:
             selection_weights[q.marginal] = selection_weights.get(q.marginal, 0.0) + c * mq.selection_weight(q)
-    table = compiled.table
-    unit_rows = table.privacy_unit.max_rows if table.privacy_unit.column else 1
+    rows_per_unit = unit_rows(compiled.table)
     marginals = sorted(selection_weights, key=lambda a: (len(a), a))
     try:
         selection = residual.select(sizes, marginals, objective="sum_variance",
-                                    rho=Fraction(cost.value) / unit_rows**2, weights=[selection_weights[a] for a in marginals])
+                                    rho=Fraction(cost.value) / rows_per_unit**2, weights=[selection_weights[a] for a in marginals])
     except (DomainTooLargeError, ShapeError) as err:
-        return f"ResidualPlanner was not used ({type(err).__name__}: {err})."
+        return NotApplicable(f"ResidualPlanner was not used ({type(err).__name__}: {err}).")
     scale = _sigma2_lookup(selection.closure, selection.sigma2)
     variances = tuple(np.zeros(block.workload.shape[0]) if q is None else mq.variances(q, scale)
                       for q, block in zip(queries, group.blocks))
-    return ResidualPlan(compiled=compiled, queries=tuple(queries), selection=selection, unit_rows=unit_rows,
-                        variances=variances, block_weights=block_weights)
+    return ResidualPlan(cost=cost, compiled=compiled, queries=tuple(queries), selection=selection, unit_rows=rows_per_unit,
+                        variances=variances, weights=tuple(weights), block_weights=block_weights)
 
 
-def answer(route: ResidualPlan, *, backend: DuckDBBackend, rng: RandomSource | None,
-           report: Callable[[str], None]) -> dict[tuple[int, int], Answers]:
-    """Scan once, measure every residual, reconstruct and answer every block (keyed (0, block))."""
+def answer(route: ResidualPlan, *, backend: Backend, rng: RandomSource | None, report: Report) -> AnswerSet:
+    """Scan once, measure every residual, reconstruct and answer every block (group 0).
+
+    Privacy: ``residual.measure`` at ρ/k² per row is ρ-zCDP per privacy unit (module docstring);
+    this is the one place the route touches data and randomness, after the charge."""
     compiled, selection = route.compiled, route.selection
     axes = compiled.groups[0].axes
     maximal = _maximal(selection.marginals)
@@ -177,22 +241,22 @@ def answer(route: ResidualPlan, *, backend: DuckDBBackend, rng: RandomSource | N
     for b, (q, block) in enumerate(zip(route.queries, compiled.groups[0].blocks)):
         if q is None:
             rows = block.workload.shape[0]
-            answers[0, b] = Answers(values=np.zeros(rows), variances=np.zeros(rows))
+            answers[AnswerKey(0, b)] = Answers(values=np.zeros(rows), variances=np.zeros(rows))
         else:
-            answers[0, b] = Answers(values=mq.answer(q, estimates[q.marginal]), variances=mq.variances(q, scale))
-    return answers
+            answers[AnswerKey(0, b)] = Answers(values=mq.answer(q, estimates[q.marginal]), variances=mq.variances(q, scale))
+    return AnswerSet(answers)
 
 
-def _marginal_queries(workload: Workload, sizes: Sequence[int]) -> mq.MarginalQueries | None | str:
+def _marginal_queries(workload: Workload, sizes: Sequence[int]) -> mq.MarginalQueries | None | NotApplicable:
     """A compiled block as queries on the marginal of the axes it does not simply sum over
     (restricted to each attribute's first ``sizes[i]`` cells: the others are always empty)."""
     terms = workload.terms if isinstance(workload, Sum) else (workload,)
     factor_lists = []
     for term in terms:
         if isinstance(term, Explicit):  # no axes: the total count
-            return "ResidualPlanner needs GROUP BY or WHERE columns."
+            return NotApplicable("ResidualPlanner needs GROUP BY or WHERE columns.")
         if not isinstance(term, Kron) or not all(isinstance(f, Explicit) for f in term.factors):
-            return "a statement's queries are not a marginal's Kronecker form."
+            return NotApplicable("a statement's queries are not a marginal's Kronecker form.")
         factor_lists.append([np.asarray(f.dense(), dtype=np.float64)[:, :n] for f, n in zip(term.factors, sizes)])
     used = tuple(i for i in range(len(factor_lists[0]))
                  if any(f[i].shape[0] != 1 or not np.all(f[i] == 1.0) for f in factor_lists))

@@ -1,4 +1,6 @@
-"""Opt-in post-processing of released answers: non-negativity and isotonic chains (seed 003 §4.3).
+"""Opt-in post-processing of released answers: non-negativity and isotonic chains (Wu, Pujol,
+Kotsogiannis, Machanavajjhala, "Answering Summation Queries for Numerical Attributes under
+Differential Privacy", §4.3).
 
 Both are functions of the noisy answers and the public queries only, so they cost no privacy.
 They trade the unbiasedness of the answers for a lower error where the truth is known to respect
@@ -17,14 +19,16 @@ metadata says so).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
 
 from dpsql import truncation
 from dpsql.mechanism import Answers
+from dpsql.engine.vocabulary import AnswerKey, AnswerSet
 from dpsql.sql.compile import CompiledBatch
+from dpsql.sql.vectors import DataVector
 
 Steps = Sequence[str]
 STEPS = ("nonnegative", "isotonic")
@@ -32,8 +36,7 @@ STEPS = ("nonnegative", "isotonic")
 CHAIN_MAX_CELLS = 2**20
 
 
-def apply(compiled: CompiledBatch, answers: Mapping[tuple[int, int], Answers], steps: Steps) -> tuple[
-        dict[tuple[int, int], Answers], list[str]]:
+def apply(compiled: CompiledBatch, answers: AnswerSet, steps: Steps) -> tuple[AnswerSet, list[str]]:
     """The post-processed answers and one note per step that changed something."""
     out = dict(answers)
     notes = []
@@ -47,32 +50,32 @@ def apply(compiled: CompiledBatch, answers: Mapping[tuple[int, int], Answers], s
         if clipped:
             notes.append(f"{clipped} negative count(s) or sum(s) of non-negative values set to 0; "
                          "stddev is that of the answers before it")
-    return out, notes
+    return AnswerSet(out), notes
 
 
-def _non_negative_data(compiled: CompiledBatch, kind: tuple[str, str | None]) -> bool:
-    if kind[0] != "sum":
+def _non_negative_data(compiled: CompiledBatch, vector: DataVector) -> bool:
+    if not vector.is_sum:
         return True
-    bounds = compiled.table.columns[str(kind[1])].measure_bounds
+    bounds = compiled.table.columns[vector.summed].measure_bounds
     return bounds is not None and bounds[0] >= 0
 
 
-def _nonnegative(compiled: CompiledBatch, answers: dict[tuple[int, int], Answers]) -> int:
+def _nonnegative(compiled: CompiledBatch, answers: dict[AnswerKey, Answers]) -> int:
     changed = 0
     for (g, b), found in answers.items():
         if _non_negative_data(compiled, compiled.groups[g].blocks[b].kind):
             negative = found.values < 0
             changed += int(negative.sum())
-            answers[g, b] = replace(found, values=np.where(negative, 0.0, found.values))
+            answers[AnswerKey(g, b)] = replace(found, values=np.where(negative, 0.0, found.values))
     return changed
 
 
-def _isotonic(compiled: CompiledBatch, answers: dict[tuple[int, int], Answers]) -> int:
+def _isotonic(compiled: CompiledBatch, answers: dict[AnswerKey, Answers]) -> int:
     chains = 0
     for g, group in enumerate(compiled.groups):
         if group.cells > CHAIN_MAX_CELLS:
             continue
-        for kind in sorted({block.kind for block in group.blocks}, key=lambda k: (k[0], k[1] or "")):
+        for kind in sorted({block.kind for block in group.blocks}, key=lambda k: (k.kind, k.column or "")):
             if not _non_negative_data(compiled, kind):
                 continue
             single = [b for b, block in enumerate(group.blocks) if block.kind == kind and block.workload.shape[0] == 1]
@@ -81,10 +84,10 @@ def _isotonic(compiled: CompiledBatch, answers: dict[tuple[int, int], Answers]) 
             order = sorted(rows, key=lambda b: rows[b].sum())
             if len(order) < 2 or not all(np.all(rows[a] <= rows[c]) for a, c in zip(order, order[1:])):
                 continue  # not one nested chain: on non-negative data each row's answer is at most the next one's
-            values = np.array([answers[g, b].values[0] for b in order])
-            weights = np.array([1.0 / max(answers[g, b].variances[0], 1e-300) for b in order])
+            values = np.array([answers[AnswerKey(g, b)].values[0] for b in order])
+            weights = np.array([1.0 / max(answers[AnswerKey(g, b)].variances[0], 1e-300) for b in order])
             fitted = truncation.isotonic_increasing(values, weights)
             for b, value in zip(order, fitted):
-                answers[g, b] = replace(answers[g, b], values=np.array([value]))
+                answers[AnswerKey(g, b)] = replace(answers[AnswerKey(g, b)], values=np.array([value]))
             chains += 1
     return chains

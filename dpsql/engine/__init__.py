@@ -1,0 +1,25 @@
+"""The engine: a batch of SQL statements planned without reading data, then answered privately.
+
+Passes, in order (each a module of this package):
+    prepare          parse, weigh the statements, plan every route, choose, check the plan's cost;
+    routes           the Route protocol, ``Prepared``, and the choice between route plans;
+      group_route    statement groups: grouping → value cells or apart → budget split → guard;
+      residual_route ResidualPlanner over all the batch's marginals (COUNT(*) under ρ-zCDP);
+    run              check and charge the cost, answer with the chosen route, post-process, package;
+    explain          the plan as text, spending nothing.
+Answering touches data and randomness only in ``scan``, ``measure``, ``residual_route.answer`` and
+the threshold selections of ``dpsql.thresholds``, all after the charge.
+"""
+
+from dpsql.engine.explain import explain
+from dpsql.engine.group_route import GroupsPlan
+from dpsql.engine.guard import StatementError, statement_errors
+from dpsql.engine.measurements import PlannedVector
+from dpsql.engine.prepare import prepare
+from dpsql.engine.residual_route import ResidualPlan
+from dpsql.engine.routes import Prepared, Route, RoutePlan
+from dpsql.engine.run import run
+from dpsql.engine.vocabulary import AnswerKey, AnswerSet, NotApplicable
+
+__all__ = ["AnswerKey", "AnswerSet", "GroupsPlan", "NotApplicable", "PlannedVector", "Prepared", "ResidualPlan", "Route",
+           "RoutePlan", "StatementError", "explain", "prepare", "run", "statement_errors"]

@@ -1,0 +1,177 @@
+"""The statement-group route: statements grouped by the columns they read, each group's data
+vectors measured with the strategy of lowest expected error, the batch's budget split over them.
+
+Privacy: each data vector the batch needs (cell counts; per column, non-NULL counts and clamped
+sums) is measured once with the strategy its plan chose, at its share of the budget
+(:mod:`dpsql.engine.measurements`: sensitivity k for counts, k·B for sums, k·max_j b_j‖a_j‖ for
+cell-bounded sums); the shares add up to the batch's ε (sequential composition) or ρ (zCDP
+composition). A truncated SUM first has its threshold θ chosen with a share of the batch's budget
+(``dpsql.thresholds``, pure ε_sel-DP, or ρ_sel = ε_sel²/2) and its sums are then measured
+clamped at ±θ with B = θ/quantum; the measurements split the rest. Everything after the
+measurements is post-processing. Nothing is read from the data before the whole cost is charged,
+and the cells come from the schema only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dpsql import thresholds
+from dpsql.accounting import PrivacyCost
+from dpsql.backends import Backend
+from dpsql.engine.grouping import choose_partition
+from dpsql.engine.guard import (
+    GUARD_ROUNDS,
+    StatementError,
+    guard,
+    measured_sums,
+    standing,
+    statement_errors,
+)
+from dpsql.engine.measure import measure_groups
+from dpsql.engine.measurements import PlannedVector, check_calibrations, split
+from dpsql.engine.metadata import ReleaseMetadata
+from dpsql.engine.threshold_release import choose_thresholds, final_answering, measured_columns
+from dpsql.engine.value_cells import answering_groups, bias_bounds
+from dpsql.engine.vocabulary import AnswerSet, Report, noise_of
+from dpsql.engine.weighing import Weighing
+from dpsql.noise import RandomSource
+from dpsql.planner import Progress
+from dpsql.schema import Schema
+from dpsql.sql import ir
+from dpsql.sql.compile import CompiledBatch, ValueCells, batch_table, compile_batch
+
+#: Times the statement groups may be planned again with the guard's raised weights (each is a full
+#: planning pass: a count of work, not time).
+GUARD_REPLANS = 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Release:
+    """What a route's answering returns: the compiled batch as answered, the answers, each
+    statement's expected error, and the batch metadata (budget entries filled in by ``run``)."""
+
+    compiled: CompiledBatch
+    answers: AnswerSet
+    errors: list[StatementError]
+    metadata: ReleaseMetadata
+    guard_rounds: int
+
+
+def family_name(cost: PrivacyCost) -> str:
+    return "discrete Laplace (pure ε-DP)" if cost.family == "epsilon" else "discrete Gaussian (ρ-zCDP)"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False, weakref_slot=True)
+class GroupsPlan:
+    """The statement-group route, planned before any data is read.
+
+    ``separate``: the statement groups with every SUM measured apart; ``compiled``: the groups as
+    answered (some read as value cells); ``measurements``: each data vector's plan and share;
+    ``thresholds``: the truncated columns' θ selections, released first; ``answering_notes``:
+    (group, why its sums are answered as they are); ``weights``: each statement's weight as planned
+    (the guard may have raised some); ``guard_notes``: (statement, why it is still expected to do
+    worse than answering it alone).
+    """
+
+    cost: PrivacyCost
+    batch: ir.Batch
+    separate: CompiledBatch
+    compiled: CompiledBatch
+    measurements: tuple[PlannedVector, ...]
+    thresholds: tuple[thresholds.ThresholdPlan, ...]
+    answering_notes: tuple[tuple[int, str], ...]
+    weights: tuple[float, ...]
+    guard_notes: tuple[tuple[int, str], ...]
+
+    name = "statement groups"
+
+    @property
+    def measures_nothing(self) -> bool:
+        """Whether every statement is identically zero (its WHERE never TRUE): answered with exact
+        zeros, no data read and nothing charged."""
+        return not self.thresholds and bool(self.measurements) and all(m.share == 0 for m in self.measurements)
+
+    @property
+    def expected_total(self) -> float:
+        """Expected total squared error of the answers."""
+        return sum(m.expected_total(m.plan.name) for m in self.measurements)
+
+    @property
+    def answer_count(self) -> int:
+        return sum(m.plan.queries for m in self.measurements)
+
+    @property
+    def objective(self) -> float:
+        """The batch objective (``dpsql.weights``): Σ_K Σ_b c_b·t_b·(noise variance of one unit of
+        measurement K, in units of its per-unit bound k·B)."""
+        return sum(m.objective * m.noise_scale / m.row_scale**2 for m in self.measurements)
+
+    def statement_errors(self) -> list[StatementError]:
+        return statement_errors(self.compiled, measured_sums(self.compiled, self.measurements), self.cost)
+
+    def cost_parts(self) -> list[PrivacyCost]:
+        """What the plan spends: each measured share and each threshold selection."""
+        parts = [PrivacyCost.of(self.cost.family, m.share) for m in self.measurements if m.share > 0]
+        return parts + [PrivacyCost(epsilon=t.epsilon) for t in self.thresholds]
+
+    def answer(self, *, backend: Backend, rng: RandomSource | None, report: Report) -> Release:
+        """Release θ, decide the sums at θ, scan once, measure every data vector, answer every block."""
+        chosen = choose_thresholds(self, backend=backend, rng=rng, report=report)
+        final = final_answering(self, chosen, report=report)
+        columns = measured_columns(final.compiled.table, chosen)
+        answers = measure_groups(final.compiled, final.measurements, columns, backend=backend, rng=rng, report=report)
+        errors = statement_errors(final.compiled, measured_sums(final.compiled, final.measurements), self.cost, columns)
+        metadata = ReleaseMetadata(
+            mechanism=f"matrix mechanism, {family_name(self.cost)}",
+            strategy={m.name: m.plan.name for m in final.measurements},
+            expected_rmse={m.name: m.expected_rmse(m.plan.name) for m in final.measurements},
+            answering=tuple(f"Group {g + 1}: {note}" for g, note in final.notes),
+            bias_bound=bias_bounds(final.compiled),
+            truncation_threshold=chosen,
+            truncation={plan.column.name: plan.describe() for plan in self.thresholds} if chosen else {})
+        return Release(compiled=final.compiled, answers=answers, errors=errors, metadata=metadata, guard_rounds=GUARD_ROUNDS)
+
+
+def plan_route(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: tuple[float, ...],
+               progress: Progress | None) -> GroupsPlan:
+    """The statement-group route: planned with the statements' weights, then — while the guard
+    still finds statements worse than alone — again with its raised weights (GUARD_REPLANS times
+    at most, kept only when fewer statements lose)."""
+    plan, raised = plan_groups(batch, schema, cost, Weighing(weights=weights, noise=noise_of(cost)), progress)
+    for _ in range(GUARD_REPLANS):
+        if not plan.guard_notes:
+            break
+        again, raised = plan_groups(batch, schema, cost, raised, progress)
+        if standing(again.compiled, again.measurements, cost) >= standing(plan.compiled, plan.measurements, cost):
+            break
+        plan = again
+    return plan
+
+
+def plan_groups(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weighing: Weighing,
+                progress: Progress | None) -> tuple[GroupsPlan, Weighing]:
+    """The route under ``weighing``: statement groups, value cells or apart, the split and the
+    guard's re-splits. Also returns the guard's raised weights, to plan again with."""
+    noise = weighing.noise
+    table = batch_table(batch, schema)
+    separate = compile_batch(batch, schema, choose_partition(batch, table, noise, weighing))
+    columns = separate.table.columns
+    measured = [columns[str(v.column)] for g in separate.groups for v in g.data_kinds() if v.is_sum]
+    selections, selection_share = thresholds.plans(list(dict.fromkeys(measured)), family=cost.family, total=cost.value)
+    bounds = {c.name: ValueCells(low=c.bounds[0], high=c.bounds[1]) for c in measured if c.truncation is None}
+    budget = cost.value * (1 - selection_share)
+    choice = answering_groups(batch, separate, columns, bounds, noise=noise, budget=budget, progress=progress,
+                              weighing=weighing)
+    pending = [(g, f"SUM({v.column}) is read as value cells (TaMM) or measured apart (TiMM) once its θ is released; "
+                   "the figures below measure it apart at the outer bound")
+               for g, group in enumerate(separate.groups) for v in group.data_kinds()
+               if v.is_sum and v.column not in bounds]
+    notes = tuple(sorted(choice.notes + pending))
+    guarded = guard(choice.compiled, split(choice.drafts, budget, noise), weighing, cost, budget)
+    check_calibrations(guarded.measurements)  # every noise scale is representable: checked before anything is charged
+    plan = GroupsPlan(cost=cost, batch=batch, separate=separate, compiled=choice.compiled, measurements=guarded.measurements,
+                      thresholds=tuple(selections), answering_notes=notes, weights=guarded.kept.weights,
+                      guard_notes=guarded.notes)
+    return plan, guarded.raised

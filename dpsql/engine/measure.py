@@ -1,0 +1,83 @@
+"""Measuring the statement groups' data vectors and answering their blocks.
+
+Privacy: each :class:`~dpsql.engine.measurements.PlannedVector` is measured once by
+``mechanism.measure`` at its share (ε_j-DP or ρ_j-zCDP for sensitivity k·B_j, see
+:mod:`dpsql.engine.measurements`); everything after is post-processing of the noisy values and the
+public plan. This module and :mod:`dpsql.engine.scan` are where the statement-group route touches
+data and randomness, only after the batch's cost is charged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from dpsql import mechanism
+from dpsql.backends import Backend
+from dpsql.engine.measurements import PlannedVector
+from dpsql.engine.scan import batch_vector, scan
+from dpsql.engine.vocabulary import AnswerKey, AnswerSet, Report
+from dpsql.noise import RandomSource
+from dpsql.schema import Column
+from dpsql.sql.compile import CompiledBatch, CompiledGroup
+
+
+def measure_groups(compiled: CompiledBatch, measurements: Sequence[PlannedVector], truncated: Mapping[str, Column], *,
+                   backend: Backend, rng: RandomSource | None, report: Report) -> AnswerSet:
+    """One scan for the statement groups (:func:`~dpsql.engine.scan.scan`), each data vector measured
+    with its plan's strategy, every block answered with its exact variance.
+
+    ``truncated``: the table's columns as measured (truncated measures narrowed to ±θ; the
+    measurements already carry the narrowed quantum and per-unit scale). AVG answers whose SUM and
+    COUNT come from one measurement (value cells) carry their covariance for the delta method.
+    """
+    answers: dict[AnswerKey, mechanism.Answers] = {}
+    scans = scan(compiled, measurements, truncated, backend=backend, report=report)
+    for index, group in enumerate(compiled.groups):
+        zero = [m for m in measurements if m.group == index and m.share == 0]
+        answers.update(zero_answers(group, index, zero))
+        mine = [m for m in measurements if m.group == index and m.share != 0]
+        if not mine:
+            continue  # nothing to measure: not scanned
+        data = scans[index]
+        for m in mine:
+            report(f"measuring {m.name} with {m.plan.name} ({m.plan.strategy.shape[0]:,} noisy values)")
+            x = batch_vector(group, data, m.vector)
+            strategy, contribution = m.strategy()
+            release = mechanism.measure(strategy, x, rng=rng, **contribution, **m.budget_argument())  # type: ignore[arg-type]
+            positions = [p for p, block in enumerate(group.blocks) if block.data == m.vector]
+            stacked = mechanism.answer(group.workload(m.vector), release)
+            ends = np.cumsum([group.blocks[p].workload.shape[0] for p in positions])
+            for position, end in zip(positions, ends):
+                rows = slice(end - group.blocks[position].workload.shape[0], end)
+                unit = group.blocks[position].scale * m.quantum
+                answers[AnswerKey(index, position)] = mechanism.Answers(values=stacked.values[rows] * unit,
+                                                                        variances=stacked.variances[rows] * unit**2)
+            add_covariances(compiled, index, positions, release, m.quantum, answers)
+    return AnswerSet(answers)
+
+
+def zero_answers(group: CompiledGroup, index: int, zero: Sequence[PlannedVector]) -> dict[AnswerKey, mechanism.Answers]:
+    """Exact zeros (variance 0) for the blocks of data vectors with an identically zero workload."""
+    vectors = {m.vector for m in zero}
+    return {AnswerKey(index, position): mechanism.Answers(values=np.zeros(block.workload.shape[0]),
+                                                          variances=np.zeros(block.workload.shape[0]))
+            for position, block in enumerate(group.blocks) if block.data in vectors}
+
+
+def add_covariances(compiled: CompiledBatch, index: int, positions: Sequence[int], release: mechanism.Measurement,
+                    quantum: float, answers: dict[AnswerKey, mechanism.Answers]) -> None:
+    """Cov(SUM, COUNT) row by row for AVGs whose two blocks share ``release``."""
+    group = compiled.groups[index]
+    for statement in compiled.statements:
+        for output in statement.aggregates:
+            if statement.group != index or len(output.blocks) != 2 or not set(output.blocks) <= set(positions):
+                continue
+            total, count = output.blocks
+            blocks = group.blocks
+            covariance = mechanism.answer_covariance(blocks[total].workload, blocks[count].workload, release)
+            unit = blocks[total].scale * blocks[count].scale * quantum**2
+            found = answers[AnswerKey(index, total)]
+            answers[AnswerKey(index, total)] = replace(found, covariances={**found.covariances, count: covariance * unit})

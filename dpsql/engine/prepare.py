@@ -1,0 +1,50 @@
+"""Planning a batch, no data read: parse, weigh the statements, plan every route, choose one, and
+check that the plan never spends more than the batch is charged."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dpsql import blas
+from dpsql.accounting import PrivacyCost
+from dpsql.engine.measurements import check_plan_cost
+from dpsql.engine.residual_route import ResidualPlan
+from dpsql.engine.routes import PlanRequest, Prepared, ResidualPlanner, StatementGroups, choose
+from dpsql.engine.vocabulary import NotApplicable
+from dpsql.engine.weighing import statement_weights_of
+from dpsql.planner import Progress
+from dpsql.schema import Schema
+from dpsql.sql.compile import batch_table, initial_partition
+from dpsql.sql.parse import parse_batch
+
+#: Shown when ResidualPlanner is certified optimal and the statement groups are therefore not planned.
+NOT_PLANNED = ("statement groups were not planned: ResidualPlanner's expected error equals the SVD lower bound of this "
+               "batch's workload, so no strategy answers it more accurately")
+
+
+@blas.single_threaded()
+def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[object] | None = None,
+            progress: Progress | None = None, *, plan_all_routes: bool = False,
+            weights: Sequence[float] | None = None) -> Prepared:
+    """Parse, compile, plan every route and split the batch's budget — no data read.
+
+    ``progress`` hears about each strategy that has to be optimized (seconds, not milliseconds).
+    ``plan_all_routes`` plans the statement groups even when ResidualPlanner is certified optimal
+    (to compare the routes; the choice is the same). ``weights`` (one positive number per
+    statement, in statement order; default all 1) weigh each statement's errors, relative to
+    answering it alone, in the objective every planning decision minimises (``dpsql.weights``).
+    After planning, a statement still expected to do worse than answering it alone has its
+    weight raised and the budget split again, then the groups are planned again with the raised
+    weights (``dpsql.engine.guard``, ``dpsql.engine.group_route``); if it stays worse, the plan's
+    ``guard_notes`` say so (EXPLAIN and the statement's result metadata show it).
+    """
+    batch = parse_batch(text, parameters)
+    request = PlanRequest(batch=batch, schema=schema, cost=cost, weights=statement_weights_of(weights, len(batch.statements)),
+                          progress=progress)
+    table = batch_table(batch, schema)
+    residual = ResidualPlanner().plan(request)
+    certified = isinstance(residual, ResidualPlan) and residual.optimal and len(initial_partition(batch, table)) > 1
+    groups = NotApplicable(NOT_PLANNED) if certified and not plan_all_routes else StatementGroups().plan(request)
+    chosen = choose(groups, residual)
+    check_plan_cost(chosen.cost_parts(), cost)
+    return Prepared(cost=cost, groups=groups, residual=residual, chosen=chosen)
