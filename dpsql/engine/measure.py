@@ -45,8 +45,9 @@ def measure_groups(compiled: CompiledBatch, measurements: Sequence[PlannedVector
         for m in mine:
             report(f"measuring {m.name} with {m.plan.name} ({m.plan.strategy.shape[0]:,} noisy values)")
             x = batch_vector(group, data, m.vector)
-            strategy, contribution = m.strategy()
-            release = mechanism.measure(strategy, x, rng=rng, **contribution, **m.budget_argument())  # type: ignore[arg-type]
+            planned = m.measured()
+            release = mechanism.measure(planned.strategy, x, epsilon=planned.epsilon, rho=planned.rho,
+                                        max_contribution=planned.max_contribution, cell_bounds=planned.cell_bounds, rng=rng)
             positions = [p for p, block in enumerate(group.blocks) if block.data == m.vector]
             stacked = mechanism.answer(group.workload(m.vector), release)
             ends = np.cumsum([group.blocks[p].workload.shape[0] for p in positions])

@@ -98,24 +98,35 @@ class PlannedVector(DraftVector):
                            block_weights=self.block_weights if block_weights is None else block_weights,
                            cell_bounds=self.cell_bounds)
 
-    def strategy(self) -> tuple[Workload, dict[str, object]]:
-        """(strategy on the data vector, its contribution arguments for ``mechanism.calibrate``/``measure``):
-        the plan's strategy with max_contribution = k·B, or — cell-bounded — its substitution onto
-        x = diag(b) y with the per-cell bounds k·b_j."""
+    def measured(self) -> MeasuredStrategy:
+        """What ``mechanism.calibrate``/``measure`` receive: the plan's strategy with max_contribution
+        k·B, or — cell-bounded — its substitution onto x = diag(b) y with the per-cell bounds k·b_j;
+        and the share, exactly, as ``epsilon`` (Laplace) or ``rho`` (Gaussian)."""
+        share = Fraction(self.share)
+        epsilon, rho = (share, None) if self.plan.noise == "laplace" else (None, share)
         if self.cell_bounds is None:
-            return self.plan.strategy, {"max_contribution": self.row_scale}
-        return (mechanism.cell_bounded_strategy(self.plan.strategy, self.cell_bounds),
-                {"max_contribution": 1, "cell_bounds": self.cell_bounds})
-
-    def budget_argument(self) -> dict[str, Fraction]:
-        """``epsilon=`` or ``rho=`` for ``mechanism.measure``: the share, exactly."""
-        return {"epsilon" if self.plan.noise == "laplace" else "rho": Fraction(self.share)}
+            return MeasuredStrategy(strategy=self.plan.strategy, max_contribution=self.row_scale, cell_bounds=None,
+                                    epsilon=epsilon, rho=rho)
+        return MeasuredStrategy(strategy=mechanism.cell_bounded_strategy(self.plan.strategy, self.cell_bounds),
+                                max_contribution=1, cell_bounds=self.cell_bounds, epsilon=epsilon, rho=rho)
 
     def calibration(self) -> mechanism.Calibration:
         """The noise of this measurement, from public parameters only (PrivacyParameterError when a
         noise scale is not representable: a share far too small)."""
-        strategy, contribution = self.strategy()
-        return mechanism.calibrate(strategy, **contribution, **self.budget_argument())  # type: ignore[arg-type]
+        m = self.measured()
+        return mechanism.calibrate(m.strategy, epsilon=m.epsilon, rho=m.rho, max_contribution=m.max_contribution,
+                                   cell_bounds=m.cell_bounds)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeasuredStrategy:
+    """The arguments of ``mechanism.measure`` for one data vector (all but the data and the source)."""
+
+    strategy: Workload
+    max_contribution: int
+    cell_bounds: CellBounds | None
+    epsilon: Fraction | None
+    rho: Fraction | None
 
 
 def split(drafts: Sequence[DraftVector], total: float, noise: Noise) -> tuple[PlannedVector, ...]:
