@@ -248,3 +248,17 @@ def test_truncated_sums_are_cell_bounded_at_the_released_threshold() -> None:
     bounds = np.asarray(measurement.cell_bounds[0]) * measurement.quantum
     assert measurement.row_scale * measurement.quantum == theta
     assert list(bounds) == [min(c, theta) for c in [*CUTS, TOP]] + [theta]
+
+
+def test_the_guards_re_split_keeps_the_per_cell_bounds() -> None:
+    """Fifteen prefix SUMs weighted 10⁻⁶ beside one COUNT: the guard raises a SUM's weight and splits
+    the budget again. The re-split measurement keeps its per-cell bounds (its plan was made on
+    y = x/b, so measuring it with the global bound would measure a different strategy than the one
+    its expected error describes); before the engine was split into passes, the re-split dropped them."""
+    sql = PREFIX_SQL + ";\nSELECT COUNT(*) AS n FROM t WHERE income < 125000"
+    weights = [1e-6] * len(CUTS) + [1.0]
+    connection = dpsql.connect(":memory:", schema={"tables": {"t": {"columns": {"income": INCOME}}}}, budget=Budget(epsilon=1e6))
+    prepared = engine.prepare(sql, connection.schema, PrivacyCost(epsilon=1.0), weights=weights)
+    assert prepared.chosen.weights != tuple(weights)  # the guard raised a weight and split again
+    (total,) = [m for m in prepared.groups.measurements if m.vector.is_sum]
+    assert total.cell_bounds is not None
