@@ -57,7 +57,7 @@ from dpsql import postprocess as postprocessing
 from dpsql import weights as weighting
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import CellData, DuckDBBackend, measure_quantum
-from dpsql.error import check_support, unit_noise_variance
+from dpsql.accuracy import check_support, unit_noise_variance
 from dpsql.errors import (
     DomainTooLargeError,
     PrivacyParameterError,

@@ -45,7 +45,7 @@ import numpy.typing as npt
 import scipy.sparse.linalg as spla
 
 from dpsql import noise as exact
-from dpsql.error import check_support
+from dpsql.accuracy import check_support
 from dpsql.errors import (
     DataError,
     DpsqlWarning,

@@ -34,7 +34,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpsql import error, plan_cache, strategies, strategy_cache
+from dpsql import plan_cache, strategies, strategy_cache
+from dpsql import accuracy as error
 from dpsql.errors import DomainTooLargeError, DpsqlError, ShapeError
 from dpsql.mechanism import integral_strategy
 from dpsql.workloads import Explicit, Kron, Workload

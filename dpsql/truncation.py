@@ -15,7 +15,7 @@ Batch mechanisms (seed 003 Table 1), all measuring once:
     TiMM(A)   W ŝ,  ŝ = A⁺(A T x + noise)  A optimized for W, measured on the truncated sums
               s = T x, whose sensitivity is ‖A T‖ = maxⱼ |tⱼ|·‖A_{:,j}‖.
 Identity and Workload are TaMM with A = I and A = W T. When T has no zero, TiMM(A) is the matrix
-mechanism with strategy A T on x, so every variance below is ``error.per_query_variance``.
+mechanism with strategy A T on x, so every variance below is ``accuracy.per_query_variance``.
 
 Threshold selection (each pure ε_sel-DP; a zCDP batch charges ρ_sel = ε_sel²/2):
     svt_threshold      AboveThreshold over the geometric grid uₖ = s·c^(k−1): the first uₖ with
@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from dpsql import error, noise
+from dpsql import accuracy, noise
 from dpsql.errors import PrivacyParameterError, ShapeError
 from dpsql.workloads import Explicit, Identity, Norm, Product, Workload
 
@@ -67,7 +67,7 @@ def bias(W: Workload, values: npt.ArrayLike, counts: npt.ArrayLike, theta: float
 
 
 def variances(mechanism: Mechanism, W: Workload, values: npt.ArrayLike, theta: float | None,
-              A: Workload | None = None, *, noise_kind: error.Noise = "laplace") -> FloatArray:
+              A: Workload | None = None, *, noise_kind: accuracy.Noise = "laplace") -> FloatArray:
     """Each answer's variance at unit privacy (Laplace ε = 1: 2Δ₁²·…; Gaussian ρ = 1/2: Δ₂²·…).
 
     ``theta`` None means no truncation (T = D); ``A`` is the strategy of TaMM and TiMM.
@@ -75,17 +75,17 @@ def variances(mechanism: Mechanism, W: Workload, values: npt.ArrayLike, theta: f
     t = np.asarray(values, dtype=np.float64) if theta is None else clipped(values, theta)
     WT = weighted(W, t)
     if mechanism == "identity":
-        return error.per_query_variance(WT, Identity(W.shape[1]), noise=noise_kind)
+        return accuracy.per_query_variance(WT, Identity(W.shape[1]), noise=noise_kind)
     if mechanism == "workload":
-        return error.per_query_variance(WT, Explicit(WT.dense()), noise=noise_kind)
+        return accuracy.per_query_variance(WT, Explicit(WT.dense()), noise=noise_kind)
     if A is None:
         raise ShapeError(f"{mechanism} needs a strategy A over the {W.shape[1]} cells.")
     if mechanism == "tamm":
-        return error.per_query_variance(WT, A, noise=noise_kind)
+        return accuracy.per_query_variance(WT, A, noise=noise_kind)
     if mechanism == "timm":
         norm: Norm = "l1" if noise_kind == "laplace" else "l2"
         scale = float(np.max(np.abs(t) * A.column_norms(norm))) / A.sensitivity(norm)  # ‖A T‖ / ‖A‖
-        return error.per_query_variance(W, A, noise=noise_kind) * scale**2
+        return accuracy.per_query_variance(W, A, noise=noise_kind) * scale**2
     raise ValueError(f"mechanism must be identity, workload, tamm or timm; got {mechanism!r}.")
 
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 import dpsql
-from dpsql import engine, error
+from dpsql import accuracy, engine
 from dpsql import weights as weighting
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
@@ -51,7 +51,7 @@ def sum_variance(prepared: engine.Prepared) -> float:
     statement = prepared.compiled.statements[1]
     block = prepared.compiled.groups[statement.group].blocks[statement.aggregates[0].blocks[0]]
     (m,) = [m for m in prepared.measurements if (m.group, m.kind) == (statement.group, block.data)]
-    unit = error.per_query_variance(block.workload, m.plan.strategy, noise=m.plan.noise)
+    unit = accuracy.per_query_variance(block.workload, m.plan.strategy, noise=m.plan.noise)
     scale = (m.row_scale / m.share) ** 2 if m.plan.noise == "laplace" else m.row_scale**2 / (2 * m.share)
     return float(unit[0]) * scale * (m.quantum * block.scale) ** 2
 
