@@ -16,8 +16,6 @@ Math:
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 
 from dpsql.errors import ShapeError, UnsupportedStrategyError
@@ -32,6 +30,7 @@ from dpsql.linalg import (
     quadratic_diag,
     trace_of_product,
 )
+from dpsql.noise import Noise
 from dpsql.workloads import (
     Explicit,
     FloatArray,
@@ -43,7 +42,6 @@ from dpsql.workloads import (
     check_dense_size,
 )
 
-Noise = Literal["gaussian", "laplace"]
 
 #: Relative residual trace(G (I − A⁺A)) / trace(G) above which A does not support W.
 SUPPORT_TOLERANCE = 1e-8

@@ -38,9 +38,9 @@ from dpsql import plan_cache, strategies, strategy_cache
 from dpsql import accuracy as error
 from dpsql.errors import DomainTooLargeError, DpsqlError, ShapeError
 from dpsql.mechanism import integral_strategy
+from dpsql.noise import Noise
 from dpsql.workloads import Explicit, Kron, Workload
 
-Noise = error.Noise
 #: Per-attribute strategy families: (name, builder for an ordered attribute of n cells).
 FAMILIES: dict[str, Callable[[int], Workload]] = {
     "identity": strategies.identity,

@@ -67,7 +67,7 @@ def bias(W: Workload, values: npt.ArrayLike, counts: npt.ArrayLike, theta: float
 
 
 def variances(mechanism: Mechanism, W: Workload, values: npt.ArrayLike, theta: float | None,
-              A: Workload | None = None, *, noise_kind: accuracy.Noise = "laplace") -> FloatArray:
+              A: Workload | None = None, *, noise_kind: noise.Noise = "laplace") -> FloatArray:
     """Each answer's variance at unit privacy (Laplace ε = 1: 2Δ₁²·…; Gaussian ρ = 1/2: Δ₂²·…).
 
     ``theta`` None means no truncation (T = D); ``A`` is the strategy of TaMM and TiMM.

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dpsql.accuracy import Noise
+from dpsql.noise import Noise
 from dpsql.errors import ShapeError
 from dpsql.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Weighted, Workload
 

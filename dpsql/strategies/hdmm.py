@@ -55,18 +55,17 @@ OPT₊: partition W's terms into groups g with workloads W⁽ᵍ⁾, run OPT⊗ 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 from scipy.optimize import minimize
 
 from dpsql.errors import ShapeError
+from dpsql.noise import Noise
 from dpsql.strategies.budget import MAX_EVALUATIONS, Exhausted, WorkBudget
 from dpsql.workloads import Explicit, Kron, VStack, Weighted, Workload
 
 FloatArray = npt.NDArray[np.float64]
-Noise = Literal["gaussian", "laplace"]
 
 #: Relative improvement below which block coordinate descent stops.
 BCD_TOLERANCE = 1e-6

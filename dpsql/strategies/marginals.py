@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +39,7 @@ from scipy.optimize import minimize
 
 from dpsql.errors import ShapeError
 from dpsql.linalg import RANK_TOLERANCE
+from dpsql.noise import Noise
 from dpsql.residual_basis import (
     MAX_ATTRIBUTES,
     complement_sizes,
@@ -55,7 +55,6 @@ from dpsql.strategies.budget import MAX_EVALUATIONS, Exhausted, WorkBudget
 from dpsql.workloads import Workload
 
 FloatArray = npt.NDArray[np.float64]
-Noise = Literal["gaussian", "laplace"]
 Objective = Callable[[FloatArray], tuple[float, FloatArray]]
 
 #: L-BFGS-B stopping tolerances (the loss is scaled to 1 at the identity strategy).

@@ -1,0 +1,30 @@
+"""Names that do not collide: one definition of each shared type in the math layer."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import dpsql
+from dpsql import accuracy, mechanism, noise, planner, weights
+from dpsql.strategies import hdmm, marginals
+
+PACKAGE = Path(dpsql.__file__).parent
+
+
+def _noise_literals() -> list[str]:
+    """Modules of dpsql that spell out Literal["gaussian", "laplace"] (in any order)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "Literal"
+                    and isinstance(node.slice, ast.Tuple)
+                    and {getattr(e, "value", None) for e in node.slice.elts} == {"gaussian", "laplace"}):
+                found.append(str(path.relative_to(PACKAGE)))
+    return found
+
+
+def test_the_noise_literal_is_defined_once_in_dpsql_noise() -> None:
+    assert _noise_literals() == ["noise.py"]
+    for module in (accuracy, mechanism, planner, weights, hdmm, marginals):
+        assert module.Noise is noise.Noise, module.__name__
