@@ -56,7 +56,7 @@ from dpsql import blas, marginal_batch, mechanism, plan_cache, planner, threshol
 from dpsql import postprocess as postprocessing
 from dpsql import weights as weighting
 from dpsql.accounting import Budget, PrivacyCost
-from dpsql.backends.duckdb import CellData, DuckDBBackend, measure_quantum
+from dpsql.backends.duckdb import CellData, DuckDBBackend
 from dpsql.accuracy import check_support, unit_noise_variance
 from dpsql.errors import (
     DomainTooLargeError,
@@ -69,7 +69,7 @@ from dpsql.ledger import LedgerBudget
 from dpsql.linalg import pinv_gram, quadratic_diag, trace_of_product
 from dpsql.noise import RandomSource
 from dpsql.results import statement_tables
-from dpsql.schema import Column, Ordered, Schema, Table
+from dpsql.schema import Column, Ordered, Schema, Table, measure_quantum
 from dpsql.sql import ir
 from dpsql.sql.compile import (
     MERGE_CELLS,

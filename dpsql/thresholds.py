@@ -28,9 +28,9 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from dpsql import truncation
-from dpsql.backends.duckdb import DuckDBBackend, measure_quantum
+from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.noise import RandomSource
-from dpsql.schema import Column, Table
+from dpsql.schema import Column, Table, measure_quantum
 
 #: SVT grid: points, ratio c and the fraction r of rows to keep un-truncated (seed 003's c and r).
 SVT_POINTS = 64

@@ -27,9 +27,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpsql import engine
-from dpsql.backends.duckdb import DuckDBBackend, measure_quantum
+from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import NotSupportedError, OperationalError, ProgrammingError, SchemaError, UnsupportedQueryError
-from dpsql.schema import Schema
+from dpsql.schema import Schema, measure_quantum
 from dpsql.sql.compile import CompiledBatch, compile_batch, label_value
 from dpsql.sql.parse import parse_batch
 

@@ -6,7 +6,8 @@ import ast
 from pathlib import Path
 
 import dpsql
-from dpsql import accuracy, mechanism, noise, planner, weights
+from dpsql import accuracy, backends, mechanism, noise, planner, schema, weights
+from dpsql.backends import duckdb as duckdb_backend
 from dpsql.strategies import hdmm, marginals
 
 PACKAGE = Path(dpsql.__file__).parent
@@ -28,3 +29,10 @@ def test_the_noise_literal_is_defined_once_in_dpsql_noise() -> None:
     assert _noise_literals() == ["noise.py"]
     for module in (accuracy, mechanism, planner, weights, hdmm, marginals):
         assert module.Noise is noise.Noise, module.__name__
+
+
+def test_measure_quantum_is_schema_arithmetic() -> None:
+    """The value of one integer unit of a measure column is computed from the declared schema alone,
+    in dpsql.schema, not in the DuckDB backend."""
+    assert schema.measure_quantum.__module__ == "dpsql.schema"
+    assert not hasattr(duckdb_backend, "measure_quantum") and "measure_quantum" not in backends.__all__
