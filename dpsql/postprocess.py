@@ -22,7 +22,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from dpsql import truncation
+from dpsql import sum_truncation as truncation
 from dpsql.mechanism import Answers
 from dpsql.sql.compile import CompiledBatch
 
