@@ -136,7 +136,7 @@ def rmse(W: Workload, A: Workload, *, noise: Noise = "gaussian") -> float:
 
 
 def svd_bound(W: Workload) -> float:
-    """svdb(W) = trace(G^{1/2})² / n over W's non-zero columns (seed 002, Thm 4.2).
+    """svdb(W) = trace(G^{1/2})² / n over W's non-zero columns (Li and Miklau, ICDT 2013, Thm 4.2).
 
     Exact for Kronecker products (product rule), for unions of Kronecker products whose factor
     Grams commute attribute by attribute (marginals, range marginals), and densely up to

@@ -10,8 +10,9 @@ H2, H4 or the Haar wavelet on every ordered attribute with identity on categoric
 - ``HDMM-union``: OPT₊, one Kronecker strategy per group of terms with a budget split, when the
   workload has several groups and the domain is small enough (UNION_MAX_CELLS) for its exact error;
 - ``Eigen-Design`` for domains of at most EIGEN_MAX_CELLS cells;
-- ``workload``: the workload's own distinct rows measured directly (seed 003's Workload
-  baseline), for workloads of at most WORKLOAD_MAX_ENTRIES entries over at most
+- ``workload``: the workload's own distinct rows measured directly (the Workload
+  baseline of Wu et al., "Answering Summation Queries for Numerical Attributes under Differential
+  Privacy"), for workloads of at most WORKLOAD_MAX_ENTRIES entries over at most
   EIGEN_MAX_CELLS cells (its exact error needs a dense (AᵀA)⁺). It wins where a few queries share cells, e.g. COUNT and SUM per group
   read as value cells: measuring [1ᵀ; tᵀ/s] per group costs sensitivity max(1 + tⱼ/s) ≤ 2.
 

@@ -1,4 +1,5 @@
-"""Opt-in post-processing of released answers: non-negativity and isotonic chains (seed 003 §4.3).
+"""Opt-in post-processing of released answers: non-negativity and isotonic chains (as in Wu, Pujol,
+Kotsogiannis and Machanavajjhala, "Answering Summation Queries for Numerical Attributes under Differential Privacy").
 
 Both are functions of the noisy answers and the public queries only, so they cost no privacy.
 They trade the unbiasedness of the answers for a lower error where the truth is known to respect

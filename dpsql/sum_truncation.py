@@ -1,5 +1,11 @@
-"""Truncated sums (seed 003; r2t-truncation.md §7): bias, the batch mechanisms' variances, private
-thresholds and isotonic post-processing.
+"""Truncated sums: bias, the batch mechanisms' variances, private thresholds and isotonic
+post-processing.
+
+Sources: Wu, Pujol, Kotsogiannis and Machanavajjhala, "Answering Summation Queries for Numerical
+Attributes under Differential Privacy" (Duke University; the batch mechanisms and SVT selection,
+called Wu et al. below); Dong, Fang, Yi, Tao and Machanavajjhala, "R2T: Instance-optimal Truncation
+for Differentially Private Query Evaluation with Foreign Key Constraints", SIGMOD 2022 (race to the
+top, adapted here to one threshold for a batch of SUMs).
 
 Notation: cells j hold counts xⱼ of rows whose measure lies in a bucket with value vⱼ (its upper
 bound, or any public representative); W (m × k) holds the 0/1 predicates of the SUM queries, so
@@ -8,7 +14,7 @@ clip(v, −θ, θ) (min(v, θ) for non-negative data): T = diag(clip(v, −θ, �
 sum by at most θ, and the answers W T x carry the bias W (T − D) x ≤ 0 (non-negative data; zero
 on every query whose values are all ≤ θ).
 
-Batch mechanisms (seed 003 Table 1), all measuring once:
+Batch mechanisms (Wu et al., Table 1), all measuring once:
     Identity  W T (x + noise)               noise on the counts (strategy I, Δ = 1);
     Workload  W T x + ‖W T‖·noise           strategy W T;
     TaMM(A)   W T x̂, x̂ = A⁺(A x + noise)   A optimized for W T, measured on the counts;
@@ -20,8 +26,9 @@ mechanism with strategy A T on x, so every variance below is ``accuracy.per_quer
 Threshold selection (each pure ε_sel-DP; a zCDP batch charges ρ_sel = ε_sel²/2):
     svt_threshold      AboveThreshold over a geometric grid uₖ (``geometric_grid``): the first uₖ with
                        more than a fraction r of rows at or below it.
-    r2t_threshold      race to the top over τⱼ (``halving_grid``): noisy truncated totals minus a penalty; the
-                       argmax τ is released (r2t-truncation.md §7.2).
+    r2t_threshold      race to the top over τⱼ (``halving_grid``): noisy truncated totals minus a
+                       penalty; the argmax τ is released (Dong et al.'s R2T selection, one
+                       threshold for the whole batch).
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
-"""Private truncation thresholds for measure columns declared with ``truncate`` (seed 003 §3).
+"""Private truncation thresholds for measure columns declared with ``truncate`` (threshold selection
+as in Wu, Pujol, Kotsogiannis and Machanavajjhala, "Answering Summation Queries for Numerical
+Attributes under Differential Privacy", §3.1).
 
 A column with ``truncate = "svt" | "recursive" | "auto"`` has a public outer bound U (its
 measure bounds); its SUMs clip every value at a threshold θ ≤ U chosen from the data with a share
 of the batch's budget. θ is released (result metadata ``truncation_threshold``) and the
 measurement then clamps at [max(lo, −θ), min(hi, θ)], so its sensitivity is k·θ instead of k·U
-(the truncated-sums mechanism, TiMM, of seed 003).
+(the truncated-sums mechanism, TiMM, of Wu et al.).
 
 Grids (public, from the schema only; ``sum_truncation.geometric_grid`` and ``halving_grid``):
     svt        uₖ = U·c^(k−K), k = 1…K, K = SVT_POINTS, c = SVT_RATIO: the first uₖ with more than
@@ -32,7 +34,7 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.noise import RandomSource
 from dpsql.schema import Column, Table, measure_quantum
 
-#: SVT grid: points, ratio c and the fraction r of rows to keep un-truncated (seed 003's c and r).
+#: SVT grid: points, ratio c and the fraction r of rows to keep un-truncated (Wu et al.'s c and r).
 SVT_POINTS = 64
 SVT_RATIO = 1.2
 SVT_FRACTION = 0.998
