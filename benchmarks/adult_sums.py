@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dpsql import engine, error
+from dpsql import accuracy, engine
 from dpsql.engine.weighing import value_scale
 from dpsql.accounting import PrivacyCost
 from dpsql.schema import Schema
@@ -69,7 +69,7 @@ def statement_figures(prepared: engine.Prepared, total: float) -> list[tuple[lis
         noise_scale = (m.row_scale / m.share) ** 2 if m.plan.noise == "laplace" else m.row_scale**2 / (2 * m.share)
         for position, block in enumerate(group.blocks):
             if block.data == m.vector:
-                unit = error.per_query_variance(block.workload, m.plan.strategy, noise=m.plan.noise)
+                unit = accuracy.per_query_variance(block.workload, m.plan.strategy, noise=m.plan.noise)
                 variances[m.group, position] = unit * noise_scale * (m.quantum * block.scale) ** 2
     laplace = prepared.cost.family == "epsilon"
     unit_rows = compiled.table.privacy_unit.max_rows if compiled.table.privacy_unit.column else 1

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from _machine import header
 
-from dpsql import error, planner, strategies, workloads
+from dpsql import accuracy, planner, strategies, workloads
 from dpsql.workloads import Workload
 
 ONE_ATTRIBUTE: dict[str, Callable[[int], Workload]] = {
@@ -30,7 +30,7 @@ ONE_ATTRIBUTE: dict[str, Callable[[int], Workload]] = {
 
 def row(label: str, W: Workload, candidates: dict[str, Workload | None]) -> None:
     started = time.perf_counter()
-    bound = error.svd_bound(W)
+    bound = accuracy.svd_bound(W)
     cells = [f"{label:<34} {W.shape[0]:>13,} {time.perf_counter() - started:6.2f}s"]
     best_standard = float("inf")
     for name, A in candidates.items():
@@ -38,7 +38,7 @@ def row(label: str, W: Workload, candidates: dict[str, Workload | None]) -> None
             cells.append(f"{'-':>8} {'':>7}")
             continue
         started = time.perf_counter()
-        ratio = error.expected_error(W, A, noise="gaussian") / bound
+        ratio = accuracy.expected_error(W, A, noise="gaussian") / bound
         seconds = OPTIMIZE_SECONDS.get(name, time.perf_counter() - started)
         cells.append(f"{ratio:8.3f} {seconds:6.2f}s")
         if name in ONE_ATTRIBUTE or name == "A = W":

@@ -7,9 +7,9 @@ width 800 up to 800,000; incomes above it are in no query and are left out of th
 
 Budget ε = 0.01 in total (--epsilon): thresholds take 10 % (ε₁ = 0.001), the measurement ε₂ = 0.009.
     NoTrunc    θ = 800,000 (the largest value any query includes);
-    SVT        dpsql.truncation.svt_threshold on |v| over dpsql.thresholds' grid (r = 0.998, c = 1.2,
+    SVT        dpsql.sum_truncation.svt_threshold on |v| over dpsql.thresholds' grid (r = 0.998, c = 1.2,
                64 points up to U), as ``truncate = "svt"`` runs it;
-    recursive  dpsql.truncation.r2t_threshold over dpsql.thresholds' levels U/2^j (β = 0.1).
+    recursive  dpsql.sum_truncation.r2t_threshold over dpsql.thresholds' levels U/2^j (β = 0.1).
 Mechanisms (exact discrete Laplace noise via dpsql.mechanism.measure):
     Identity   counts x + noise, answers W T x̂;
     TaMM       strategy = the planner's best standard strategy for W T, measured on the counts;
@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from _machine import header
 
-from dpsql import mechanism, planner, truncation
+from dpsql import mechanism, planner, sum_truncation
 from dpsql import thresholds as dpsql_thresholds
 from dpsql.noise import SeededRandomSource
 from dpsql.workloads import Identity, Prefix, Workload
@@ -57,13 +57,15 @@ def thresholds(values: np.ndarray, method: str, source: SeededRandomSource, tota
     if method == "NoTrunc":
         return float(WIDTH * BUCKETS)
     if method == "SVT":
-        grid = dpsql_thresholds.svt_points(CAP)
+        grid = sum_truncation.geometric_grid(CAP, dpsql_thresholds.SVT_RATIO, dpsql_thresholds.SVT_POINTS).tolist()
         below = np.searchsorted(np.sort(values), grid, side="right")
-        return truncation.svt_threshold(below, values.size, grid, fraction=dpsql_thresholds.SVT_FRACTION,
-                                        epsilon=epsilon, rng=source).theta
-    taus = dpsql_thresholds.r2t_levels(CAP)  # whole dollars: the quantum of an integer column is 1
+        return sum_truncation.svt_threshold(below, values.size, grid, fraction=dpsql_thresholds.SVT_FRACTION,
+                                            epsilon=epsilon, rng=source).theta
+    # whole dollars: the quantum of an integer column is 1
+    taus = sum_truncation.halving_grid(CAP, dpsql_thresholds.R2T_POINTS)
     sums = [int(np.minimum(values, t).sum()) for t in taus]
-    return truncation.r2t_threshold(sums, taus, epsilon=epsilon, beta=dpsql_thresholds.R2T_BETA, rng=source).theta
+    return sum_truncation.r2t_threshold(sums, taus, epsilon=epsilon, beta=dpsql_thresholds.R2T_BETA,
+                                        rng=source).theta
 
 
 def best_strategy(W: Workload) -> Workload:
@@ -89,8 +91,8 @@ def run(args: argparse.Namespace) -> dict[tuple[str, str], np.ndarray]:
         for method in ("NoTrunc", "SVT", "recursive"):
             theta = thresholds(values, method, source, args.epsilon)
             chosen.setdefault(method, []).append(theta)
-            t = truncation.clipped(upper, theta)
-            WT = truncation.weighted(W, t)
+            t = sum_truncation.clipped(upper, theta)
+            WT = sum_truncation.weighted(W, t)
             sums = np.round(np.bincount(bucket, weights=np.minimum(inside, theta), minlength=BUCKETS)).astype(np.int64)
             for name, A, data, scale, answers in (
                 ("Identity", Identity(BUCKETS), counts, 1, WT),

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from _machine import header
 
-from dpsql import error, planner, strategies
+from dpsql import accuracy, planner, strategies
 from dpsql import workloads as wl
 from dpsql.strategies.budget import MAX_EVALUATIONS
 from dpsql.workloads import Workload
@@ -70,14 +70,14 @@ def templates(W: Workload, noise: str) -> dict[str, Callable[[], Workload]]:
 
 
 def rmse(W: Workload, A: Workload, noise: str) -> float:
-    total = error.expected_error(W, A, noise=noise)  # type: ignore[arg-type]
+    total = accuracy.expected_error(W, A, noise=noise)  # type: ignore[arg-type]
     return math.sqrt(total / (2.0 if noise == "laplace" else 1.0) / W.shape[0])
 
 
 def main() -> None:
     print(header("HDMM templates on multi-attribute workloads: RMSE per query (unit-variance noise) and seconds"))
     for label, W, sizes, ordered in workloads_to_run():
-        bound, exact = error.svd_bound_detail(W)
+        bound, exact = accuracy.svd_bound_detail(W)
         print(f"\n{label}: {W.shape[0]:,} queries over {W.shape[1]:,} cells; "
               f"SVD bound RMSE {math.sqrt(bound / W.shape[0]):.4f}{'' if exact else ' (weaker bound)'}")
         for noise in ("laplace", "gaussian"):

@@ -1,14 +1,14 @@
 """dpsql: differentially private aggregate SQL, answered jointly with the matrix mechanism.
 
 This is the PEP 249 module: ``dpsql.connect(...)``, ``apilevel``, ``threadsafety``, ``paramstyle``
-and the exception classes. The math layers (workloads, strategies, error, noise, mechanism)
+and the exception classes. The math layers (workloads, strategies, accuracy, noise, mechanism)
 import only numpy and scipy; the database shell (``connect``, ``Connection``, ``Cursor``) is
 imported lazily so that importing the math never loads DuckDB or Arrow.
 """
 
 from typing import Any
 
-from dpsql import error, mechanism, noise, strategies, workloads
+from dpsql import accuracy, mechanism, noise, strategies, workloads
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.types import (
     BINARY,
@@ -70,6 +70,6 @@ __all__ = [
     "UnsupportedQueryError", "connect",
     "DataError", "DatabaseError", "DpsqlError", "DpsqlWarning", "Error", "IntegrityError", "InterfaceError",
     "InternalError", "NotSupportedError", "OperationalError", "PrivacyParameterError", "ProgrammingError",
-    "ShapeError", "UnsupportedStrategyError", "Warning", "apilevel", "error", "mechanism", "noise",
+    "ShapeError", "UnsupportedStrategyError", "Warning", "accuracy", "apilevel", "mechanism", "noise",
     "paramstyle", "strategies", "threadsafety", "workloads",
 ]

@@ -6,7 +6,9 @@ so F has Π rᵢ rows in row-major order and answers F·vec(q_A). GROUP BY count
 term whose factors pick one cell per row (rows of the identity); a WHERE clause masks cells, and
 an OR of boxes adds terms.
 
-Variance: ResidualPlanner's reconstruction q_A has covariance (seed 001, Thm 4.4)
+Variance: ResidualPlanner's reconstruction q_A has covariance (He, Xiao, Toksoz, Ding, Zhang and
+Kifer, "ResidualPlanner+: a scalable matrix mechanism for marginals and beyond", arXiv:2305.08175,
+2023, Thm 4.4)
     Cov(q_A) = Σ_{S⊆A} σ_S² ⊗_{i∈S} (I − J/nᵢ) ⊗_{i∈A∖S} J/nᵢ²,
 so every row of F has the variance
     Var(F q_A)_r = Σ_{S⊆A} σ_S² Σ_{t,u} Π_{i∈S} a_{tu,i}[rᵢ] Π_{i∈A∖S} b_{tu,i}[rᵢ],

@@ -38,14 +38,13 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse.linalg as spla
 
 from dpsql import noise as exact
-from dpsql.error import check_support
+from dpsql.accuracy import check_support
 from dpsql.errors import (
     DataError,
     DpsqlWarning,
@@ -54,6 +53,7 @@ from dpsql.errors import (
     ShapeError,
 )
 from dpsql.linalg import bilinear_diag, pinv_gram, quadratic_diag
+from dpsql.noise import Noise
 from dpsql.residual_basis import marginal_form
 from dpsql.workloads import (
     ColumnTerm,
@@ -69,7 +69,6 @@ from dpsql.workloads import (
     scale_columns,
 )
 
-Noise = Literal["gaussian", "laplace"]
 
 #: Bits of precision kept when a real-valued strategy is rounded to integers.
 STRATEGY_BITS = 20

@@ -50,14 +50,19 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 from dpsql.errors import PrivacyParameterError
 
+#: The noise distribution of a measurement: discrete Gaussian (ρ-zCDP) or discrete Laplace (ε-DP).
+#: The one definition; every layer that names a noise kind imports it from here.
+Noise = Literal["gaussian", "laplace"]
+
 __all__ = [
+    "Noise",
     "RandomSource",
     "SeededRandomSource",
     "SystemRandomSource",

@@ -10,14 +10,15 @@ H2, H4 or the Haar wavelet on every ordered attribute with identity on categoric
 - ``HDMM-union``: OPT₊, one Kronecker strategy per group of terms with a budget split, when the
   workload has several groups and the domain is small enough (UNION_MAX_CELLS) for its exact error;
 - ``Eigen-Design`` for domains of at most EIGEN_MAX_CELLS cells;
-- ``workload``: the workload's own distinct rows measured directly (seed 003's Workload
-  baseline), for workloads of at most WORKLOAD_MAX_ENTRIES entries over at most
+- ``workload``: the workload's own distinct rows measured directly (the Workload
+  baseline of Wu et al., "Answering Summation Queries for Numerical Attributes under Differential
+  Privacy"), for workloads of at most WORKLOAD_MAX_ENTRIES entries over at most
   EIGEN_MAX_CELLS cells (its exact error needs a dense (AᵀA)⁺). It wins where a few queries share cells, e.g. COUNT and SUM per group
   read as value cells: measuring [1ᵀ; tᵀ/s] per group costs sensitivity max(1 + tⱼ/s) ≤ 2.
 
 Optimized strategies are rounded to integers as the mechanism measures them and cached on disk by
 the workload's Gram (``dpsql.strategy_cache``). Each candidate is scored by its exact expected
-total squared error at unit privacy (``error.expected_error``) and the lowest wins; the SVD bound
+total squared error at unit privacy (``accuracy.expected_error``) and the lowest wins; the SVD bound
 prunes the templates and is reported by EXPLAIN. Decisions are cached by the workload's exact
 structure (``dpsql.plan_cache``). A template that fails, or whose error cannot be computed exactly, is left
 out, and the plan says so; the standard strategies are always there to fall back on.
@@ -34,12 +35,13 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpsql import error, plan_cache, strategies, strategy_cache
+from dpsql import plan_cache, strategies, strategy_cache
+from dpsql import accuracy
 from dpsql.errors import DomainTooLargeError, DpsqlError, ShapeError
 from dpsql.mechanism import integral_strategy
+from dpsql.noise import Noise
 from dpsql.workloads import Explicit, Kron, Workload
 
-Noise = error.Noise
 #: Per-attribute strategy families: (name, builder for an ordered attribute of n cells).
 FAMILIES: dict[str, Callable[[int], Workload]] = {
     "identity": strategies.identity,
@@ -75,7 +77,7 @@ class Plan:
         is exact (else a weaker lower bound); (None, False) where the domain is too large."""
         if not self._bound:
             try:
-                self._bound.append(error.svd_bound_detail(self.workload))
+                self._bound.append(accuracy.svd_bound_detail(self.workload))
             except DomainTooLargeError:
                 self._bound.append((None, False))
         return self._bound[0]
@@ -154,10 +156,10 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
                         queries=W.shape[0], workload=W, notes=known.notes)
     templates = _templates(W, noise=noise, sizes=sizes, quick=quick) if optimize else {}
     notes: list[str] = []
-    scores = {name: error.expected_error(W, A, noise=noise) for name, A in options.items()}
+    scores = {name: accuracy.expected_error(W, A, noise=noise) for name, A in options.items()}
     own = _workload_strategy(W)
     if own is not None:
-        scores["workload"], options["workload"] = error.expected_error(W, own, noise=noise), own
+        scores["workload"], options["workload"] = accuracy.expected_error(W, own, noise=noise), own
     result = Plan(strategy=options[min(scores, key=scores.__getitem__)], name=min(scores, key=scores.__getitem__),
                   noise=noise, candidates=scores, queries=W.shape[0], workload=W)
     if templates and not quick and _near_optimal(result):
@@ -165,7 +167,7 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
         templates = {}
     for name, A in _optimized(W, templates, noise=noise, notes=notes, progress=progress, quick=quick).items():
         try:
-            scores[name], options[name] = error.expected_error(W, A, noise=noise), A
+            scores[name], options[name] = accuracy.expected_error(W, A, noise=noise), A
         except DpsqlError as err:
             notes.append(f"{name} was not used ({type(err).__name__}: {err}); the best standard strategy stands in.")
     best = min(scores, key=scores.__getitem__)

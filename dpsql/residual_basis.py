@@ -13,7 +13,8 @@ Math:
         λ_r(u) = Σ_{a ⊇ r} u_a μ(a)                  (a superset-sum "zeta transform", O(d·2^d)).
     Hence G(u)⁺ = Σ_r [λ_r > 0] λ_r⁻¹ P_r, its row-space projector is Σ_{r: λ_r > 0} P_r, and
     trace(G(w) G(u)⁺) = Σ_r m_r λ_r(w) / λ_r(u).
-    Projection (HDMM digest §2.4.4): against any element M of span{⊗ᵢ{I, J}},
+    Projection (HDMM's marginal-weight projection; McKenna, Miklau, Hay and Machanavajjhala, PVLDB 2018):
+    against any element M of span{⊗ᵢ{I, J}},
     trace(Xᵢ Mᵢ) depends on a factor Gram Xᵢ only through trace Xᵢ and 1ᵀXᵢ1, so Xᵢ may be
     replaced by bᵢJ + aᵢI with bᵢ = (1ᵀXᵢ1 − trace Xᵢ)/(nᵢ(nᵢ − 1)), aᵢ = trace Xᵢ/nᵢ − bᵢ
     (nᵢ = 1: b = Xᵢ, a = 0). Expanding Π(bᵢJ + aᵢI) gives marginal weights

@@ -106,7 +106,7 @@ def _aggregate_values(statement: CompiledStatement, output: OutputAggregate,
     """Values and standard errors in output row order; AVG = SUM/COUNT by the delta method.
 
     AVG is the plain ratio of the noisy SUM and COUNT, even where noise puts it outside the
-    measure bounds (issue 14: clipping it returned e.g. 0 ± 22,343 for a true 25,684, with the
+    measure bounds (clipping it returned e.g. 0 ± 22,343 for a true 25,684, with the
     standard error of the unclipped ratio).
     """
     rows = statement.block_rows

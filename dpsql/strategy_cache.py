@@ -22,7 +22,7 @@ import numpy as np
 from dpsql.linalg import gram_terms
 from dpsql.workloads import Explicit, Identity, Kron, Total, VStack, Weighted, Workload, kron_factors
 
-#: Bumped to 4 when optimizers moved from wall-clock deadlines to work budgets (issue 14 item 11):
+#: Bumped to 4 when optimizers moved from wall-clock deadlines to work budgets:
 #: strategies cut short by a time limit are not reused.
 FORMAT_VERSION = "4"
 

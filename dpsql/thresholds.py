@@ -1,12 +1,14 @@
-"""Private truncation thresholds for measure columns declared with ``truncate`` (seed 003 §3).
+"""Private truncation thresholds for measure columns declared with ``truncate`` (threshold selection
+as in Wu, Pujol, Kotsogiannis and Machanavajjhala, "Answering Summation Queries for Numerical
+Attributes under Differential Privacy", §3.1).
 
 A column with ``truncate = "svt" | "recursive" | "auto"`` has a public outer bound U (its
 measure bounds); its SUMs clip every value at a threshold θ ≤ U chosen from the data with a share
 of the batch's budget. θ is released (result metadata ``truncation_threshold``) and the
 measurement then clamps at [max(lo, −θ), min(hi, θ)], so its sensitivity is k·θ instead of k·U
-(the truncated-sums mechanism, TiMM, of seed 003).
+(the truncated-sums mechanism, TiMM, of Wu et al.).
 
-Grids (public, from the schema only):
+Grids (public, from the schema only; ``sum_truncation.geometric_grid`` and ``halving_grid``):
     svt        uₖ = U·c^(k−K), k = 1…K, K = SVT_POINTS, c = SVT_RATIO: the first uₖ with more than
                a fraction SVT_FRACTION of the non-NULL rows at or below it (|value|, clamped to
                the outer bounds);
@@ -17,7 +19,7 @@ Grids (public, from the schema only):
 J·ln(J/β)·τ/ε_sel exceeds any truncated total. At ε = 0.1 it clipped too much: its best median
 relative error was 0.24, against 0.018 with SVT.
 
-Privacy: both selectors are pure ε_sel-DP (``dpsql.truncation``); a zCDP batch gives each
+Privacy: both selectors are pure ε_sel-DP (``dpsql.sum_truncation``); a zCDP batch gives each
 selection ρ_sel and runs it at ε_sel = √(2ρ_sel) (ε-DP implies ε²/2-zCDP).
 """
 
@@ -27,12 +29,12 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from dpsql import truncation
-from dpsql.backends.duckdb import DuckDBBackend, measure_quantum
+from dpsql import sum_truncation
+from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.noise import RandomSource
-from dpsql.schema import Column, Table
+from dpsql.schema import Column, Table, measure_quantum
 
-#: SVT grid: points, ratio c and the fraction r of rows to keep un-truncated (seed 003's c and r).
+#: SVT grid: points, ratio c and the fraction r of rows to keep un-truncated (Wu et al.'s c and r).
 SVT_POINTS = 64
 SVT_RATIO = 1.2
 SVT_FRACTION = 0.998
@@ -82,27 +84,16 @@ def choose(plan: ThresholdPlan, *, backend: DuckDBBackend, table: Table, rng: Ra
     units = max(1, int(bound / quantum))
     rows = table.privacy_unit.max_rows if table.privacy_unit.column else 1
     if plan.method == "svt":
-        grid = svt_points(bound)
+        grid = sum_truncation.geometric_grid(bound, SVT_RATIO, SVT_POINTS).tolist()
         profile = backend.measure_profile(table, column, quantum, grid, [])
-        found = truncation.svt_threshold(profile.below, profile.rows, grid, fraction=SVT_FRACTION,
-                                         epsilon=plan.epsilon, max_rows=rows, rng=rng)
+        found = sum_truncation.svt_threshold(profile.below, profile.rows, grid, fraction=SVT_FRACTION,
+                                             epsilon=plan.epsilon, max_rows=rows, rng=rng)
         return found.theta
-    taus = r2t_levels(units)
+    taus = sum_truncation.halving_grid(units, R2T_POINTS)
     profile = backend.measure_profile(table, column, quantum, [], taus)
-    found = truncation.r2t_threshold(profile.clipped_sums, taus, epsilon=plan.epsilon, beta=R2T_BETA,
-                                     max_rows=rows, rng=rng)
+    found = sum_truncation.r2t_threshold(profile.clipped_sums, taus, epsilon=plan.epsilon, beta=R2T_BETA,
+                                         max_rows=rows, rng=rng)
     return found.theta * quantum
-
-
-def svt_points(bound: float) -> list[float]:
-    """The SVT grid below the outer bound U: uₖ = U·c^(k−K), k = 1…K (uₖ = U last)."""
-    return [bound * SVT_RATIO ** (k - SVT_POINTS + 1) for k in range(SVT_POINTS)]
-
-
-def r2t_levels(units: int) -> list[int]:
-    """The race-to-the-top thresholds in whole quanta: U/2^(J−1−j), j = 0…J−1, at least 1."""
-    levels = min(R2T_POINTS, units.bit_length())
-    return [max(1, units >> (levels - 1 - j)) for j in range(levels)]
 
 
 def truncated(column: Column, theta: float) -> Column:

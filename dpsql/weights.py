@@ -1,6 +1,6 @@
 """Per-statement weights of the planning objective, and each statement's per-query baseline.
 
-Objective (issue 15): every statement s counts in its own scale. With N statements, statement s
+Objective: every statement s counts in its own scale. With N statements, statement s
 of n_s aggregate parts (an AVG has two: SUM and COUNT; each part is a block of m_b answers,
 m_s = Σ_b m_b) is compared with answering it alone: each part with the Laplace mechanism at
 ε/(N·n_s), variance 2(k·β_b·N·n_s/ε)², or the Gaussian mechanism at ρ/(N·n_s), variance
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dpsql.error import Noise
+from dpsql.noise import Noise
 from dpsql.errors import ShapeError
 from dpsql.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Weighted, Workload
 

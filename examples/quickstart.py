@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpsql import error, mechanism, strategies, workloads
+from dpsql import accuracy, mechanism, strategies, workloads
 
 n = 1024
 W = workloads.AllRange(n)  # 524,800 range queries, applied by cumulative sums, never materialised
 x = np.random.default_rng(7).poisson(30, size=n)  # public example data: counts per bin
 
-bound = error.svd_bound(W)
+bound = accuracy.svd_bound(W)
 print(f"{W.shape[0]:,} range queries over {n} cells; SVD lower bound on total error: {bound:.4g}")
 choices = {
     "identity": strategies.identity(n),
@@ -21,7 +21,7 @@ choices = {
     "hierarchical (b=4)": strategies.hierarchical(n, branching=4),
     "Haar wavelet": strategies.wavelet(n),
 }
-errors = {name: error.expected_error(W, A, noise="gaussian") for name, A in choices.items()}
+errors = {name: accuracy.expected_error(W, A, noise="gaussian") for name, A in choices.items()}
 for name, total in errors.items():
     print(f"  {name:<20} expected error / bound = {total / bound:6.3f}")
 

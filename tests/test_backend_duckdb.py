@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from dpsql.backends import CellData, DuckDBBackend, arrow_table, measure_quantum
+from dpsql.backends import CellData, DuckDBBackend, arrow_table
 from dpsql.errors import (
     InterfaceError,
     OperationalError,
@@ -30,7 +30,7 @@ from dpsql.errors import (
     SchemaError,
     ShapeError,
 )
-from dpsql.schema import EPOCH, Categorical, Column, Ordered, Schema, Table
+from dpsql.schema import EPOCH, Categorical, Column, Ordered, Schema, Table, measure_quantum
 
 # ===================================================================================== helpers
 

@@ -26,10 +26,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.engine.scan import batch_vector
-from dpsql.backends.duckdb import DuckDBBackend, measure_quantum
 from dpsql.errors import NotSupportedError, OperationalError, ProgrammingError, SchemaError, UnsupportedQueryError
-from dpsql.schema import Schema
+from dpsql.schema import Schema, measure_quantum
 from dpsql.sql.compile import CompiledBatch, compile_batch, label_value
 from dpsql.sql.parse import parse_batch
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpsql import error
+from dpsql import accuracy
 from dpsql.errors import DomainTooLargeError, ShapeError
 from dpsql.strategies import eigen
 from dpsql.strategies.eigen import eigen_design
@@ -13,7 +13,7 @@ from dpsql.workloads import AllRange, Explicit, Identity, Kron, Prefix, Total, V
 
 
 def ratio(W: Workload, A: Workload) -> float:
-    return error.expected_error(W, A, noise="gaussian") / error.svd_bound(W)
+    return accuracy.expected_error(W, A, noise="gaussian") / accuracy.svd_bound(W)
 
 
 @pytest.mark.parametrize(("n", "expected"), [(32, 1.04200), (64, 1.04052)])
@@ -61,7 +61,7 @@ def test_never_below_bound_and_completion_helps(W: Workload) -> None:
 def test_strategy_supports_workload_and_has_unit_sensitivity(W: Workload) -> None:
     A = eigen_design(W)
     assert isinstance(A, Explicit)
-    assert error.support_residual(W, A) < 1e-10
+    assert accuracy.support_residual(W, A) < 1e-10
     assert A.sensitivity("l2") == pytest.approx(1.0)
     norms = A.column_norms("l2")
     touched = W.column_norms("l2") > 0
@@ -71,7 +71,7 @@ def test_strategy_supports_workload_and_has_unit_sensitivity(W: Workload) -> Non
 def test_rank_deficient_workload_is_supported_and_bounded() -> None:
     W = Explicit(np.random.default_rng(2).normal(size=(3, 12)))
     A = eigen_design(W)
-    assert error.support_residual(W, A) < 1e-10
+    assert accuracy.support_residual(W, A) < 1e-10
     assert ratio(W, A) >= 1.0 - 1e-9
 
 
@@ -80,7 +80,7 @@ def test_principal_vectors(k: int) -> None:
     W = AllRange(32)
     A = eigen_design(W, principal=k)
     r, full = ratio(W, A), ratio(W, eigen_design(W))
-    assert error.support_residual(W, A) < 1e-10
+    assert accuracy.support_residual(W, A) < 1e-10
     assert r >= full * (1 - 1e-6)
     assert r >= 1.0 - 1e-9
     if k >= 31:
@@ -96,7 +96,7 @@ def test_budget_returns_valid_strategy() -> None:
     W = AllRange(48)
     A, info = eigen.eigen_design_with_info(W, max_evaluations=1)
     assert not info.converged and info.evaluations == 1
-    assert error.support_residual(W, A) < 1e-10
+    assert accuracy.support_residual(W, A) < 1e-10
     assert A.sensitivity("l2") == pytest.approx(1.0)
     assert ratio(W, A) >= 1.0 - 1e-9
 
@@ -130,7 +130,7 @@ def test_separation_is_valid_and_near_full_design(W: Workload) -> None:
     """Thesis §5.2.2.1: AllRange(256), groups of 8 → 1.0384 × svdb against the full design's 1.0353 (+0.3 %)."""
     A, info = eigen.eigen_design_with_info(W, group_size=8)
     assert info.converged and 0 < info.evaluations < eigen.MAX_EVALUATIONS
-    assert error.support_residual(W, A) < 1e-10
+    assert accuracy.support_residual(W, A) < 1e-10
     assert A.sensitivity("l2") == pytest.approx(1.0)
     r, full = ratio(W, A), ratio(W, eigen_design(W))
     assert r >= 1.0 - 1e-9
@@ -148,7 +148,7 @@ def test_separation_budget_returns_valid_strategy() -> None:
     W = AllRange(48)
     A, info = eigen.eigen_design_with_info(W, group_size=4, max_evaluations=1)
     assert not info.converged and info.evaluations == 48 // 4 + 1  # one evaluation per solve
-    assert error.support_residual(W, A) < 1e-10
+    assert accuracy.support_residual(W, A) < 1e-10
     assert A.sensitivity("l2") == pytest.approx(1.0)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpsql import error
+from dpsql import accuracy
 from dpsql import workloads as wl
 from dpsql.errors import ShapeError
 from dpsql.strategies import hdmm, hierarchical, identity, wavelet
@@ -19,12 +19,12 @@ def standard(n: int) -> list[wl.Workload]:
 
 
 def best_standard(W: wl.Workload, n: int, noise: str) -> float:
-    return min(error.expected_error(W, S, noise=noise) for S in standard(n))  # type: ignore[arg-type]
+    return min(accuracy.expected_error(W, S, noise=noise) for S in standard(n))  # type: ignore[arg-type]
 
 
 def rmse(W: wl.Workload, A: wl.Workload, noise: str) -> float:
     """RMSE in the digest's normalisation (noise variance 1 per unit sensitivity)."""
-    e = error.expected_error(W, A, noise=noise)  # type: ignore[arg-type]
+    e = accuracy.expected_error(W, A, noise=noise)  # type: ignore[arg-type]
     return float(np.sqrt(e / (2.0 if noise == "laplace" else 1.0) / W.shape[0]))
 
 
@@ -53,7 +53,8 @@ def test_loss_equals_dense_error_and_sensitivity_is_one(noise: str) -> None:
     loss, _ = pidentity_loss(theta, W.gram().dense(), noise)  # type: ignore[arg-type]
     assert A.sensitivity("l1" if noise == "laplace" else "l2") == pytest.approx(1.0, abs=1e-12)
     factor = 2.0 if noise == "laplace" else 1.0
-    assert error.expected_error(W, A, noise=noise) == pytest.approx(factor * loss, rel=1e-10)  # type: ignore[arg-type]
+    assert accuracy.expected_error(W, A, noise=noise) == pytest.approx(  # type: ignore[arg-type]
+        factor * loss, rel=1e-10)
     assert pidentity_loss(np.zeros((2, 8)), W.gram().dense())[0] == pytest.approx(np.trace(W.gram().dense()))
 
 
@@ -64,9 +65,9 @@ def test_loss_equals_dense_error_and_sensitivity_is_one(noise: str) -> None:
 def test_opt0_at_least_as_good_as_standard(n: int, kind: type, noise: str) -> None:
     W = kind(n)
     A = opt0(W, noise=noise, restarts=2)  # type: ignore[arg-type]
-    err = error.expected_error(W, A, noise=noise)  # type: ignore[arg-type]
+    err = accuracy.expected_error(W, A, noise=noise)  # type: ignore[arg-type]
     assert err <= best_standard(W, n, noise) * (1 + 1e-9)
-    svd_ratio = err / error.svd_bound(W)
+    svd_ratio = err / accuracy.svd_bound(W)
     if noise == "gaussian":  # the convex optimum: within a few % of the SVD bound (digest §3.4)
         assert 1.0 - 1e-9 <= svd_ratio <= 1.08
     print(f"{W!r} {noise}: error / SVD bound = {svd_ratio:.4f}")
@@ -76,9 +77,9 @@ def test_allrange_1024_gaussian_beats_standard() -> None:
     """Issue acceptance criterion: at least as good as identity, H2 and wavelet at n = 1024."""
     W = wl.AllRange(1024)
     A = opt0(W, noise="gaussian", restarts=1)
-    err = error.expected_error(W, A, noise="gaussian")
+    err = accuracy.expected_error(W, A, noise="gaussian")
     assert err <= best_standard(W, 1024, "gaussian")
-    assert err / error.svd_bound(W) < 1.02  # digest: 0.7–5.4 % above the bound in RMSE
+    assert err / accuracy.svd_bound(W) < 1.02  # digest: 0.7–5.4 % above the bound in RMSE
 
 
 # ----------------------------------------------------------------------------- digest oracles
@@ -105,7 +106,7 @@ def width_ranges(n: int, k: int) -> wl.Ranges:
 def test_s6_gaussian_opt0_n128(W: wl.Workload, upper: float, svdb: float) -> None:
     """Digest §7 S6 and O12: Gaussian OPT₀ RMSE ≤ authors' value + 1 % and ≥ the SVD bound."""
     value = rmse(W, opt0(W, noise="gaussian"), "gaussian")
-    assert np.sqrt(error.svd_bound(W) / W.shape[0]) == pytest.approx(svdb, rel=1e-6)
+    assert np.sqrt(accuracy.svd_bound(W) / W.shape[0]) == pytest.approx(svdb, rel=1e-6)
     assert svdb - 1e-9 <= value <= upper
 
 
@@ -116,7 +117,7 @@ def id_total(n: int) -> wl.Workload:
 def test_o3_laplace_total_plus_identity() -> None:
     """Digest §7 O3: [1ᵀ; I₂₅₆], Laplace optimum loss 386.885 (identity/opt RMSE ratio 1.150387)."""
     W = id_total(256)
-    loss = error.expected_error(W, opt0(W, noise="laplace", p=1), noise="laplace") / 2
+    loss = accuracy.expected_error(W, opt0(W, noise="laplace", p=1), noise="laplace") / 2
     assert loss == pytest.approx(386.885, rel=1e-4)
 
 
@@ -126,7 +127,7 @@ def test_o4_gaussian_total_plus_identity() -> None:
     rho = np.linspace(0.0, 0.999, 200001)
     closed = np.min((2 * n - rho * n * (n + 1) / (1 + (n - 1) * rho)) / (1 - rho))
     W = id_total(n)
-    assert error.expected_error(W, opt0(W, noise="gaussian")) == pytest.approx(closed, rel=1e-5)
+    assert accuracy.expected_error(W, opt0(W, noise="gaussian")) == pytest.approx(closed, rel=1e-5)
 
 
 @pytest.mark.parametrize(("noise", "expected"), [("laplace", 3.4319), ("gaussian", 1.8585)])
@@ -141,15 +142,15 @@ def test_o8_kron_loss_factorises() -> None:
     """Digest §7 O8: L(⊗Wᵢ, ⊗Aᵢ) = Π L(Wᵢ, Aᵢ) for the strategies opt_kron returns."""
     W = wl.Kron([wl.AllRange(16), wl.Prefix(8)])
     A = opt_kron(W, noise="laplace")
-    parts = [error.expected_error(w, a, noise="laplace") / 2 for w, a in zip(W.factors, A.factors)]
-    assert error.expected_error(W, A, noise="laplace") / 2 == pytest.approx(np.prod(parts), rel=1e-9)
+    parts = [accuracy.expected_error(w, a, noise="laplace") / 2 for w, a in zip(W.factors, A.factors)]
+    assert accuracy.expected_error(W, A, noise="laplace") / 2 == pytest.approx(np.prod(parts), rel=1e-9)
 
 
 # ----------------------------------------------------------------------------- OPT⊗
 def kron_baseline(W: wl.Workload, sizes: tuple[int, ...], noise: str) -> float:
     import itertools
 
-    return min(error.expected_error(W, wl.Kron(list(combo)), noise=noise)  # type: ignore[arg-type]
+    return min(accuracy.expected_error(W, wl.Kron(list(combo)), noise=noise)  # type: ignore[arg-type]
                for combo in itertools.product(*(standard(n) for n in sizes)))
 
 
@@ -163,7 +164,7 @@ UNION = wl.VStack([wl.Kron([wl.AllRange(32), wl.Prefix(16)]),
 def test_opt_kron_beats_standard_products(W: wl.Workload, sizes: tuple[int, ...], noise: str) -> None:
     A = opt_kron(W, noise=noise)  # type: ignore[arg-type]
     assert isinstance(A, wl.Kron) and A.sensitivity("l1" if noise == "laplace" else "l2") == pytest.approx(1.0)
-    err, base = error.expected_error(W, A, noise=noise), kron_baseline(W, sizes, noise)  # type: ignore[arg-type]
+    err, base = accuracy.expected_error(W, A, noise=noise), kron_baseline(W, sizes, noise)  # type: ignore[arg-type]
     # Laplace on AllRange(16) ⊗ AllRange(8): identity is optimal among p-Identity (digest §3.3), a tie.
     assert err <= base * (1 + 1e-9)
     if noise == "gaussian" or W is UNION:
@@ -192,8 +193,8 @@ def test_budget_stops_with_the_best_iterate_so_far(monkeypatch: pytest.MonkeyPat
     A = opt0(W, noise="laplace", restarts=5, max_evaluations=20)
     assert len(seen) == 20
     scale = np.trace(W.gram().dense()) / 256
-    assert error.expected_error(W, A, noise="laplace") == pytest.approx(2 * min(seen) * scale, rel=1e-9)
-    assert error.expected_error(W, A, noise="laplace") <= error.expected_error(W, identity(256), noise="laplace")
+    assert accuracy.expected_error(W, A, noise="laplace") == pytest.approx(2 * min(seen) * scale, rel=1e-9)
+    assert accuracy.expected_error(W, A, noise="laplace") <= accuracy.expected_error(W, identity(256), noise="laplace")
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, None])
@@ -282,19 +283,20 @@ def test_opt_union_sensitivity_one_and_error_below_bound(W: wl.Workload, noise: 
     assert np.allclose(A.column_norms(norm), 1.0, atol=1e-12)  # every column: Σc_g or (Σc_g²)^{1/2}
     assert (weights.sum() if noise == "laplace" else np.sqrt((weights**2).sum())) == pytest.approx(1.0, abs=1e-12)
     scale = 2.0 if noise == "laplace" else 1.0
-    errors = np.array([error.expected_error(block, b.base, noise=noise) / scale  # type: ignore[arg-type, attr-defined]
+    errors = np.array([accuracy.expected_error(block, b.base,  # type: ignore[attr-defined]
+                                               noise=noise) / scale  # type: ignore[arg-type]
                        for block, b in zip(W.blocks, A.blocks)])  # type: ignore[attr-defined]
     _, bound = union_bound(errors, noise)  # type: ignore[arg-type]
     assert (errors / weights**2).sum() == pytest.approx(bound, rel=1e-9)  # the weights are the optimal split
-    assert error.expected_error(W, A, noise=noise) <= scale * bound * (1 + 1e-9)  # type: ignore[arg-type]
+    assert accuracy.expected_error(W, A, noise=noise) <= scale * bound * (1 + 1e-9)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("noise", NOISES)
 def test_opt_union_beats_identity_on_distinct_groups(noise: str) -> None:
     A = opt_union(MIXED, noise=noise)  # type: ignore[arg-type]
-    err = error.expected_error(MIXED, A, noise=noise)  # type: ignore[arg-type]
-    assert err < 0.5 * error.expected_error(MIXED, wl.Kron([identity(16), identity(8)]), noise=noise)  # type: ignore[arg-type]
-    assert err < error.expected_error(MIXED, opt_kron(MIXED, noise=noise), noise=noise)  # type: ignore[arg-type]
+    err = accuracy.expected_error(MIXED, A, noise=noise)  # type: ignore[arg-type]
+    assert err < 0.5 * accuracy.expected_error(MIXED, wl.Kron([identity(16), identity(8)]), noise=noise)  # type: ignore[arg-type]
+    assert err < accuracy.expected_error(MIXED, opt_kron(MIXED, noise=noise), noise=noise)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("noise", NOISES)
@@ -330,7 +332,7 @@ def test_opt_union_zero_groups_get_no_block(noise: str) -> None:
     W = wl.VStack([wl.Kron([wl.AllRange(4), wl.Total(3)]), wl.Kron([zero, wl.Prefix(3)])])
     A = opt_union(W, noise=noise)  # type: ignore[arg-type]
     assert isinstance(A, wl.Kron) and A.sensitivity("l1" if noise == "laplace" else "l2") == pytest.approx(1.0)
-    assert error.support_residual(W, A) < 1e-12
+    assert accuracy.support_residual(W, A) < 1e-12
     assert isinstance(opt_union(wl.Kron([zero, wl.Prefix(3)]), noise=noise), wl.Kron)  # type: ignore[arg-type]
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-MATH_MODULES = ["dpsql.workloads", "dpsql.kronvec", "dpsql.linalg", "dpsql.strategies", "dpsql.noise", "dpsql.marginal_queries", "dpsql.truncation",
+MATH_MODULES = ["dpsql.workloads", "dpsql.kronvec", "dpsql.linalg", "dpsql.strategies", "dpsql.noise", "dpsql.marginal_queries", "dpsql.sum_truncation",
                 "dpsql.residual_basis", "dpsql.strategies.residual", "dpsql.strategies.residual_plus",
-                "dpsql.mechanism", "dpsql.error", "dpsql.weights"]
+                "dpsql.mechanism", "dpsql.accuracy", "dpsql.weights"]
 MATH_MODULES += ["dpsql.local", "dpsql.local.strategy", "dpsql.local.baselines", "dpsql.local.variance", "dpsql.local.projection", "dpsql.local.factorization", "dpsql.local.selection", "dpsql.local.quantize", "dpsql.local.layout", "dpsql.local.protocol", "dpsql.local.simulate"]
 
 BLOCKER = """

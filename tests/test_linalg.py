@@ -1,4 +1,4 @@
-"""Structured linear algebra (dpsql.linalg) and the error formulas / SVD bound (dpsql.error) against numpy.
+"""Structured linear algebra (dpsql.linalg) and the error formulas / SVD bound (dpsql.accuracy) against numpy.
 
 Operators are generated over small multi-attribute domains (e.g. 2 × 3 × 2 cells) with random
 Kronecker groupings, so that workload and strategy often factorise the same domain differently.
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from _helpers import groupings
 
-from dpsql import error
+from dpsql import accuracy
 from dpsql import strategies as strat
 from dpsql.errors import ShapeError, UnsupportedStrategyError
 from dpsql.linalg import paired_factors, pinv_gram, projector, quadratic_diag, trace_of_product
@@ -371,17 +371,17 @@ def test_support_residual_detects_support(wa: tuple[Op, Op]) -> None:
     Rw, Ra = w.ref, a.ref
     projected = Rw @ np.linalg.pinv(Ra, rcond=1e-5) @ Ra
     expected = float(((Rw - projected) ** 2).sum() / (Rw**2).sum())
-    residual = error.support_residual(w.op, a.op)
+    residual = accuracy.support_residual(w.op, a.op)
     assert residual == pytest.approx(expected, rel=EIG_RTOL, abs=1e-9)
     supported = np.allclose(projected, Rw)
-    assert (residual <= error.SUPPORT_TOLERANCE) == supported
+    assert (residual <= accuracy.SUPPORT_TOLERANCE) == supported
     if supported:
-        error.check_support(w.op, a.op)
+        accuracy.check_support(w.op, a.op)
     else:
         with pytest.raises(UnsupportedStrategyError):
-            error.check_support(w.op, a.op)
+            accuracy.check_support(w.op, a.op)
         with pytest.raises(UnsupportedStrategyError):
-            error.expected_error(w.op, a.op)
+            accuracy.expected_error(w.op, a.op)
 
 
 def test_support_examples_from_the_thesis() -> None:
@@ -391,10 +391,10 @@ def test_support_examples_from_the_thesis() -> None:
         [1, 0, 1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 1, 1, -1, -1],
     )
     W1 = Explicit(np.array([w2, w3, w4], dtype=float))
-    assert error.support_residual(W1, Explicit(np.array([w3, w4], dtype=float))) == pytest.approx(0.0, abs=1e-12)
-    assert error.support_residual(W1, Explicit(np.array([w1, w5], dtype=float))) > 0.1
+    assert accuracy.support_residual(W1, Explicit(np.array([w3, w4], dtype=float))) == pytest.approx(0.0, abs=1e-12)
+    assert accuracy.support_residual(W1, Explicit(np.array([w1, w5], dtype=float))) > 0.1
     with pytest.raises(ShapeError):
-        error.support_residual(Identity(3), Identity(4))
+        accuracy.support_residual(Identity(3), Identity(4))
 
 
 @relaxed
@@ -408,15 +408,16 @@ def test_expected_error_and_variances_match_numpy(wa: tuple[Op, Op], data: st.Da
     per_query = np.einsum("ij,jk,ik->i", Rw, M, Rw)
     variances = {"gaussian": (Ra**2).sum(axis=0).max(), "laplace": 2 * np.abs(Ra).sum(axis=0).max() ** 2}
     for noise, v in variances.items():
-        total = error.expected_error(w.op, a.op, noise=noise)
+        total = accuracy.expected_error(w.op, a.op, noise=noise)
         assert total == pytest.approx(v * per_query.sum(), rel=EIG_RTOL)
-        assert_close(error.per_query_variance(w.op, a.op, noise=noise), v * per_query)
-        assert error.rmse(w.op, a.op, noise=noise) == pytest.approx(math.sqrt(v * per_query.sum() / Rw.shape[0]), rel=EIG_RTOL)
-    assert error.expected_error(w.op, a.op) >= error.svd_bound(w.op) * (1 - 1e-9), "no strategy beats the SVD bound"
+        assert_close(accuracy.per_query_variance(w.op, a.op, noise=noise), v * per_query)
+        assert accuracy.rmse(w.op, a.op, noise=noise) == pytest.approx(math.sqrt(v * per_query.sum() / Rw.shape[0]), rel=EIG_RTOL)
+    assert accuracy.expected_error(w.op, a.op) >= accuracy.svd_bound(w.op) * (1 - 1e-9), \
+        "no strategy beats the SVD bound"
     perm = data.draw(st.permutations(range(Rw.shape[0])))
     shuffled = Explicit(Rw[list(perm)])
-    assert error.expected_error(shuffled, a.op) == pytest.approx(error.expected_error(w.op, a.op), rel=EIG_RTOL)
-    assert error.svd_bound(shuffled) == pytest.approx(error.svd_bound(w.op), rel=EIG_RTOL)
+    assert accuracy.expected_error(shuffled, a.op) == pytest.approx(accuracy.expected_error(w.op, a.op), rel=EIG_RTOL)
+    assert accuracy.svd_bound(shuffled) == pytest.approx(accuracy.svd_bound(w.op), rel=EIG_RTOL)
 
 
 # =================================================================================== SVD bound
@@ -424,7 +425,7 @@ def test_expected_error_and_variances_match_numpy(wa: tuple[Op, Op], data: st.Da
 @given(w=workloads_any)
 def test_svd_bound_matches_singular_values(w: Op) -> None:
     note(repr(w.op))
-    assert error.svd_bound(w.op) == pytest.approx(ref_svdb(w.ref), rel=EIG_RTOL)
+    assert accuracy.svd_bound(w.op) == pytest.approx(ref_svdb(w.ref), rel=EIG_RTOL)
 
 
 @pytest.mark.parametrize("W", [
@@ -437,7 +438,7 @@ def test_svd_bound_matches_singular_values(w: Op) -> None:
     VStack([Kron([Identity(3), Explicit([[1.0, 0, 0, 0]])]), Kron([Total(3), Explicit([[1.0, 2, 0, 0]])])]),  # zero columns
 ])
 def test_svd_bound_of_unions_of_kron_products(W: Workload) -> None:
-    assert error.svd_bound(W) == pytest.approx(ref_svdb(W.dense()), rel=EIG_RTOL)
+    assert accuracy.svd_bound(W) == pytest.approx(ref_svdb(W.dense()), rel=EIG_RTOL)
 
 
 def all_predicate(n: int) -> Explicit:
@@ -491,7 +492,7 @@ ORACLES = [
 
 @pytest.mark.parametrize("W,expected,rtol,source", ORACLES, ids=[f"{o[3]}-{i}" for i, o in enumerate(ORACLES)])
 def test_svd_bound_oracles(W: Workload, expected: float, rtol: float, source: str) -> None:
-    assert error.svd_bound(W) == pytest.approx(expected, rel=rtol), source
+    assert accuracy.svd_bound(W) == pytest.approx(expected, rel=rtol), source
     if W.shape[1] <= 256:
         assert ref_svdb(W.dense()) == pytest.approx(expected, rel=rtol), f"reference disagrees with {source}"
 
@@ -502,19 +503,19 @@ def test_svd_bound_zero_columns() -> None:
     supreme bound of oracle 7)."""
     R = np.array([[1.0, 1.0, 0.0, 0.0]])
     assert plain_svdb(R) == pytest.approx(0.5, rel=CLOSED_RTOL)
-    assert error.svd_bound(Explicit(R)) == pytest.approx(1.0, rel=CLOSED_RTOL)
-    assert error.svd_bound(Kron([Explicit(R), AllRange(2)])) == pytest.approx(2 + math.sqrt(3), rel=CLOSED_RTOL)
+    assert accuracy.svd_bound(Explicit(R)) == pytest.approx(1.0, rel=CLOSED_RTOL)
+    assert accuracy.svd_bound(Kron([Explicit(R), AllRange(2)])) == pytest.approx(2 + math.sqrt(3), rel=CLOSED_RTOL)
 
 
 def test_expected_error_oracles() -> None:
     """Oracle 4: identity ratio 1.28 for AllPredicate(8); oracle 5: identity error 8 on [I_4; 1ᵀ];
     oracle 8: identity 20 and W-as-strategy 12 for the thesis W."""
     W8 = all_predicate(8)
-    assert error.expected_error(W8, Identity(8)) / error.svd_bound(W8) == pytest.approx(1.28, rel=CLOSED_RTOL)
-    assert error.expected_error(VStack([Identity(4), Total(4)]), Identity(4)) == pytest.approx(8.0, rel=CLOSED_RTOL)
+    assert accuracy.expected_error(W8, Identity(8)) / accuracy.svd_bound(W8) == pytest.approx(1.28, rel=CLOSED_RTOL)
+    assert accuracy.expected_error(VStack([Identity(4), Total(4)]), Identity(4)) == pytest.approx(8.0, rel=CLOSED_RTOL)
     W = ORACLES[-1][0]
-    assert error.expected_error(W, Identity(8)) == pytest.approx(20.0, rel=CLOSED_RTOL)
-    assert error.expected_error(W, W) == pytest.approx(12.0, rel=EIG_RTOL)
+    assert accuracy.expected_error(W, Identity(8)) == pytest.approx(20.0, rel=CLOSED_RTOL)
+    assert accuracy.expected_error(W, W) == pytest.approx(12.0, rel=EIG_RTOL)
 
 
 @relaxed
@@ -522,9 +523,9 @@ def test_expected_error_oracles() -> None:
 def test_svd_bound_of_kron_is_product(ww: tuple[Op, Op]) -> None:
     w1, w2 = ww
     K = Kron([w1.op, w2.op])
-    assert error.svd_bound(K) == pytest.approx(error.svd_bound(w1.op) * error.svd_bound(w2.op), rel=EIG_RTOL)
+    assert accuracy.svd_bound(K) == pytest.approx(accuracy.svd_bound(w1.op) * accuracy.svd_bound(w2.op), rel=EIG_RTOL)
     if K.shape[0] * K.shape[1] <= 40_000:
-        assert error.svd_bound(K) == pytest.approx(ref_svdb(np.kron(w1.ref, w2.ref)), rel=EIG_RTOL)
+        assert accuracy.svd_bound(K) == pytest.approx(ref_svdb(np.kron(w1.ref, w2.ref)), rel=EIG_RTOL)
 
 
 @relaxed
@@ -532,9 +533,10 @@ def test_svd_bound_of_kron_is_product(ww: tuple[Op, Op]) -> None:
 def test_svd_bound_sqrt_subadditive_under_union(ww: tuple[Op, Op]) -> None:
     """√svdb(W1 ∪ W2) ≤ √svdb(W1) + √svdb(W2) (seed-002 oracle 14)."""
     w1, w2 = ww
-    union = error.svd_bound(VStack([w1.op, w2.op]))
+    union = accuracy.svd_bound(VStack([w1.op, w2.op]))
     assert union == pytest.approx(ref_svdb(np.vstack([w1.ref, w2.ref])), rel=EIG_RTOL)
-    assert math.sqrt(union) <= (math.sqrt(error.svd_bound(w1.op)) + math.sqrt(error.svd_bound(w2.op))) * (1 + 1e-9)
+    bound = math.sqrt(accuracy.svd_bound(w1.op)) + math.sqrt(accuracy.svd_bound(w2.op))
+    assert math.sqrt(union) <= bound * (1 + 1e-9)
 
 
 @relaxed
@@ -546,8 +548,8 @@ def test_svd_bound_monotone_under_row_containment(w: Op, data: st.DataObject) ->
     subset = sorted(data.draw(st.lists(st.integers(0, R.shape[0] - 1), min_size=1, unique=True)))
     R1 = R[subset]
     assume(np.array_equal(np.any(R1 != 0, axis=0), np.any(R != 0, axis=0)))
-    assert error.svd_bound(Explicit(R1)) <= error.svd_bound(w.op) * (1 + 1e-9)
-    assert error.svd_bound(Explicit(R[perm])) == pytest.approx(error.svd_bound(w.op), rel=EIG_RTOL)
+    assert accuracy.svd_bound(Explicit(R1)) <= accuracy.svd_bound(w.op) * (1 + 1e-9)
+    assert accuracy.svd_bound(Explicit(R[perm])) == pytest.approx(accuracy.svd_bound(w.op), rel=EIG_RTOL)
 
 
 def test_svd_bound_not_monotone_when_the_subset_touches_fewer_cells() -> None:
@@ -555,8 +557,8 @@ def test_svd_bound_not_monotone_when_the_subset_touches_fewer_cells() -> None:
     fewer cells: svdb([1,1,0]) = 1 > svdb([[1,1,0],[0,0,0.1]]) = (√2 + 0.1)²/3. Not a bug: why the
     monotonicity property above fixes the cells."""
     small, big = Explicit([[1.0, 1.0, 0.0]]), Explicit([[1.0, 1.0, 0.0], [0.0, 0.0, 0.1]])
-    assert error.svd_bound(small) == pytest.approx(1.0, rel=CLOSED_RTOL)
-    assert error.svd_bound(big) == pytest.approx((math.sqrt(2) + 0.1) ** 2 / 3, rel=CLOSED_RTOL)
+    assert accuracy.svd_bound(small) == pytest.approx(1.0, rel=CLOSED_RTOL)
+    assert accuracy.svd_bound(big) == pytest.approx((math.sqrt(2) + 0.1) ** 2 / 3, rel=CLOSED_RTOL)
 
 
 # =================================================================================== regressions (bugs found by these tests)
@@ -568,13 +570,13 @@ def test_pinv_gram_of_singular_float_gram() -> None:
 def test_support_residual_with_singular_float_strategy() -> None:
     A = Explicit(np.array([[0.3, 0.7], [0.6, 1.4]]))  # row space spanned by (3, 7)
     # ‖w − wA⁺A‖²/‖w‖² for w = (1, 0) is 1 − 9/58 = 49/58; dpsql returns 0.0 and check_support passes
-    assert error.support_residual(Explicit([[1.0, 0.0]]), A) == pytest.approx(49 / 58, rel=CLOSED_RTOL)
+    assert accuracy.support_residual(Explicit([[1.0, 0.0]]), A) == pytest.approx(49 / 58, rel=CLOSED_RTOL)
 
 
 def test_expected_error_with_singular_float_strategy() -> None:
     A = Explicit(np.array([[0.3, 0.7], [0.6, 1.4]]))
     # W = first row of A: Δ₂(A)² = 0.7² + 1.4² = 2.45 and w (AᵀA)⁺ wᵀ = 0.2, so 0.49; dpsql returns 0.6125
-    assert error.expected_error(Explicit([[0.3, 0.7]]), A) == pytest.approx(0.49, rel=CLOSED_RTOL)
+    assert accuracy.expected_error(Explicit([[0.3, 0.7]]), A) == pytest.approx(0.49, rel=CLOSED_RTOL)
 
 
 def test_trace_of_product_with_one_column_kron_factor() -> None:
@@ -595,12 +597,12 @@ def test_quadratic_diag_with_one_column_kron_factor() -> None:
 
 def test_svd_bound_of_union_with_one_column_kron_factor() -> None:
     W = VStack([Kron([Prefix(2), Total(1), AllRange(3)]), Kron([Identity(2), Identity(3)])])
-    assert error.svd_bound(W) == pytest.approx(ref_svdb(W.dense()), rel=EIG_RTOL)  # raises ValueError
+    assert accuracy.svd_bound(W) == pytest.approx(ref_svdb(W.dense()), rel=EIG_RTOL)  # raises ValueError
 
 
 def test_svd_bound_of_all_zero_workload() -> None:
     # no query touches any cell: every strategy has zero error, so the lower bound should be 0, not nan
     with np.errstate(invalid="ignore", divide="ignore"):
-        assert error.svd_bound(Explicit(np.zeros((2, 3)))) == 0.0
-        assert error.svd_bound(Kron([Explicit([[0.0, 0.0]]), Total(3)])) == 0.0
-    assert error.expected_error(Explicit(np.zeros((2, 3))), Identity(3)) == 0.0
+        assert accuracy.svd_bound(Explicit(np.zeros((2, 3)))) == 0.0
+        assert accuracy.svd_bound(Kron([Explicit([[0.0, 0.0]]), Total(3)])) == 0.0
+    assert accuracy.expected_error(Explicit(np.zeros((2, 3))), Identity(3)) == 0.0

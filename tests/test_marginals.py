@@ -3,7 +3,7 @@
 
 References are built here from np.kron of I / J / 1ᵀ blocks and np.linalg (pinv with eigenvalues
 below 1e-10 of the largest treated as zero, as the library does). The losses use the digest's
-normalisation (noise variance 1 per unit sensitivity): error.expected_error reports twice that for
+normalisation (noise variance 1 per unit sensitivity): accuracy.expected_error reports twice that for
 Laplace at ε = 1. Oracles: /work/shared/research/hdmm.md §7 (O6, O10, the OPT_M invariants).
 """
 
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpsql import error
+from dpsql import accuracy
 from dpsql import workloads as wl
 from dpsql.errors import ShapeError
 from dpsql.linalg import pinv_gram, projector
@@ -80,7 +80,7 @@ def ref_loss(W: np.ndarray, A: np.ndarray, noise: str) -> float:
 
 def rmse(W: wl.Workload, A: wl.Workload, noise: str) -> float:
     """RMSE in the digest's normalisation (noise variance 1 per unit sensitivity)."""
-    e = error.expected_error(W, A, noise=noise)  # type: ignore[arg-type]
+    e = accuracy.expected_error(W, A, noise=noise)  # type: ignore[arg-type]
     return float(np.sqrt(e / (2.0 if noise == "laplace" else 1.0) / W.shape[0]))
 
 
@@ -228,7 +228,7 @@ def test_loss_equals_dense_error_for_range_marginal_workloads(noise: str, index:
         loss, _ = marginals_loss(theta, w, SMALL, noise)  # type: ignore[arg-type]
         A = marginals_strategy(SMALL, strategy_weights(theta, noise))
         assert loss == pytest.approx(ref_loss(W.dense(), A.dense(), noise), rel=1e-9)
-        assert loss == pytest.approx(error.expected_error(W, A, noise=noise) / (2.0 if noise == "laplace" else 1.0), rel=1e-9)  # type: ignore[arg-type]
+        assert loss == pytest.approx(accuracy.expected_error(W, A, noise=noise) / (2.0 if noise == "laplace" else 1.0), rel=1e-9)  # type: ignore[arg-type]
 
 
 @settings(deadline=None, max_examples=40)
@@ -276,8 +276,9 @@ def test_per_query_variance_matches_dense(noise: str) -> None:
     Wd, Ad = W.dense(), A.dense()
     v = 2 * np.abs(Ad).sum(axis=0).max() ** 2 if noise == "laplace" else (Ad * Ad).sum(axis=0).max()
     expected = v * np.einsum("ij,jk,ik->i", Wd, ref_pinv(Ad.T @ Ad), Wd)
-    np.testing.assert_allclose(error.per_query_variance(W, A, noise=noise), expected, rtol=1e-9)  # type: ignore[arg-type]
-    assert error.expected_error(W, A, noise=noise) == pytest.approx(expected.sum(), rel=1e-9)  # type: ignore[arg-type]
+    np.testing.assert_allclose(accuracy.per_query_variance(W, A, noise=noise), expected, rtol=1e-9)  # type: ignore[arg-type]
+    assert accuracy.expected_error(W, A, noise=noise) == pytest.approx(  # type: ignore[arg-type]
+        expected.sum(), rel=1e-9)
 
 
 # =================================================================================== O6: cps-1
@@ -299,10 +300,11 @@ def test_o6_cps1(noise: str, low: float, high: float, monkeypatch: pytest.Monkey
     assert W.shape == (51 * 101 * 8 * 5 * 3, 280_000)
     A = opt_marginals(W, noise=noise, seed=0, restarts=3)  # type: ignore[arg-type]
     value = rmse(W, A, noise)
-    variances = error.per_query_variance(W, A, noise=noise)  # type: ignore[arg-type]
+    variances = accuracy.per_query_variance(W, A, noise=noise)  # type: ignore[arg-type]
     assert low <= value <= high
     assert value < rmse(W, wl.Identity(280_000), noise)
-    assert variances.sum() == pytest.approx(error.expected_error(W, A, noise=noise), rel=1e-9)  # type: ignore[arg-type]
+    assert variances.sum() == pytest.approx(accuracy.expected_error(W, A, noise=noise),  # type: ignore[arg-type]
+                                            rel=1e-9)
 
 
 # =================================================================================== opt_marginals
@@ -314,12 +316,12 @@ def test_opt_marginals_two_way_beats_identity_and_workload(noise: str) -> None:
     W = marginals_workload(TWO_WAY, 2)
     A = opt_marginals(W, noise=noise)  # type: ignore[arg-type]
     assert A.sensitivity("l1" if noise == "laplace" else "l2") == pytest.approx(1.0, abs=1e-12)
-    ours = error.expected_error(W, A, noise=noise)  # type: ignore[arg-type]
-    assert ours < error.expected_error(W, wl.Identity(math.prod(TWO_WAY)), noise=noise)  # type: ignore[arg-type]
-    assert ours <= error.expected_error(W, W, noise=noise) * (1 + 1e-6)  # type: ignore[arg-type]
+    ours = accuracy.expected_error(W, A, noise=noise)  # type: ignore[arg-type]
+    assert ours < accuracy.expected_error(W, wl.Identity(math.prod(TWO_WAY)), noise=noise)  # type: ignore[arg-type]
+    assert ours <= accuracy.expected_error(W, W, noise=noise) * (1 + 1e-6)  # type: ignore[arg-type]
     again = opt_marginals(W, noise=noise)  # type: ignore[arg-type]
     np.testing.assert_array_equal(marginal_form(again)[1], marginal_form(A)[1])  # type: ignore[index]
-    print(f"2-way marginals {noise}: OPT_M / workload = {ours / error.expected_error(W, W, noise=noise):.4f}")  # type: ignore[arg-type]
+    print(f"2-way marginals {noise}: OPT_M / workload = {ours / accuracy.expected_error(W, W, noise=noise):.4f}")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("noise", NOISES)
@@ -331,8 +333,9 @@ def test_opt_marginals_on_range_workload_matches_its_loss(noise: str) -> None:
     theta = np.sqrt(u) if noise == "laplace" else u
     loss, _ = marginals_loss(theta, marginal_weights(W, sizes), sizes, noise)  # type: ignore[arg-type]
     factor = 2.0 if noise == "laplace" else 1.0
-    assert error.expected_error(W, A, noise=noise) == pytest.approx(factor * loss, rel=1e-9)  # type: ignore[arg-type]
-    assert error.expected_error(W, A, noise=noise) <= error.expected_error(W, wl.Identity(24), noise=noise) * (1 + 1e-9)  # type: ignore[arg-type]
+    assert accuracy.expected_error(W, A, noise=noise) == pytest.approx(  # type: ignore[arg-type]
+        factor * loss, rel=1e-9)
+    assert accuracy.expected_error(W, A, noise=noise) <= accuracy.expected_error(W, wl.Identity(24), noise=noise) * (1 + 1e-9)  # type: ignore[arg-type]
 
 
 def test_opt_marginals_budget_of_one_evaluation_returns_a_valid_strategy() -> None:
@@ -340,8 +343,8 @@ def test_opt_marginals_budget_of_one_evaluation_returns_a_valid_strategy() -> No
     for noise in NOISES:
         A = opt_marginals(W, noise=noise, max_evaluations=1)  # type: ignore[arg-type]
         assert A.sensitivity("l1" if noise == "laplace" else "l2") == pytest.approx(1.0, abs=1e-12)
-        error.check_support(W, A)
-        assert error.expected_error(W, A, noise=noise) <= error.expected_error(W, wl.Identity(360), noise=noise) * (1 + 1e-9)  # type: ignore[arg-type]
+        accuracy.check_support(W, A)
+        assert accuracy.expected_error(W, A, noise=noise) <= accuracy.expected_error(W, wl.Identity(360), noise=noise) * (1 + 1e-9)  # type: ignore[arg-type]
 
 
 def test_opt_marginals_bad_input() -> None:

@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpsql import error, mechanism, strategies, workloads
+from dpsql import accuracy, mechanism, strategies, workloads
 from dpsql.errors import DataError, DpsqlWarning, PrivacyParameterError, ShapeError, UnsupportedStrategyError
 from dpsql.noise import SeededRandomSource
 
@@ -51,7 +51,7 @@ def test_reported_variance_uses_the_exact_discrete_noise() -> None:
     release = mechanism.measure(A, x, rho=Fraction(1, 2), rng=SeededRandomSource(1))
     assert release.rho == Fraction(1, 2)  # σ² = Δ₂²/(2ρ) = Δ₂² is rational already: nothing rounded
     assert release.noise_scale == A.max_column_power_sum(2) == 4  # H2(6) has 4 levels
-    unit = error.per_query_variance(W, A)  # at σ² = Δ₂²
+    unit = accuracy.per_query_variance(W, A)  # at σ² = Δ₂²
     np.testing.assert_allclose(mechanism.answer(W, release).variances, unit * release.noise_variance / 4)
     small = mechanism.measure(A, x, rho=8, rng=SeededRandomSource(1))
     assert small.noise_scale == Fraction(1, 4)
@@ -90,7 +90,7 @@ def test_real_valued_strategy_is_rounded_to_integers() -> None:
     rounded = mechanism.integral_strategy(A)
     assert rounded.integral and rounded.shape[1] == 5
     W = workloads.AllRange(5)
-    assert error.expected_error(W, rounded) == pytest.approx(error.expected_error(W, A), rel=1e-4)
+    assert accuracy.expected_error(W, rounded) == pytest.approx(accuracy.expected_error(W, A), rel=1e-4)
     kron = mechanism.integral_strategy(workloads.Kron([A, workloads.Weighted(0.5, workloads.Identity(2))]))
     assert kron.integral
     release = mechanism.measure(A, np.arange(5), rho=1.0, rng=SeededRandomSource(5))
@@ -112,7 +112,7 @@ def test_stacked_strategy_keeps_its_blocks_and_relative_weights_when_rounded() -
     assert weights[2] / weights[1] == pytest.approx(1e-3 / 1.7, rel=1e-3)
     W = workloads.Kron([workloads.AllRange(3), workloads.AllRange(4)])
     # the smallest weight is rounded by at most 1/2 unit, and the error scales at most as weight⁻²
-    assert error.expected_error(W, rounded) == pytest.approx(error.expected_error(W, A), rel=1.0 / weights[2])
+    assert accuracy.expected_error(W, rounded) == pytest.approx(accuracy.expected_error(W, A), rel=1.0 / weights[2])
     tiny = mechanism.integral_strategy(workloads.VStack([workloads.Identity(4), workloads.Weighted(1e-9, workloads.Total(4))]))
     weights = [getattr(b, "weight", 1.0) for b in tiny.blocks]  # type: ignore[attr-defined]
     assert weights[1] == 2.0**20 and weights[0] == pytest.approx(2.0**20 * 1e9, rel=2.0**-50)  # tiny keeps 20 bits

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpsql import engine, error, plan_cache, planner, workloads
+from dpsql import accuracy, engine, plan_cache, planner, workloads
 from dpsql.engine import grouping, vector_plans
 from dpsql.accounting import PrivacyCost
 from dpsql.schema import Schema
@@ -23,7 +23,7 @@ def _no_scoring(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> float:
         raise AssertionError("a cached decision was scored again")
 
-    monkeypatch.setattr(error, "expected_error", refuse)
+    monkeypatch.setattr(accuracy, "expected_error", refuse)
 
 
 def test_a_workload_planned_before_is_not_scored_again(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpsql import engine, error, planner, strategies, workloads
+from dpsql import accuracy, engine, planner, strategies, workloads
 from dpsql.accounting import PrivacyCost
 from dpsql.errors import ShapeError
 from dpsql.schema import Schema
@@ -75,7 +75,7 @@ def test_bad_workloads_are_refused() -> None:
         planner.plan(workloads.Explicit(np.zeros((0, 4))))
     with pytest.raises(ShapeError, match="finite"):
         workloads.Explicit([[1.0, np.nan]])
-    assert error.svd_bound(workloads.Explicit(np.zeros((2, 3)))) == 0.0
+    assert accuracy.svd_bound(workloads.Explicit(np.zeros((2, 3)))) == 0.0
 
 
 def test_progress_names_each_optimization_and_is_silent_when_cached() -> None:

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 import dpsql
-from dpsql import engine, error
+from dpsql import accuracy, engine
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.noise import SeededRandomSource
@@ -155,7 +155,7 @@ def test_when_every_cell_is_reported_residual_planner_meets_the_svd_bound_and_sk
     assert route.block_weights == tuple(1 / b.workload.shape[0] for b in blocks)
     W = VStack([Weighted(math.sqrt(c), b.workload) for c, b in zip(route.block_weights, blocks)])
     assert W.shape == (4 * 5 + 4 * 6 + 5 * 6 + 5, 120)
-    assert route.weighted_variance == pytest.approx(error.svd_bound(W), rel=1e-8)  # ρ = 1/2 is the bound's unit
+    assert route.weighted_variance == pytest.approx(accuracy.svd_bound(W), rel=1e-8)  # ρ = 1/2 is the bound's unit
     assert "statement groups were not planned" in engine.explain(prepared)
     both = engine.prepare(sql, wide_schema(), PrivacyCost(rho=0.5), plan_all_routes=True)
     assert (both.chosen is both.residual) and both.groups.measurements and isinstance(both.residual, engine.ResidualPlan)

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 import dpsql
-from dpsql import engine, error, mechanism, planner
+from dpsql import accuracy, engine, mechanism, planner
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import (
@@ -211,7 +211,7 @@ def _predicted_stddevs(prepared: engine.Prepared) -> list[dict[str, np.ndarray]]
             variance = discrete_gaussian_variance((A.sensitivity("l2") * m.row_scale) ** 2 / (2 * m.share))
         for b, block in enumerate(group.blocks):
             if block.data == m.vector:
-                shape = error.per_query_variance(block.workload, A, noise=m.plan.noise) / error.unit_noise_variance(A, m.plan.noise)
+                shape = accuracy.per_query_variance(block.workload, A, noise=m.plan.noise) / accuracy.unit_noise_variance(A, m.plan.noise)
                 per_block[m.group, b] = np.sqrt(variance * shape) * m.quantum
     return [{out.aggregate.alias: per_block[s.group, out.blocks[0]][s.block_rows] for out in s.aggregates
              if out.aggregate.function != "avg"} for s in compiled.statements]

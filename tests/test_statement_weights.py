@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 import dpsql
-from dpsql import engine, error
+from dpsql import accuracy, engine
 from dpsql.engine.guard import guard_notes, measured_sums
 from dpsql.engine.metadata import statement_metadata
 from dpsql import weights as weighting
@@ -53,7 +53,7 @@ def sum_variance(prepared: engine.Prepared) -> float:
     statement = prepared.groups.compiled.statements[1]
     block = prepared.groups.compiled.groups[statement.group].blocks[statement.aggregates[0].blocks[0]]
     (m,) = [m for m in prepared.groups.measurements if (m.group, m.vector) == (statement.group, block.data)]
-    unit = error.per_query_variance(block.workload, m.plan.strategy, noise=m.plan.noise)
+    unit = accuracy.per_query_variance(block.workload, m.plan.strategy, noise=m.plan.noise)
     scale = (m.row_scale / m.share) ** 2 if m.plan.noise == "laplace" else m.row_scale**2 / (2 * m.share)
     return float(unit[0]) * scale * (m.quantum * block.scale) ** 2
 

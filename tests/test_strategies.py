@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpsql import error, strategies, workloads
+from dpsql import accuracy, strategies, workloads
 from dpsql.strategies.hierarchical import tree_intervals
 
 
@@ -21,9 +21,9 @@ def check_strategy(A: workloads.Workload, W: workloads.Workload) -> None:
     profile = R @ pinv
     for noise, variance in (("gaussian", (S**2).sum(axis=0).max()), ("laplace", 2 * np.abs(S).sum(axis=0).max() ** 2)):
         expected = variance * (profile**2).sum(axis=1)
-        np.testing.assert_allclose(error.per_query_variance(W, A, noise=noise), expected, rtol=1e-8, atol=1e-10)
-        assert error.expected_error(W, A, noise=noise) == pytest.approx(expected.sum(), rel=1e-8)
-        assert error.expected_error(W, A, noise="gaussian") >= error.svd_bound(W) * (1 - 1e-9)
+        np.testing.assert_allclose(accuracy.per_query_variance(W, A, noise=noise), expected, rtol=1e-8, atol=1e-10)
+        assert accuracy.expected_error(W, A, noise=noise) == pytest.approx(expected.sum(), rel=1e-8)
+        assert accuracy.expected_error(W, A, noise="gaussian") >= accuracy.svd_bound(W) * (1 - 1e-9)
 
 
 STRATEGIES = {

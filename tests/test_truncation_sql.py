@@ -14,10 +14,10 @@ import pytest
 
 from dpsql import engine, thresholds
 from dpsql.accounting import Budget, PrivacyCost
-from dpsql.backends.duckdb import DuckDBBackend, measure_quantum
+from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import SchemaError
 from dpsql.noise import SeededRandomSource
-from dpsql.schema import Schema
+from dpsql.schema import Schema, measure_quantum
 
 ROWS = 4000
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from dpsql.backends.duckdb import CellData, DuckDBBackend, arrow_table, measure_quantum
+from dpsql.backends.duckdb import CellData, DuckDBBackend, arrow_table
 from dpsql.schema import Column, Table
 
 
@@ -24,4 +24,4 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-__all__ = ["Backend", "CellData", "DuckDBBackend", "arrow_table", "measure_quantum"]
+__all__ = ["Backend", "CellData", "DuckDBBackend", "arrow_table"]

@@ -226,7 +226,7 @@ class DuckDBBackend:
             cell_columns: declared columns of ``table`` whose domains span the cells (may be empty:
                 one cell holding every row).
             sum_columns: measure column -> quantum (a public positive number; use
-                :func:`measure_quantum`). Each row adds round(clamp(value, lo, hi) / quantum).
+                :func:`dpsql.schema.measure_quantum`). Each row adds round(clamp(value, lo, hi) / quantum).
             count_columns: columns whose values (not NULL, not NaN) are counted per cell.
 
         Returns:
@@ -359,35 +359,6 @@ class DuckDBBackend:
         except duckdb.Error as err:
             raise OperationalError(f"DuckDB failed to run the cell query ({type(err).__name__}); its message is "
                                    "withheld because it may quote data values.") from None
-
-
-def measure_quantum(column: Column) -> float:
-    """The quantum a SUM over ``column`` is counted in: 1 for integers, else a power of two.
-
-    For numeric columns it is 2^(ceil(log2(max(|lo|, |hi|))) - 24) over the measure bounds, so a
-    clamped value keeps about 7 significant digits and per-row values stay below 2^24 in
-    magnitude: sums are exact int64.
-
-    >>> from dpsql.schema import Schema
-    >>> columns = Schema.load({"tables": {"t": {"columns": {
-    ...     "n": {"type": "integer", "lower": 0, "upper": 9},
-    ...     "x": {"type": "numeric", "lower": -3, "upper": 100}}}}}).table("t").columns
-    >>> measure_quantum(columns["n"]), measure_quantum(columns["x"]) == 2.0**-17
-    (1.0, True)
-
-    Raises:
-        SchemaError: the column has no measure bounds (categorical or date).
-    """
-    if column.measure_bounds is None or not isinstance(column.domain, Ordered):
-        raise SchemaError(f"{column.key} cannot be summed: only integer and numeric columns have measure bounds.")
-    if column.domain.kind == "integer":
-        return 1.0
-    magnitude = max(abs(column.measure_bounds[0]), abs(column.measure_bounds[1]))
-    if magnitude == 0:
-        return 1.0
-    mantissa, exponent = math.frexp(magnitude)  # magnitude = mantissa * 2**exponent, 0.5 <= mantissa < 1
-    ceil_log2 = exponent - 1 if mantissa == 0.5 else exponent
-    return math.ldexp(1.0, ceil_log2 - 24)
 
 
 def arrow_table(result: Any) -> pa.Table:

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from dpsql import truncation
+from dpsql import sum_truncation
 from dpsql.mechanism import Answers
 from dpsql.engine.vocabulary import AnswerKey, AnswerSet
 from dpsql.sql.compile import CompiledBatch
@@ -86,7 +86,7 @@ def _isotonic(compiled: CompiledBatch, answers: dict[AnswerKey, Answers]) -> int
                 continue  # not one nested chain: on non-negative data each row's answer is at most the next one's
             values = np.array([answers[AnswerKey(g, b)].values[0] for b in order])
             weights = np.array([1.0 / max(answers[AnswerKey(g, b)].variances[0], 1e-300) for b in order])
-            fitted = truncation.isotonic_increasing(values, weights)
+            fitted = sum_truncation.isotonic_increasing(values, weights)
             for b, value in zip(order, fitted):
                 answers[AnswerKey(g, b)] = replace(answers[AnswerKey(g, b)], values=np.array([value]))
             chains += 1

@@ -11,8 +11,7 @@ from fractions import Fraction
 from dpsql import weights as weighting
 from dpsql.errors import ProgrammingError
 from dpsql.planner import Noise
-from dpsql.backends.duckdb import measure_quantum
-from dpsql.schema import Column
+from dpsql.schema import Column, measure_quantum
 from dpsql.sql.compile import Block, CompiledGroup, CompiledStatement
 from dpsql.sql.vectors import DataVector
 

@@ -85,7 +85,8 @@ def initial_strategy(n: int, *, epsilon: float, m: int, rng: np.random.Generator
 
 def descend(G: FloatArray, Q0: FloatArray, *, epsilon: float, iterations: int, step: float,
             deadline: float = math.inf) -> Run:
-    """Projected gradient descent from Q0 (§4.4 of the research digest); the best iterate seen.
+    """Projected gradient descent from Q0 (details as in the reference implementation of McKenna, Maity,
+    Mazumdar and Miklau, PVLDB 2020); the best iterate seen.
 
     Stops early at ``deadline`` (a ``time.monotonic()`` value).
 

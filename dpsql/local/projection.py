@@ -11,7 +11,7 @@ Math:
     2m breakpoints u_1 ≤ … ≤ u_2m with running slopes S_i, f(u_1) = 1ᵀz and
     f(u_{i+1}) = f(u_i) + S_i (u_{i+1} − u_i); with i* the first index where f(u_i) ≥ 1,
     λ = u_1 if i* = 1, else u_{i*−1} + (1 − f(u_{i*−1})) / S_{i*−1}. (The paper's printed
-    Algorithm 1 has inconsistent signs; this is the corrected form of the research digest.)
+    Algorithm 1 has inconsistent signs; this is the corrected form.)
     Cost O(m log m) per column, vectorised over all columns.
 """
 

@@ -4,7 +4,8 @@ Math:
     Every candidate Q is scored by max_u z_u, the worst-case variance per user with the optimal
     reconstruction (``dpsql.local.variance``); candidates whose row space misses the workload are
     skipped. Descent is non-convex and single runs can lose to a fixed mechanism (by up to ~10% at
-    large ε and small n in the research digest), so the selected strategy is never worse than
+    large ε and small n when McKenna et al.'s PVLDB 2020 experiments are reproduced), so the
+    selected strategy is never worse than
     the best baseline by construction. Scoring needs no data, so the search costs no privacy.
 """
 

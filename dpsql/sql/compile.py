@@ -17,8 +17,10 @@ each statement becomes a block of linear queries over those cells:
 COUNT(*) reads the cell counts; COUNT(col) the per-cell non-NULL counts of col; SUM(col) the
 per-cell sums of col clamped to its measure bounds; AVG(col) is SUM(col) / COUNT(col).
 
-*Value cells* (truncation-aware answering, TaMM of seed 003): a measure column may instead be read
-as an axis of its own values. Its cells are the column's base cells, each worth one representative
+*Value cells* (truncation-aware answering, TaMM of Wu, Pujol, Kotsogiannis and Machanavajjhala,
+"Answering Summation Queries for Numerical Attributes under Differential Privacy"): a measure
+column may instead be read as an axis of its own values. Its cells are the column's base cells,
+each worth one representative
 value r (the cell's midpoint, clamped to the — possibly truncated — measure bounds [lo, hi]);
 cells of equal r (all of those beyond a truncation threshold) are merged unless a statement
 tells them apart, and out-of-range values fall into the edge cells as SUM clamps them. SUM(col)

@@ -55,18 +55,17 @@ OPT₊: partition W's terms into groups g with workloads W⁽ᵍ⁾, run OPT⊗ 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 from scipy.optimize import minimize
 
 from dpsql.errors import ShapeError
+from dpsql.noise import Noise
 from dpsql.strategies.budget import MAX_EVALUATIONS, Exhausted, WorkBudget
 from dpsql.workloads import Explicit, Kron, VStack, Weighted, Workload
 
 FloatArray = npt.NDArray[np.float64]
-Noise = Literal["gaussian", "laplace"]
 
 #: Relative improvement below which block coordinate descent stops.
 BCD_TOLERANCE = 1e-6
@@ -134,7 +133,8 @@ def _minimise(G: FloatArray, start: FloatArray, noise: Noise, budget: WorkBudget
 def _opt_pidentity(G: FloatArray, noise: Noise, ps: tuple[int, ...], rng: np.random.Generator, restarts: int,
                    budget: WorkBudget, warm: FloatArray | None = None) -> tuple[float, FloatArray]:
     """Best (loss, Θ) over Θ = 0 (identity), an optional warm start, the IdTotal start
-    Θ = c·1ᵀ (one row; [1ᵀ; I]-like workloads need p = 1, digest §3.3) and `restarts` random starts
+    Θ = c·1ᵀ (one row; [1ᵀ; I]-like workloads need p = 1; HDMM's p-Identity strategies) and
+    `restarts` random starts
     (U[0,1) entries), start r having ps[r % len(ps)] rows."""
     n = G.shape[0]
     scale = max(float(np.trace(G)) / n, 1e-300)  # the argmin is invariant to scaling G

@@ -17,7 +17,7 @@ Gaussian: θ are squared weights, A(θ) = [√θ_a Q_a], Δ₂² = Σθ, AᵀA =
     L(θ) = (Σθ) F,  F = Σ_r m_r λ_r(w) / λ_r(θ),
     ∂L/∂θ_a = F − (Σθ) μ(a) Σ_{r⊆a} m_r λ_r(w) / λ_r(θ)².
 L is the expected total squared error at noise variance 1 per unit sensitivity (the HDMM
-normalisation; dpsql.error.expected_error reports 2L for Laplace at ε = 1 and L for Gaussian).
+normalisation; dpsql.accuracy.expected_error reports 2L for Laplace at ε = 1 and L for Gaussian).
 Both superset-sums λ(·) and subset-sums Σ_{r⊆a} are zeta transforms, so one evaluation of loss and
 gradient costs O(d·2^d). L is finite iff λ_r(θ-form) > 0 wherever λ_r(w) > 0 (A supports W);
 eigenvalues below dpsql.linalg.RANK_TOLERANCE of the largest count as zero, as in pinv_gram.
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +39,7 @@ from scipy.optimize import minimize
 
 from dpsql.errors import ShapeError
 from dpsql.linalg import RANK_TOLERANCE
+from dpsql.noise import Noise
 from dpsql.residual_basis import (
     MAX_ATTRIBUTES,
     complement_sizes,
@@ -55,7 +55,6 @@ from dpsql.strategies.budget import MAX_EVALUATIONS, Exhausted, WorkBudget
 from dpsql.workloads import Workload
 
 FloatArray = npt.NDArray[np.float64]
-Noise = Literal["gaussian", "laplace"]
 Objective = Callable[[FloatArray], tuple[float, FloatArray]]
 
 #: L-BFGS-B stopping tolerances (the loss is scaled to 1 at the identity strategy).

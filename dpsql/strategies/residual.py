@@ -438,7 +438,8 @@ def _variance(lattice: _Lattice, sigma2: FloatArray, marginal: Sequence[int]) ->
 
 
 def _covariance(lattice: _Lattice, sigma2: FloatArray, a: Sequence[int], b: Sequence[int]) -> FloatArray:
-    """Cov(q_a, q_b) from §2.3: a Kronecker sum over S ⊆ a ∩ b, broadcast to the cells of a and b."""
+    """Cov(q_a, q_b) (He et al., ResidualPlanner+, arXiv:2305.08175, Section 4.3): a Kronecker sum
+    over S ⊆ a ∩ b, broadcast to the cells of a and b."""
     pa, pb = lattice.locate(a), lattice.locate(b)
     A, B = lattice.closure[pa], lattice.closure[pb]
     cells_a, cells_b = math.prod(lattice.shape(pa)), math.prod(lattice.shape(pb))

@@ -54,7 +54,7 @@ Selection, weights w_A > 0 (default 1), budget c = pcost = 2ρ:
         convex program min Σ p_S/u_S s.t. C u ≤ 1 is solved by residual's certified
         interior-point method, on the full closure (no symmetry reduction).
     ``bound`` is the optimum (sum) or the dual bound (max) over all σ² for the selected pieces.
-Secure measurement (discrete Gaussian; the digest gives none for general Sᵢ). For each S,
+Secure measurement (discrete Gaussian; derived here for general Sᵢ). For each S,
     y_S = (⊗_{i∈S} Tᵢ) v_S + z,  z iid N_Z(0, γ_S²),  γ_S² = σ̄_S² Π_{i∈S} τᵢ² (rational, ≥ σ_S²Πτ²),
 computed exactly in integers (int64, else Python integers); ω_S = y_S/Π τᵢ is post-processing.
 A record changes y_S by ⊗ Tᵢ[:, cᵢ], of squared norm ≤ Π_{i∈S} ‖Tᵢ col‖²_max, so by Canonne–Kamath–
@@ -161,7 +161,7 @@ def attribute_strategy(basis: Workload, *, rule: Rule = "centred") -> Workload:
 
     ``centred`` (the default): Identity for an identity basis (ResidualPlanner's piece, optimal for
     marginals), else HDMM OPT₀ (Gaussian) on the centred basis W(I − J/n), which minimises fᵢβᵢ
-    over every residual piece. ``paper``: the paper's rule, OPT₀ on [1ᵀ; W(I − J/n)] (§5.6), kept
+    over every residual piece. ``paper``: the paper's rule, OPT₀ on [1ᵀ; W(I − J/n)] (He et al., Section 9), kept
     to reproduce its tables. Reads only the public basis.
     """
     if rule not in ("centred", "paper"):

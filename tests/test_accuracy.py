@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dpsql import error, strategies, workloads
+from dpsql import accuracy, strategies, workloads
 from dpsql.errors import PrivacyParameterError, ShapeError, UnsupportedStrategyError
 
 
@@ -22,9 +22,9 @@ from dpsql.errors import PrivacyParameterError, ShapeError, UnsupportedStrategyE
 )
 def test_allrange_small_n_gaussian_errors(n: int, identity: float, hierarchical: float, wavelet: float) -> None:
     W = workloads.AllRange(n)
-    assert error.expected_error(W, strategies.identity(n)) == pytest.approx(identity, rel=1e-6)
-    assert error.expected_error(W, strategies.hierarchical(n)) == pytest.approx(hierarchical, rel=1e-6)
-    assert error.expected_error(W, strategies.wavelet(n)) == pytest.approx(wavelet, rel=1e-6)
+    assert accuracy.expected_error(W, strategies.identity(n)) == pytest.approx(identity, rel=1e-6)
+    assert accuracy.expected_error(W, strategies.hierarchical(n)) == pytest.approx(hierarchical, rel=1e-6)
+    assert accuracy.expected_error(W, strategies.wavelet(n)) == pytest.approx(wavelet, rel=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -37,25 +37,26 @@ def test_allrange_small_n_gaussian_errors(n: int, identity: float, hierarchical:
 )
 def test_allrange_small_n_laplace_errors(n: int, identity: float, hierarchical: float, wavelet: float) -> None:
     W = workloads.AllRange(n)
-    assert error.expected_error(W, strategies.identity(n), noise="laplace") == pytest.approx(identity, rel=1e-6)
-    assert error.expected_error(W, strategies.hierarchical(n), noise="laplace") == pytest.approx(hierarchical, rel=1e-6)
-    assert error.expected_error(W, strategies.wavelet(n), noise="laplace") == pytest.approx(wavelet, rel=1e-6)
+    assert accuracy.expected_error(W, strategies.identity(n), noise="laplace") == pytest.approx(identity, rel=1e-6)
+    assert accuracy.expected_error(W, strategies.hierarchical(n), noise="laplace") == pytest.approx(hierarchical,
+                                                                                               rel=1e-6)
+    assert accuracy.expected_error(W, strategies.wavelet(n), noise="laplace") == pytest.approx(wavelet, rel=1e-6)
 
 
 def test_svd_bound_closed_forms() -> None:
-    assert error.svd_bound(workloads.AllRange(2)) == pytest.approx(2 + np.sqrt(3), rel=1e-12)  # seed 002 oracle 1
-    assert error.svd_bound(workloads.AllRange(4)) == pytest.approx(16.31224283, rel=1e-8)  # issue / oracle 2
-    assert error.svd_bound(workloads.AllRange(16)) == pytest.approx(404.4829311472745, rel=1e-8)
-    assert error.svd_bound(workloads.Prefix(2)) == pytest.approx(2.5, rel=1e-12)  # oracle 3
-    assert error.svd_bound(workloads.Prefix(100)) == pytest.approx(474.2390864646, rel=1e-8)
+    assert accuracy.svd_bound(workloads.AllRange(2)) == pytest.approx(2 + np.sqrt(3), rel=1e-12)  # seed 002 oracle 1
+    assert accuracy.svd_bound(workloads.AllRange(4)) == pytest.approx(16.31224283, rel=1e-8)  # issue / oracle 2
+    assert accuracy.svd_bound(workloads.AllRange(16)) == pytest.approx(404.4829311472745, rel=1e-8)
+    assert accuracy.svd_bound(workloads.Prefix(2)) == pytest.approx(2.5, rel=1e-12)  # oracle 3
+    assert accuracy.svd_bound(workloads.Prefix(100)) == pytest.approx(474.2390864646, rel=1e-8)
 
 
 def test_table_4_1_allrange_2048_ratios() -> None:
     """Thesis Table 4.1 (Gaussian ratio to the SVD bound), recomputed values within 0.5 %."""
     W = workloads.AllRange(2048)
-    bound = error.svd_bound(W)
+    bound = accuracy.svd_bound(W)
     assert bound == pytest.approx(3.03418e7, rel=1e-5)
-    ratio = {name: error.expected_error(W, A) / bound for name, A in {
+    ratio = {name: accuracy.expected_error(W, A) / bound for name, A in {
         "identity": strategies.identity(2048),
         "hierarchical": strategies.hierarchical(2048, branching=2),
         "wavelet": strategies.wavelet(2048),
@@ -68,19 +69,19 @@ def test_table_4_1_allrange_2048_ratios() -> None:
 def test_table_4_1_two_dimensional_ranges() -> None:
     """AllRange(64) ⊗ AllRange(32) with Kronecker products of the 1-D strategies: errors multiply."""
     W = workloads.Kron([workloads.AllRange(64), workloads.AllRange(32)])
-    bound = error.svd_bound(W)
+    bound = accuracy.svd_bound(W)
     assert bound == pytest.approx(2.26052e7, rel=1e-5)
     for make, expected in [(strategies.identity, 12.1135), (strategies.hierarchical, 2.9965), (strategies.wavelet, 1.8992)]:
         A = strategies.kron([make(64), make(32)])
-        assert error.expected_error(W, A) / bound == pytest.approx(expected, rel=5e-3)
+        assert accuracy.expected_error(W, A) / bound == pytest.approx(expected, rel=5e-3)
 
 
 def test_ten_binary_dimensions() -> None:
     """AllRange(2)^⊗10: SVD bound (2+√3)^10 and identity ratio 2.00043 (seed 002 §9)."""
     W = workloads.Kron([workloads.AllRange(2)] * 10)
-    assert error.svd_bound(W) == pytest.approx((2 + np.sqrt(3)) ** 10, rel=1e-9)
+    assert accuracy.svd_bound(W) == pytest.approx((2 + np.sqrt(3)) ** 10, rel=1e-9)
     A = strategies.kron([strategies.identity(2)] * 10)
-    assert error.expected_error(W, A) / error.svd_bound(W) == pytest.approx(2.00043, rel=1e-4)
+    assert accuracy.expected_error(W, A) / accuracy.svd_bound(W) == pytest.approx(2.00043, rel=1e-4)
 
 
 def test_prefix_ratios() -> None:
@@ -88,45 +89,45 @@ def test_prefix_ratios() -> None:
     table = {4: (1.5597, 1.2032, 1.2868), 8: (2.1750, 1.3257, 1.3594), 16: (3.2053, 1.4166, 1.4215)}
     for n, (identity, hierarchical, wavelet) in table.items():
         W = workloads.Prefix(n)
-        bound = error.svd_bound(W)
-        assert error.expected_error(W, strategies.identity(n)) / bound == pytest.approx(identity, rel=1e-3)
-        assert error.expected_error(W, strategies.hierarchical(n)) / bound == pytest.approx(hierarchical, rel=1e-3)
-        assert error.expected_error(W, strategies.wavelet(n)) / bound == pytest.approx(wavelet, rel=1e-3)
+        bound = accuracy.svd_bound(W)
+        assert accuracy.expected_error(W, strategies.identity(n)) / bound == pytest.approx(identity, rel=1e-3)
+        assert accuracy.expected_error(W, strategies.hierarchical(n)) / bound == pytest.approx(hierarchical, rel=1e-3)
+        assert accuracy.expected_error(W, strategies.wavelet(n)) / bound == pytest.approx(wavelet, rel=1e-3)
 
 
 def test_workload_strategy_error_is_sensitivity_times_rank() -> None:
     """A = W gives ‖W W⁺‖_F² = rank(W), so the error is Δ₂(W)² · rank (thesis §3.2)."""
     W = workloads.Explicit([[1, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0, 0, 0], [0, 1, 0, 1, 0, 0, 0, 0],
                             [1, 0, 1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 1, 1, -1, -1]])
-    assert error.expected_error(W, strategies.workload(W)) == pytest.approx(3 * 4, rel=1e-9)  # seed 002 oracle 8
-    assert error.svd_bound(W) == pytest.approx((2 * np.sqrt(3) + 2 + 2 * np.sqrt(2)) ** 2 / 8, rel=1e-8)
+    assert accuracy.expected_error(W, strategies.workload(W)) == pytest.approx(3 * 4, rel=1e-9)  # seed 002 oracle 8
+    assert accuracy.svd_bound(W) == pytest.approx((2 * np.sqrt(3) + 2 + 2 * np.sqrt(2)) ** 2 / 8, rel=1e-8)
 
 
 def test_per_query_variance_matches_dense_and_sums_to_total() -> None:
     W = workloads.VStack([workloads.Kron([workloads.AllRange(6), workloads.Identity(3)]),
                           workloads.Kron([workloads.Prefix(6), workloads.Total(3)])])
     A = strategies.kron([strategies.hierarchical(6, 3), strategies.identity(3)])
-    variances = error.per_query_variance(W, A)
+    variances = accuracy.per_query_variance(W, A)
     R, S = W.dense(), A.dense()
     dense = S.T @ S
     expected = np.max(np.diag(dense)) * np.einsum("ij,jk,ik->i", R, np.linalg.pinv(dense), R)
     np.testing.assert_allclose(variances, expected, rtol=1e-9)
-    assert variances.sum() == pytest.approx(error.expected_error(W, A), rel=1e-9)
-    assert error.rmse(W, A) == pytest.approx(np.sqrt(variances.mean()), rel=1e-12)
+    assert variances.sum() == pytest.approx(accuracy.expected_error(W, A), rel=1e-9)
+    assert accuracy.rmse(W, A) == pytest.approx(np.sqrt(variances.mean()), rel=1e-12)
 
 
 def test_rank_deficient_strategy_supported_and_unsupported() -> None:
     total = workloads.Total(5)
-    assert error.expected_error(total, strategies.workload(total)) == pytest.approx(1.0)  # Δ₂ = 1, rank 1
+    assert accuracy.expected_error(total, strategies.workload(total)) == pytest.approx(1.0)  # Δ₂ = 1, rank 1
     with pytest.raises(UnsupportedStrategyError, match="does not support"):
-        error.expected_error(workloads.Identity(5), strategies.workload(total))
+        accuracy.expected_error(workloads.Identity(5), strategies.workload(total))
 
 
 def test_bad_input_errors() -> None:
     with pytest.raises(ShapeError, match="columns"):
-        error.expected_error(workloads.AllRange(4), strategies.identity(5))
+        accuracy.expected_error(workloads.AllRange(4), strategies.identity(5))
     with pytest.raises(ValueError, match="noise must be"):
-        error.expected_error(workloads.AllRange(4), strategies.identity(4), noise="cauchy")  # type: ignore[arg-type]
+        accuracy.expected_error(workloads.AllRange(4), strategies.identity(4), noise="cauchy")  # type: ignore[arg-type]
     with pytest.raises(ShapeError, match="branching"):
         strategies.hierarchical(8, branching=1)
     assert issubclass(PrivacyParameterError, ValueError)
@@ -144,14 +145,26 @@ def test_short_strategies_are_scored_through_their_row_space(seed: int) -> None:
         A[-1] = A[0]  # rank deficient
     supported = rng.integers(-1, 2, size=(m, p)) @ A
     for noise in ("laplace", "gaussian"):
-        reference = error.unit_noise_variance(workloads.Explicit(A), noise) * np.trace(
+        reference = accuracy.unit_noise_variance(workloads.Explicit(A), noise) * np.trace(
             supported.T @ supported @ np.linalg.pinv(A.T @ A))
-        got = error.expected_error(workloads.Explicit(supported), workloads.Explicit(A), noise=noise)
+        got = accuracy.expected_error(workloads.Explicit(supported), workloads.Explicit(A), noise=noise)
         assert got == pytest.approx(reference, rel=1e-7, abs=1e-9)
     other = rng.integers(-1, 2, size=(m, n)).astype(float)
     inside = np.allclose(other @ np.linalg.pinv(A) @ A, other, atol=1e-8)
     if inside:
-        error.expected_error(workloads.Explicit(other), workloads.Explicit(A))
+        accuracy.expected_error(workloads.Explicit(other), workloads.Explicit(A))
     else:
         with pytest.raises(UnsupportedStrategyError):
-            error.expected_error(workloads.Explicit(other), workloads.Explicit(A))
+            accuracy.expected_error(workloads.Explicit(other), workloads.Explicit(A))
+
+
+def test_the_error_module_name_does_not_collide_with_the_exceptions_module() -> None:
+    """The strategy-error formulas live in dpsql.accuracy; no dpsql/error.py sits next to dpsql/errors.py."""
+    from pathlib import Path
+
+    import dpsql
+
+    package = Path(dpsql.__file__).parent
+    assert (package / "accuracy.py").is_file() and not (package / "error.py").exists()
+    assert "accuracy" in dpsql.__all__ and "error" not in dpsql.__all__
+    assert all(hasattr(dpsql, name) for name in dpsql.__all__)

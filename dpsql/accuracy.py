@@ -16,8 +16,6 @@ Math:
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 
 from dpsql.errors import ShapeError, UnsupportedStrategyError
@@ -32,6 +30,7 @@ from dpsql.linalg import (
     quadratic_diag,
     trace_of_product,
 )
+from dpsql.noise import Noise
 from dpsql.workloads import (
     Explicit,
     FloatArray,
@@ -43,7 +42,6 @@ from dpsql.workloads import (
     check_dense_size,
 )
 
-Noise = Literal["gaussian", "laplace"]
 
 #: Relative residual trace(G (I − A⁺A)) / trace(G) above which A does not support W.
 SUPPORT_TOLERANCE = 1e-8
@@ -138,7 +136,7 @@ def rmse(W: Workload, A: Workload, *, noise: Noise = "gaussian") -> float:
 
 
 def svd_bound(W: Workload) -> float:
-    """svdb(W) = trace(G^{1/2})² / n over W's non-zero columns (seed 002, Thm 4.2).
+    """svdb(W) = trace(G^{1/2})² / n over W's non-zero columns (Li and Miklau, ICDT 2013, Thm 4.2).
 
     Exact for Kronecker products (product rule), for unions of Kronecker products whose factor
     Grams commute attribute by attribute (marginals, range marginals), and densely up to

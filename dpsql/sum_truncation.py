@@ -1,5 +1,11 @@
-"""Truncated sums (seed 003; r2t-truncation.md §7): bias, the batch mechanisms' variances, private
-thresholds and isotonic post-processing.
+"""Truncated sums: bias, the batch mechanisms' variances, private thresholds and isotonic
+post-processing.
+
+Sources: Wu, Pujol, Kotsogiannis and Machanavajjhala, "Answering Summation Queries for Numerical
+Attributes under Differential Privacy" (Duke University; the batch mechanisms and SVT selection,
+called Wu et al. below); Dong, Fang, Yi, Tao and Machanavajjhala, "R2T: Instance-optimal Truncation
+for Differentially Private Query Evaluation with Foreign Key Constraints", SIGMOD 2022 (race to the
+top, adapted here to one threshold for a batch of SUMs).
 
 Notation: cells j hold counts xⱼ of rows whose measure lies in a bucket with value vⱼ (its upper
 bound, or any public representative); W (m × k) holds the 0/1 predicates of the SUM queries, so
@@ -8,20 +14,21 @@ clip(v, −θ, θ) (min(v, θ) for non-negative data): T = diag(clip(v, −θ, �
 sum by at most θ, and the answers W T x carry the bias W (T − D) x ≤ 0 (non-negative data; zero
 on every query whose values are all ≤ θ).
 
-Batch mechanisms (seed 003 Table 1), all measuring once:
+Batch mechanisms (Wu et al., Table 1), all measuring once:
     Identity  W T (x + noise)               noise on the counts (strategy I, Δ = 1);
     Workload  W T x + ‖W T‖·noise           strategy W T;
     TaMM(A)   W T x̂, x̂ = A⁺(A x + noise)   A optimized for W T, measured on the counts;
     TiMM(A)   W ŝ,  ŝ = A⁺(A T x + noise)  A optimized for W, measured on the truncated sums
               s = T x, whose sensitivity is ‖A T‖ = maxⱼ |tⱼ|·‖A_{:,j}‖.
 Identity and Workload are TaMM with A = I and A = W T. When T has no zero, TiMM(A) is the matrix
-mechanism with strategy A T on x, so every variance below is ``error.per_query_variance``.
+mechanism with strategy A T on x, so every variance below is ``accuracy.per_query_variance``.
 
 Threshold selection (each pure ε_sel-DP; a zCDP batch charges ρ_sel = ε_sel²/2):
-    svt_threshold      AboveThreshold over the geometric grid uₖ = s·c^(k−1): the first uₖ with
+    svt_threshold      AboveThreshold over a geometric grid uₖ (``geometric_grid``): the first uₖ with
                        more than a fraction r of rows at or below it.
-    r2t_threshold      race to the top over τⱼ: noisy truncated totals minus a penalty; the
-                       argmax τ is released (r2t-truncation.md §7.2).
+    r2t_threshold      race to the top over τⱼ (``halving_grid``): noisy truncated totals minus a
+                       penalty; the argmax τ is released (Dong et al.'s R2T selection, one
+                       threshold for the whole batch).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from dpsql import error, noise
+from dpsql import accuracy, noise
 from dpsql.errors import PrivacyParameterError, ShapeError
 from dpsql.workloads import Explicit, Identity, Norm, Product, Workload
 
@@ -67,7 +74,7 @@ def bias(W: Workload, values: npt.ArrayLike, counts: npt.ArrayLike, theta: float
 
 
 def variances(mechanism: Mechanism, W: Workload, values: npt.ArrayLike, theta: float | None,
-              A: Workload | None = None, *, noise_kind: error.Noise = "laplace") -> FloatArray:
+              A: Workload | None = None, *, noise_kind: noise.Noise = "laplace") -> FloatArray:
     """Each answer's variance at unit privacy (Laplace ε = 1: 2Δ₁²·…; Gaussian ρ = 1/2: Δ₂²·…).
 
     ``theta`` None means no truncation (T = D); ``A`` is the strategy of TaMM and TiMM.
@@ -75,29 +82,50 @@ def variances(mechanism: Mechanism, W: Workload, values: npt.ArrayLike, theta: f
     t = np.asarray(values, dtype=np.float64) if theta is None else clipped(values, theta)
     WT = weighted(W, t)
     if mechanism == "identity":
-        return error.per_query_variance(WT, Identity(W.shape[1]), noise=noise_kind)
+        return accuracy.per_query_variance(WT, Identity(W.shape[1]), noise=noise_kind)
     if mechanism == "workload":
-        return error.per_query_variance(WT, Explicit(WT.dense()), noise=noise_kind)
+        return accuracy.per_query_variance(WT, Explicit(WT.dense()), noise=noise_kind)
     if A is None:
         raise ShapeError(f"{mechanism} needs a strategy A over the {W.shape[1]} cells.")
     if mechanism == "tamm":
-        return error.per_query_variance(WT, A, noise=noise_kind)
+        return accuracy.per_query_variance(WT, A, noise=noise_kind)
     if mechanism == "timm":
         norm: Norm = "l1" if noise_kind == "laplace" else "l2"
         scale = float(np.max(np.abs(t) * A.column_norms(norm))) / A.sensitivity(norm)  # ‖A T‖ / ‖A‖
-        return error.per_query_variance(W, A, noise=noise_kind) * scale**2
+        return accuracy.per_query_variance(W, A, noise=noise_kind) * scale**2
     raise ValueError(f"mechanism must be identity, workload, tamm or timm; got {mechanism!r}.")
 
 
+# ============================================================================ candidate grids
+#: Largest outer bound, in whole units, that a float grid point represents exactly (2^53).
+MAX_EXACT_UNITS = 2**53
+
+
+def geometric_grid(top: float, ratio: float, points: int) -> FloatArray:
+    """uₖ = U·c^(k−K+1), k = 0…K−1: K public candidates rising by the factor c to the bound U = uₖ₋₁.
+
+    The one grid convention of the threshold selectors: anchored at the public outer bound U (the
+    last candidate, so a selector that never fires returns U) and computed from public
+    constants only. Each point is the float U·c^(k−K+1), evaluated as written.
+    """
+    if not (top > 0 and ratio > 1) or isinstance(points, bool) or not isinstance(points, int) or points < 1:
+        raise ShapeError(f"a geometric grid needs top > 0, ratio > 1 and points ≥ 1; got {top}, {ratio}, {points}.")
+    return np.array([top * ratio ** (k - points + 1) for k in range(points)], dtype=np.float64)
+
+
+def halving_grid(units: int, points: int) -> list[int]:
+    """τⱼ = ⌊U/2^(J−1−j)⌋ ≥ 1, j = 0…J−1, J = min(points, bit length of U): the geometric grid of
+    ratio 2 ending at the integer bound U, floored to whole units (race to the top's thresholds).
+
+    U·2^(−s) is exact in floating point for U ≤ 2^53, so the floor is U >> s exactly.
+    """
+    if isinstance(units, bool) or not isinstance(units, int) or not 1 <= units <= MAX_EXACT_UNITS:
+        raise ShapeError(f"the halving grid needs an integer bound 1 ≤ U ≤ 2^53; got {units!r}.")
+    levels = min(points, units.bit_length())
+    return [max(1, math.floor(u)) for u in geometric_grid(float(units), 2.0, levels).tolist()]
+
+
 # ============================================================================ SVT
-def svt_grid(start: float, ratio: float, cap: float) -> FloatArray:
-    """uₖ = s·c^(k−1) for k = 1, 2, … up to the first value ≥ cap (the public outer bound)."""
-    if not (start > 0 and ratio > 1 and cap > 0):
-        raise ShapeError(f"the SVT grid needs start > 0, ratio > 1 and cap > 0; got {start}, {ratio}, {cap}.")
-    count = max(1, math.ceil(math.log(max(cap / start, 1.0)) / math.log(ratio) - 1e-12) + 1)
-    return start * ratio ** np.arange(count, dtype=np.float64)
-
-
 @dataclass(frozen=True, slots=True)
 class Threshold:
     """A released threshold: its value, its grid index (None: the fallback) and its ε cost."""
@@ -127,30 +155,26 @@ def svt_threshold(below: npt.ArrayLike, total: int, grid: npt.ArrayLike, *, frac
     if not 0 < r < 1:
         raise PrivacyParameterError(f"the SVT fraction r must be in (0, 1); got {fraction}.")
     _check_epsilon(epsilon)
-    counts, points = np.array([int(c) for c in np.ravel(below).tolist()], dtype=object), np.asarray(grid, dtype=np.float64)  # exact, any size
+    counts = np.array([int(c) for c in np.ravel(below).tolist()], dtype=object)  # exact, any size
+    points = np.asarray(grid, dtype=np.float64)
     if points.ndim != 1 or counts.shape != points.shape or total < 0:
         raise ShapeError(f"need one count per grid value ({points.size}) and N ≥ 0.")
     p, q = r.numerator, r.denominator
     delta = max(p, q - p) * _positive_rows(max_rows)
     source = noise.resolve_rng(rng)
     threshold = int(noise.discrete_laplace_wide(noise.fraction_at_least(2 * delta / epsilon), 1, rng=source)[0])
-    draws = noise.discrete_laplace_wide(noise.fraction_at_least(4 * delta / epsilon), points.size, rng=source).astype(object)
-    fired = np.flatnonzero(np.array([q * c - p * int(total) + int(d) > threshold for c, d in zip(counts, draws)], dtype=bool))
+    draws = noise.discrete_laplace_wide(noise.fraction_at_least(4 * delta / epsilon), points.size,
+                                        rng=source).astype(object)
+    fired = np.flatnonzero(np.array([q * c - p * int(total) + int(d) > threshold for c, d in zip(counts, draws)],
+                                    dtype=bool))
     if fired.size == 0:
         return Threshold(theta=float(points[-1]), index=None, epsilon=epsilon)
     return Threshold(theta=float(points[int(fired[0])]), index=int(fired[0]), epsilon=epsilon)
 
 
 # ============================================================================ race to the top
-def r2t_grid(floor: float, cap: float, base: float = 2.0) -> FloatArray:
-    """τⱼ = τ_min·bʲ, j = 0…J−1, with τ_{J−1} ≥ the public cap U."""
-    if not (floor > 0 and cap > 0 and base > 1):
-        raise ShapeError(f"the R2T grid needs floor > 0, cap > 0 and base > 1; got {floor}, {cap}, {base}.")
-    count = max(1, math.ceil(math.log(max(cap / floor, 1.0)) / math.log(base) - 1e-12) + 1)
-    return floor * base ** np.arange(count, dtype=np.float64)
-
-
-def r2t_penalties(taus: npt.ArrayLike, *, epsilon: float, beta: float = 0.1, kappa: float = 0.0) -> tuple[FloatArray, FloatArray]:
+def r2t_penalties(taus: npt.ArrayLike, *, epsilon: float, beta: float = 0.1,
+                  kappa: float = 0.0) -> tuple[FloatArray, FloatArray]:
     """(noise scales J·τⱼ/ε, penalties J·ln(J/β)·τⱼ/ε + κ·τⱼ): public constants of the selection."""
     _check_epsilon(epsilon)
     if not 0 < beta < 1 or kappa < 0:
@@ -173,12 +197,14 @@ def r2t_threshold(truncated_sums: npt.ArrayLike, taus: npt.ArrayLike, *, epsilon
     up to ``max_rows`` rows (each clipped on its own) sⱼ moves by ``max_rows``·τⱼ: the noise
     scales with it.
     """
-    sums, tau = np.array([int(v) for v in np.ravel(truncated_sums)], dtype=object), np.asarray(taus, dtype=np.int64)  # sums exact
+    sums = np.array([int(v) for v in np.ravel(truncated_sums)], dtype=object)  # exact
+    tau = np.asarray(taus, dtype=np.int64)
     if sums.shape != tau.shape or tau.size == 0 or np.any(tau <= 0):
         raise ShapeError("need one truncated sum per threshold, thresholds > 0.")
     scales, penalties = r2t_penalties(tau.tolist(), epsilon=epsilon / _positive_rows(max_rows), beta=beta, kappa=kappa)
     source = noise.resolve_rng(rng)
-    draws = [int(noise.discrete_laplace_wide(noise.fraction_at_least(scale), 1, rng=source)[0]) for scale in scales.tolist()]
+    draws = [int(noise.discrete_laplace_wide(noise.fraction_at_least(scale), 1, rng=source)[0])
+             for scale in scales.tolist()]
     scores = np.array([float(s + d) - c for s, d, c in zip(sums, draws, penalties.tolist())])  # exact sum, then a float
     if np.max(scores) <= 0:
         return Threshold(theta=float(tau[0]), index=0, epsilon=epsilon)
