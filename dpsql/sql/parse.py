@@ -5,6 +5,11 @@ construct, into frozen IR nodes that each carry the :class:`~dpsql.sql.ir.Span` 
 text. The SQL is only read: it is never executed or re-emitted for execution, and ``?`` parameters
 become :class:`~dpsql.sql.ir.Literal` values, never text.
 
+This module holds the batch (:func:`parse_batch`, its memory and limits) and the statement's
+structure (FROM, the select list, GROUP BY, ORDER BY, LIMIT); the text, its tokens, spans,
+parameters and located messages are in :mod:`dpsql.sql.source`, and WHERE predicates with the
+columns and constants in them in :mod:`dpsql.sql.predicates`.
+
 Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
 
     batch      := statement (';' statement)*        -- -- and /* */ comments; blank statements skipped
