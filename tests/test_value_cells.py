@@ -20,7 +20,8 @@ from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
-from dpsql.sql.compile import CompiledBatch, ValueCells, compile_group, value_cells_problem
+from dpsql.sql.compile import CompiledBatch, compile_group
+from dpsql.sql.value_cells import ValueCells, value_cells_problem
 from dpsql.sql.vectors import COUNTS
 from dpsql.sql.parse import parse_batch
 from dpsql.workloads import Explicit, Kron, Sum

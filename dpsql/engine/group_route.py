@@ -40,7 +40,8 @@ from dpsql.noise import RandomSource
 from dpsql.planner import Progress
 from dpsql.schema import Schema
 from dpsql.sql import ir
-from dpsql.sql.compile import CompiledBatch, ValueCells, batch_table, compile_batch
+from dpsql.sql.compile import CompiledBatch, batch_table, compile_batch
+from dpsql.sql.value_cells import ValueCells
 
 #: Times the statement groups may be planned again with the guard's raised weights (each is a full
 #: planning pass: a count of work, not time).

@@ -22,7 +22,8 @@ from dpsql.errors import PrivacyParameterError
 from dpsql.noise import RandomSource
 from dpsql.planner import Plan
 from dpsql.schema import Column, Table
-from dpsql.sql.compile import CompiledBatch, ValueCells
+from dpsql.sql.compile import CompiledBatch
+from dpsql.sql.value_cells import ValueCells
 from dpsql.sql.vectors import DataVector
 
 if TYPE_CHECKING:  # the group route imports this module

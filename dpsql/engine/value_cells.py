@@ -26,14 +26,8 @@ from dpsql.engine.weighing import Weighing
 from dpsql.planner import Noise, Plan, Progress
 from dpsql.schema import Column
 from dpsql.sql import ir
-from dpsql.sql.compile import (
-    WEIGHT_BITS,
-    CompiledBatch,
-    CompiledGroup,
-    ValueCells,
-    compile_group,
-    value_cells_problem,
-)
+from dpsql.sql.compile import CompiledBatch, CompiledGroup, compile_group
+from dpsql.sql.value_cells import WEIGHT_BITS, ValueCells, value_cells_problem
 from dpsql.sql.vectors import DataVector
 from dpsql.workloads import Explicit, Identity, Kron, Workload
 

@@ -1,0 +1,245 @@
+"""WHERE predicates, and the columns and constants in them, translated into the IR.
+
+One function per construct, dispatched on the sqlglot node type (``_PREDICATES``, ``_VALUES``):
+comparisons (``5 < age`` is turned around to ``age > 5``), [NOT] BETWEEN, [NOT] IN, NOT, AND/OR
+(nested same-kind connectives flattened) and parentheses; constants are numbers, -numbers,
+strings, dates and bound ``?`` parameters. Every node keeps its span, and anything else is refused
+with :class:`~dpsql.errors.UnsupportedQueryError` located in the text (:mod:`dpsql.sql.source`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from sqlglot import exp
+
+from dpsql.errors import InvalidQueryError
+from dpsql.sql import ir
+from dpsql.sql.source import Scope, describe, invalid, is_empty, located, node_span, representable, unparen, unsupported
+
+_WHERE_SUPPORTED = (
+    "WHERE supports column <op> constant (=, <>, !=, <, <=, >, >=), column [NOT] BETWEEN constant AND "
+    "constant, column [NOT] IN (constants), NOT, AND, OR and parentheses."
+)
+_VALUE_SUPPORTED = "Constants are numbers, -numbers, 'strings', DATE 'YYYY-MM-DD' and ? parameters."
+OPERATORS: dict[type[exp.Expr], ir.ComparisonOperator] = {
+    exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=",
+}
+_FLIPPED: dict[ir.ComparisonOperator, ir.ComparisonOperator] = {
+    "=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<=",
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# Columns
+
+
+def parse_column(node: exp.Expr, scope: Scope, context: str, supported: str) -> ir.Column:
+    """A plain column, optionally qualified by the table name or alias.
+
+    Args:
+        context: Where the column stands, for messages: 'in GROUP BY', 'in SUM()', 'before IN'.
+    """
+    node = unparen(node)
+    if not isinstance(node, exp.Column) or not isinstance(node.this, exp.Identifier):
+        described = "*" if isinstance(node, exp.Column) else describe(node, scope)
+        raise unsupported(f"{described} {context}", node, scope, supported)
+    if not is_empty(node.args.get("db")) or not is_empty(node.args.get("catalog")):
+        raise unsupported("a column qualified by schema or catalog", node, scope, supported)
+    qualifier = node.table or None
+    if qualifier is not None and qualifier.lower() not in {scope.table.lower(), (scope.alias or "").lower()}:
+        names = f"neither table '{scope.table}' nor its alias '{scope.alias}'" if scope.alias else \
+            f"not table '{scope.table}'"
+        raise invalid(f"Column qualifier '{qualifier}' is {names}", node, scope,
+                      "Qualify columns by the table name or alias, or not at all.")
+    return ir.Column(name=node.name, qualifier=qualifier, span=node_span(node, scope))
+
+
+# --------------------------------------------------------------------------------------------------
+# WHERE
+
+
+def parse_predicate(node: exp.Expr, scope: Scope) -> ir.Predicate:
+    """Dispatch on the node type through ``_PREDICATES``; anything else is unsupported."""
+    parse = _PREDICATES.get(type(node))
+    if parse is None:
+        construct = "a bare column as a condition" if isinstance(node, exp.Column) else describe(node, scope)
+        raise unsupported(construct, node, scope, _WHERE_SUPPORTED)
+    return parse(node, scope)
+
+
+
+def _parse_comparison(node: exp.Binary, scope: Scope) -> ir.Comparison:
+    """``column op constant`` or ``constant op column`` (turned around: ``5 < age`` is ``age > 5``)."""
+    left, right = unparen(node.this), unparen(node.expression)
+    operator = OPERATORS[type(node)]
+    if isinstance(left, exp.Column) and isinstance(right, exp.Column):
+        raise unsupported("column-to-column comparison", node, scope, _WHERE_SUPPORTED)
+    if isinstance(right, exp.Column):
+        left, right, operator = right, left, _FLIPPED[operator]
+    if not isinstance(left, exp.Column):
+        culprit = next((side for side in (left, right) if side.find(exp.Column)), None)
+        construct = "a comparison without a column" if culprit is None else describe(culprit, scope)
+        raise unsupported(construct, culprit or node, scope, _WHERE_SUPPORTED)
+    return ir.Comparison(column=parse_column(left, scope, "in a comparison", _WHERE_SUPPORTED),
+                         operator=operator, value=parse_value(right, scope, "a comparison"),
+                         span=node_span(node, scope))
+
+
+def _parse_between(node: exp.Between, scope: Scope) -> ir.Between:
+    """``column BETWEEN low AND high``; NOT BETWEEN is handled by ``_parse_not``."""
+    if node.args.get("symmetric"):
+        raise unsupported("BETWEEN SYMMETRIC", node, scope, _WHERE_SUPPORTED)
+    return ir.Between(column=parse_column(node.this, scope, "before BETWEEN", _WHERE_SUPPORTED),
+                      low=parse_value(node.args["low"], scope, "a BETWEEN bound"),
+                      high=parse_value(node.args["high"], scope, "a BETWEEN bound"),
+                      negated=False, span=node_span(node, scope))
+
+
+def _parse_in(node: exp.In, scope: Scope) -> ir.InList:
+    """``column IN (constant, ...)``; NOT IN is handled by ``_parse_not``."""
+    for key in ("query", "unnest", "field"):
+        if not is_empty(node.args.get(key)):
+            raise unsupported(f"IN {key}", node, scope, _WHERE_SUPPORTED)
+    return ir.InList(column=parse_column(node.this, scope, "before IN", _WHERE_SUPPORTED),
+                     values=tuple(parse_value(value, scope, "an IN list") for value in node.expressions),
+                     negated=False, span=node_span(node, scope))
+
+
+def _parse_not(node: exp.Not, scope: Scope) -> ir.Predicate:
+    """``NOT p``; ``[NOT] x IN``/``BETWEEN`` under NOT become the negated IR forms."""
+    operand, span = node.this, node_span(node, scope)
+    if isinstance(operand, exp.In):
+        return replace(_parse_in(operand, scope), negated=True, span=span)
+    if isinstance(operand, exp.Between):
+        return replace(_parse_between(operand, scope), negated=True, span=span)
+    return ir.Not(operand=parse_predicate(operand, scope), span=span)
+
+
+def _parse_connective(node: exp.Connector, scope: Scope) -> ir.Predicate:
+    """AND / OR, nested same-kind connectives (also inside parentheses) flattened into one node."""
+    kind = ir.And if isinstance(node, exp.And) else ir.Or
+    operands: list[ir.Predicate] = []
+    for child in node.flatten():
+        parsed = parse_predicate(child, scope)
+        if isinstance(parsed, (ir.And, ir.Or)) and type(parsed) is kind:
+            operands.extend(parsed.operands)
+        else:
+            operands.append(parsed)
+    return kind(operands=tuple(operands), span=node_span(node, scope))
+
+
+def _parse_paren(node: exp.Paren, scope: Scope) -> ir.Predicate:
+    """``( predicate )``."""
+    return parse_predicate(node.this, scope)
+
+
+_PREDICATES: dict[type[exp.Expr], Callable[[Any, Scope], ir.Predicate]] = {
+    **{kind: _parse_comparison for kind in OPERATORS},
+    exp.Between: _parse_between,
+    exp.In: _parse_in,
+    exp.Not: _parse_not,
+    exp.And: _parse_connective,
+    exp.Or: _parse_connective,
+    exp.Paren: _parse_paren,
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# Constants
+
+
+def parse_value(node: exp.Expr, scope: Scope, context: str) -> ir.Literal:
+    """A constant, dispatching on the node type through ``_VALUES``.
+
+    Args:
+        context: Where the value stands, for messages: 'a comparison', 'an IN list', 'LIMIT'.
+    """
+    parse = _VALUES.get(type(node))
+    if parse is None:
+        raise unsupported(f"{describe(node, scope)} in {context}", node, scope, _VALUE_SUPPORTED)
+    return parse(node, scope, context)
+
+
+def _parse_constant(node: exp.Literal, scope: Scope, context: str) -> ir.Literal:
+    """A string, integer or decimal literal."""
+    if node.is_string:
+        return ir.Literal(value=node.this, span=node_span(node, scope))
+    try:
+        value = _number(node.this)
+    except ValueError:
+        raise unsupported(f"the number {node.this}", node, scope, _VALUE_SUPPORTED) from None
+    if not representable(value):
+        raise InvalidQueryError(located(f"a {len(node.this)}-character number is outside the range of a double "
+                                        f"(±{sys.float_info.max:.4g})",
+                                        node_span(node, scope), scope.source,
+                                        "No declared domain reaches it: write a number within the column's bounds."))
+    return ir.Literal(value=value, span=node_span(node, scope))
+
+
+def _number(text: str) -> int | float:
+    """An integer if ``text`` is all digits, else a float.
+
+    >>> _number("42"), _number("1.5e3"), _number("0.5")
+    (42, 1500.0, 0.5)
+    """
+    return int(text) if text.isdigit() else float(text)
+
+
+def _parse_negative(node: exp.Neg, scope: Scope, context: str) -> ir.Literal:
+    """``-number``."""
+    inner = parse_value(node.this, scope, context)
+    if isinstance(inner.value, bool) or not isinstance(inner.value, (int, float)):
+        raise unsupported("a minus sign before a non-number", node, scope, _VALUE_SUPPORTED)
+    return ir.Literal(value=-inner.value, span=node_span(node, scope))
+
+
+def _parse_date(node: exp.Cast, scope: Scope, context: str) -> ir.Literal:
+    """``DATE 'yyyy-mm-dd'``, ``CAST('yyyy-mm-dd' AS DATE)`` or ``'yyyy-mm-dd'::DATE``."""
+    if not node.to.is_type(exp.DataType.Type.DATE) or not is_empty(node.args.get("format")):
+        raise unsupported(f"CAST to {node.to.sql(dialect='duckdb')}", node, scope, _VALUE_SUPPORTED)
+    value = parse_value(node.this, scope, context).value
+    if isinstance(value, str):
+        value = _date(value, node, scope)
+    elif not isinstance(value, dt.date):
+        raise unsupported("a CAST of a number to DATE", node, scope, _VALUE_SUPPORTED)
+    return ir.Literal(value=value, span=node_span(node, scope))
+
+
+def _date(text: str, node: exp.Expr, scope: Scope) -> dt.date:
+    """Read ``yyyy-mm-dd`` (month and day may have one digit)."""
+    match = re.fullmatch(r"\s*(\d{4})-(\d{1,2})-(\d{1,2})\s*", text)
+    try:
+        if match:
+            return dt.date(*(int(part) for part in match.groups()))
+    except ValueError:
+        pass
+    raise invalid(f"'{text}' is not a date", node, scope, "Write dates as DATE 'YYYY-MM-DD'.")
+
+
+def _parse_parameter(node: exp.Placeholder, scope: Scope, context: str) -> ir.Literal:
+    """A ``?`` placeholder, replaced by its bound parameter value."""
+    value = scope.source.parameters.get(int(node.meta.get("start", -1)))
+    if node.this is not None or value is None:
+        raise unsupported("a named or numbered parameter ($1, :name)", node, scope,
+                          "Use ? placeholders, bound in text order to the parameters sequence.")
+    return ir.Literal(value=value, span=node_span(node, scope))
+
+
+def _parse_parenthesized_value(node: exp.Paren, scope: Scope, context: str) -> ir.Literal:
+    """``( constant )``."""
+    return replace(parse_value(node.this, scope, context), span=node_span(node, scope))
+
+
+_VALUES: dict[type[exp.Expr], Callable[[Any, Scope, str], ir.Literal]] = {
+    exp.Literal: _parse_constant,
+    exp.Neg: _parse_negative,
+    exp.Cast: _parse_date,
+    exp.Placeholder: _parse_parameter,
+    exp.Paren: _parse_parenthesized_value,
+}
