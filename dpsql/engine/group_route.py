@@ -33,7 +33,7 @@ from dpsql.engine.measure import measure_groups
 from dpsql.engine.measurements import PlannedVector, check_calibrations, split
 from dpsql.engine.metadata import ReleaseMetadata
 from dpsql.engine.threshold_release import choose_thresholds, final_answering, measured_columns
-from dpsql.engine.value_cells import answering_groups, bias_bounds
+from dpsql.engine.sum_answering import answering_groups, bias_bounds
 from dpsql.engine.vocabulary import AnswerSet, Report, noise_of
 from dpsql.engine.weighing import Weighing
 from dpsql.noise import RandomSource

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from dpsql import thresholds
 from dpsql.backends import Backend
 from dpsql.engine.measurements import PlannedVector, check_calibrations, split
-from dpsql.engine.value_cells import answering_groups
+from dpsql.engine.sum_answering import answering_groups
 from dpsql.engine.vocabulary import Report, noise_of
 from dpsql.engine.weighing import Weighing
 from dpsql.errors import PrivacyParameterError

@@ -3,7 +3,7 @@
 Truncation-aware answering (TaMM; Wu, Pujol, Kotsogiannis, Machanavajjhala, "Answering Summation
 Queries for Numerical Attributes under Differential Privacy", Table 1): a statement group with
 SUM/AVG on a measure column is also compiled with that column read as value cells
-(``dpsql.sql.compile.ValueCells``): COUNT, SUM and AVG then share one count vector of sensitivity
+(``dpsql.sql.value_cells.ValueCells``): COUNT, SUM and AVG then share one count vector of sensitivity
 k, measured once with the strategy optimized for the weighted workload W·T. The separate
 measurements (counts, and sums clamped at ±θ with sensitivity k·θ) are the alternative; each group
 keeps whichever has the lower expected error, scored with sums in units of their bound as the
