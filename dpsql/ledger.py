@@ -21,7 +21,7 @@ Tables (format version 2; amounts are exact fractions written as text, e.g. ``'7
     head         the number of rows in the history and the last row's MAC, itself MAC'd
 
 Binding: the first total of a dataset binds it (``Binding``) to its database file's identity
-(``database_identity``: real path and inode) and to the schema's privacy-relevant parts
+(``dpsql.backends.base.file_identity``: real path and inode) and to the schema's privacy-relevant parts
 (``Schema.canonical``: tables, privacy unit and ``max_rows``, domains, measure bounds, truncation).
 Every charge, in its own transaction, compares the connection's binding with the dataset's and
 refuses a difference (LedgerError naming what differs, never data). Rebinding is an explicit,
@@ -71,11 +71,11 @@ from pathlib import Path
 from typing import Any
 
 from dpsql.accounting import UNIT, Budget, Family, PrivacyCost, price, refusal
+from dpsql.backends.base import file_identity
 from dpsql.errors import (
     BudgetExhaustedError,
     BudgetNotSetError,
     LedgerError,
-    OperationalError,
     PrivacyParameterError,
     ProgrammingError,
 )
@@ -118,29 +118,10 @@ def key_path(ledger: str | os.PathLike[str], key_file: str | os.PathLike[str] | 
     return Path(os.path.abspath(path))
 
 
-def database_identity(database: str | os.PathLike[str]) -> str:
-    """A database file's identity: its real path and inode number, as canonical JSON.
-
-    DuckDB writes a database in place, so appending or deleting rows keeps the identity. A copy, or
-    another file moved or written over the path (``mv``, re-creation), is a new inode; moving the
-    file itself changes its real path. Both then differ, and the owner rebinds on purpose. The
-    device number is left out because it is not stable across reboots on some file systems
-    (overlay, NFS). Limit: a new file that reuses a deleted file's inode number at the same path
-    is not told apart.
-    """
-    path = os.path.realpath(os.fspath(database))
-    try:
-        inode = os.stat(path).st_ino
-    except OSError as err:
-        raise OperationalError(f"cannot read the database file '{database}' ({err.strerror or err}); the ledger binds a "
-                               "budget to a database file.") from None
-    return json.dumps({"inode": inode, "path": path}, sort_keys=True, separators=(",", ":"))
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Binding:
     """What a dataset's budget is bound to: the schema's privacy-relevant parts (``Schema.canonical``)
-    and the database file's identity (``database_identity``; '' without a database file, e.g. a
+    and the database file's identity (``file_identity``; '' without a database file, e.g. a
     DuckDB connection object or ``:memory:``)."""
 
     schema: str
@@ -150,7 +131,7 @@ class Binding:
     def of(cls, schema: Schema, database: object = None) -> Binding:
         """The binding of ``schema`` over ``database`` (a path; anything else binds no file)."""
         path = database if isinstance(database, (str, os.PathLike)) and os.fspath(database) != ":memory:" else None
-        return cls(schema=schema.canonical(), database="" if path is None else database_identity(path))
+        return cls(schema=schema.canonical(), database="" if path is None else file_identity(path))
 
     @property
     def fingerprint(self) -> str:
