@@ -20,10 +20,10 @@ import duckdb
 import pyarrow as pa
 
 from dpsql import engine
-from dpsql.accounting import Budget, PrivacyCost, price, sequential
+from dpsql.accounting import Budget, PrivacyBudget, PrivacyCost, price, sequential
 from dpsql.backends.duckdb import DuckDBBackend, attached_files
 from dpsql.errors import InterfaceError, InternalError, LedgerError, NotSupportedError, ProgrammingError
-from dpsql.ledger import Account, BatchRecord, Ledger, LedgerBudget, default_path
+from dpsql.ledger import Account, BatchRecord, Ledger, default_path
 from dpsql.noise import RandomSource
 from dpsql.schema import Schema
 
@@ -113,7 +113,7 @@ def _books(database: str | os.PathLike[str] | duckdb.DuckDBPyConnection, budget:
 def _check_budget(budget: object, database: str | os.PathLike[str] | duckdb.DuckDBPyConnection, path: Path | None,
                   dataset: str | None, analyst: str | None) -> None:
     """An in-memory budget is for in-memory data only: data in a file are accounted for in its ledger."""
-    if not isinstance(budget, Budget) or isinstance(budget, LedgerBudget):
+    if not isinstance(budget, Budget):  # a durable budget comes from ledger=, never from budget=
         raise ProgrammingError(f"budget= must be dpsql.Budget(epsilon=...) or Budget(rho=...); got {budget!r}. "
                                "For a budget kept in a ledger, pass ledger=PATH and dataset= instead.")
     if dataset is not None or analyst is not None:
@@ -137,8 +137,7 @@ def _check_rng(rng: RandomSource | None, books: Budget | Account, backend: DuckD
     with the same seed on an empty database, then subtracting, gives exact counts; so no seeded
     or injected source may touch data that a ledger accounts for or that lives in a file.
     """
-    in_memory_budget = isinstance(books, Budget) and not isinstance(books, LedgerBudget)
-    if rng is not None and not (in_memory_budget and backend.in_memory):
+    if rng is not None and not (isinstance(books, Budget) and backend.in_memory):
         raise ProgrammingError("rng= is for tests on in-memory data: it is accepted only with budget=dpsql.Budget(...) "
                                "on ':memory:' or an in-memory DuckDB connection. A chosen random source would let its "
                                "holder replay and subtract the noise, so it is refused here; nothing was charged. "
@@ -154,7 +153,7 @@ class Connection:
         self._closed = False
 
     @property
-    def budget(self) -> Budget:
+    def budget(self) -> PrivacyBudget:
         """The budget now: the in-memory Budget, or the ledger's balance (read now; LedgerError if unreadable)."""
         return self._books if isinstance(self._books, Budget) else self._books.budget()
 
@@ -163,7 +162,7 @@ class Connection:
         """The ledger account the connection charges, or None with an in-memory budget."""
         return self._books if isinstance(self._books, Account) else None
 
-    def _budget_for(self, text: str, parameters: Sequence[object] | None, prepared: engine.Prepared) -> Budget:
+    def _budget_for(self, text: str, parameters: Sequence[object] | None, prepared: engine.Prepared) -> PrivacyBudget:
         """What the engine draws this batch from: the in-memory Budget, or a ledger view that records the batch."""
         if isinstance(self._books, Budget):
             return self._books

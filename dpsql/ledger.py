@@ -70,7 +70,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from dpsql.accounting import UNIT, Budget, Family, PrivacyCost, price, refusal
+from dpsql.accounting import UNIT, Family, PrivacyCost, price, refusal
 from dpsql.backends.base import file_identity
 from dpsql.errors import (
     BudgetExhaustedError,
@@ -743,40 +743,52 @@ class Account:
         return replace(self, binding=Binding.of(schema, database))
 
     def budget(self, batch: BatchRecord | None = None) -> LedgerBudget:
-        """The current balance as a Budget; with ``batch``, one whose ``charge`` records that batch."""
+        """The current balance as a PrivacyBudget; with ``batch``, one whose ``charge`` records that batch."""
         balance = self.ledger.balance(self.dataset, self.analyst, binding=self.binding)
-        epsilon, rho, spent = _mirror(balance)
-        return LedgerBudget(epsilon=epsilon, rho=rho, spent=float(spent), account=self, batch=batch, balance=balance)
+        return LedgerBudget(account=self, batch=batch, balance=balance)
 
 
 @dataclass(slots=True, kw_only=True)
-class LedgerBudget(Budget):
-    """A Budget whose books are the ledger: ``check`` reads it, ``charge`` is its atomic durable charge.
+class LedgerBudget:
+    """The ledger's ``PrivacyBudget``: ``check`` reads the ledger, ``charge`` is its atomic durable charge.
 
     The engine calls ``check(cost)`` and then ``charge(cost)`` before it reads any data, and reads
     ``remaining`` and ``total`` afterwards: they show the balance right after this batch's charge.
-    ``total`` and ``spent`` are those of the binding level (the analyst's, if it has a total).
+    ``total``, ``spent`` and ``left`` are those of the binding level (the analyst's, if it has a total).
     """
 
     account: Account
     balance: Balance
     batch: BatchRecord | None = None
 
-    def __post_init__(self) -> None:
-        Budget.__post_init__(self)
-        self._update(self.balance)
+    @property
+    def total(self) -> PrivacyCost:
+        return PrivacyCost.of(self.balance.family, self.balance.binding.total)
+
+    @property
+    def spent(self) -> float:
+        return float(self.balance.binding.spent)
 
     @property
     def left(self) -> Fraction:
         return self.balance.left
 
+    @property
+    def remaining(self) -> float:
+        return float(self.left)
+
+    @property
+    def durable(self) -> bool:
+        """True: the books are the ledger file."""
+        return True
+
     def price(self, cost: PrivacyCost) -> Fraction:
         return self.balance.price(cost)
 
     def check(self, cost: PrivacyCost) -> Fraction:
-        """Read the ledger again (fail closed), then check as a Budget does. Charges nothing."""
+        """Read the ledger again (fail closed), then check the cost against it. Charges nothing."""
         account = self.account
-        self._update(account.ledger.balance(account.dataset, account.analyst, binding=account.binding))
+        self.balance = account.ledger.balance(account.dataset, account.analyst, binding=account.binding)
         return self.balance.check(cost)
 
     def charge(self, cost: PrivacyCost) -> None:
@@ -784,20 +796,8 @@ class LedgerBudget(Budget):
         if self.batch is None:
             raise ProgrammingError("a ledger charge needs its batch record: use Account.budget(batch).")
         account = self.account
-        self._update(account.ledger.charge(account.dataset, cost, self.batch, analyst=account.analyst,
-                                           binding=account.binding))
-
-    def _update(self, balance: Balance) -> None:
-        self.balance = balance
-        self.epsilon, self.rho, self.exact_spent = _mirror(balance)
-        self.spent = float(self.exact_spent)
-
-
-def _mirror(balance: Balance) -> tuple[float | None, float | None, Fraction]:
-    """The Budget fields (epsilon, rho, spent) showing the balance's binding level."""
-    binding = balance.binding
-    total = float(binding.total)
-    return (total, None, binding.spent) if balance.family == "epsilon" else (None, total, binding.spent)
+        self.balance = account.ledger.charge(account.dataset, cost, self.batch, analyst=account.analyst,
+                                             binding=account.binding)
 
 
 def _scope(dataset: str, analyst: str | None) -> str:
