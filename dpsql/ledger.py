@@ -190,7 +190,7 @@ def _describe_file(identity: str) -> str:
         found = json.loads(identity)
         return f"file '{found['path']}' (inode {found['inode']})"
     except (ValueError, KeyError, TypeError):
-        return f"file {identity!r}"
+        return f"the data {identity!r}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -740,7 +740,11 @@ class Account:
 
     def bound(self, schema: Schema, database: object) -> Account:
         """This account with the binding of ``schema`` over ``database`` (a path, or no file)."""
-        return replace(self, binding=Binding.of(schema, database))
+        return self.bound_to(Binding.of(schema, database))
+
+    def bound_to(self, binding: Binding) -> Account:
+        """This account with ``binding`` (e.g. a schema over a Backend's ``identity``)."""
+        return replace(self, binding=binding)
 
     def budget(self, batch: BatchRecord | None = None) -> LedgerBudget:
         """The current balance as a PrivacyBudget; with ``batch``, one whose ``charge`` records that batch."""
