@@ -343,8 +343,8 @@ def test_answers_through_the_independent_backend_are_calibrated() -> None:
         cursor = connection.cursor()
         for _ in range(150):
             for row in cursor.execute(sql, epsilon=0.5).fetch_arrow_table().to_pylist():
-                for a in z:
-                    z[a].append((row[a] - truth[a, row["sex"]]) / row[f"{a}_stddev"])
+                for a, scores in z.items():
+                    scores.append((row[a] - truth[a, row["sex"]]) / row[f"{a}_stddev"])
     for aggregate, found in z.items():
         scores = np.asarray(found)
         assert abs(scores.mean()) < 4 / math.sqrt(scores.size), aggregate
