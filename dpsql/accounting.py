@@ -1,6 +1,8 @@
-"""The accountant: privacy costs, their composition, ρ → (ε, δ) conversion, and the in-memory budget.
+"""The accountant: privacy costs, their composition, ρ → (ε, δ) conversion, and budgets.
 
-A cost is pure ε-DP or ρ-zCDP (``PrivacyCost``), under adding or removing one privacy unit.
+A cost is pure ε-DP or ρ-zCDP (``PrivacyCost``), under adding or removing one privacy unit. A budget
+is anything implementing ``PrivacyBudget``: the in-memory ``Budget`` here, or the ledger's
+``dpsql.ledger.LedgerBudget``.
 
 Math:
     sequential  releases computed from the same data add up: ε = Σ εᵢ (pure DP, Dwork & Roth 2014,
@@ -33,7 +35,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 from dpsql.errors import BudgetExhaustedError, PrivacyParameterError
 
@@ -244,12 +246,62 @@ def _check_delta(delta: float) -> None:
         raise PrivacyParameterError(f"delta must be a number in (0, 1), such as 1e-6; got {delta!r}.")
 
 
-# ------------------------------------------------------------------------------------- in-memory budget
+# ------------------------------------------------------------------------------------- budgets
+@runtime_checkable
+class PrivacyBudget(Protocol):
+    """What a batch draws from: everything the engine, ``dpsql.connect`` and the CLI use of a budget.
+
+    Privacy contract: ``check`` charges nothing and reads no data; ``charge`` records the cost
+    (durably, for a ledger) before it returns, or raises BudgetExhaustedError and records nothing.
+    The engine calls ``check`` then ``charge`` before it reads any data, so nothing is released
+    before its cost is on the books. Amounts are in the budget's unit (ε, or ρ with an ε cost
+    counted as ε²/2); decisions use the exact ``left``, the floats are for display.
+    """
+
+    @property
+    def total(self) -> PrivacyCost:
+        """The total (of the binding level, for a ledger with analyst sub-budgets)."""
+        ...
+
+    @property
+    def spent(self) -> float:
+        """What is spent, in the budget's unit (display)."""
+        ...
+
+    @property
+    def left(self) -> Fraction:
+        """What is left, exactly, in the budget's unit."""
+        ...
+
+    @property
+    def remaining(self) -> float:
+        """``left`` as a float (display)."""
+        ...
+
+    @property
+    def durable(self) -> bool:
+        """True when the books outlive the process (a ledger): such a budget never pays for a release
+        drawn from a chosen random source (``rng=``), whose holder could replay the noise."""
+        ...
+
+    def price(self, cost: PrivacyCost) -> Fraction:
+        """``cost`` in the budget's unit; PrivacyParameterError for a ρ cost on an ε budget."""
+        ...
+
+    def check(self, cost: PrivacyCost) -> Fraction:
+        """The price of ``cost``; BudgetExhaustedError if it does not fit. Charges nothing."""
+        ...
+
+    def charge(self, cost: PrivacyCost) -> None:
+        """Record ``cost``; BudgetExhaustedError, recording nothing, if it does not fit."""
+        ...
+
+
 @dataclass(slots=True, kw_only=True)
 class Budget:
     """A total privacy budget that batches draw from; ``Budget(epsilon=3)`` or ``Budget(rho=0.5)``.
 
-    Kept in memory for one connection: it ends with the process. ``dpsql.connect(..., ledger=PATH)``
+    The in-memory ``PrivacyBudget``, kept for one connection: it ends with the process. ``dpsql.connect(..., ledger=PATH)``
     keeps the books in a durable file instead (``dpsql.ledger``). Decisions use the exact sum
     ``exact_spent`` (a Fraction); ``spent`` is the same amount as a float, for display.
     """
@@ -276,6 +328,11 @@ class Budget:
     def remaining(self) -> float:
         """What is left, in the budget's unit (for display; decisions use ``left``)."""
         return float(self.left)
+
+    @property
+    def durable(self) -> bool:
+        """False: these books end with the process."""
+        return False
 
     def price(self, cost: PrivacyCost) -> Fraction:
         """The cost in this budget's unit: ε on an ε budget; ρ, or ε²/2, on a ρ budget."""

@@ -11,8 +11,8 @@ connection. ``explain()`` reports the plan without spending.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -20,18 +20,22 @@ import duckdb
 import pyarrow as pa
 
 from dpsql import engine
-from dpsql.accounting import Budget, PrivacyCost
+from dpsql.accounting import Budget, PrivacyBudget, PrivacyCost
+from dpsql.backends.base import Backend, missing_members
 from dpsql.backends.duckdb import DuckDBBackend, attached_files
 from dpsql.errors import InterfaceError, LedgerError, NotSupportedError, ProgrammingError
-from dpsql.ledger import Account, BatchRecord, Ledger, LedgerBudget, default_path
+from dpsql.ledger import Account, BatchRecord, Binding, Ledger, default_path
 from dpsql.noise import RandomSource
 from dpsql.schema import Schema
 
 _ARROW_TYPE_CODES = {pa.string(): "STRING", pa.int64(): "NUMBER", pa.float64(): "NUMBER", pa.date32(): "DATETIME"}
 
 
+Database = str | os.PathLike[str] | duckdb.DuckDBPyConnection
+
+
 def connect(
-    database: str | os.PathLike[str] | duckdb.DuckDBPyConnection = ":memory:",
+    database: Database | Backend = ":memory:",
     *,
     schema: str | os.PathLike[str] | Mapping[str, Any] | Schema,
     budget: Budget | None = None,
@@ -40,21 +44,24 @@ def connect(
     analyst: str | None = None,
     rng: RandomSource | None = None,
 ) -> Connection:
-    """Open a private connection to a DuckDB database (a path, ":memory:" or a connection).
+    """Open a private connection to a DuckDB database (a path, ":memory:" or a connection) or to any
+    object implementing the ``dpsql.backends.Backend`` protocol.
 
     A database path is always opened read-only, with DuckDB's external access and extension
     loading disabled and its configuration locked (``dpsql.backends.duckdb``): dpsql never writes,
     so any number of connections and ``dpsql run`` processes can read one file at once. An open
     DuckDB connection passed in is used as it is (it cannot be reconfigured); for it, as for
-    every database, only tables and views of the database's own catalog are ever read.
+    every database, only tables and views of the database's own catalog are ever read. A Backend
+    passed in is used as it is, only through its protocol; the connection closes it on ``close()``.
 
     Where the budget comes from:
         a database file: the ledger file next to it (``people.duckdb.dpsql-ledger``), or
         ``ledger=PATH``; its total is set by the data owner with ``dpsql budget set``.
         ``budget=Budget(...)``: an in-memory budget for this connection only, accepted only for
-        data in memory (``":memory:"``, or a DuckDB connection none of whose databases is a file):
-        tests, demos, examples. A file's budget is always the ledger's.
-        ``":memory:"`` or a DuckDB connection needs one of ``budget=`` and ``ledger=``.
+        data in memory (``":memory:"``, a DuckDB connection none of whose databases is a file, or
+        a Backend whose ``in_memory`` is true): tests, demos, examples. Stored data's budget is
+        always the ledger's. Anything but a database file needs one of ``budget=`` and
+        ``ledger=`` (with ``dataset=``); the ledger binds the dataset to the backend's ``identity``.
 
     Args:
         database: the data; dpsql only ever runs SQL it generates from the schema against it.
@@ -69,24 +76,37 @@ def connect(
     Raises:
         OperationalError: there is no file at the database path, or DuckDB cannot open it. PEP 249
             puts "the data source name is not found" under OperationalError; nothing is created.
-        ProgrammingError: budget= and ledger= together, a budget that is not a Budget, budget= for
-            data in a file, rng= without an in-memory budget on in-memory data, or no budget
-            source for ":memory:" or a DuckDB connection. Nothing stays open and nothing is charged.
+        ProgrammingError: ``database`` is neither a DuckDB database nor a Backend, budget= and
+            ledger= together, a budget that is not a Budget, budget= for stored data, rng= without
+            an in-memory budget on in-memory data, or no budget source for anything but a database
+            file. Nothing dpsql opened stays open and nothing is charged.
     """
     source = schema if isinstance(schema, (str, Mapping, Schema)) else Path(os.fspath(schema))
-    backend = DuckDBBackend(database)
+    backend = _backend(database)
     try:
-        books = _books(database, budget, ledger, dataset, analyst)
+        books = _books(database, backend, budget, ledger, dataset, analyst)
         loaded = Schema.load(source)
-        if isinstance(books, Account):  # charges check the database file and schema the owner bound the dataset to
-            books = books.bound(loaded, database)
+        if isinstance(books, Account):  # charges check the data and schema the owner bound the dataset to
+            books = books.bound_to(Binding(schema=loaded.canonical(), database=backend.identity))
         return Connection(backend, loaded, books, rng)
     except BaseException:
-        backend.close()
+        if backend is not database:  # a Backend passed in stays its caller's until the connection exists
+            backend.close()
         raise
 
 
-def _books(database: str | os.PathLike[str] | duckdb.DuckDBPyConnection, budget: Budget | None,
+def _backend(database: Database | Backend) -> Backend:
+    """The backend over ``database``: a DuckDBBackend for a path or DuckDB connection, else the Backend itself."""
+    if isinstance(database, (str, os.PathLike, duckdb.DuckDBPyConnection)):
+        return DuckDBBackend(database)
+    missing = missing_members(database)
+    if missing:
+        raise ProgrammingError(f"connect() takes a DuckDB database (a path, ':memory:' or a duckdb connection) or a "
+                               f"dpsql.backends.Backend; a {type(database).__name__} lacks {', '.join(missing)}.")
+    return database
+
+
+def _books(database: Database | Backend, backend: Backend, budget: Budget | None,
            ledger: str | os.PathLike[str] | None, dataset: str | None, analyst: str | None) -> Budget | Account:
     """The connection's budget: the in-memory Budget (in-memory data only), or an Account in a ledger."""
     if budget is not None and ledger is not None:
@@ -94,7 +114,7 @@ def _books(database: str | os.PathLike[str] | duckdb.DuckDBPyConnection, budget:
                                "ledger file), not both.")
     path = Path(os.fspath(database)) if isinstance(database, (str, os.PathLike)) and database != ":memory:" else None
     if budget is not None:
-        _check_budget(budget, database, path, dataset, analyst)
+        _check_budget(budget, _stored_at(database, backend, path), dataset, analyst)
         return budget
     for name, value in (("dataset", dataset), ("analyst", analyst)):
         if value is not None and (not isinstance(value, str) or not value.strip()):
@@ -103,42 +123,50 @@ def _books(database: str | os.PathLike[str] | duckdb.DuckDBPyConnection, budget:
         return Account(ledger=Ledger(default_path(path) if ledger is None else ledger), dataset=dataset or path.name,
                        analyst=analyst)
     if ledger is None:
-        raise ProgrammingError("a connection to ':memory:' or to an open DuckDB connection needs budget=dpsql.Budget"
-                               "(epsilon=...) (in memory, for this connection only) or ledger=PATH (a durable ledger file).")
+        where = ("':memory:' or to an open DuckDB connection" if backend is not database
+                 else f"a {type(backend).__name__} backend")
+        raise ProgrammingError(f"a connection to {where} needs budget=dpsql.Budget(epsilon=...) (in memory, for this "
+                               "connection only) or ledger=PATH (a durable ledger file).")
     if dataset is None:
         raise ProgrammingError("with ledger= and no database file, pass dataset='name': which budget in the ledger to use.")
     return Account(ledger=Ledger(ledger), dataset=dataset, analyst=analyst)
 
 
-def _check_budget(budget: object, database: str | os.PathLike[str] | duckdb.DuckDBPyConnection, path: Path | None,
-                  dataset: str | None, analyst: str | None) -> None:
-    """An in-memory budget is for in-memory data only: data in a file are accounted for in its ledger."""
-    if not isinstance(budget, Budget) or isinstance(budget, LedgerBudget):
+def _stored_at(database: Database | Backend, backend: Backend, path: Path | None) -> list[str]:
+    """Where the data are stored durably (files, or a Backend's identity); empty for data in memory only."""
+    if path is not None:
+        return [str(path)]
+    if isinstance(database, duckdb.DuckDBPyConnection):
+        return attached_files(database)
+    if backend is not database or backend.in_memory:  # ':memory:'
+        return []
+    return [backend.identity or f"the storage of a {type(backend).__name__}"]
+
+
+def _check_budget(budget: object, stored: list[str], dataset: str | None, analyst: str | None) -> None:
+    """An in-memory budget is for in-memory data only: stored data are accounted for in a ledger."""
+    if not isinstance(budget, Budget):  # a durable budget comes from ledger=, never from budget=
         raise ProgrammingError(f"budget= must be dpsql.Budget(epsilon=...) or Budget(rho=...); got {budget!r}. "
                                "For a budget kept in a ledger, pass ledger=PATH and dataset= instead.")
     if dataset is not None or analyst is not None:
         raise ProgrammingError("dataset= and analyst= name a budget in a ledger; drop them, or pass ledger= instead of "
                                "budget=.")
-    files = [str(path)] if path is not None else []
-    if isinstance(database, duckdb.DuckDBPyConnection):
-        files = attached_files(database)
-    if files:
+    if stored:
         raise ProgrammingError(f"budget= is an in-memory budget for data in memory (tests, demos), but the data are in "
-                               f"{', '.join(files)}: a database file's budget is kept in its ledger. Drop budget=; the "
+                               f"{', '.join(stored)}: a database file's budget is kept in its ledger. Drop budget=; the "
                                "data owner sets the total with `dpsql budget set --db FILE --schema SCHEMA --epsilon ...` (or "
                                "dpsql.ledger.Ledger(path).set_total(...)); pass ledger=PATH and dataset= for a DuckDB "
                                "connection. Nothing was charged.")
 
 
-def _check_rng(rng: RandomSource | None, books: Budget | Account, backend: DuckDBBackend) -> None:
+def _check_rng(rng: RandomSource | None, books: Budget | Account, backend: Backend) -> None:
     """A chosen random source only on in-memory test data with an in-memory budget.
 
     Why: with a known seed the noise is known. Answering a batch on the real data and again
     with the same seed on an empty database, then subtracting, gives exact counts; so no seeded
     or injected source may touch data that a ledger accounts for or that lives in a file.
     """
-    in_memory_budget = isinstance(books, Budget) and not isinstance(books, LedgerBudget)
-    if rng is not None and not (in_memory_budget and backend.in_memory):
+    if rng is not None and not (isinstance(books, Budget) and backend.in_memory):
         raise ProgrammingError("rng= is for tests on in-memory data: it is accepted only with budget=dpsql.Budget(...) "
                                "on ':memory:' or an in-memory DuckDB connection. A chosen random source would let its "
                                "holder replay and subtract the noise, so it is refused here; nothing was charged. "
@@ -148,13 +176,13 @@ def _check_rng(rng: RandomSource | None, books: Budget | Account, backend: DuckD
 class Connection:
     """A PEP 249 connection holding the backend, the schema and where its budget is kept."""
 
-    def __init__(self, backend: DuckDBBackend, schema: Schema, books: Budget | Account, rng: RandomSource | None) -> None:
+    def __init__(self, backend: Backend, schema: Schema, books: Budget | Account, rng: RandomSource | None) -> None:
         _check_rng(rng, books, backend)
         self._backend, self.schema, self._books, self._rng = backend, schema, books, rng
         self._closed = False
 
     @property
-    def budget(self) -> Budget:
+    def budget(self) -> PrivacyBudget:
         """The budget now: the in-memory Budget, or the ledger's balance (read now; LedgerError if unreadable)."""
         return self._books if isinstance(self._books, Budget) else self._books.budget()
 
@@ -163,7 +191,7 @@ class Connection:
         """The ledger account the connection charges, or None with an in-memory budget."""
         return self._books if isinstance(self._books, Account) else None
 
-    def _budget_for(self, text: str, parameters: Sequence[object] | None, prepared: engine.Prepared) -> Budget:
+    def _budget_for(self, text: str, parameters: Sequence[object] | None, prepared: engine.Prepared) -> PrivacyBudget:
         """What the engine draws this batch from: the in-memory Budget, or a ledger view that records the batch."""
         if isinstance(self._books, Budget):
             return self._books

@@ -21,7 +21,7 @@ Tables (format version 2; amounts are exact fractions written as text, e.g. ``'7
     head         the number of rows in the history and the last row's MAC, itself MAC'd
 
 Binding: the first total of a dataset binds it (``Binding``) to its database file's identity
-(``database_identity``: real path and inode) and to the schema's privacy-relevant parts
+(``dpsql.backends.base.file_identity``: real path and inode) and to the schema's privacy-relevant parts
 (``Schema.canonical``: tables, privacy unit and ``max_rows``, domains, measure bounds, truncation).
 Every charge, in its own transaction, compares the connection's binding with the dataset's and
 refuses a difference (LedgerError naming what differs, never data). Rebinding is an explicit,
@@ -70,12 +70,12 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from dpsql.accounting import UNIT, Budget, Family, PrivacyCost, price, refusal
+from dpsql.accounting import UNIT, Family, PrivacyCost, price, refusal
+from dpsql.backends.base import file_identity
 from dpsql.errors import (
     BudgetExhaustedError,
     BudgetNotSetError,
     LedgerError,
-    OperationalError,
     PrivacyParameterError,
     ProgrammingError,
 )
@@ -118,29 +118,10 @@ def key_path(ledger: str | os.PathLike[str], key_file: str | os.PathLike[str] | 
     return Path(os.path.abspath(path))
 
 
-def database_identity(database: str | os.PathLike[str]) -> str:
-    """A database file's identity: its real path and inode number, as canonical JSON.
-
-    DuckDB writes a database in place, so appending or deleting rows keeps the identity. A copy, or
-    another file moved or written over the path (``mv``, re-creation), is a new inode; moving the
-    file itself changes its real path. Both then differ, and the owner rebinds on purpose. The
-    device number is left out because it is not stable across reboots on some file systems
-    (overlay, NFS). Limit: a new file that reuses a deleted file's inode number at the same path
-    is not told apart.
-    """
-    path = os.path.realpath(os.fspath(database))
-    try:
-        inode = os.stat(path).st_ino
-    except OSError as err:
-        raise OperationalError(f"cannot read the database file '{database}' ({err.strerror or err}); the ledger binds a "
-                               "budget to a database file.") from None
-    return json.dumps({"inode": inode, "path": path}, sort_keys=True, separators=(",", ":"))
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Binding:
     """What a dataset's budget is bound to: the schema's privacy-relevant parts (``Schema.canonical``)
-    and the database file's identity (``database_identity``; '' without a database file, e.g. a
+    and the database file's identity (``file_identity``; '' without a database file, e.g. a
     DuckDB connection object or ``:memory:``)."""
 
     schema: str
@@ -150,7 +131,7 @@ class Binding:
     def of(cls, schema: Schema, database: object = None) -> Binding:
         """The binding of ``schema`` over ``database`` (a path; anything else binds no file)."""
         path = database if isinstance(database, (str, os.PathLike)) and os.fspath(database) != ":memory:" else None
-        return cls(schema=schema.canonical(), database="" if path is None else database_identity(path))
+        return cls(schema=schema.canonical(), database="" if path is None else file_identity(path))
 
     @property
     def fingerprint(self) -> str:
@@ -209,7 +190,7 @@ def _describe_file(identity: str) -> str:
         found = json.loads(identity)
         return f"file '{found['path']}' (inode {found['inode']})"
     except (ValueError, KeyError, TypeError):
-        return f"file {identity!r}"
+        return f"the data {identity!r}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -759,43 +740,59 @@ class Account:
 
     def bound(self, schema: Schema, database: object) -> Account:
         """This account with the binding of ``schema`` over ``database`` (a path, or no file)."""
-        return replace(self, binding=Binding.of(schema, database))
+        return self.bound_to(Binding.of(schema, database))
+
+    def bound_to(self, binding: Binding) -> Account:
+        """This account with ``binding`` (e.g. a schema over a Backend's ``identity``)."""
+        return replace(self, binding=binding)
 
     def budget(self, batch: BatchRecord | None = None) -> LedgerBudget:
-        """The current balance as a Budget; with ``batch``, one whose ``charge`` records that batch."""
+        """The current balance as a PrivacyBudget; with ``batch``, one whose ``charge`` records that batch."""
         balance = self.ledger.balance(self.dataset, self.analyst, binding=self.binding)
-        epsilon, rho, spent = _mirror(balance)
-        return LedgerBudget(epsilon=epsilon, rho=rho, spent=float(spent), account=self, batch=batch, balance=balance)
+        return LedgerBudget(account=self, batch=batch, balance=balance)
 
 
 @dataclass(slots=True, kw_only=True)
-class LedgerBudget(Budget):
-    """A Budget whose books are the ledger: ``check`` reads it, ``charge`` is its atomic durable charge.
+class LedgerBudget:
+    """The ledger's ``PrivacyBudget``: ``check`` reads the ledger, ``charge`` is its atomic durable charge.
 
     The engine calls ``check(cost)`` and then ``charge(cost)`` before it reads any data, and reads
     ``remaining`` and ``total`` afterwards: they show the balance right after this batch's charge.
-    ``total`` and ``spent`` are those of the binding level (the analyst's, if it has a total).
+    ``total``, ``spent`` and ``left`` are those of the binding level (the analyst's, if it has a total).
     """
 
     account: Account
     balance: Balance
     batch: BatchRecord | None = None
 
-    def __post_init__(self) -> None:
-        Budget.__post_init__(self)
-        self._update(self.balance)
+    @property
+    def total(self) -> PrivacyCost:
+        return PrivacyCost.of(self.balance.family, self.balance.binding.total)
+
+    @property
+    def spent(self) -> float:
+        return float(self.balance.binding.spent)
 
     @property
     def left(self) -> Fraction:
         return self.balance.left
 
+    @property
+    def remaining(self) -> float:
+        return float(self.left)
+
+    @property
+    def durable(self) -> bool:
+        """True: the books are the ledger file."""
+        return True
+
     def price(self, cost: PrivacyCost) -> Fraction:
         return self.balance.price(cost)
 
     def check(self, cost: PrivacyCost) -> Fraction:
-        """Read the ledger again (fail closed), then check as a Budget does. Charges nothing."""
+        """Read the ledger again (fail closed), then check the cost against it. Charges nothing."""
         account = self.account
-        self._update(account.ledger.balance(account.dataset, account.analyst, binding=account.binding))
+        self.balance = account.ledger.balance(account.dataset, account.analyst, binding=account.binding)
         return self.balance.check(cost)
 
     def charge(self, cost: PrivacyCost) -> None:
@@ -803,20 +800,8 @@ class LedgerBudget(Budget):
         if self.batch is None:
             raise ProgrammingError("a ledger charge needs its batch record: use Account.budget(batch).")
         account = self.account
-        self._update(account.ledger.charge(account.dataset, cost, self.batch, analyst=account.analyst,
-                                           binding=account.binding))
-
-    def _update(self, balance: Balance) -> None:
-        self.balance = balance
-        self.epsilon, self.rho, self.exact_spent = _mirror(balance)
-        self.spent = float(self.exact_spent)
-
-
-def _mirror(balance: Balance) -> tuple[float | None, float | None, Fraction]:
-    """The Budget fields (epsilon, rho, spent) showing the balance's binding level."""
-    binding = balance.binding
-    total = float(binding.total)
-    return (total, None, binding.spent) if balance.family == "epsilon" else (None, total, binding.spent)
+        self.balance = account.ledger.charge(account.dataset, cost, self.batch, analyst=account.analyst,
+                                             binding=account.binding)
 
 
 def _scope(dataset: str, analyst: str | None) -> str:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from dpsql import sum_truncation
-from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.backends import Backend
 from dpsql.noise import RandomSource
 from dpsql.schema import Column, Table, measure_quantum
 
@@ -77,7 +77,7 @@ def plans(columns: list[Column], *, family: str, total: float) -> tuple[list[Thr
                           epsilon=epsilon) for c in truncated], share
 
 
-def choose(plan: ThresholdPlan, *, backend: DuckDBBackend, table: Table, rng: RandomSource | None) -> float:
+def choose(plan: ThresholdPlan, *, backend: Backend, table: Table, rng: RandomSource | None) -> float:
     """Read the column's profile (one scan) and release θ."""
     column, bound = plan.column, plan.bound
     quantum = measure_quantum(column)

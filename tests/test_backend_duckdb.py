@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from dpsql.backends import CellData, DuckDBBackend, arrow_table
+from dpsql.backends.duckdb import CellData, DuckDBBackend, arrow_table
 from dpsql.errors import (
     InterfaceError,
     OperationalError,

@@ -1,9 +1,24 @@
-"""The math layers import only numpy and scipy: sqlglot, duckdb and pyarrow stay out."""
+"""Layering, both ways.
+
+1. The math layers import only numpy and scipy: sqlglot, duckdb and pyarrow stay out.
+2. The converse: only the modules listed in ``TOUCHING`` touch data or randomness, each for the
+   reason its comment gives. Read from the source (AST) of every module of ``dpsql``:
+   data       imports ``duckdb`` or ``dpsql.backends.duckdb``, or calls a backend data method
+              (``cell_data``, ``cell_data_sets``, ``marginal_counts``, ``measure_profile``);
+   randomness imports ``random``, ``secrets``, ``numpy.random`` or a sampler of ``dpsql.noise``,
+              uses ``os.urandom`` or ``np.random``, or calls a mechanism's ``measure``. Naming the
+              types ``RandomSource`` (to pass the caller's source along) or ``Noise`` (the noise
+              family of a plan) draws nothing and does not count.
+   A module doing more than its entry allows fails, and so does an entry that no longer does what
+   it allows (so the list stays the honest, minimal one).
+"""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 MATH_MODULES = ["dpsql.workloads", "dpsql.kronvec", "dpsql.linalg", "dpsql.strategies", "dpsql.noise", "dpsql.marginal_queries", "dpsql.sum_truncation",
                 "dpsql.residual_basis", "dpsql.strategies.residual", "dpsql.strategies.residual_plus",
@@ -19,8 +34,101 @@ class Block:
 sys.meta_path.insert(0, Block())
 """
 
+PACKAGE = Path(__file__).resolve().parents[1] / "dpsql"
+DATA, RANDOMNESS = "data", "randomness"
+DATA_METHODS = frozenset({"cell_data", "cell_data_sets", "marginal_counts", "measure_profile"})
+RANDOM_MODULES = frozenset({"random", "secrets", "numpy.random", "dpsql.noise"})
+#: Names of ``dpsql.noise`` that are types, not draws.
+NOISE_TYPES = frozenset({"dpsql.noise.RandomSource", "dpsql.noise.Noise"})
+#: Calling a mechanism's ``measure`` draws its noise.
+MEASURE_METHODS = frozenset({"measure"})
+
+#: Every module that touches data or randomness, and why it may.
+TOUCHING: dict[str, frozenset[str]] = {
+    # --- answering: after the charge, scan through the backend and measure with the caller's random source
+    "dpsql.engine.scan": frozenset({DATA}),                 # the statement-group route's one scan (cell_data_sets)
+    "dpsql.engine.measure": frozenset({RANDOMNESS}),        # ... and its measurements (mechanism.measure)
+    "dpsql.engine.residual_route": frozenset({DATA, RANDOMNESS}),  # the ResidualPlanner route: marginal_counts, measure
+    "dpsql.thresholds": frozenset({DATA}),                  # measure_profile; the selectors draw in sum_truncation
+    "dpsql.dbapi": frozenset({DATA}),                       # connect opens the DuckDBBackend (rng= is only passed along)
+    # --- the backends: run the generated queries (exact aggregates; no noise)
+    "dpsql.backends.duckdb": frozenset({DATA}),
+    # --- the noise: exact samplers with OS randomness, and the mechanisms that draw from them
+    "dpsql.noise": frozenset({RANDOMNESS}),                 # the samplers; os.urandom, secrets
+    "dpsql.mechanism": frozenset({RANDOMNESS}),             # measure: the matrix mechanism's noise
+    "dpsql.strategies.residual": frozenset({RANDOMNESS}),   # ResidualPlanner's measurement (discrete Gaussian)
+    "dpsql.strategies.residual_plus": frozenset({RANDOMNESS}),  # ResidualPlanner+'s measurement
+    "dpsql.sum_truncation": frozenset({RANDOMNESS}),            # the threshold selectors' noise (SVT, race to the top)
+    "dpsql.local.protocol": frozenset({RANDOMNESS}),        # the local-DP client randomizer (a RandomSource)
+    # --- randomness that is not privacy noise: public, seeded, never applied to private data
+    "dpsql": frozenset({RANDOMNESS}),                       # __init__ re-exports the noise module; draws nothing
+    "dpsql.strategies.hdmm": frozenset({RANDOMNESS}),       # seeded optimizer restarts (the plan depends on the seed only)
+    "dpsql.strategies.marginals": frozenset({RANDOMNESS}),  # seeded optimizer restarts
+    "dpsql.local.factorization": frozenset({RANDOMNESS}),   # seeded starting strategies of the local optimizer
+    "dpsql.local.simulate": frozenset({RANDOMNESS}),        # simulated clients' reports (a local-DP simulation tool)
+    "dpsql.local.cli": frozenset({RANDOMNESS}),             # `dpsql local simulate --seed`: the simulation's generator
+    "dpsql.ledger": frozenset({RANDOMNESS}),                # secrets: the ledger's MAC key, not noise
+    # --- tools that read data on purpose, outside the private path
+    "dpsql.local.sql": frozenset({DATA, RANDOMNESS}),       # simulates the local protocol on a table's cell counts
+    "dpsql.suggest": frozenset({DATA}),                     # `dpsql schema suggest`: drafts a schema from the data
+                                                            # (not private; its output says so)
+    "dpsql.demo": frozenset({DATA, RANDOMNESS}),            # writes a synthetic demo database from a seeded generator
+}
+
 
 def test_math_layers_import_without_sql_or_database_packages() -> None:
     code = BLOCKER + "".join(f"import {name}\n" for name in MATH_MODULES)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def touches(source: str) -> frozenset[str]:
+    """Whether the module's code touches data and/or randomness (see the module docstring).
+
+    >>> sorted(touches("import numpy as np\\nx = np.random.default_rng(0)"))
+    ['randomness']
+    >>> sorted(touches("def f(b, t):\\n    return b.cell_data(t, [])"))
+    ['data']
+    >>> sorted(touches("from dpsql.backends.base import Backend\\nfrom dpsql import errors"))
+    []
+    """
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        imported: list[str] = []
+        if isinstance(node, ast.Import):
+            imported = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            imported = [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            imported = [f"{'numpy' if node.value.id == 'np' else node.value.id}.{node.attr}"]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in DATA_METHODS:
+                found.add(DATA)
+            if node.func.attr in MEASURE_METHODS:
+                found.add(RANDOMNESS)
+        for name in imported:
+            if name.split(".")[0] == "duckdb" or name.startswith("dpsql.backends.duckdb"):
+                found.add(DATA)
+            if name in NOISE_TYPES:
+                continue
+            if name == "os.urandom" or any(name == m or name.startswith(m + ".") for m in RANDOM_MODULES):
+                found.add(RANDOMNESS)
+    return frozenset(found)
+
+
+def _modules() -> dict[str, Path]:
+    names = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return names
+
+
+def test_only_the_listed_modules_touch_data_or_randomness() -> None:
+    found = {name: touches(path.read_text(encoding="utf-8")) for name, path in _modules().items()}
+    beyond = {name: sorted(kinds - TOUCHING.get(name, frozenset())) for name, kinds in found.items()
+              if kinds - TOUCHING.get(name, frozenset())}
+    assert not beyond, f"these modules touch data or randomness without a TOUCHING entry saying why: {beyond}"
+    stale = {name: sorted(kinds - found.get(name, frozenset())) for name, kinds in TOUCHING.items()
+             if kinds - found.get(name, frozenset())}
+    assert not stale, f"these TOUCHING entries allow more than the module does (moved or gone?): {stale}"

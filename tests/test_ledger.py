@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpsql.accounting import PrivacyCost
+from dpsql.accounting import Budget, PrivacyBudget, PrivacyCost
 from dpsql.errors import BudgetExhaustedError, BudgetNotSetError, LedgerError, OperationalError, PrivacyParameterError
-from dpsql.ledger import Account, BatchRecord, Binding, Ledger, default_path
+from dpsql.ledger import Account, BatchRecord, Binding, Ledger, LedgerBudget, default_path
 from dpsql.schema import Schema
 
 BATCH = BatchRecord.of("SELECT COUNT(*) FROM people", None, PrivacyCost(epsilon=0.1), "matrix mechanism, discrete Laplace")
@@ -249,3 +249,18 @@ def test_a_damaged_ledger_fails_closed_for_every_operation(ledger: Ledger, damag
         with pytest.raises(LedgerError, match="Nothing was run or charged. Restore the file from a backup") as caught:
             operation()
         assert isinstance(caught.value, OperationalError)
+
+
+def test_both_budgets_implement_the_protocol_and_the_ledger_one_mirrors_nothing(ledger: Ledger) -> None:
+    """``PrivacyBudget`` is the one interface: the ledger's budget is not a ``Budget`` with copied fields, and
+    ``durable`` tells the two apart (a chosen random source never draws on a ledger)."""
+    ledger.set_total("people", PrivacyCost(rho=0.5), binding=BOUND)
+    on_file = Account(ledger=ledger, dataset="people", binding=BOUND).budget(BATCH)
+    in_memory = Budget(rho=0.5)
+    assert not issubclass(LedgerBudget, Budget) and not isinstance(on_file, Budget)
+    assert isinstance(on_file, PrivacyBudget) and isinstance(in_memory, PrivacyBudget)
+    assert on_file.durable and not in_memory.durable
+    for budget in (on_file, in_memory):
+        budget.charge(PrivacyCost(epsilon=0.6))  # 0.18 in ρ
+        assert (budget.total, budget.spent, budget.left) == (PrivacyCost(rho=0.5), 0.18, Fraction(8, 25))
+        assert budget.remaining == 0.32 and budget.price(PrivacyCost(rho=0.1)) == Fraction(1, 10)

@@ -1,27 +1,13 @@
-"""Backends: where the data lives. Each computes a table's data vector from the declared schema alone.
+"""Backends: where the data live. The engine sees them only through the :class:`Backend` protocol.
 
-Only :mod:`dpsql.backends.duckdb` exists so far; :class:`Backend` is the surface the rest of
-dpsql relies on, so another engine can be added beside it.
+:mod:`dpsql.backends.base` declares the protocol and the results it returns (:class:`CellData`,
+:class:`MeasureProfile`); importing it, or this package, imports no database package.
+:mod:`dpsql.backends.duckdb` (``DuckDBBackend``) is the implementation dpsql ships; import it from
+there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Protocol
+from dpsql.backends.base import Backend, CellData, MeasureProfile, file_identity
 
-from dpsql.backends.duckdb import CellData, DuckDBBackend, arrow_table
-from dpsql.schema import Column, Table
-
-
-class Backend(Protocol):
-    """What a backend provides: a catalog check and the one-scan data vector of a table."""
-
-    def check_table(self, table: Table) -> None: ...
-
-    def cell_data(self, table: Table, cell_columns: Sequence[Column], *, sum_columns: Mapping[Column, float] = ...,
-                  count_columns: Sequence[Column] = ()) -> CellData: ...
-
-    def close(self) -> None: ...
-
-
-__all__ = ["Backend", "CellData", "DuckDBBackend", "arrow_table"]
+__all__ = ["Backend", "CellData", "MeasureProfile", "file_identity"]

@@ -47,14 +47,14 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import duckdb
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 from sqlglot import exp
 
+from dpsql.backends.base import CellData, IntArray, MeasureProfile, file_identity
 from dpsql.errors import (
     DomainTooLargeError,
     InterfaceError,
@@ -66,7 +66,8 @@ from dpsql.errors import (
 )
 from dpsql.schema import EPOCH, Categorical, Column, Ordered, Table
 
-IntArray = npt.NDArray[np.int64]
+#: The sqlglot dialect every generated query is rendered in.
+DIALECT = "duckdb"
 TypeFamily = Literal["integer", "decimal", "float", "boolean", "date", "timestamp", "text", "other"]
 
 _NO_SUMS: Mapping[Column, float] = MappingProxyType({})
@@ -84,66 +85,6 @@ _QUIET_ERRORS = (duckdb.CatalogException, duckdb.BinderException, duckdb.ParserE
 #: no extensions fetched or loaded on demand, and no way to change this from SQL afterwards.
 _LOCKED: Mapping[str, bool] = MappingProxyType({"enable_external_access": False, "autoload_known_extensions": False,
                                                 "autoinstall_known_extensions": False, "lock_configuration": True})
-
-
-# ======================================================================================= result
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MeasureProfile:
-    """Private statistics of one measure for choosing a truncation threshold (see measure_profile)."""
-
-    rows: int
-    below: tuple[int, ...]
-    clipped_sums: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CellData:
-    """The non-empty cells of a table's data vector, in row-major order over ``shape``.
-
-    Every array is aligned with ``index`` and read-only.
-    """
-
-    #: Per cell column ``domain.size + 1``; the last index is the outside cell.
-    shape: tuple[int, ...]
-    #: Flat row-major indices (``np.ravel_multi_index`` over ``shape``) of the non-empty cells, sorted.
-    index: IntArray
-    #: Rows in each listed cell, after the privacy-unit cap.
-    counts: IntArray
-    #: Per SUM column name: sum of round(clamp(value, lo, hi) / quantum) in each listed cell, exactly
-    #: (int64, or Python integers when a sum does not fit).
-    sums: Mapping[str, IntArray]
-    #: Per COUNT(col) column name: rows with a value (not NULL, not NaN) in each listed cell.
-    nonnull: Mapping[str, IntArray]
-
-    def __post_init__(self) -> None:
-        arrays = [self.counts, *self.sums.values(), *self.nonnull.values()]
-        if self.index.ndim != 1 or any(a.shape != self.index.shape for a in arrays):
-            raise ShapeError(f"CellData arrays must all have the shape of index {self.index.shape}.")
-        if self.index.size and (np.any(np.diff(self.index) <= 0) or self.index[0] < 0 or self.index[-1] >= self.size):
-            raise ShapeError(f"CellData.index must be strictly increasing flat indices below {self.size}.")
-
-    @property
-    def size(self) -> int:
-        """Number of cells in the product domain, outside cells included."""
-        return math.prod(self.shape)
-
-    def dense(self, values: npt.ArrayLike) -> IntArray:
-        """Scatter one value per listed cell into the whole product domain (zeros elsewhere).
-
-        >>> data = CellData(shape=(2, 2), index=np.array([1, 2]), counts=np.array([5, 7]), sums={}, nonnull={})
-        >>> data.dense(data.counts).tolist()
-        [0, 5, 7, 0]
-        """
-        array = np.asarray(values)
-        if array.shape != self.index.shape:
-            raise ShapeError(f"dense() needs one value per listed cell ({self.index.size}); got shape {array.shape}.")
-        out = np.zeros(self.size, dtype=array.dtype)
-        out[self.index] = array
-        return out
-
-    def dense_counts(self) -> IntArray:
-        """Row counts over the whole product domain, length ``prod(shape)``."""
-        return self.dense(self.counts)
 
 
 # ====================================================================================== backend
@@ -168,18 +109,29 @@ class DuckDBBackend:
             configuration).
     """
 
+    #: The dialect of the generated SQL (Backend protocol).
+    dialect = DIALECT
+
     def __init__(self, database: str | os.PathLike[str] | duckdb.DuckDBPyConnection = ":memory:") -> None:
+        self._path: str | None = None
         if isinstance(database, duckdb.DuckDBPyConnection):
             self._connection: duckdb.DuckDBPyConnection | None = database
             self._owns_connection = False
             return
         self._connection = _open_locked(os.fspath(database))
         self._owns_connection = True
+        self._path = None if os.fspath(database) == ":memory:" else os.fspath(database)
 
     @property
     def in_memory(self) -> bool:
         """True when no database attached to the connection is stored in a file (or other external storage)."""
         return not attached_files(self.connection)
+
+    @property
+    def identity(self) -> str:
+        """The opened database file's :func:`~dpsql.backends.base.file_identity`; ``""`` for ``":memory:"``
+        and for a connection passed in (its files are not bound: pass the path to bind one)."""
+        return "" if self._path is None else file_identity(self._path)
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
@@ -194,7 +146,7 @@ class DuckDBBackend:
             self._connection.close()
         self._connection = None
 
-    def __enter__(self) -> DuckDBBackend:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
@@ -215,7 +167,7 @@ class DuckDBBackend:
     def sql_for(self, table: Table, cell_columns: Sequence[Column], *, sum_columns: Mapping[Column, float] = _NO_SUMS,
                 count_columns: Sequence[Column] = ()) -> str:
         """The SQL text :meth:`cell_data` runs for these arguments (for EXPLAIN, debugging and tests)."""
-        return self._query(table, cell_columns, sum_columns, count_columns).sql("duckdb", pretty=True)
+        return self._query(table, cell_columns, sum_columns, count_columns).sql(self.dialect, pretty=True)
 
     def cell_data(self, table: Table, cell_columns: Sequence[Column], *, sum_columns: Mapping[Column, float] = _NO_SUMS,
                   count_columns: Sequence[Column] = ()) -> CellData:
@@ -240,7 +192,7 @@ class DuckDBBackend:
             OperationalError: DuckDB failed (the message omits anything that may quote data).
         """
         query = self._query(table, cell_columns, sum_columns, count_columns)
-        result = self._run(query.sql("duckdb"))
+        result = self._run(query.sql(self.dialect))
         shape = tuple(c.domain.size + 1 for c in cell_columns)
         return _cell_data(result, shape, [c.name for c in sum_columns], [c.name for c in count_columns])
 
@@ -260,7 +212,7 @@ class DuckDBBackend:
         catalog = self._checked_catalog(table, columns, sum_columns, count_columns)
         positions = [tuple(columns.index(c) for c in cells) for cells in cell_sets]
         grouping = list(dict.fromkeys(tuple(sorted(p)) for p in positions))
-        result = self._run(_build_query(table, catalog, columns, sum_columns, count_columns, grouping).sql("duckdb"))
+        result = self._run(_build_query(table, catalog, columns, sum_columns, count_columns, grouping).sql(self.dialect))
         present = np.stack([~np.asarray(result.column(f"dpsql_cell_{i}").is_null()) for i in range(len(columns))], axis=1) \
             if columns else np.zeros((result.num_rows, 0), dtype=bool)
         sums = [f"dpsql_sum_{i}" for i in range(len(sum_columns))]
@@ -295,7 +247,7 @@ class DuckDBBackend:
         aggregates += [exp.alias_(exp.Coalesce(this=exp.Sum(this=exp.Case().when(present.copy(), _call(
                            "least", magnitude.copy(), _int(int(t))))), expressions=[_int(0)]), f"dpsql_clip_{j}", quoted=True)
                        for j, t in enumerate(clip)]  # HUGEINT sums, read exactly as Python integers
-        result = self._run(exp.select(*aggregates).from_(rows.subquery("dpsql_rows", copy=False)).sql("duckdb")).to_pylist()[0]
+        result = self._run(exp.select(*aggregates).from_(rows.subquery("dpsql_rows", copy=False)).sql(self.dialect)).to_pylist()[0]
         return MeasureProfile(rows=int(result["dpsql_rows"]),
                               below=tuple(int(result[f"dpsql_below_{k}"]) for k in range(len(below))),
                               clipped_sums=tuple(int(result[f"dpsql_clip_{j}"]) for j in range(len(clip))))
@@ -326,7 +278,7 @@ class DuckDBBackend:
         if len(set(keys)) != len(keys) or not keys:
             raise ShapeError(f"marginals must be a non-empty list without repeats; got {keys!r}.")
         catalog = self._checked_catalog(table, cell_columns, _NO_SUMS, ())
-        result = self._run(_marginals_query(table, catalog, cell_columns, keys).sql("duckdb"))
+        result = self._run(_marginals_query(table, catalog, cell_columns, keys).sql(self.dialect))
         return _marginal_tables(result, [c.domain.size + 1 for c in cell_columns], keys)
 
     # ------------------------------------------------------------------------------- internals
@@ -482,7 +434,7 @@ def describe(connection: duckdb.DuckDBPyConnection, table_name: str) -> dict[str
                           "or view in the database's catalog: the schema and the database disagree (dpsql reads only "
                           "the database's own tables and views, never files or other sources). Create the table (or "
                           "a view with that name) in the database, or fix the table name in the schema.")
-    sql = exp.Describe(this=_table_ref(table_name)).sql("duckdb")
+    sql = exp.Describe(this=_table_ref(table_name)).sql(DIALECT)
     try:
         rows = connection.execute(sql).fetchall()
     except _QUIET_ERRORS as err:
@@ -514,9 +466,9 @@ def _missing(table: Table, catalog: Mapping[str, DatabaseColumn], names: Sequenc
     if not missing:
         return []
     listed = ", ".join(f"'{name}'" + (" (the privacy unit)" if name == unit else "") for name in missing)
-    return [f"Column(s) {listed} of table '{table.name}' are declared in the schema but missing from the "
-            f"database table, which has: {', '.join(c.name for c in catalog.values())}. The schema and the "
-            "database disagree: fix the column names in the schema or create a view that provides them."]
+    return [(f"Column(s) {listed} of table '{table.name}' are declared in the schema but missing from the "
+             f"database table, which has: {', '.join(c.name for c in catalog.values())}. The schema and the "
+             "database disagree: fix the column names in the schema or create a view that provides them.")]
 
 
 def _type_problem(column: Column, db: DatabaseColumn) -> str | None:
@@ -717,10 +669,10 @@ def _has_value(db: DatabaseColumn) -> exp.Expression:
     UNKNOWN on it, GROUP BY shows it only with ``other``, ``out_of_domain`` = "exclude" drops it).
     Never NULL itself, so it can be projected as a flag.
     """
-    present: exp.Expression = _ref(db.name).is_(exp.null()).not_()
-    if db.family == "float":
-        present = exp.and_(present, exp.Not(this=_call("isnan", _ref(db.name))))
-    return exp.paren(present)  # parenthesised: NOT and AND must not re-associate around it
+    present = exp.Not(this=_ref(db.name).is_(exp.null()))
+    if db.family == "float":  # parenthesised: NOT and AND must not re-associate around it
+        return exp.paren(exp.and_(present, exp.Not(this=_call("isnan", _ref(db.name)))))
+    return exp.paren(present)
 
 
 def _rows(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Sequence[Column],

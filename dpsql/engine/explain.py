@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from dpsql.accounting import Budget
+from dpsql.accounting import PrivacyBudget
 from dpsql.engine.group_route import GroupsPlan
 from dpsql.engine.measurements import PlannedVector
 from dpsql.engine.residual_route import ResidualPlan
@@ -15,7 +15,7 @@ from dpsql.engine.routes import Prepared
 from dpsql.engine.vocabulary import NotApplicable
 
 
-def explain(prepared: Prepared, budget: Budget | None = None) -> str:
+def explain(prepared: Prepared, budget: PrivacyBudget | None = None) -> str:
     """The report; ``budget`` adds what is left of it."""
     chosen, groups, residual = prepared.chosen, prepared.groups, prepared.residual
     compiled = chosen.compiled

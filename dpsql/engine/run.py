@@ -9,14 +9,13 @@ from dataclasses import replace
 import pyarrow as pa
 
 from dpsql import blas
-from dpsql.accounting import Budget
+from dpsql.accounting import PrivacyBudget
 from dpsql.backends import Backend
 from dpsql.engine import postprocess as postprocessing
 from dpsql.engine.metadata import statement_metadata
 from dpsql.engine.routes import Prepared
 from dpsql.engine.vocabulary import Report
 from dpsql.errors import ProgrammingError
-from dpsql.ledger import LedgerBudget
 from dpsql.noise import RandomSource
 from dpsql.results import statement_tables
 
@@ -25,7 +24,7 @@ NOTHING_SPENT = "nothing: every statement's WHERE clause is never TRUE (exact ze
 
 
 @blas.single_threaded()
-def run(prepared: Prepared, *, backend: Backend, budget: Budget, rng: RandomSource | None = None,
+def run(prepared: Prepared, *, backend: Backend, budget: PrivacyBudget, rng: RandomSource | None = None,
         progress: Report | None = None, postprocess: Sequence[str] = ()) -> list[pa.Table]:
     """Charge the batch, then let the chosen route scan, measure and answer; one table per statement.
 
@@ -36,7 +35,7 @@ def run(prepared: Prepared, *, backend: Backend, budget: Budget, rng: RandomSour
     :mod:`dpsql.engine.postprocess` ("nonnegative", "isotonic").
     """
     report = progress or (lambda message: None)
-    if rng is not None and isinstance(budget, LedgerBudget):  # a known seed replays the noise (see dbapi.connect)
+    if rng is not None and budget.durable:  # a known seed replays the noise (see dbapi.connect)
         raise ProgrammingError("rng= (a chosen random source) is for tests on in-memory data with an in-memory Budget; a "
                                "release charged to a ledger draws its noise from the operating system. Nothing was run or "
                                "charged.")
