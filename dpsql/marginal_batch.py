@@ -33,16 +33,16 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-from dpsql import marginal_queries as mq
 from dpsql.accounting import PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import DomainTooLargeError, ShapeError
 from dpsql.mechanism import Answers
 from dpsql.noise import RandomSource
+from dpsql.residual import planner as residual
+from dpsql.residual import queries as mq
 from dpsql.schema import Schema
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, compile_batch
-from dpsql.strategies import residual
 from dpsql.weights import block_weight
 from dpsql.workloads import Explicit, Kron, Sum, Workload
 

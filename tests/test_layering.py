@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-MATH_MODULES = ["dpsql.workloads", "dpsql.kronvec", "dpsql.linalg", "dpsql.strategies", "dpsql.noise", "dpsql.marginal_queries", "dpsql.truncation",
-                "dpsql.residual_basis", "dpsql.strategies.residual", "dpsql.strategies.residual_plus",
+MATH_MODULES = ["dpsql.workloads", "dpsql.kronvec", "dpsql.linalg", "dpsql.strategies", "dpsql.noise", "dpsql.residual.queries", "dpsql.truncation",
+                "dpsql.residual", "dpsql.residual.basis", "dpsql.residual.planner", "dpsql.residual.plus",
                 "dpsql.mechanism", "dpsql.error", "dpsql.weights"]
 MATH_MODULES += ["dpsql.local", "dpsql.local.strategy", "dpsql.local.baselines", "dpsql.local.variance", "dpsql.local.projection", "dpsql.local.factorization", "dpsql.local.selection", "dpsql.local.quantize", "dpsql.local.layout", "dpsql.local.protocol", "dpsql.local.simulate"]
 
