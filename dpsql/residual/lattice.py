@@ -202,6 +202,7 @@ def build_lattice(sizes: IntArray, marginals: tuple[Marginal, ...], orders: Orde
 
 # ============================================================================ caller input
 def check_domains(domains: Sequence[int]) -> IntArray:
+    """The attribute sizes as an int64 array, or ShapeError unless every size is an integer ≥ 2."""
     if isinstance(domains, (str, bytes)) or not isinstance(domains, Sequence):
         raise ShapeError(f"domains must be a sequence of attribute sizes, e.g. [100, 7, 2]; got {domains!r}.")
     for i, n in enumerate(domains):
@@ -252,12 +253,14 @@ def check_marginals(marginals: Sequence[Sequence[int]], sizes: IntArray) -> tupl
 
 
 def check_rho(rho: float | Fraction) -> Fraction:
+    """ρ as an exact Fraction, or PrivacyParameterError unless it is a finite real number > 0."""
     if isinstance(rho, bool) or not isinstance(rho, numbers.Real) or not math.isfinite(rho) or rho <= 0:
         raise PrivacyParameterError(f"rho must be a finite number > 0 (zCDP; pcost = 2ρ); got {rho!r}.")
     return Fraction(rho)
 
 
 def check_weights(weights: Sequence[float] | None, m: int) -> FloatArray:
+    """One finite weight > 0 per marginal (default all 1), or ShapeError."""
     if weights is None:
         return np.ones(m)
     w = np.asarray(weights, dtype=np.float64)

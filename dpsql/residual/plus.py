@@ -399,6 +399,7 @@ def _contract(selection: PlusSelection, sigma2: FloatArray, marginal: Sequence[i
 
 
 def query_variance(selection: PlusSelection, sigma2: FloatArray, marginal: Sequence[int]) -> FloatArray:
+    """Var_A[r] for every query r of a closure set under noise scales σ² (module doc), shaped (mᵢ)_{i∈A}."""
     a = selection.lattice.closure[selection.lattice.locate(marginal)]
     _check_entries(selection, a, "variances")
     return _contract(selection, sigma2, a, lambda piece: (piece.total_weights, piece.residual_weights))

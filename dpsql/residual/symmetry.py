@@ -2,7 +2,7 @@
 
 ResidualPlanner (Xiao, He, Zhang and Kifer, "An Optimal and Scalable Matrix Mechanism for Noisy
 Marginals under Convex Loss Functions", NeurIPS 2023) selects one noise scale σ_S² per closure set.
-Both of its objectives are convex and unique at the optimum, and they only see the bipartite graph
+Both of its objectives are convex with a unique optimum, and they only see the bipartite graph
 (marginals, closure sets; edge A–S weighted C_{A,S}). Averaging over an equitable partition of that
 graph is a fractional automorphism (its averaging operators X, Y satisfy CX = YC and preserve p and
 w), so by Jensen the optimum is constant on its classes: the selection needs one variable per class
