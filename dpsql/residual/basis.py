@@ -325,7 +325,8 @@ class ResidualSum(Sum):
         if keys.size == 0:
             raise ShapeError("the marginal weights are all zero: the strategy measures nothing.")
         projectors = [residual_projector_of(self.sizes, int(r)) for r in keys]
-        super().__init__([P if self.scales[r] == 1.0 else Weighted(self.scales[r], P) for r, P in zip(keys, projectors)])
+        super().__init__([P if self.scales[r] == 1.0 else Weighted(self.scales[r], P)
+                          for r, P in zip(keys, projectors)])
 
     @property
     def T(self) -> Workload:

@@ -2,7 +2,7 @@
 
 Xiao, He, Zhang and Kifer, "An Optimal and Scalable Matrix Mechanism for Noisy Marginals under
 Convex Loss Functions" (NeurIPS 2023), and He, Xiao, Toksoz, Ding, Zhang and Kifer,
-"ResidualPlanner+: a scalable matrix mechanism for marginals and beyond" (arXiv 2305.08175, 2023–2026).
+"ResidualPlanner+: a scalable matrix mechanism for marginals and beyond" (arXiv:2305.08175, 2023).
 
 Notation: d attributes of public sizes nᵢ ≥ 2. A marginal A is a strictly increasing tuple of
 attribute indices; its table has shape (nᵢ)_{i∈A} in row-major (Kronecker) order, cells(A) =
@@ -33,9 +33,9 @@ import numpy.typing as npt
 
 from dpsql.errors import DataError, DomainTooLargeError, PrivacyParameterError, ShapeError
 
-__all__ = ["BATCH_CELLS", "MAX_MARGINAL_CELLS", "MAX_SUBSET_PAIRS", "OBJECTIVES", "FloatArray", "IntArray", "Lattice", "Marginal",
-           "Objective", "Orders", "as_marginal", "build_lattice", "check_domains", "check_marginals", "check_rho",
-           "check_weights", "closure_tables", "unique_rows"]
+__all__ = ["BATCH_CELLS", "MAX_MARGINAL_CELLS", "MAX_SUBSET_PAIRS", "OBJECTIVES", "FloatArray", "IntArray",
+           "Lattice", "Marginal", "Objective", "Orders", "as_marginal", "build_lattice", "check_domains",
+           "check_marginals", "check_rho", "check_weights", "closure_tables", "unique_rows"]
 
 Marginal = tuple[int, ...]
 Objective = Literal["sum_variance", "max_variance"]
@@ -225,7 +225,8 @@ def check_marginals(marginals: Sequence[Sequence[int]], sizes: IntArray) -> tupl
     d = len(sizes)
     positions: dict[int, list[int]] = {}
     for j, a in enumerate(marginals):
-        if type(a) is not tuple and type(a) is not list and (isinstance(a, (str, bytes)) or not isinstance(a, Sequence)):
+        if type(a) is not tuple and type(a) is not list \
+                and (isinstance(a, (str, bytes)) or not isinstance(a, Sequence)):
             as_marginal(a, d)
         positions.setdefault(len(a), []).append(j)
     batch: list[Marginal] = [()] * len(marginals)
@@ -233,7 +234,8 @@ def check_marginals(marginals: Sequence[Sequence[int]], sizes: IntArray) -> tupl
     for k, js in sorted(positions.items()):
         attributes = np.array([marginals[j] for j in js]) if k else np.zeros((len(js), 0), dtype=np.int64)
         valid = (attributes.dtype.kind in "iu" and attributes.shape == (len(js), k)
-                 and bool(np.all((attributes >= 0) & (attributes < d))) and bool(np.all(np.diff(attributes, axis=1) > 0)))
+                 and bool(np.all((attributes >= 0) & (attributes < d)))
+                 and bool(np.all(np.diff(attributes, axis=1) > 0)))
         if not valid:
             for j in js:
                 as_marginal(marginals[j], d)
@@ -243,7 +245,9 @@ def check_marginals(marginals: Sequence[Sequence[int]], sizes: IntArray) -> tupl
         cells = np.prod(sizes[attributes].astype(np.float64), axis=1)
         if np.any(cells >= MAX_MARGINAL_CELLS):
             big = batch[js[int(np.argmax(cells))]]
-            raise DomainTooLargeError(f"marginal {big} has about {cells.max():.3g} cells, above MAX_MARGINAL_CELLS = 2^62.")
+            raise DomainTooLargeError(
+                f"marginal {big} has about {cells.max():.3g} cells, above MAX_MARGINAL_CELLS = 2^62."
+            )
         orders[k] = (np.array(js, dtype=np.int64), attributes)
     if len(set(batch)) < len(batch):
         seen: set[Marginal] = set()

@@ -420,7 +420,8 @@ def measure(
     squares = [math.prod(n * n for n in shape) for shape in shapes]
     gamma2 = [sigma2 * square for sigma2, square in zip(selection.class_sigma2, squares)]
     source = noise.resolve_rng(rng)
-    streams = [_NoiseStream(g, int(n) * math.prod(shape), source) for g, n, shape in zip(gamma2, count.tolist(), shapes)]
+    streams = [_NoiseStream(g, int(n) * math.prod(shape), source)
+               for g, n, shape in zip(gamma2, count.tolist(), shapes)]
     blocks = tuple(
         _measure_group(tables, members, shape, selection.classes, streams)
         for shape, members in zip(lattice.group_shapes, lattice.group_members)
@@ -461,7 +462,8 @@ def _measure_group(
     batch = max(1, BATCH_CELLS // cells)
     for start in range(0, len(members), batch):
         chunk = members[start:start + batch]
-        counts = np.stack([tables[s] for s in chunk.tolist()]).astype(np.int64, copy=False).reshape((len(chunk), *shape))
+        counts = np.stack([tables[s] for s in chunk.tolist()]).astype(np.int64, copy=False)
+        counts = counts.reshape((len(chunk), *shape))
         y = _integer_release(counts, classes[chunk], streams)
         released = y.astype(np.float64)
         for axis in range(1, len(shape) + 1):

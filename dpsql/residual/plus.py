@@ -2,7 +2,8 @@
 
 He, Xiao, Toksoz, Ding, Zhang and Kifer, "ResidualPlanner+: a scalable matrix mechanism for marginals
 and beyond" (arXiv:2305.08175, 2023), Section 7. Each attribute i has a public size nᵢ and a
-*basis* Wᵢ (mᵢ × nᵢ: identity, prefix sums, all ranges or any custom matrix). A query set A (a strictly increasing attribute tuple) asks the Πᵢ mᵢ queries
+*basis* Wᵢ (mᵢ × nᵢ: identity, prefix sums, all ranges or any custom matrix). A query set A (a
+strictly increasing attribute tuple) asks the Πᵢ mᵢ queries
     Q_A = ⊗_{i∈A} Wᵢ ⊗_{i∉A} 1ᵀ,
 e.g. the age ranges of every gender, in row-major (np.kron) order. Nothing here forms Π nᵢ.
 

@@ -53,7 +53,8 @@ def equitable_classes(lattice: Lattice, weights: FloatArray) -> tuple[IntArray, 
     marginals by weight; a vertex's colour is then refined by the multiset of (edge label
     Π_{A∖S} n, neighbour colour), hashed as a wrapping sum of 64-bit mixes, until stable.
     """
-    set_colour = unique_rows(np.sort(np.where(lattice.sets >= 0, lattice.sizes[np.maximum(lattice.sets, 0)], 0), axis=1))[1]
+    set_sizes = np.where(lattice.sets >= 0, lattice.sizes[np.maximum(lattice.sets, 0)], 0)
+    set_colour = unique_rows(np.sort(set_sizes, axis=1))[1]
     marginal_colour = np.unique(weights, return_inverse=True)[1].astype(np.int64)
     label = np.unique(lattice.pair_label, return_inverse=True)[1].astype(np.int64)
     by_set = np.argsort(lattice.pair_set, kind="stable")
