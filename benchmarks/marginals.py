@@ -10,7 +10,7 @@ prints:
     recon    seconds to reconstruct every requested marginal (paper: 154.5 s at d = 100);
     peak     the process's peak resident memory (data, tables, releases and answers included).
 Then the Adult figures of the paper's Tables 4 (RMSE, sum of variances) and 5 (max variance).
-ResidualPlanner+ (dpsql.strategies.residual_plus): Table 8 (prefix sums on the numeric attributes,
+ResidualPlanner+ (dpsql.residual.plus): Table 8 (prefix sums on the numeric attributes,
 identity on the others) with the paper's per-attribute rule and with the default centred rule;
 Table 6's setting (all ranges on n = 10, all <=3-way range queries) timed for selection, and at
 d = 10 the secure measurement and the reconstruction of every answer.
@@ -30,8 +30,9 @@ import time
 import numpy as np
 from _machine import header
 
-from dpsql.strategies import residual
-from dpsql.strategies import residual_plus as rpp
+from dpsql.residual import pieces
+from dpsql.residual import planner as residual
+from dpsql.residual import plus as rpp
 from dpsql.workloads import AllRange, Identity, Prefix
 
 ADULT = [100, 100, 100, 99, 85, 42, 16, 15, 9, 7, 6, 5, 2, 2]
@@ -124,7 +125,7 @@ def plus_schemas() -> None:
           "centred default; the paper's value; seconds to select with the default, OPT0 included):")
     for name, (sizes, numeric, printed) in PLUS_SCHEMAS.items():
         bases = [Prefix(n) if i < numeric else Identity(n) for i, n in enumerate(sizes)]
-        paper = [rpp.attribute_strategy(b, rule="paper") for b in bases]
+        paper = [pieces.attribute_strategy(b, rule="paper") for b in bases]
         d = len(sizes)
         for (label, workload), value in zip([("1-way", list(itertools.combinations(range(d), 1))),
                                              ("2-way", list(itertools.combinations(range(d), 2))),

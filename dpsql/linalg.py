@@ -3,8 +3,8 @@
 With M = (AᵀA)⁺ (the strategy's *error profile*) and G = WᵀW, the matrix mechanism's errors are
 trace(G M) and diag(W M Wᵀ). These are computed factor by factor whenever W and A share a
 Kronecker factorisation: (⊗Aᵢ)⁺ = ⊗Aᵢ⁺, trace(⊗Gᵢ ⊗Mᵢ) = Π trace(GᵢMᵢ) and
-diag((⊗Wᵢ)(⊗Mᵢ)(⊗Wᵢ)ᵀ) = ⊗ diag(WᵢMᵢWᵢᵀ). A stack of weighted marginals (dpsql.residual_basis) has
-(AᵀA)⁺ = Σ_r λ_r⁻¹ P_r, a sum of Kronecker products (dpsql.residual_basis.ResidualSum, with closed
+diag((⊗Wᵢ)(⊗Mᵢ)(⊗Wᵢ)ᵀ) = ⊗ diag(WᵢMᵢWᵢᵀ). A stack of weighted marginals (dpsql.residual.basis) has
+(AᵀA)⁺ = Σ_r λ_r⁻¹ P_r, a sum of Kronecker products (dpsql.residual.basis.ResidualSum, with closed
 forms against Kronecker terms); other sums are handled term by term.
 Only per-factor matrices are ever dense.
 """
@@ -18,7 +18,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from dpsql.kronvec import group_by_cuts, kron_vectors, shared_cuts
-from dpsql.residual_basis import ResidualSum, marginal_form, residual_pinv, residual_projector
+from dpsql.residual.basis import ResidualSum, marginal_form, residual_pinv, residual_projector
 from dpsql.workloads import (
     Explicit,
     FloatArray,

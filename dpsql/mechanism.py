@@ -54,7 +54,7 @@ from dpsql.errors import (
 )
 from dpsql.linalg import bilinear_diag, pinv_gram, quadratic_diag
 from dpsql.noise import Noise
-from dpsql.residual_basis import marginal_form
+from dpsql.residual.basis import marginal_form
 from dpsql.workloads import (
     ColumnTerm,
     Explicit,
@@ -294,7 +294,7 @@ def _noise_parameter(value: Fraction) -> Fraction:
 
 def pseudo_inverse(A: Workload) -> Workload:
     """A⁺ as an operator: factor by factor for Kronecker A; (AᵀA)⁺Aᵀ densely per factor or in the
-    residual basis for marginal strategies (dpsql.residual_basis); else LSMR."""
+    residual basis for marginal strategies (dpsql.residual.basis); else LSMR."""
     if isinstance(A, Identity):
         return A
     if isinstance(A, Weighted):

@@ -24,8 +24,8 @@ from dpsql import engine, mechanism, planner
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.noise import SeededRandomSource
+from dpsql.residual import planner as residual
 from dpsql.schema import Schema
-from dpsql.strategies import residual
 from dpsql.workloads import Explicit, Kron
 
 #: Largest relative amount by which a noise parameter is rounded up (budget to 2^-20, scale to 2^-20).

@@ -20,8 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-MATH_MODULES = ["dpsql.workloads", "dpsql.kronvec", "dpsql.linalg", "dpsql.strategies", "dpsql.noise", "dpsql.marginal_queries", "dpsql.sum_truncation",
-                "dpsql.residual_basis", "dpsql.strategies.residual", "dpsql.strategies.residual_plus",
+MATH_MODULES = ["dpsql.workloads", "dpsql.kronvec", "dpsql.linalg", "dpsql.strategies", "dpsql.noise", "dpsql.residual.queries", "dpsql.sum_truncation",
+                "dpsql.residual", "dpsql.residual.basis", "dpsql.residual.planner", "dpsql.residual.plus",
                 "dpsql.mechanism", "dpsql.accuracy", "dpsql.weights"]
 MATH_MODULES += ["dpsql.local", "dpsql.local.strategy", "dpsql.local.baselines", "dpsql.local.variance", "dpsql.local.projection", "dpsql.local.factorization", "dpsql.local.selection", "dpsql.local.quantize", "dpsql.local.layout", "dpsql.local.protocol", "dpsql.local.simulate"]
 
@@ -56,8 +56,8 @@ TOUCHING: dict[str, frozenset[str]] = {
     # --- the noise: exact samplers with OS randomness, and the mechanisms that draw from them
     "dpsql.noise": frozenset({RANDOMNESS}),                 # the samplers; os.urandom, secrets
     "dpsql.mechanism": frozenset({RANDOMNESS}),             # measure: the matrix mechanism's noise
-    "dpsql.strategies.residual": frozenset({RANDOMNESS}),   # ResidualPlanner's measurement (discrete Gaussian)
-    "dpsql.strategies.residual_plus": frozenset({RANDOMNESS}),  # ResidualPlanner+'s measurement
+    "dpsql.residual.planner": frozenset({RANDOMNESS}),      # ResidualPlanner's measurement (discrete Gaussian)
+    "dpsql.residual.plus": frozenset({RANDOMNESS}),         # ResidualPlanner+'s measurement
     "dpsql.sum_truncation": frozenset({RANDOMNESS}),            # the threshold selectors' noise (SVT, race to the top)
     "dpsql.local.protocol": frozenset({RANDOMNESS}),        # the local-DP client randomizer (a RandomSource)
     # --- randomness that is not privacy noise: public, seeded, never applied to private data

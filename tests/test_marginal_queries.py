@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpsql import marginal_queries as mq
 from dpsql.errors import ShapeError
-from dpsql.strategies import residual
+from dpsql.residual import planner as residual
+from dpsql.residual import queries as mq
 
 SIZES = [3, 4, 2, 5]
 MARGINALS = [(0, 1), (1, 3), (0, 2, 3), (2,)]

@@ -1,4 +1,4 @@
-"""Marginal algebra (dpsql.residual_basis), its structured linear algebra, and HDMM's OPT_M
+"""Marginal algebra (dpsql.residual.basis), its structured linear algebra, and HDMM's OPT_M
 (dpsql.strategies.marginals) against dense numpy references and the HDMM digest's oracles.
 
 References are built here from np.kron of I / J / 1ᵀ blocks and np.linalg (pinv with eigenvalues
@@ -22,7 +22,7 @@ from dpsql import accuracy
 from dpsql import workloads as wl
 from dpsql.errors import ShapeError
 from dpsql.linalg import pinv_gram, projector
-from dpsql.residual_basis import (
+from dpsql.residual.basis import (
     ResidualSum,
     complement_sizes,
     eigenvalues,

@@ -1,4 +1,4 @@
-"""ResidualPlanner (dpsql.strategies.residual): the digest's oracles, dense BLUE references, the
+"""ResidualPlanner (dpsql.residual.planner): numeric oracles, dense BLUE references, the
 paper's Tables 4 and 5, the secure discrete-Gaussian measurement and input errors."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import scipy.linalg as sla
 
 from dpsql import noise
 from dpsql.errors import DataError, DomainTooLargeError, PrivacyParameterError, ShapeError
-from dpsql.strategies import residual
+from dpsql.residual import planner as residual
+from dpsql.residual import solver
 
 ADULT = [100, 100, 100, 99, 85, 42, 16, 15, 9, 7, 6, 5, 2, 2]
 CPS = [100, 50, 7, 4, 2]
@@ -138,7 +139,7 @@ def test_variances_and_covariances_match_the_dense_blue() -> None:
 
 def test_reconstruction_is_the_dense_blue_and_consistent() -> None:
     sel = residual.select(SMALL, SMALL_WORKLOAD, rho=0.5)
-    x, tables = exact_tables(SMALL, [(0, 1), (1, 2)], rows=500, seed=1)
+    _x, tables = exact_tables(SMALL, [(0, 1), (1, 2)], rows=500, seed=1)
     m = residual.measure(sel, tables, rng=noise.SeededRandomSource(3))
     B, inverse = dense_mechanism(SMALL, sel.closure, m.sigma2)
     y = np.concatenate([m.residual(s).ravel() for s in sel.closure])
@@ -263,21 +264,21 @@ def test_fifty_attributes_collapse_to_four_classes() -> None:
 # ----------------------------------------------------------------------------- solver paths and weights
 def test_conjugate_gradient_path_matches_dense(monkeypatch: pytest.MonkeyPatch) -> None:
     dense = residual.select(ADULT, ADULT_WORKLOADS["2-way"], objective="max_variance")
-    monkeypatch.setattr(residual, "DENSE_KKT_LIMIT", 0)
+    monkeypatch.setattr(solver, "DENSE_KKT_LIMIT", 0)
     sparse = residual.select(ADULT, ADULT_WORKLOADS["2-way"], objective="max_variance")
     assert sparse.max_variance() == pytest.approx(dense.max_variance(), rel=1e-8)
 
 
 def test_singular_newton_system_keeps_a_certified_feasible_point(monkeypatch: pytest.MonkeyPatch) -> None:
-    solver = residual._kkt_solver
+    kkt_solver = solver.kkt_solver
     calls = iter(range(100))
 
     def failing(*args):  # type: ignore[no-untyped-def]
         if next(calls) >= 3:
             raise np.linalg.LinAlgError("singular")
-        return solver(*args)
+        return kkt_solver(*args)
 
-    monkeypatch.setattr(residual, "_kkt_solver", failing)
+    monkeypatch.setattr(solver, "kkt_solver", failing)
     sel = residual.select(ADULT, ADULT_WORKLOADS["1-way"], objective="max_variance")
     assert sel.rho <= Fraction(1, 2)
     assert 0 < sel.bound <= sel.objective_value()

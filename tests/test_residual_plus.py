@@ -1,5 +1,5 @@
-"""ResidualPlanner+ (dpsql.strategies.residual_plus): dense BLUE references on small domains, the
-digest's RP+ oracles and the paper's Tables 8 and 10–14, reduction to ResidualPlanner, the secure
+"""ResidualPlanner+ (dpsql.residual.plus, dpsql.residual.pieces): dense BLUE references on small domains,
+RP+ oracles and the paper's Tables 8 and 10–14, reduction to ResidualPlanner, the secure
 integer measurement and input errors."""
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ import scipy.linalg as sla
 from dpsql import noise
 from dpsql.errors import DataError, DomainTooLargeError, PrivacyParameterError, ShapeError
 from dpsql.mechanism import exact_along_axis
-from dpsql.strategies import hdmm, residual
-from dpsql.strategies import residual_plus as rpp
+from dpsql.residual import pieces as residual_pieces
+from dpsql.residual import planner as residual
+from dpsql.residual import plus as rpp
+from dpsql.strategies import hdmm
 from dpsql.strategies.budget import MAX_EVALUATIONS, WorkBudget
 from dpsql.workloads import AllRange, Explicit, Identity, Prefix, Ranges, Total, Workload
 
@@ -37,7 +39,7 @@ def k_way(d: int, k: int) -> list[tuple[int, ...]]:
 @functools.cache
 def strategy(make: type, n: int, rule: str = "centred") -> Workload:
     """attribute_strategy, once per test session (OPT₀ is the slow part of select)."""
-    return rpp.attribute_strategy(make(n), rule=rule)  # type: ignore[arg-type]
+    return residual_pieces.attribute_strategy(make(n), rule=rule)  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------------------- dense references
@@ -142,7 +144,7 @@ def test_query_variances_match_the_dense_blue(small: rpp.PlusSelection) -> None:
 
 
 def test_reconstruction_is_the_dense_blue_and_consistent(small: rpp.PlusSelection) -> None:
-    x, tables = exact_tables(SIZES, [(0, 1), (1, 2)], rows=500, seed=1)
+    _x, tables = exact_tables(SIZES, [(0, 1), (1, 2)], rows=500, seed=1)
     m = rpp.measure(small, tables, rng=noise.SeededRandomSource(3))
     B, inverse = dense_mechanism(small, m.sigma2)
     y = np.concatenate([m.releases[small.closure.index(s)].ravel() for s in small.closure])
@@ -322,9 +324,9 @@ def test_default_pieces_attain_the_dual_bound_of_every_residual_piece(make: type
     """Every residual piece K (on 1⊥) has fβ ≥ the OPT₀ dual bound of the centred basis (module doc):
     the default attains it, up to OPT₀'s 1e-5 gap and the rounding tolerance."""
     W = make(16)
-    _, _, lower = hdmm._opt_gaussian(rpp._centred_gram(W), WorkBudget(MAX_EVALUATIONS))
+    _, _, lower = hdmm._opt_gaussian(residual_pieces.centred_gram(W), WorkBudget(MAX_EVALUATIONS))
     piece = rpp.select([W], [(0,)], strategies=[strategy(make, 16)]).piece(0)
-    assert lower <= piece.loss <= lower * (1 + 2e-5 + 2 * rpp.PIECE_TOLERANCE)
+    assert lower <= piece.loss <= lower * (1 + 2e-5 + 2 * residual_pieces.PIECE_TOLERANCE)
 
 
 def test_naive_strategies_table_of_the_digest() -> None:
@@ -344,7 +346,7 @@ def test_rounded_pieces_stay_within_tolerance_of_their_strategy() -> None:
     C = np.eye(40) - 1 / 40
     K = C @ K @ C
     ideal = np.trace(W.dense() @ np.linalg.pinv(K, hermitian=True) @ W.dense().T) * np.diag(K).max()
-    assert abs(piece.loss / ideal - 1) <= 2 * rpp.PIECE_TOLERANCE
+    assert abs(piece.loss / ideal - 1) <= 2 * residual_pieces.PIECE_TOLERANCE
     assert piece.scale.bit_count() == 1 and piece.T.shape == (40, 40)  # τ = 2^b; n − 1 rows + completion
 
 
@@ -373,8 +375,8 @@ def test_hull_rows_carry_the_largest_variance(small: rpp.PlusSelection) -> None:
     for _ in range(5):
         sigma2 = rng.exponential(size=len(small.closure))
         for a in small.marginals:
-            everything = rpp._query_variance(small, sigma2, a)
-            assert rpp._hull_variance(small, sigma2, a).max() == pytest.approx(everything.max(), rel=1e-12)
+            everything = rpp.query_variance(small, sigma2, a)
+            assert rpp.hull_variance(small, sigma2, a).max() == pytest.approx(everything.max(), rel=1e-12)
 
 
 def test_weights_and_scaling() -> None:
@@ -442,7 +444,7 @@ def test_select_rejects_bad_input(kwargs: dict, error: type[Exception], message:
 
 def test_attribute_strategy_rejects_an_unknown_rule() -> None:
     with pytest.raises(ValueError, match="rule must be 'centred' or 'paper'"):
-        rpp.attribute_strategy(Prefix(4), rule="best")  # type: ignore[arg-type]
+        residual_pieces.attribute_strategy(Prefix(4), rule="best")  # type: ignore[arg-type]
 
 
 def test_measure_and_reconstruct_errors(small: rpp.PlusSelection, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,7 @@ The route:
              its outside cell is left out of the attribute. A block is Σ_t ⊗ F_{t,i} over the
              axes it groups or filters on (its marginal A): ``MarginalQueries``.
     select   σ_S² for every subset S of every marginal, minimising the weighted sum of the
-             blocks' variances (weights from ``marginal_queries.selection_weight``, exact for
+             blocks' variances (weights from ``dpsql.residual.queries.selection_weight``, exact for
              GROUP BY blocks). Only the public schema and the statements are read.
     scan     the maximal marginals, once, with GROUPING SETS (``DuckDBBackend.marginal_counts``);
              the product domain Π nᵢ is never formed.
@@ -35,7 +35,6 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-from dpsql import marginal_queries as mq
 from dpsql.accounting import PrivacyCost
 from dpsql.backends import Backend
 from dpsql.engine.group_route import Release, family_name
@@ -45,11 +44,12 @@ from dpsql.engine.vocabulary import AnswerKey, AnswerSet, NotApplicable, Report,
 from dpsql.errors import DomainTooLargeError, ShapeError
 from dpsql.mechanism import Answers
 from dpsql.noise import RandomSource
+from dpsql.residual import planner as residual
+from dpsql.residual import queries as mq
 from dpsql.schema import Schema
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, compile_batch
 from dpsql.sql.vectors import COUNTS
-from dpsql.strategies import residual
 from dpsql.weights import block_weight
 from dpsql.workloads import Explicit, Kron, Sum, Workload
 

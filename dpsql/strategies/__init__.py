@@ -4,7 +4,7 @@ Standard data-independent strategies over one ordered attribute (identity, hiera
 Haar wavelet), the workload itself, Kronecker products of per-attribute strategies, and
 workload-optimized ones: HDMM — ``opt0`` (OPT₀, one attribute), ``opt_kron`` (OPT_⊗),
 ``opt_union`` (OPT₊) and ``opt_marginals`` (OPT_M) — and Eigen-Design (``eigen_design``).
-ResidualPlanner for marginal workloads is the submodule ``dpsql.strategies.residual``.
+ResidualPlanner and ResidualPlanner+ for marginal workloads are the package ``dpsql.residual``.
 """
 
 from dpsql.strategies.basic import identity, kron, workload

@@ -5,7 +5,7 @@ construction (Δ₁ = Σ weights for Laplace, Δ₂² = Σ weights² for Gaussia
 privacy budget: the mechanism recomputes the sensitivity of the strategy it actually measures.
 The random starts are numerical initialisation only (seeded), never privacy randomness.
 
-Notation (dpsql.residual_basis): keys a ⊆ {0..d−1}, Q_a the marginal on a, G_a = Q_aᵀQ_a,
+Notation (dpsql.residual.basis): keys a ⊆ {0..d−1}, Q_a the marginal on a, G_a = Q_aᵀQ_a,
 μ(a) = Π_{i∉a} nᵢ, m_r = Π_{i∈r}(nᵢ − 1), λ_r(u) = Σ_{a⊇r} u_a μ(a) the eigenvalue of Σ u_a G_a on
 the residual space V_r. The workload enters only through its marginal weights w (WᵀW projected
 onto span{G_a}, exact against marginal strategies), with λ_r(w) ≥ 0.
@@ -40,7 +40,7 @@ from scipy.optimize import minimize
 from dpsql.errors import ShapeError
 from dpsql.linalg import RANK_TOLERANCE
 from dpsql.noise import Noise
-from dpsql.residual_basis import (
+from dpsql.residual.basis import (
     MAX_ATTRIBUTES,
     complement_sizes,
     eigenvalues,
@@ -115,7 +115,7 @@ def marginals_loss(theta: npt.ArrayLike, w: npt.ArrayLike, sizes: Sequence[int],
                    noise: Noise = "laplace") -> tuple[float, FloatArray]:
     """(L(θ), ∇L(θ)) for the marginals strategy with parameters θ on workload weights w (module doc).
 
-    θ and w have 2^d entries (key order of dpsql.residual_basis); L is +inf (zero gradient) when the
+    θ and w have 2^d entries (key order of dpsql.residual.basis); L is +inf (zero gradient) when the
     strategy does not support the workload.
     """
     noise = _check_noise(noise)
@@ -220,7 +220,7 @@ def opt_marginals(W: Workload, *, noise: Noise = "gaussian", seed: int = 0, rest
     a one-attribute product). Runs L-BFGS-B from the identity, the workload's own marginals and
     `restarts` seeded random starts, stopping after `max_evaluations` evaluations of the loss and its
     gradient (all starts together) with the best found so far, so the result does not depend on machine speed.
-    Returns dpsql.residual_basis.marginals_strategy with sensitivity 1 (Δ₁ for Laplace, Δ₂ for Gaussian).
+    Returns dpsql.residual.basis.marginals_strategy with sensitivity 1 (Δ₁ for Laplace, Δ₂ for Gaussian).
     Raises ShapeError for empty or non-finite workloads and unsupported structures.
     """
     noise = _check_noise(noise)

@@ -1,27 +1,18 @@
 """ResidualPlanner+: generalized marginals mixing range, prefix and custom queries with marginals.
 
-He, Xiao, Toksoz, Ding, Zhang and Kifer, "ResidualPlanner+" (arXiv 2305.08175, Section 7). Each
-attribute i has a public size nᵢ and a *basis* Wᵢ (mᵢ × nᵢ: identity, prefix sums, all ranges or any
-custom matrix). A query set A (a strictly increasing attribute tuple) asks the Πᵢ mᵢ queries
+He, Xiao, Toksoz, Ding, Zhang and Kifer, "ResidualPlanner+: a scalable matrix mechanism for marginals
+and beyond" (arXiv:2305.08175, 2023), Section 7. Each attribute i has a public size nᵢ and a
+*basis* Wᵢ (mᵢ × nᵢ: identity, prefix sums, all ranges or any custom matrix). A query set A (a
+strictly increasing attribute tuple) asks the Πᵢ mᵢ queries
     Q_A = ⊗_{i∈A} Wᵢ ⊗_{i∉A} 1ᵀ,
 e.g. the age ranges of every gender, in row-major (np.kron) order. Nothing here forms Π nᵢ.
 
-Residual pieces (Algorithm 4). A per-attribute strategy Sᵢ (nᵢ columns, full column rank) gives the
-    residual cost Gram Kᵢ = C Sᵢᵀ Sᵢ C, C = I − J/n, J = 11ᵀ,
-realised by an *integer* matrix Tᵢ (tᵢ × nᵢ, Tᵢ1 = 0, rank nᵢ − 1) and a scale τᵢ with
-Subᵢ = Tᵢ/τᵢ, SubᵢᵀSubᵢ ≈ Kᵢ:
-    integer Sᵢ     Tᵢ = nᵢSᵢ − (Sᵢ1)1ᵀ, τᵢ = nᵢ: Subᵢ = SᵢC exactly (the identity gives Tᵢ = nI − J,
-                   ResidualPlanner's Ξ, so identity bases reproduce dpsql.strategies.residual);
-    real Sᵢ        Tᵢ = R̂ D: D the (n−1) × n adjacent differences, R the upper Cholesky factor of
-                   D⁺ᵀKᵢD⁺ scaled to max |R| = 1, R̂ = round(2^b R) with a nonzero diagonal (so
-                   rank nᵢ − 1, exactly), plus one completion row u (Σu = 0, uⱼ² ≤ the deficit of
-                   column j) that restores column norms rounding lowered; τᵢ = 2^b for the
-                   smallest b ≤ PIECE_BITS whose per-attribute loss fᵢβᵢ (below) is within
-                   PIECE_TOLERANCE of the unrounded Kᵢ's.
-Everything below is computed from the integer Tᵢ, so privacy and variances are exact for what is
-measured; rounding only costs optimality (≤ PIECE_TOLERANCE relative per attribute).
+Residual pieces (dpsql.residual.pieces, Algorithm 4). A per-attribute strategy Sᵢ is realised by an
+integer matrix Tᵢ (tᵢ × nᵢ, Tᵢ1 = 0, rank nᵢ − 1) and a scale τᵢ with Subᵢ = Tᵢ/τᵢ; from them
     βᵢ = max diag(SubᵢᵀSubᵢ) (exactly ‖Tᵢ col‖²_max/τᵢ²), Subᵢ⁺ = (SubᵢᵀSubᵢ + J/n)⁻¹Subᵢᵀ,
     aᵢ[r] = ‖(WᵢSubᵢ⁺)[r]‖², bᵢ[r] = ((Wᵢ1)[r]/nᵢ)², fᵢ = Σ aᵢ, gᵢ = Σ bᵢ.
+Everything below is computed from the integer Tᵢ, so privacy and variances are exact for what is
+measured; rounding a real strategy only costs optimality.
 
 Base mechanisms (Eq. 9, Thm 7.1). For every S in the closure (all subsets of requested sets)
     ω_S = (⊗_{i∈S} Subᵢ) v_S + N(0, σ_S² I),  v_S the COUNT table over S.
@@ -42,7 +33,7 @@ Selection, weights w_A > 0 (default 1), budget c = pcost = 2ρ:
         per-attribute problem separates: fᵢβᵢ is the Gaussian matrix-mechanism loss of the centred
         basis WᵢC, minimised over Kᵢ ⪰ 0 on 1⊥. Its Lagrange dual is max_μ ‖WᵢC diag(√μ)‖²_* over
         the simplex, the same as unconstrained OPT₀ on WᵢC, whose optimum X has null vector 1
-        (WᵢC1 = 0); so :func:`attribute_strategy` (OPT₀ on WᵢC, the default) gives the best
+        (WᵢC1 = 0); so ``pieces.attribute_strategy`` (OPT₀ on WᵢC, the default) gives the best
         residual pieces of *any* RP+ mechanism for this objective, up to OPT₀'s certified 1e-5
         gap and PIECE_TOLERANCE. The paper's rule (OPT₀ on [1ᵀ; WᵢC], ``rule="paper"``)
         reproduces its Tables 8 and 10–14 and is never better (e.g. 9.00 → 8.26 on Table 12's
@@ -51,15 +42,16 @@ Selection, weights w_A > 0 (default 1), budget c = pcost = 2ρ:
         nonnegative coefficients for each attribute, so its maximum over rows is attained on
         Π_{i∈A} Hᵢ, Hᵢ the rows on the upper-right convex hull of {(aᵢ[r], bᵢ[r])} (replace the
         coordinates of a maximiser one at a time). That gives Σ_A Π|Hᵢ| linear constraints; the
-        convex program min Σ p_S/u_S s.t. C u ≤ 1 is solved by residual's certified
+        convex program min Σ p_S/u_S s.t. C u ≤ 1 is solved by dpsql.residual.solver's certified
         interior-point method, on the full closure (no symmetry reduction).
     ``bound`` is the optimum (sum) or the dual bound (max) over all σ² for the selected pieces.
-Secure measurement (discrete Gaussian; derived here for general Sᵢ). For each S,
+Secure measurement (discrete Gaussian; Algorithm 3 extended to general Sᵢ). For each S,
     y_S = (⊗_{i∈S} Tᵢ) v_S + z,  z iid N_Z(0, γ_S²),  γ_S² = σ̄_S² Π_{i∈S} τᵢ² (rational, ≥ σ_S²Πτ²),
 computed exactly in integers (int64, else Python integers); ω_S = y_S/Π τᵢ is post-processing.
 A record changes y_S by ⊗ Tᵢ[:, cᵢ], of squared norm ≤ Π_{i∈S} ‖Tᵢ col‖²_max, so by Canonne–Kamath–
 Steinke y_S is ρ_S = Π ‖Tᵢ col‖²_max/(2γ_S²) = p_S/(2σ̄_S²)-zCDP: exactly the continuous cost, as
-in Algorithm 3 (which this is for integer Sᵢ = I). Composition adds the ρ_S. The continuous
+in Algorithm 3 (which this is for integer Sᵢ = I). Composition adds the ρ_S (exactly, by
+dpsql.residual.rational). The continuous
 formulas then hold with σ_S² = Var[N_Z(0, γ_S²)]/Π τᵢ² < σ̄_S² (computed exactly). Draws per S:
 Π tᵢ (tᵢ = nᵢ for the identity, ≤ nᵢ for a rounded piece, the nonconstant rows of an integer
 strategy). γ² above 2^56 (sets with two or more rounded pieces, as τᵢ ≈ 2^12–2^15) take
@@ -78,315 +70,78 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
 from dpsql import noise
-from dpsql.errors import DomainTooLargeError, PrivacyParameterError, ShapeError
+from dpsql.errors import DomainTooLargeError, ShapeError
 from dpsql.mechanism import exact_along_axis
-from dpsql.strategies import hdmm, residual
-from dpsql.strategies.residual import FloatArray, IntArray, Marginal, Objective
-from dpsql.workloads import Explicit, Identity, Workload
+from dpsql.residual import base, rational, solver
+from dpsql.residual.lattice import (
+    BATCH_CELLS,
+    MAX_SUBSET_PAIRS,
+    OBJECTIVES,
+    FloatArray,
+    IntArray,
+    Lattice,
+    Marginal,
+    Objective,
+    build_lattice,
+    check_marginals,
+    check_rho,
+    check_weights,
+    closure_tables,
+    unique_rows,
+)
+from dpsql.residual.pieces import ResidualPiece, as_workload, build_pieces
+from dpsql.workloads import Explicit, Workload
 
-__all__ = ["PlusMeasurements", "PlusSelection", "ResidualPiece", "attribute_strategy", "gaussian_parameters",
-           "measure", "reconstruct", "select"]
+__all__ = ["PlusMeasurements", "PlusSelection", "gaussian_parameters", "hull_variance", "measure", "query_variance",
+           "reconstruct", "select"]
 
-Rule = Literal["centred", "paper"]
 IntTensor = npt.NDArray[np.int64] | npt.NDArray[np.object_]
 
-#: Relative error in the loss fᵢβᵢ of a rounded piece against its real strategy's.
-PIECE_TOLERANCE = 2.0**-16
-#: Most bits a rounded piece may use (its entries stay below 2^(PIECE_BITS+1)).
-PIECE_BITS = 24
 #: Most entries of one dense answer or variance tensor (Π mᵢ over a query set).
 MAX_QUERY_ENTRIES = 2**27
 #: dpsql.noise.discrete_gaussian's largest σ² (its int64 samples); beyond it draws are Python integers.
 SAMPLER_LIMIT = 2**118
-_INT64_SAFE = 2**62
-
-
-# ============================================================================ residual pieces
-@dataclass(frozen=True, eq=False)
-class ResidualPiece:
-    """One attribute's residual piece: the integer matrix measured and its per-query weights.
-
-    Fields:
-        basis      Wᵢ (mᵢ × nᵢ), the attribute's queries.
-        strategy   Sᵢ, the strategy the piece realises.
-        T          the integer matrix (tᵢ × nᵢ), T1 = 0, rank nᵢ − 1; Sub = T/τ.
-        scale      τ (nᵢ for an integer strategy, 2^b for a rounded real one).
-        column     max_j ‖T[:, j]‖², an exact integer (the L2 sensitivity² of T).
-        pinv       Sub⁺ (nᵢ × tᵢ).
-        residual_weights  a[r] = ‖(W Sub⁺)[r]‖² per query r.
-        total_weights     b[r] = ((W1)[r]/nᵢ)² per query r.
-        hull       the queries on the upper-right convex hull of {(a[r], b[r])}.
-    """
-
-    basis: Workload
-    strategy: Workload
-    T: IntArray = field(repr=False)
-    scale: int
-    column: int
-    pinv: FloatArray = field(repr=False)
-    residual_weights: FloatArray = field(repr=False)
-    total_weights: FloatArray = field(repr=False)
-    hull: IntArray = field(repr=False)
-
-    @property
-    def beta(self) -> Fraction:
-        """βᵢ = max diag(SubᵀSub) (Thm 7.1), exactly."""
-        return Fraction(self.column, self.scale**2)
-
-    @property
-    def f(self) -> float:
-        """fᵢ = ‖W Sub⁺‖²_F: a residual release's contribution to the sum of variances."""
-        return float(self.residual_weights.sum())
-
-    @property
-    def g(self) -> float:
-        """gᵢ = ‖W1‖²/n²: a marginalised attribute's contribution to the sum of variances."""
-        return float(self.total_weights.sum())
-
-    @property
-    def loss(self) -> float:
-        """fᵢβᵢ: the scale-free per-attribute loss the sum-of-variances optimum increases with."""
-        return self.f * float(self.beta)
-
-
-def attribute_strategy(basis: Workload, *, rule: Rule = "centred") -> Workload:
-    """The default strategy Sᵢ for one attribute's basis (module doc, Selection).
-
-    ``centred`` (the default): Identity for an identity basis (ResidualPlanner's piece, optimal for
-    marginals), else HDMM OPT₀ (Gaussian) on the centred basis W(I − J/n), which minimises fᵢβᵢ
-    over every residual piece. ``paper``: the paper's rule, OPT₀ on [1ᵀ; W(I − J/n)] (He et al., Section 9), kept
-    to reproduce its tables. Reads only the public basis.
-    """
-    if rule not in ("centred", "paper"):
-        raise ValueError(f"rule must be 'centred' or 'paper'; got {rule!r}.")
-    W = _as_workload(basis, "basis")
-    n = W.shape[1]
-    if _is_identity(W):
-        return Identity(n)
-    G = _centred_gram(W)
-    if rule == "paper":
-        G = G + 1.0
-    values, vectors = np.linalg.eigh(G)
-    return hdmm.opt0(Explicit((vectors * np.sqrt(np.clip(values, 0.0, None))) @ vectors.T), noise="gaussian")
-
-
-def _as_workload(value: object, what: str) -> Workload:
-    if isinstance(value, Workload):
-        return value
-    try:
-        matrix = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ShapeError(f"{what} must be a Workload or a 2-D numeric matrix; got {value!r}.") from exc
-    return Explicit(matrix)
-
-
-def _is_identity(W: Workload) -> bool:
-    n = W.shape[1]
-    return isinstance(W, Identity) or (W.shape == (n, n) and bool(np.array_equal(W.dense(), np.eye(n))))
-
-
-def _centred_gram(W: Workload) -> FloatArray:
-    """C WᵀW C, C = I − J/n."""
-    return _centre(np.asarray(W.gram().dense(), dtype=np.float64))
-
-
-def _centre(M: FloatArray) -> FloatArray:
-    """C M C for a square M: every row and column mean removed."""
-    M = M - M.mean(axis=0, keepdims=True)
-    return M - M.mean(axis=1, keepdims=True)  # type: ignore[no-any-return]
-
-
-def _integer_strategy(S: Workload, G: FloatArray, what: str) -> tuple[IntArray, int]:
-    """(T, τ) realising strategy S (module doc): exact for an integer S, else rounded."""
-    n = G.shape[0]
-    if S.shape[1] != n:
-        raise ShapeError(f"the strategy of {what} has {S.shape[1]} columns but its basis has {n} cells.")
-    dense = S.dense()
-    if not S.integral:
-        return _rounded_piece(dense, G, what)
-    T = n * dense - dense.sum(axis=1, keepdims=True)
-    return T[np.any(T != 0, axis=1)].astype(np.int64), n
-
-
-def _build_piece(W: Workload, S: Workload, T: IntArray, scale: int, what: str) -> ResidualPiece:
-    """The piece (T, τ) of strategy S with its per-query weights for basis W, or ShapeError (rank)."""
-    n = W.shape[1]
-    sub = T / float(scale)
-    try:
-        pinv = np.asarray(np.linalg.solve(sub.T @ sub + 1.0 / n, sub.T), dtype=np.float64)
-    except np.linalg.LinAlgError as exc:
-        raise ShapeError(_rank_message(what)) from exc
-    if not np.allclose(pinv @ sub, np.eye(n) - 1.0 / n, atol=1e-8):
-        raise ShapeError(_rank_message(what))
-    answers = W @ pinv
-    total = (W @ np.ones(n)) / n
-    a, b = np.einsum("ij,ij->i", answers, answers), total * total
-    return ResidualPiece(basis=W, strategy=S, T=T, scale=scale, column=_max_column(T), pinv=pinv,
-                         residual_weights=a, total_weights=b, hull=_upper_right_hull(a, b))
-
-
-def _rank_message(what: str) -> str:
-    return (f"the strategy of {what} must have full column rank (its rows and the total must span every "
-            "cell); append identity rows to it, or leave it to the default.")
-
-
-def _max_column(T: IntArray) -> int:
-    """max_j Σ_r T[r, j]², exactly."""
-    if float(np.abs(T).max(initial=0)) ** 2 * max(T.shape[0], 1) < _INT64_SAFE:
-        return int((T * T).sum(axis=0).max(initial=0))
-    exact = T.astype(object)
-    return int((exact * exact).sum(axis=0).max())
-
-
-def _rounded_piece(S: FloatArray, G: FloatArray, what: str) -> tuple[IntArray, int]:
-    """(T, τ = 2^b) for a real strategy: the coarsest rounding within PIECE_TOLERANCE (module doc)."""
-    n = S.shape[1]
-    K = _centre(S.T @ S)
-    D = np.eye(n)[:-1] - np.eye(n)[1:]
-    D_pinv = np.linalg.pinv(D)
-    try:
-        R = np.linalg.cholesky(D_pinv.T @ K @ D_pinv).T
-    except np.linalg.LinAlgError as exc:
-        raise ShapeError(_rank_message(what)) from exc
-    R = R / np.abs(R).max()
-    ideal = _piece_loss(R @ D, 1, G)
-    low, high = 0, PIECE_BITS
-    while low < high:  # the smallest b within tolerance (the error falls with b up to rounding noise)
-        middle = (low + high) // 2
-        if abs(_piece_loss(_integer_piece(R, D, middle), 1 << middle, G) - ideal) <= PIECE_TOLERANCE * ideal:
-            high = middle
-        else:
-            low = middle + 1
-    return _integer_piece(R, D, low), 1 << low
-
-
-def _integer_piece(R: FloatArray, D: FloatArray, bits: int) -> IntArray:
-    """round(2^bits R) D with a nonzero diagonal (rank n − 1), plus the completion row."""
-    Rh = np.rint(R * 2.0**bits)
-    np.fill_diagonal(Rh, np.maximum(np.diag(Rh), 1.0))
-    F = (R * 2.0**bits) @ D
-    return _complete(np.rint(Rh @ D).astype(np.int64), np.einsum("ij,ij->j", F, F))
-
-
-def _complete(T: IntArray, ideal: FloatArray) -> IntArray:
-    """T and one more integer row u (Σu = 0) restoring column norms that rounding lowered.
-
-    Column j is raised towards ⌊idealⱼ · top/max ideal⌋, top = max_k ‖T[:, k]‖² and ideal the
-    unrounded squared column norms (the strategy's own profile, scaled to the rounded β):
-    uⱼ = ±⌊√deficitⱼ⌋, signs chosen largest first against the running sum, the
-    final imbalance taken off one entry of its sign that is large enough (else no row is added).
-    A row never lowers the rank, never raises β and only lowers f; it undoes the first-order
-    loss of rounding (the spread it adds to diag(SubᵀSub)) without changing the strategy.
-    """
-    norms = (T.astype(object) ** 2).sum(axis=0)
-    top = max(norms)
-    goals = np.floor(ideal * (float(top) / float(ideal.max()))).tolist()
-    root = [math.isqrt(max(0, min(int(goal), top) - int(v))) for goal, v in zip(goals, norms)]
-    u = [0] * len(root)
-    balance = 0
-    for j in sorted(range(len(root)), key=lambda j: -root[j]):
-        u[j] = -root[j] if balance > 0 else root[j]
-        balance += u[j]
-    if balance:
-        fits = [j for j, x in enumerate(u) if x * balance > 0 and abs(x) >= abs(balance)]
-        if not fits:
-            return T
-        j = min(fits, key=lambda j: abs(u[j]))
-        u[j] -= balance
-    if not any(u):
-        return T
-    return np.vstack([T, np.array(u, dtype=np.int64)])
-
-
-def _piece_loss(T: FloatArray | IntArray, scale: int, G: FloatArray) -> float:
-    """max diag(SubᵀSub) · tr(G (SubᵀSub)⁺) for Sub = T/scale (G centred)."""
-    sub = np.asarray(T, dtype=np.float64) / scale
-    A = sub.T @ sub
-    n = A.shape[0]
-    return float(np.trace(np.linalg.solve(A + 1.0 / n, G)) * np.diag(A).max())
-
-
-def _upper_right_hull(a: FloatArray, b: FloatArray) -> IntArray:
-    """Rows maximising αa[r] + βb[r] for some α, β ≥ 0: the upper hull from max b to max a."""
-    order = np.lexsort((b, a))
-    chain: list[int] = []
-    for r in order.tolist():
-        while len(chain) >= 2:
-            p, q = chain[-2], chain[-1]
-            if (a[q] - a[p]) * (b[r] - b[p]) - (b[q] - b[p]) * (a[r] - a[p]) < 0:
-                break
-            chain.pop()
-        chain.append(r)
-    top = max(range(len(chain)), key=lambda k: (b[chain[k]], a[chain[k]]))
-    return np.array(chain[top:], dtype=np.int64)
 
 
 # ============================================================================ selection
-@dataclass(frozen=True, eq=False)
-class PlusSelection:
-    """The selected RP+ base mechanisms: one noise scale σ_S² per closure set, and their cost.
+@dataclass(frozen=True, eq=False, kw_only=True)
+class PlusSelection(base.Selection):
+    """The selected RP+ base mechanisms: one residual piece per attribute, one noise scale per closure set.
 
-    Fields:
-        domains      the attribute sizes nᵢ (columns of the bases).
+    Fields (besides those of dpsql.residual.base.Selection, whose ``marginals`` here are query sets,
+    ``sigma2`` is γ_S²/Π τᵢ² and ``bound`` holds over every choice of σ² for these pieces):
         bases        one basis Wᵢ per attribute.
         pieces       per attribute its residual piece (None for an attribute no query set uses).
-        marginals    the requested query sets (strictly increasing attribute tuples).
-        objective    "sum_variance" or "max_variance".
-        weights      one positive weight per query set.
         noise_class  per closure set, its class: sets of a class share γ² (so their draws).
         class_gamma2 γ² per class, the exact rational discrete-Gaussian parameter.
-        sigma2       σ̄_S² = γ_S²/Π τᵢ² per closure set (float), in ``closure`` order.
-        rho          the ρ-zCDP cost of measuring: an exact dyadic rational ≤ the requested ρ, at most
-                     (#classes)·2^-96 above the exact Σ_S p_S/(2σ̄_S²).
-        bound        the objective's optimum (sum) or dual lower bound (max) at the requested ρ over
-                     every choice of σ² for these pieces.
     """
 
-    domains: tuple[int, ...]
     bases: tuple[Workload, ...] = field(repr=False)
     pieces: tuple[ResidualPiece | None, ...] = field(repr=False)
-    marginals: tuple[Marginal, ...]
-    objective: str
-    weights: tuple[float, ...]
     noise_class: IntArray = field(repr=False)
     class_gamma2: tuple[Fraction, ...] = field(repr=False)
-    sigma2: FloatArray = field(repr=False)
-    rho: Fraction
-    bound: float
-    _lattice: residual._Lattice = field(repr=False)
-
-    @property
-    def closure(self) -> tuple[Marginal, ...]:
-        """Every subset of every requested query set, () first, in lexicographic order."""
-        return self._lattice.closure
-
-    @property
-    def pcost(self) -> Fraction:
-        """The paper's privacy cost Σ_S p_S/σ̄_S² = 2ρ."""
-        return 2 * self.rho
 
     def variance(self, marginal: Sequence[int]) -> FloatArray:
         """Exact variance of every query of a closure set, shaped (mᵢ)_{i∈A} (module doc)."""
-        return _query_variance(self, self.sigma2, marginal)
+        return query_variance(self, self.sigma2, marginal)
 
     @cached_property
     def sum_variances(self) -> FloatArray:
         """SoV_A, the sum of the query variances of every requested set, in ``marginals`` order."""
-        coefficient = _sum_coefficients(self._lattice, self.pieces)
-        return np.bincount(self._lattice.pair_marginal, weights=coefficient * self.sigma2[self._lattice.pair_set],
+        coefficient = _sum_coefficients(self.lattice, self.pieces)
+        return np.bincount(self.lattice.pair_marginal, weights=coefficient * self.sigma2[self.lattice.pair_set],
                            minlength=len(self.marginals)).astype(np.float64)
 
     @cached_property
     def max_variances(self) -> FloatArray:
         """The largest query variance of every requested set (over its hull rows: exact)."""
-        return np.array([_hull_variance(self, self.sigma2, a).max() for a in self.marginals])
+        return np.array([hull_variance(self, self.sigma2, a).max() for a in self.marginals])
 
     def queries(self) -> int:
         """Σ_A Π_{i∈A} mᵢ: the number of queries requested."""
@@ -417,7 +172,7 @@ class PlusSelection:
     @cached_property
     def squares(self) -> FloatArray:
         """Π_{i∈S} τᵢ² per closure set (γ_S² = σ̄_S² Π τᵢ²)."""
-        return _squares(self._lattice, self.pieces)
+        return _squares(self.lattice, self.pieces)
 
 
 def select(
@@ -455,20 +210,20 @@ def select(
     """
     W = _check_bases(bases)
     sizes = np.array([basis.shape[1] for basis in W], dtype=np.int64)
-    batch, orders = residual._check_marginals(marginals, sizes)
-    if objective not in residual.OBJECTIVES:
-        raise ValueError(f"objective must be one of {', '.join(residual.OBJECTIVES)}; got {objective!r}.")
-    budget = residual._check_rho(rho)
-    w = residual._check_weights(weights, len(batch))
+    batch, orders = check_marginals(marginals, sizes)
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}; got {objective!r}.")
+    budget = check_rho(rho)
+    w = check_weights(weights, len(batch))
     pairs = sum(len(js) << k for k, (js, _) in orders.items())
-    if pairs > residual.MAX_SUBSET_PAIRS:
+    if pairs > MAX_SUBSET_PAIRS:
         raise DomainTooLargeError(
             f"the query sets have {pairs:,} (set, subset) pairs, above MAX_SUBSET_PAIRS = "
-            f"{residual.MAX_SUBSET_PAIRS:,}; request fewer or lower-order query sets."
+            f"{MAX_SUBSET_PAIRS:,}; request fewer or lower-order query sets."
         )
     used = sorted({i for a in batch for i in a})
-    pieces = _pieces(W, _check_strategies(strategies, W), used)
-    lattice = residual._build_lattice(sizes, batch, orders)
+    pieces = build_pieces(W, _check_strategies(strategies, W), used)
+    lattice = build_lattice(sizes, batch, orders)
     p = _set_products(lattice, [1.0 if q is None else float(q.beta) for q in pieces])
     c = 2.0 * float(budget)
     if objective == "sum_variance":
@@ -480,7 +235,7 @@ def select(
         domains=tuple(int(n) for n in sizes), bases=W, pieces=tuple(pieces), marginals=batch, objective=objective,
         weights=tuple(float(x) for x in w), noise_class=classes, class_gamma2=gamma2,
         sigma2=np.array([float(g) for g in gamma2])[classes] / _squares(lattice, pieces), rho=spent, bound=bound,
-        _lattice=lattice,
+        lattice=lattice,
     )
 
 
@@ -489,7 +244,7 @@ def _check_bases(bases: Sequence[Workload | npt.ArrayLike]) -> tuple[Workload, .
         raise ShapeError("bases must be a non-empty list with one basis per attribute, e.g. [Prefix(10), Identity(3)].")
     out = []
     for i, value in enumerate(bases):
-        W = _as_workload(value, f"the basis of attribute {i}")
+        W = as_workload(value, f"the basis of attribute {i}")
         m, n = W.shape
         if n < 2 or m < 1:
             raise ShapeError(
@@ -506,34 +261,7 @@ def _check_strategies(strategies: Sequence[Workload | npt.ArrayLike | None] | No
         return [None] * len(bases)
     if isinstance(strategies, (str, bytes)) or not isinstance(strategies, Sequence) or len(strategies) != len(bases):
         raise ShapeError(f"strategies needs one entry (a strategy or None) per attribute ({len(bases)}).")
-    return [None if s is None else _as_workload(s, f"the strategy of attribute {i}") for i, s in enumerate(strategies)]
-
-
-def _pieces(bases: tuple[Workload, ...], strategies: list[Workload | None],
-            used: list[int]) -> list[ResidualPiece | None]:
-    """Per attribute its piece (None if no query set uses it). Strategies and their integer
-    pieces are computed once per distinct (centred Gram, strategy): they depend on nothing else."""
-    realised: dict[tuple[bool, bytes, bytes], tuple[Workload, IntArray, int]] = {}
-    built: dict[tuple[int, int], ResidualPiece] = {}
-    out: list[ResidualPiece | None] = [None] * len(bases)
-    for i in used:
-        W, S = bases[i], strategies[i]
-        what = f"attribute {i}"
-        gram = np.asarray(W.gram().dense(), dtype=np.float64)
-        G = _centre(gram)
-        if not np.any(np.abs(G) > 1e-12 * float(np.abs(gram).max())):
-            raise ShapeError(f"every query of the basis of {what} is constant, so it only counts the total; "
-                             f"drop attribute {i} from the query sets that use it.")
-        if not np.any(W @ np.ones(W.shape[1])):
-            raise ShapeError(f"every query of the basis of {what} sums to zero; add the total (a row of ones) to it.")
-        key = (S is None and _is_identity(W), G.tobytes(), b"" if S is None else S.dense().tobytes())
-        if key not in realised:
-            chosen = attribute_strategy(W) if S is None else S
-            realised[key] = (chosen, *_integer_strategy(chosen, G, what))
-        if (id(W), id(realised[key][1])) not in built:
-            built[id(W), id(realised[key][1])] = _build_piece(W, *realised[key], what)
-        out[i] = built[id(W), id(realised[key][1])]
-    return out
+    return [None if s is None else as_workload(s, f"the strategy of attribute {i}") for i, s in enumerate(strategies)]
 
 
 def _kind_codes(pieces: Sequence[ResidualPiece | None]) -> IntArray:
@@ -545,13 +273,13 @@ def _kind_codes(pieces: Sequence[ResidualPiece | None]) -> IntArray:
     return np.array(codes + [-1], dtype=np.int64)
 
 
-def _set_products(lattice: residual._Lattice, values: Sequence[float]) -> FloatArray:
+def _set_products(lattice: Lattice, values: Sequence[float]) -> FloatArray:
     """Π_{i∈S} values[i] for every closure set S."""
     table = np.append(np.asarray(values, dtype=np.float64), 1.0)
     return np.prod(table[lattice.sets], axis=1)  # type: ignore[no-any-return]  # −1 padding reads the 1
 
 
-def _pair_products(lattice: residual._Lattice, kept: Sequence[float], dropped: Sequence[float]) -> FloatArray:
+def _pair_products(lattice: Lattice, kept: Sequence[float], dropped: Sequence[float]) -> FloatArray:
     """Per set–subset pair (A, S): Π_{i∈S} kept[i] Π_{i∈A∖S} dropped[i], vectorised per order."""
     keep, drop = np.asarray(kept, dtype=np.float64), np.asarray(dropped, dtype=np.float64)
     out = np.empty(len(lattice.pair_set))
@@ -568,16 +296,16 @@ def _pair_products(lattice: residual._Lattice, kept: Sequence[float], dropped: S
     return out
 
 
-def _sum_variance_scales(lattice: residual._Lattice, coefficient: FloatArray, w: FloatArray, p: FloatArray,
+def _sum_variance_scales(lattice: Lattice, coefficient: FloatArray, w: FloatArray, p: FloatArray,
                          c: float) -> tuple[FloatArray, float]:
     """Lemma 2: σ_S² = √(p_S/v_S) Σ_T √(v_T p_T)/c; returns (σ², T)."""
     v = np.bincount(lattice.pair_set, weights=w[lattice.pair_marginal] * coefficient, minlength=len(lattice.sets))
     root = math.fsum(np.sqrt(v * p).tolist())
     ones = np.ones(len(p), dtype=np.int64)
-    return residual._normalise(p, ones, np.sqrt(p / v) * root / c, c), root**2 / c
+    return solver.normalise(p, ones, np.sqrt(p / v) * root / c, c), root**2 / c
 
 
-def _max_variance_scales(lattice: residual._Lattice, pieces: Sequence[ResidualPiece | None], w: FloatArray,
+def _max_variance_scales(lattice: Lattice, pieces: Sequence[ResidualPiece | None], w: FloatArray,
                          p: FloatArray, c: float) -> tuple[FloatArray, float]:
     """min max_A w_A max_r Var_A[r] at cost c: one constraint per hull pattern (module doc)."""
     rows, cols, values = [], [], []
@@ -600,9 +328,9 @@ def _max_variance_scales(lattice: residual._Lattice, pieces: Sequence[ResidualPi
     C = sp.csr_array((np.concatenate(values), (np.concatenate(rows), np.concatenate(cols))),
                      shape=(offset, len(lattice.sets)))
     C.eliminate_zeros()
-    u, lower = residual._minimise_cost(p, C)
+    u, lower = solver.minimise_cost(p, C)
     ones = np.ones(len(p), dtype=np.int64)
-    return residual._normalise(p, ones, u * math.fsum((p / u).tolist()) / c, c), lower / c
+    return solver.normalise(p, ones, u * math.fsum((p / u).tolist()) / c, c), lower / c
 
 
 def _pieces_of(pieces: Sequence[ResidualPiece | None], attributes: Sequence[int]) -> list[ResidualPiece]:
@@ -610,12 +338,12 @@ def _pieces_of(pieces: Sequence[ResidualPiece | None], attributes: Sequence[int]
     return [piece for i in attributes if (piece := pieces[i]) is not None]
 
 
-def _squares(lattice: residual._Lattice, pieces: Sequence[ResidualPiece | None]) -> FloatArray:
+def _squares(lattice: Lattice, pieces: Sequence[ResidualPiece | None]) -> FloatArray:
     """Π_{i∈S} τᵢ² per closure set."""
     return _set_products(lattice, [1.0 if piece is None else float(piece.scale) ** 2 for piece in pieces])
 
 
-def _sum_coefficients(lattice: residual._Lattice, pieces: Sequence[ResidualPiece | None]) -> FloatArray:
+def _sum_coefficients(lattice: Lattice, pieces: Sequence[ResidualPiece | None]) -> FloatArray:
     """Per set–subset pair (A, S): Π_{i∈S} fᵢ Π_{i∈A∖S} gᵢ, the coefficient of σ_S² in SoV_A."""
     f = [1.0 if piece is None else piece.f for piece in pieces]
     return _pair_products(lattice, f, [1.0 if piece is None else piece.g for piece in pieces])
@@ -631,34 +359,26 @@ def gaussian_parameters(pieces: Sequence[ResidualPiece], sigma2: Fraction) -> tu
     return gamma2, Fraction(math.prod(piece.column for piece in pieces)) / (2 * gamma2)
 
 
-def _rational_scales(lattice: residual._Lattice, pieces: Sequence[ResidualPiece | None], sigma2: FloatArray,
+def _rational_scales(lattice: Lattice, pieces: Sequence[ResidualPiece | None], sigma2: FloatArray,
                      budget: Fraction) -> tuple[IntArray, tuple[Fraction, ...], Fraction]:
     """Noise classes (equal piece multiset and σ²), γ² per class rounded up, and the exact ρ spent.
 
-    γ² = σ²Πτ² is inflated by residual.NOISE_MARGIN before rounding up to NOISE_BITS bits, which
-    dominates the float error of σ², and each class's ρ share is rounded up to 2^-RHO_BITS; the
-    check below enforces ρ ≤ budget regardless.
+    The sensitivity of a release over S is Π ‖Tᵢ col‖²_max (module doc); rounding and the exact
+    sum are dpsql.residual.rational's, so ρ never exceeds the budget.
     """
     signature = np.sort(_kind_codes(pieces)[lattice.sets], axis=1)
     key = np.column_stack([signature, sigma2.view(np.int64)])
-    _, classes = residual._unique_rows(key)
+    _, classes = unique_rows(key)
     first = np.unique(classes, return_index=True)[1]
     count = np.bincount(classes)
     gammas: list[Fraction] = []
     total = 0
     for s, members in zip(first.tolist(), count.tolist()):
         chosen = _pieces_of(pieces, lattice.closure[s])
-        square = math.prod(piece.scale**2 for piece in chosen)
-        gamma2 = residual._round_up(float(sigma2[s]) * float(square) * (1.0 + residual.NOISE_MARGIN))
+        gamma2 = rational.noise_parameter(float(sigma2[s]), math.prod(piece.scale**2 for piece in chosen))
         gammas.append(gamma2)
-        share = members * math.prod(piece.column for piece in chosen) * gamma2.denominator << residual.RHO_BITS
-        total += -(-share // (2 * gamma2.numerator))
-    spent = Fraction(total, 1 << residual.RHO_BITS)
-    if spent > budget:
-        raise PrivacyParameterError(
-            f"rho = {float(budget)!r} is too small to be accounted exactly at 2^-{residual.RHO_BITS} resolution; "
-            "use a larger rho."
-        )
+        total += rational.rho_units(members, math.prod(piece.column for piece in chosen), gamma2)
+    spent = rational.spent_rho(total, budget)
     return classes.astype(np.int64), tuple(gammas), spent
 
 
@@ -666,7 +386,7 @@ def _rational_scales(lattice: residual._Lattice, pieces: Sequence[ResidualPiece 
 def _contract(selection: PlusSelection, sigma2: FloatArray, marginal: Sequence[int],
               factor: Callable[[ResidualPiece], tuple[FloatArray, FloatArray]]) -> FloatArray:
     """Σ_{S⊆A} σ_S² ⊗_{i∈S} xᵢ ⊗_{i∈A∖S} yᵢ with (yᵢ, xᵢ) = factor(pieceᵢ), as a tensor over A."""
-    lattice = selection._lattice
+    lattice = selection.lattice
     position = lattice.locate(marginal)
     a = lattice.closure[position]
     subsets = lattice.subset_ids(np.array([position]))[0]
@@ -679,13 +399,14 @@ def _contract(selection: PlusSelection, sigma2: FloatArray, marginal: Sequence[i
     return core
 
 
-def _query_variance(selection: PlusSelection, sigma2: FloatArray, marginal: Sequence[int]) -> FloatArray:
-    a = selection._lattice.closure[selection._lattice.locate(marginal)]
+def query_variance(selection: PlusSelection, sigma2: FloatArray, marginal: Sequence[int]) -> FloatArray:
+    """Var_A[r] for every query r of a closure set under noise scales σ² (module doc), shaped (mᵢ)_{i∈A}."""
+    a = selection.lattice.closure[selection.lattice.locate(marginal)]
     _check_entries(selection, a, "variances")
     return _contract(selection, sigma2, a, lambda piece: (piece.total_weights, piece.residual_weights))
 
 
-def _hull_variance(selection: PlusSelection, sigma2: FloatArray, marginal: Sequence[int]) -> FloatArray:
+def hull_variance(selection: PlusSelection, sigma2: FloatArray, marginal: Sequence[int]) -> FloatArray:
     """Var_A on the hull patterns only: its maximum is the maximum over all queries."""
     return _contract(selection, sigma2, marginal, lambda piece: (piece.total_weights[piece.hull],
                                                                   piece.residual_weights[piece.hull]))
@@ -702,29 +423,24 @@ def _check_entries(selection: PlusSelection, a: Marginal, what: str) -> None:
 
 
 # ============================================================================ measurement
-@dataclass(frozen=True, eq=False)
-class PlusMeasurements:
-    """The noisy residual releases ω_S of every closure set, and their exact noise.
+@dataclass(frozen=True, eq=False, kw_only=True)
+class PlusMeasurements(base.Measurements[PlusSelection]):
+    """RP+'s releases ω_S of every closure set.
 
-    Fields:
-        selection  the selection measured.
+    Fields (besides those of dpsql.residual.base.Measurements, whose ``sigma2`` here is
+    Var[N_Z(0, γ_S²)]/Π τᵢ²):
         releases   ω_S per closure set, shaped (tᵢ)_{i∈S}: unbiased for (⊗ Subᵢ) v_S.
-        sigma2     the effective σ_S² = Var[N_Z(0, γ_S²)]/Π τᵢ² per closure set (exact variance).
-        rho        the zCDP cost spent (``selection.rho``).
     """
 
-    selection: PlusSelection
     releases: tuple[FloatArray, ...] = field(repr=False)
-    sigma2: FloatArray = field(repr=False)
-    rho: Fraction
 
     def variance(self, marginal: Sequence[int]) -> FloatArray:
         """Exact variance of every reconstructed query of ``marginal`` from these releases."""
-        return _query_variance(self.selection, self.sigma2, marginal)
+        return query_variance(self.selection, self.sigma2, marginal)
 
     def table(self, marginal: Sequence[int]) -> FloatArray:
         """The unbiased estimate q_A of the COUNT table over ``marginal``, shaped (nᵢ)_{i∈A}."""
-        lattice = self.selection._lattice
+        lattice = self.selection.lattice
         position = lattice.locate(marginal)
         a = lattice.closure[position]
         pieces = _pieces_of(self.selection.pieces, a)
@@ -761,16 +477,16 @@ def measure(
             table covers.
         DataError: a table that is not integer counts.
     """
-    lattice = selection._lattice
-    tables = residual._closure_tables(lattice, marginal_tables)
+    lattice = selection.lattice
+    tables = closure_tables(lattice, marginal_tables)
     source = noise.resolve_rng(rng)
-    _, signature = residual._unique_rows(_kind_codes(selection.pieces)[lattice.sets])
+    _, signature = unique_rows(_kind_codes(selection.pieces)[lattice.sets])
     releases: list[FloatArray] = [np.empty(0)] * len(lattice.sets)
     for g in np.unique(signature).tolist():
         members = np.flatnonzero(signature == g)
         a = lattice.closure[int(members[0])]
         cells = math.prod(selection.domains[i] for i in a)
-        step = max(1, residual.BATCH_CELLS // cells)
+        step = max(1, BATCH_CELLS // cells)
         for start in range(0, len(members), step):
             chunk = members[start:start + step]
             for s, omega in zip(chunk.tolist(), _release(selection, tables, chunk, a, source)):
@@ -834,16 +550,14 @@ def reconstruct(
         ShapeError: measurements of another selection, or a set outside the closure.
         DomainTooLargeError: a set with more than MAX_QUERY_ENTRIES answers (use ``table``).
     """
-    if measurements.selection is not selection:
-        raise ShapeError("these measurements were taken for a different selection; pass the one measured.")
-    lattice = selection._lattice
+    measurements.require(selection)
+    lattice = selection.lattice
     out: dict[Marginal, FloatArray] = {}
     for marginal in selection.marginals if marginals is None else marginals:
         a = lattice.closure[lattice.locate(marginal)]
         _check_entries(selection, a, "answers")
         answers = measurements.table(a)
         for axis, i in enumerate(a):
-            basis = selection.bases[i]
-            answers = _along(lambda X: basis @ X, answers, axis)
+            answers = _along(selection.bases[i].__matmul__, answers, axis)
         out[a] = answers
     return out

@@ -1,5 +1,10 @@
 """Linear queries over one marginal table: Kronecker-factored rows, their answers and exact variances.
 
+The SQL route of ResidualPlanner (Xiao, He, Zhang and Kifer, "An Optimal and Scalable Matrix
+Mechanism for Noisy Marginals under Convex Loss Functions", NeurIPS 2023) answers a GROUP BY with
+a WHERE clause as linear queries over the reconstructed marginal tables; this module gives their
+answers, their exact variances and their weight in the selection. Pure post-processing.
+
 A block of queries on the marginal A (attribute tuple, table shape (nᵢ)_{i∈A}) is
     F = Σ_t ⊗_{i∈A} F_{t,i},   F_{t,i} of shape (rᵢ × nᵢ),
 so F has Π rᵢ rows in row-major order and answers F·vec(q_A). GROUP BY counts are the case of one
@@ -20,23 +25,22 @@ O(T² 2^|A| Π rᵢ) per block; nothing of size Π nᵢ² is formed.
 Selection weight: when every factor's rows each pick one cell (GROUP BY on the marginal's own
 cells, rᵢ of the nᵢ cells reported), every row has a = 1 − 1/nᵢ and b = 1/nᵢ², so the block's
 total variance is w·cells(A)·Σ_{S⊆A} σ_S² p_S Π_{A∖S} nᵢ⁻² = w·cells(A)·V_A with w = Π rᵢ/nᵢ:
-exactly ResidualPlanner's weighted sum-of-variances objective with weight w on A. ``selection_weight`` returns Σ_t Π ‖F_{t,i}‖²_F/nᵢ,
-which is that w for such blocks and a close proxy otherwise (the reported variances stay exact).
+exactly ResidualPlanner's weighted sum-of-variances objective with weight w on A.
+``selection_weight`` returns Σ_t Π ‖F_{t,i}‖²_F/nᵢ, which is that w for such blocks and a close
+proxy otherwise (the reported variances stay exact).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from dpsql.errors import ShapeError
-
-FloatArray = npt.NDArray[np.float64]
-Marginal = tuple[int, ...]
+from dpsql.residual.lattice import FloatArray, Marginal
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,11 @@
 """The marginal algebra and its residual eigenbasis (HDMM's OPT_M, ResidualPlanner's basis).
 
+McKenna, Miklau, Hay and Machanavajjhala, "Optimizing error of high-dimensional statistical
+queries under differential privacy" (PVLDB 2018) for OPT_M and the projection below; the residual
+subspaces V_r are those of Xiao, He, Zhang and Kifer, "An Optimal and Scalable Matrix Mechanism for
+Noisy Marginals under Convex Loss Functions" (NeurIPS 2023). Used by the structured linear algebra
+(dpsql.linalg), the mechanism and OPT_M (dpsql.strategies.marginals); public quantities only.
+
 Notation: d attributes of sizes n₀ … n_{d−1} (Kronecker factor order), N = Π nᵢ, J = 11ᵀ.
 An attribute subset a is an integer key with bit i set iff attribute i is kept; key 0 is the
 empty set (the grand total) and key 2^d − 1 the full table.
@@ -13,8 +19,7 @@ Math:
         λ_r(u) = Σ_{a ⊇ r} u_a μ(a)                  (a superset-sum "zeta transform", O(d·2^d)).
     Hence G(u)⁺ = Σ_r [λ_r > 0] λ_r⁻¹ P_r, its row-space projector is Σ_{r: λ_r > 0} P_r, and
     trace(G(w) G(u)⁺) = Σ_r m_r λ_r(w) / λ_r(u).
-    Projection (HDMM's marginal-weight projection; McKenna, Miklau, Hay and Machanavajjhala, PVLDB 2018):
-    against any element M of span{⊗ᵢ{I, J}},
+    Projection (McKenna et al. 2018, OPT_M): against any element M of span{⊗ᵢ{I, J}},
     trace(Xᵢ Mᵢ) depends on a factor Gram Xᵢ only through trace Xᵢ and 1ᵀXᵢ1, so Xᵢ may be
     replaced by bᵢJ + aᵢI with bᵢ = (1ᵀXᵢ1 − trace Xᵢ)/(nᵢ(nᵢ − 1)), aᵢ = trace Xᵢ/nᵢ − bᵢ
     (nᵢ = 1: b = Xᵢ, a = 0). Expanding Π(bᵢJ + aᵢI) gives marginal weights
@@ -320,7 +325,8 @@ class ResidualSum(Sum):
         if keys.size == 0:
             raise ShapeError("the marginal weights are all zero: the strategy measures nothing.")
         projectors = [residual_projector_of(self.sizes, int(r)) for r in keys]
-        super().__init__([P if self.scales[r] == 1.0 else Weighted(self.scales[r], P) for r, P in zip(keys, projectors)])
+        super().__init__([P if self.scales[r] == 1.0 else Weighted(self.scales[r], P)
+                          for r, P in zip(keys, projectors)])
 
     @property
     def T(self) -> Workload:
