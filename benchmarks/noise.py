@@ -51,9 +51,9 @@ class _CountingSource(noise.SeededRandomSource):
         super().__init__(seed)
         self.words = 0
 
-    def _words(self, count: int) -> npt.NDArray[np.uint64]:
+    def raw_words(self, count: int) -> npt.NDArray[np.uint64]:
         self.words += count
-        return super()._words(count)
+        return super().raw_words(count)
 
 
 def rates(draw: Callable[[], object], count: int, repeats: int) -> tuple[float, float]:

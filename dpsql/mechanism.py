@@ -113,7 +113,7 @@ def integral_strategy(A: Workload, *, bits: int = STRATEGY_BITS) -> Workload:
     Kronecker product is rounded factor by factor (at least KRON_FACTOR_BITS bits each); a stack
     keeps its blocks' structure and gives them integer weights with at least ``bits`` bits of
     relative precision (never rounding a block away, so the stack supports what A did). Exact
-    products with such strategies are computed structurally (:func:`_exact_product`).
+    products with such strategies are computed structurally (:func:`exact_product`).
     """
     return _integral_with_scale(A, bits)[0]
 
@@ -173,7 +173,7 @@ def measure(
     calibration = calibrate(A, epsilon=epsilon, rho=rho, max_contribution=max_contribution, cell_bounds=cell_bounds)
     counts = _data_vector(A, x)
     strategy = calibration.strategy
-    exact_answers = _exact_product(strategy, counts)
+    exact_answers = exact_product(strategy, counts)
     if calibration.noise == "laplace":
         z = exact.discrete_laplace_wide(calibration.scale, strategy.shape[0], rng=rng)
         spent = {"epsilon": calibration.spent}
@@ -389,7 +389,7 @@ def _data_vector(A: Workload, x: npt.ArrayLike) -> IntVector:
 IntVector = npt.NDArray[np.int64] | npt.NDArray[np.object_]
 
 
-def _exact_product(A: Workload, x: IntVector) -> IntVector:
+def exact_product(A: Workload, x: IntVector) -> IntVector:
     """Ã x exactly, for an integer Ã and integer x of any size, following Ã's structure.
 
     A stack is computed block by block, an integer weight multiplies exactly, and a Kronecker
@@ -397,10 +397,10 @@ def _exact_product(A: Workload, x: IntVector) -> IntVector:
     floating point (:func:`_exact_matmul`). Results are int64 when they fit, Python integers otherwise.
     """
     if isinstance(A, VStack):
-        parts = [_exact_product(block, x) for block in A.blocks]
+        parts = [exact_product(block, x) for block in A.blocks]
         return np.concatenate(parts).astype(object if any(p.dtype == object for p in parts) else np.int64)
     if isinstance(A, Weighted):
-        return _narrowed(int(A.weight) * _exact_product(A.base, x).astype(object))
+        return _narrowed(int(A.weight) * exact_product(A.base, x).astype(object))
     if isinstance(A, Kron):
         tensor = x.reshape([f.shape[1] for f in A.factors])
         for axis, factor in enumerate(A.factors):
@@ -472,14 +472,14 @@ def _power_sum(strategy: Workload, p: int, weights: ColumnTerm | None) -> int:
     """Δ₁ (p = 1) or Δ₂² (p = 2) of an integer strategy as an integer bound (columns weighted by
     per-cell bounds when given), kept per strategy when unweighted."""
     if weights is not None:
-        return _sensitivity(strategy.max_column_power_sum(p, weights))
+        return integer_sensitivity(strategy.max_column_power_sum(p, weights))
     known = _power_sums.setdefault(strategy, {})
     if p not in known:
-        known[p] = _sensitivity(strategy.max_column_power_sum(p))
+        known[p] = integer_sensitivity(strategy.max_column_power_sum(p))
     return known[p]
 
 
-def _sensitivity(value: float) -> int:
+def integer_sensitivity(value: float) -> int:
     """An integer upper bound on an integer strategy's sensitivity computed in float64.
 
     Below 2^50 the float computation is exact, so the value must be an integer. Above, products

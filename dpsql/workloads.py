@@ -201,7 +201,7 @@ class Identity(Workload):
     """I_n: one query per cell."""
 
     def __init__(self, n: int) -> None:
-        self.n = _positive_int(n, "n")
+        self.n = positive_int(n, "n")
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -242,7 +242,7 @@ class Ranges(Workload):
     """Interval-count queries over one ordered attribute: row r sums cells lo_r..hi_r (inclusive)."""
 
     def __init__(self, n: int, intervals: npt.ArrayLike) -> None:
-        self.n = _positive_int(n, "n")
+        self.n = positive_int(n, "n")
         bounds = np.asarray(intervals, dtype=np.int64).reshape(-1, 2)
         if bounds.size and (bounds.min() < 0 or bounds.max() >= self.n or np.any(bounds[:, 0] > bounds[:, 1])):
             raise ShapeError(f"every interval (lo, hi) must satisfy 0 <= lo <= hi < {self.n}.")
@@ -310,7 +310,7 @@ class Total(Ranges):
     """The single all-ones row: the total count."""
 
     def __init__(self, n: int) -> None:
-        super().__init__(n, [(0, _positive_int(n, "n") - 1)])
+        super().__init__(n, [(0, positive_int(n, "n") - 1)])
 
     def __repr__(self) -> str:
         return f"Total({self.n})"
@@ -320,7 +320,7 @@ class Prefix(Ranges):
     """Prefix sums (the CDF workload): row i sums cells 0..i."""
 
     def __init__(self, n: int) -> None:
-        n = _positive_int(n, "n")
+        n = positive_int(n, "n")
         super().__init__(n, np.stack([np.zeros(n, dtype=np.int64), np.arange(n)], axis=1))
 
     def _matmat(self, X: FloatArray) -> FloatArray:
@@ -346,7 +346,7 @@ class AllRange(Ranges):
     """All n(n+1)/2 intervals [i, j], i <= j, ordered by i then j; applied by cumulative sums."""
 
     def __init__(self, n: int) -> None:
-        self.n = _positive_int(n, "n")
+        self.n = positive_int(n, "n")
 
     @cached_property
     def _bounds(self) -> npt.NDArray[np.int64]:  # type: ignore[override]
@@ -716,7 +716,8 @@ class Transpose(Workload):
         return self.base.integral
 
 
-def _positive_int(value: int, name: str) -> int:
+def positive_int(value: int, name: str) -> int:
+    """``value`` as an int >= 1 (bool refused), else ShapeError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ShapeError(f"{name} must be a positive integer; got {value!r}.")
     return int(value)

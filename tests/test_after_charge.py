@@ -57,10 +57,11 @@ class Recorder:
         for (kwargs, release), share in zip(self.calls, shares):
             c = kwargs["max_contribution"]
             if release.noise == "laplace":
-                wanted = Fraction(mechanism._sensitivity(release.strategy.max_column_power_sum(1)) * c) / share
+                wanted = Fraction(mechanism.integer_sensitivity(release.strategy.max_column_power_sum(1)) * c) / share
                 assert release.epsilon is not None and release.epsilon <= share
             else:
-                wanted = Fraction(mechanism._sensitivity(release.strategy.max_column_power_sum(2)) * c * c) / (2 * share)
+                delta2_squared = mechanism.integer_sensitivity(release.strategy.max_column_power_sum(2))
+                wanted = Fraction(delta2_squared * c * c) / (2 * share)
                 assert release.rho is not None and release.rho <= share
             assert wanted <= release.noise_scale <= wanted * (1 + Fraction(ROUNDING))
 

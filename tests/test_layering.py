@@ -54,7 +54,12 @@ TOUCHING: dict[str, frozenset[str]] = {
     # --- the backends: run the generated queries (exact aggregates; no noise)
     "dpsql.backends.duckdb": frozenset({DATA}),
     # --- the noise: exact samplers with OS randomness, and the mechanisms that draw from them
-    "dpsql.noise": frozenset({RANDOMNESS}),                 # the samplers; os.urandom, secrets
+    "dpsql.noise": frozenset({RANDOMNESS}),                 # the package re-exports the samplers
+    "dpsql.noise.sources": frozenset({RANDOMNESS}),         # os.urandom / a seeded generator: the random words
+    "dpsql.noise.bernoulli": frozenset({RANDOMNESS}),       # exact Bernoulli draws from those words
+    "dpsql.noise.laplace": frozenset({RANDOMNESS}),         # the discrete Laplace sampler
+    "dpsql.noise.gaussian": frozenset({RANDOMNESS}),        # the discrete Gaussian sampler
+    "dpsql.noise.wide": frozenset({RANDOMNESS}),            # both samplers in Python integers beyond int64
     "dpsql.mechanism": frozenset({RANDOMNESS}),             # measure: the matrix mechanism's noise
     "dpsql.residual.planner": frozenset({RANDOMNESS}),      # ResidualPlanner's measurement (discrete Gaussian)
     "dpsql.residual.plus": frozenset({RANDOMNESS}),         # ResidualPlanner+'s measurement

@@ -17,7 +17,14 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import DataError, PrivacyParameterError, ProgrammingError, UnsupportedQueryError
 from dpsql.local import protocol
 from dpsql.local.cli import add_commands
-from dpsql.local.sql import _batch_counts, answer_batch, compile_local, design_batch, randomize_records, simulate_database
+from dpsql.local.sql import (
+    answer_batch,
+    batch_counts,
+    compile_local,
+    design_batch,
+    randomize_records,
+    simulate_database,
+)
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 
@@ -125,7 +132,7 @@ unit = "month"
     table = schema.table("t")
     with DuckDBBackend(str(database)) as backend:
         data = backend.cell_data(table, [table.column(a.column) for a in batch.layout.axes])
-    expected = _batch_counts(batch.layout, data.shape, data.index, data.counts)
+    expected = batch_counts(batch.layout, data.shape, data.index, data.counts)
     cells = batch.layout.cells_of(rows)
     np.testing.assert_array_equal(np.bincount(cells, minlength=batch.layout.cells), expected)
 

@@ -160,7 +160,7 @@ def test_exact_product_beyond_float_precision() -> None:
     A = workloads.Explicit(rng.integers(-2**20, 2**20, size=(7, 5)).astype(float))
     for x in (rng.integers(-10**13, 10**13, size=5), rng.integers(0, 2**40, size=5), np.zeros(5, dtype=np.int64)):
         expected = [sum(int(a) * int(b) for a, b in zip(row, x)) for row in A.matrix.astype(np.int64)]
-        assert [int(v) for v in mechanism._exact_product(A, x)] == expected
+        assert [int(v) for v in mechanism.exact_product(A, x)] == expected
     release = mechanism.measure(A, rng.integers(0, 2**40, size=5), rho=1.0, rng=SeededRandomSource(9))
     assert release.y.shape == (7,) and np.all(np.isfinite(release.y))
 
@@ -182,15 +182,15 @@ def test_structured_exact_product_with_entries_far_beyond_float_precision() -> N
     x = rng.integers(0, 10**9, size=20)
     expected = [int(2**30 + 7) * v for v in _reference_product(workloads.Kron(A.blocks[0].base.factors), x)]  # type: ignore[attr-defined]
     expected += _reference_product(A.blocks[1], x) + [3 * v for v in _reference_product(A.blocks[2].base, x)]  # type: ignore[attr-defined]
-    assert [int(v) for v in mechanism._exact_product(A, x)] == expected
+    assert [int(v) for v in mechanism.exact_product(A, x)] == expected
 
 
 def test_sensitivity_beyond_exact_floats_is_rounded_up() -> None:
-    assert mechanism._sensitivity(12.0) == 12
+    assert mechanism.integer_sensitivity(12.0) == 12
     huge = float(2**60)
-    assert mechanism._sensitivity(huge) >= 2**60 and mechanism._sensitivity(huge) <= 2**60 * (1 + 2.0**-39)
+    assert 2**60 <= mechanism.integer_sensitivity(huge) <= 2**60 * (1 + 2.0**-39)
     with pytest.raises(Exception, match="non-integer sensitivity"):
-        mechanism._sensitivity(12.5)
+        mechanism.integer_sensitivity(12.5)
 
 
 def test_a_checked_calibration_is_not_computed_again_when_measuring(monkeypatch: pytest.MonkeyPatch) -> None:

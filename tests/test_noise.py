@@ -31,6 +31,7 @@ from scipy import stats
 
 from dpsql import noise
 from dpsql.errors import PrivacyParameterError
+from dpsql.noise import bernoulli, distributions, gaussian, laplace, limits, sources
 
 FAIL_PROB = 1e-7
 Z_TOL = float(stats.norm.isf(FAIL_PROB / 2))  # 5.33
@@ -148,9 +149,9 @@ class WordCountingSource(noise.SeededRandomSource):
         super().__init__(seed)
         self.words = 0
 
-    def _words(self, count: int) -> npt.NDArray[np.uint64]:
+    def raw_words(self, count: int) -> npt.NDArray[np.uint64]:
         self.words += count
-        return super()._words(count)
+        return super().raw_words(count)
 
 
 class CountingUrandom:
@@ -187,7 +188,7 @@ def test_bernoulli_exp_frequency(gamma: Fraction) -> None:
 def test_bernoulli_exp_vector_frequency(gamma: Fraction) -> None:
     n = 400_000
     num = np.full(n, gamma.numerator, dtype=np.int64)
-    hits = int(noise._bernoulli_exp_vec(num, gamma.denominator, noise.SeededRandomSource(12)).sum())
+    hits = int(bernoulli.bernoulli_exp_vec(num, gamma.denominator, noise.SeededRandomSource(12)).sum())
     p = math.exp(-gamma)
     se = max(math.sqrt(p * (1 - p) / n), 1e-12)
     assert z_score(hits / n, p, se) < Z_TOL
@@ -197,7 +198,7 @@ def test_exp1_table_is_exact() -> None:
     # R uniform in [0, J!): #{R : K(R) >= k} = J!/(k-1)!, so P[K >= k] = 1/(k-1)! exactly as in CKS
     # Algorithm 1 at γ = 1, for k <= J + 1; only R = 0 has K = J + 1 (the chain continues).
     for terms in (2, 5, 7):
-        odd = noise._exp1_table(terms)
+        odd = bernoulli.exp1_table(terms)
         top = math.factorial(terms)
         assert odd.size == top
         r = np.arange(top)
@@ -210,7 +211,7 @@ def test_exp1_table_is_exact() -> None:
 
 def test_exp1_vector_frequency() -> None:
     n = 1_000_000
-    hits = int(noise._exp1_vec(n, noise.SeededRandomSource(13)).sum())
+    hits = int(bernoulli.exp1_vec(n, noise.SeededRandomSource(13)).sum())
     p = math.exp(-1)
     assert z_score(hits / n, p, math.sqrt(p * (1 - p) / n)) < Z_TOL
 
@@ -221,7 +222,7 @@ def test_bernoulli_exp_chain_cost_is_e_to_gamma(gamma: Fraction) -> None:
     rng = CountingSource(14)
     n = 100_000
     for _ in range(n):
-        noise._bernoulli_exp_unit(gamma.numerator, gamma.denominator, rng)
+        bernoulli.bernoulli_exp_unit(gamma.numerator, gamma.denominator, rng)
     mean, var = math.exp(gamma), math.exp(gamma) * (2 * gamma + 1) - math.exp(2 * gamma)
     assert z_score(rng.draws / n, mean, math.sqrt(var / n)) < Z_TOL
 
@@ -229,10 +230,10 @@ def test_bernoulli_exp_chain_cost_is_e_to_gamma(gamma: Fraction) -> None:
 def test_geometric_counts() -> None:
     # P[V >= v] = e^-v: V is geometric with mean 1/(e - 1), variance e/(e - 1)².
     n = 400_000
-    counts = noise._geometric_vec(n, noise.SeededRandomSource(15))
+    counts = bernoulli.geometric_vec(n, noise.SeededRandomSource(15))
     e = math.e
     assert z_score(float(counts.mean()), 1 / (e - 1), math.sqrt(e / (e - 1) ** 2 / n)) < Z_TOL
-    limited = noise._geometric_vec(n, noise.SeededRandomSource(15), limit=np.full(n, 2))
+    limited = bernoulli.geometric_vec(n, noise.SeededRandomSource(15), limit=np.full(n, 2))
     assert limited.max() == 2
     p = math.exp(-2)
     share = float((limited == 2).mean())
@@ -288,7 +289,7 @@ def test_discrete_laplace_privacy_ratio(delta: int, epsilon: Fraction) -> None:
 )
 def test_discrete_gaussian_normalizer_table(sigma2: Fraction, normalizer: float) -> None:
     assert noise.discrete_gaussian_normalizer(sigma2) == pytest.approx(normalizer, abs=1e-11)
-    direct = noise._direct_moments(float(sigma2))[0]
+    direct = distributions.direct_moments(float(sigma2))[0]
     assert direct == pytest.approx(normalizer, abs=1e-11)
 
 
@@ -311,7 +312,7 @@ def test_discrete_gaussian_variance_table(
 
 @pytest.mark.parametrize("sigma2", [0.1, 0.5, 1.0, 3.0, 0.15, 0.17])
 def test_variance_poisson_identity_matches_direct_sum(sigma2: float) -> None:
-    z, m2 = noise._direct_moments(sigma2)
+    z, m2 = distributions.direct_moments(sigma2)
     assert noise.discrete_gaussian_variance(sigma2) == pytest.approx(m2 / z, abs=1e-12)
     assert noise.discrete_gaussian_normalizer(sigma2) == pytest.approx(z, rel=1e-13)
 
@@ -375,7 +376,7 @@ def test_discrete_gaussian_moments(sigma2: Fraction) -> None:
 def test_discrete_gaussian_with_large_denominator_fits() -> None:
     # A float σ² rounded up with a 2^20 denominator stays on the int64 path.
     sigma2 = noise.fraction_at_least(1234.5678)
-    assert sigma2.denominator > 2**10 and noise._GaussPlan.for_sigma2(sigma2).vectorizable()
+    assert sigma2.denominator > 2**10 and gaussian.GaussPlan.for_sigma2(sigma2).vectorizable()
     samples = noise.discrete_gaussian(sigma2, 200_000, rng=noise.SeededRandomSource(27))
     assert_fits(samples, gaussian_pmf(sigma2), gaussian_radius(sigma2))
 
@@ -385,7 +386,7 @@ def test_discrete_gaussian_with_large_denominator_fits() -> None:
        st.integers(min_value=-10**6, max_value=10**6))
 def test_gauss_plan_gamma_is_cks_exponent(sigma2: Fraction, y: int) -> None:
     # γ(y) = (|y| - σ²/t)²/(2σ²) exactly, and t, σ²/t have the documented form.
-    plan = noise._GaussPlan.for_sigma2(sigma2)
+    plan = gaussian.GaussPlan.for_sigma2(sigma2)
     assert plan.gamma(y) == (abs(y) - sigma2 / plan.t) ** 2 / (2 * sigma2)
     assert Fraction(plan.a, plan.b) == sigma2 / plan.t
     if sigma2 < 1:
@@ -401,7 +402,7 @@ def test_gauss_plan_gamma_is_cks_exponent(sigma2: Fraction, y: int) -> None:
 
 def test_huge_sigma2_uses_python_path_and_is_gaussian() -> None:
     sigma2 = Fraction(10**19, 3)
-    assert not noise._GaussPlan.for_sigma2(sigma2).vectorizable()
+    assert not gaussian.GaussPlan.for_sigma2(sigma2).vectorizable()
     samples = noise.discrete_gaussian(sigma2, 3000, rng=noise.SeededRandomSource(31))
     sigma = math.sqrt(sigma2)
     # At σ ≈ 1.8e9 N_Z(0, σ²) is N(0, σ²) up to O(1/σ): KS test at level 1e-7.
@@ -433,10 +434,10 @@ def test_tiny_sigma2() -> None:
 def test_forced_python_fallbacks_stay_exact(monkeypatch: pytest.MonkeyPatch, limit: int) -> None:
     # Lower the int64 ceiling and the chain caps so that chains, geometric counts, U + pV and γ
     # all leave the numpy path part-way; the continuation in Python must keep the distribution.
-    monkeypatch.setattr(noise, "_ARITH_LIMIT", limit)
-    monkeypatch.setattr(noise, "_MAX_CHAIN", 2)
-    monkeypatch.setattr(noise, "_MAX_GEOMETRIC", 1)
-    monkeypatch.setattr(noise, "_EXP1_TERMS", 2)
+    monkeypatch.setattr(limits, "ARITH_LIMIT", limit)
+    monkeypatch.setattr(limits, "MAX_CHAIN", 2)
+    monkeypatch.setattr(limits, "MAX_GEOMETRIC", 1)
+    monkeypatch.setattr(limits, "EXP1_TERMS", 2)
     rng = noise.SeededRandomSource(34 + limit)
     for scale in (Fraction(1, 2), Fraction(10)):
         samples = noise.discrete_laplace(scale, 30_000, rng=rng)
@@ -447,10 +448,10 @@ def test_forced_python_fallbacks_stay_exact(monkeypatch: pytest.MonkeyPatch, lim
 
 
 def test_overflowing_magnitude_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(noise, "_I64_MAX", 0)
-    monkeypatch.setattr(noise, "_ARITH_LIMIT", 0)
+    monkeypatch.setattr(limits, "I64_MAX", 0)
+    monkeypatch.setattr(limits, "ARITH_LIMIT", 0)
     with pytest.raises(OverflowError, match="exceeds int64"):
-        noise._laplace_magnitudes(3, 1, np.array([1, 2, 0]), noise.SeededRandomSource(35))
+        laplace.laplace_magnitudes(3, 1, np.array([1, 2, 0]), noise.SeededRandomSource(35))
 
 
 # --------------------------------------------------------------------------------------------
@@ -459,7 +460,7 @@ def test_overflowing_magnitude_raises(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("sampler", [noise.discrete_laplace, noise.discrete_gaussian])
-@pytest.mark.parametrize("size", [1000, 3 * noise._BATCH + 5])
+@pytest.mark.parametrize("size", [1000, 3 * limits.BATCH + 5])
 def test_same_seed_same_output(sampler: Callable, size: int) -> None:
     first = sampler(Fraction(7, 2), size, rng=noise.SeededRandomSource(41))
     again = sampler(Fraction(7, 2), size, rng=noise.SeededRandomSource(41))
@@ -568,10 +569,10 @@ def test_system_buffer_hands_out_each_word_once(monkeypatch: pytest.MonkeyPatch)
     # the words handed out must be exactly the stream 0, 1, 2, ... (no word twice, none skipped),
     # and earlier results must not change when the buffer is refilled.
     fake = CountingUrandom()
-    monkeypatch.setattr(noise.os, "urandom", fake)
+    monkeypatch.setattr(os, "urandom", fake)
     source = noise.SystemRandomSource()
     sizes = [1, 7, 504, 1, 512, 513, 4096, 100_000, 3, 300_000, 2**17 + 5, 2**18, 0, 1]
-    drawn = [source._words(size) for size in sizes]
+    drawn = [source.raw_words(size) for size in sizes]
     assert [d.size for d in drawn] == sizes
     np.testing.assert_array_equal(np.concatenate(drawn), np.arange(sum(sizes)))
     # One call per refill: the i-th reads the chunk min(4 KiB 2^i, 1 MiB), or more when the
@@ -580,7 +581,10 @@ def test_system_buffer_hands_out_each_word_once(monkeypatch: pytest.MonkeyPatch)
                           2_097_152, 1_048_576]
     for i, size in enumerate(fake.sizes):
         assert size >= min(4096 << i, 2**20)
-    assert fake.next - sum(sizes) == source._buffer.size
+    # The words read and not yet handed out come next, in order, with no further read.
+    rest = source.raw_words(fake.next - sum(sizes))
+    np.testing.assert_array_equal(rest, np.arange(sum(sizes), fake.next))
+    assert len(fake.sizes) == 10
 
 
 def test_system_source_large_draws_use_few_large_reads(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -591,7 +595,7 @@ def test_system_source_large_draws_use_few_large_reads(monkeypatch: pytest.Monke
         sizes.append(nbytes)
         return real(nbytes)
 
-    monkeypatch.setattr(noise.os, "urandom", recording)
+    monkeypatch.setattr(os, "urandom", recording)
     noise.discrete_gaussian(Fraction(100), 10**6, rng=noise.SystemRandomSource())
     assert max(sizes) >= 2**20
     assert len(sizes) <= 9 + sum(sizes) // 2**20  # the doubling 4 KiB ... 1 MiB, then 1 MiB reads
@@ -601,19 +605,19 @@ def test_system_source_consecutive_draws_do_not_repeat_words() -> None:
     # Both draws straddle a refill. 400,000 uniform 64-bit words are all distinct except with
     # probability < 400000²/2^65 < 5e-9.
     source = noise.SystemRandomSource()
-    first, second = source._words(200_000), source._words(200_000)
+    first, second = source.raw_words(200_000), source.raw_words(200_000)
     assert np.unique(np.concatenate([first, second])).size == 400_000
 
 
 def test_system_source_threads_take_disjoint_words(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = CountingUrandom()
-    monkeypatch.setattr(noise.os, "urandom", fake)
+    monkeypatch.setattr(os, "urandom", fake)
     source = noise.SystemRandomSource()
     results: list[npt.NDArray[np.uint64]] = []
 
     def draw(seed: int) -> None:
         sizes = np.random.default_rng(seed).integers(1, 3000, 200)
-        results.extend(source._words(int(size)) for size in sizes)
+        results.extend(source.raw_words(int(size)) for size in sizes)
 
     threads = [threading.Thread(target=draw, args=(seed,)) for seed in range(8)]
     for thread in threads:
@@ -626,12 +630,12 @@ def test_system_source_threads_take_disjoint_words(monkeypatch: pytest.MonkeyPat
 
 def test_copied_or_pickled_system_source_starts_empty(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = CountingUrandom()
-    monkeypatch.setattr(noise.os, "urandom", fake)
+    monkeypatch.setattr(os, "urandom", fake)
     source = noise.SystemRandomSource()
-    drawn = [source._words(1)]
+    drawn = [source.raw_words(1)]
     for clone in (copy.copy(source), copy.deepcopy(source), pickle.loads(pickle.dumps(source))):
-        drawn.append(clone._words(10))
-    drawn.append(source._words(10))
+        drawn.append(clone.raw_words(10))
+    drawn.append(source.raw_words(10))
     words = np.concatenate(drawn)
     assert np.unique(words).size == words.size
 
@@ -639,12 +643,12 @@ def test_copied_or_pickled_system_source_starts_empty(monkeypatch: pytest.Monkey
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_forked_child_does_not_reuse_the_parent_buffer() -> None:
     source = noise.SystemRandomSource()
-    source._words(1)  # the buffer now holds unused words
+    source.raw_words(1)  # the buffer now holds unused words
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         os.close(read)
-        os.write(write, source._words(64).tobytes())
+        os.write(write, source.raw_words(64).tobytes())
         os._exit(0)
     os.close(write)
     chunks = []
@@ -653,14 +657,14 @@ def test_forked_child_does_not_reuse_the_parent_buffer() -> None:
     os.close(read)
     os.waitpid(pid, 0)
     child = np.frombuffer(b"".join(chunks), dtype=np.uint64)
-    parent = source._words(64)
+    parent = source.raw_words(64)
     assert child.size == 64
     assert not np.intersect1d(parent, child).size  # by chance with probability < 1e-15
 
 
 @pytest.mark.parametrize("bits", [1, 3, 4, 7, 8, 13, 21, 32, 33, 63])
 def test_fields_are_uniform(bits: int) -> None:
-    values = noise._fields(noise.SeededRandomSource(71), 300_000, bits)
+    values = sources.fields(noise.SeededRandomSource(71), 300_000, bits)
     assert values.dtype == np.int64 and values.size == 300_000
     assert values.min() >= 0 and values.max() < 2**bits
     if bits <= 8:
@@ -673,17 +677,17 @@ def test_fields_are_uniform(bits: int) -> None:
 
 @pytest.mark.parametrize("bound", [2, 3, 7, 10, 120, 1000, 4115])
 def test_below_is_uniform(bound: int) -> None:
-    assert_uniform(noise._below(noise.SeededRandomSource(72), bound, 60 * bound + 100_000), bound)
+    assert_uniform(sources.below(noise.SeededRandomSource(72), bound, 60 * bound + 100_000), bound)
 
 
 def test_below_wide_bounds_and_field_widths() -> None:
     # 4115 = 2^12 + 19: 16-bit fields (4 per word) accept 15 * 4115/2^16 and cost 16.99 bits per
     # value against 26 for 13-bit fields (4 per word) that accept 4115/2^13.
-    assert noise._below_bits(4115) == 16
-    assert noise._below_bits(1000) == 10 and noise._below_bits(2**20) == 20
-    assert noise._below(noise.SeededRandomSource(73), 5, 0).shape == (0,)
+    assert sources.below_bits(4115) == 16
+    assert sources.below_bits(1000) == 10 and sources.below_bits(2**20) == 20
+    assert sources.below(noise.SeededRandomSource(73), 5, 0).shape == (0,)
     for bound in (2**31 + 1, 3 * 2**40 + 7, 2**62 + 1, 2**63 - 1):
-        values = noise._below(noise.SeededRandomSource(73), bound, 200_000)
+        values = sources.below(noise.SeededRandomSource(73), bound, 200_000)
         assert values.min() >= 0 and values.max() < bound
         u = values / bound
         assert z_score(float(u.mean()), 0.5, math.sqrt(1 / 12 / u.size)) < Z_TOL
@@ -698,7 +702,7 @@ def test_bernoulli_fraction_frequency(bits: int, num: int, den: int) -> None:
     # bits a uniform in [0, den) decides directly.
     n = 400_000
     scaled = np.full(n, num << bits)
-    hits = int(noise._bernoulli(noise.SeededRandomSource(74), scaled, bits, den).sum())
+    hits = int(bernoulli.bernoulli(noise.SeededRandomSource(74), scaled, bits, den).sum())
     p = num / den
     if num in (0, den):
         assert hits == round(p * n)
@@ -720,8 +724,8 @@ def test_sources_without_raw_words_drive_the_vector_samplers() -> None:
 def test_system_source_samples_fit_pmf(monkeypatch: pytest.MonkeyPatch, chunks: str) -> None:
     # The production path end to end; with tiny chunks nearly every request straddles a refill.
     if chunks == "tiny":
-        monkeypatch.setattr(noise, "_MIN_URANDOM_WORDS", 3)
-        monkeypatch.setattr(noise, "_MAX_URANDOM_WORDS", 37)
+        monkeypatch.setattr(limits, "MIN_URANDOM_WORDS", 3)
+        monkeypatch.setattr(limits, "MAX_URANDOM_WORDS", 37)
     rng = noise.SystemRandomSource()
     for sigma2 in (Fraction(1, 4), Fraction(100), Fraction(12345, 7)):
         samples = noise.discrete_gaussian(sigma2, 200_000, rng=rng)
@@ -736,9 +740,9 @@ def test_tie_heavy_settings_stay_exact(monkeypatch: pytest.MonkeyPatch, bits: in
     # 1- and 2-bit comparisons send 1/2 and 1/4 of all Bernoulli draws through the tie path, a
     # 3! table sends 1/6 of Bernoulli(e^-1) draws to the chain, and small batches make many of
     # them; the distributions must not move.
-    monkeypatch.setattr(noise, "_BERNOULLI_BITS", bits)
-    monkeypatch.setattr(noise, "_EXP1_TERMS", 3)
-    monkeypatch.setattr(noise, "_BATCH", 3000)
+    monkeypatch.setattr(limits, "BERNOULLI_BITS", bits)
+    monkeypatch.setattr(limits, "EXP1_TERMS", 3)
+    monkeypatch.setattr(limits, "BATCH", 3000)
     rng = noise.SeededRandomSource(76 + bits)
     for scale in (Fraction(1, 2), Fraction(10)):
         samples = noise.discrete_laplace(scale, 100_000, rng=rng)

@@ -324,7 +324,7 @@ def test_default_pieces_attain_the_dual_bound_of_every_residual_piece(make: type
     """Every residual piece K (on 1⊥) has fβ ≥ the OPT₀ dual bound of the centred basis (module doc):
     the default attains it, up to OPT₀'s 1e-5 gap and the rounding tolerance."""
     W = make(16)
-    _, _, lower = hdmm._opt_gaussian(residual_pieces.centred_gram(W), WorkBudget(MAX_EVALUATIONS))
+    _, _, lower = hdmm.opt_gaussian(residual_pieces.centred_gram(W), WorkBudget(MAX_EVALUATIONS))
     piece = rpp.select([W], [(0,)], strategies=[strategy(make, 16)]).piece(0)
     assert lower <= piece.loss <= lower * (1 + 2e-5 + 2 * residual_pieces.PIECE_TOLERANCE)
 

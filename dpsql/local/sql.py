@@ -186,13 +186,13 @@ def simulate_database(published: StrategyFile, database: str | Path, *, schema: 
     table = _schema(published, schema).table(layout.table)
     with DuckDBBackend(str(database)) as backend:
         data = backend.cell_data(table, [table.column(axis.column) for axis in layout.axes])
-    x = _batch_counts(layout, data.shape, data.index, data.counts)
+    x = batch_counts(layout, data.shape, data.index, data.counts)
     y = simulate(published, x, rng=rng)
     outputs = np.flatnonzero(y)
     return reports_table(published, outputs, y[outputs])
 
 
-def _batch_counts(layout: Layout, shape: tuple[int, ...], index: npt.NDArray[np.int64],
+def batch_counts(layout: Layout, shape: tuple[int, ...], index: npt.NDArray[np.int64],
                   counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Base-cell counts (flat over ``shape``) summed into the layout's cells."""
     return batch_cell_totals([axis.cell_of_base for axis in layout.axes], index, shape, counts).astype(np.int64)  # row counts fit

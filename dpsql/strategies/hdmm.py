@@ -158,7 +158,7 @@ GAP_TOLERANCE = 1e-5
 RIDGE = 1e-9
 
 
-def _opt_gaussian(G: FloatArray, budget: WorkBudget, iterations: int = 200) -> tuple[float, FloatArray, float]:
+def opt_gaussian(G: FloatArray, budget: WorkBudget, iterations: int = 200) -> tuple[float, FloatArray, float]:
     """(loss, A, lower bound): the dual fixed point μ ← diag(K^{1/2}) / trace(K^{1/2}) (module doc).
 
     One iteration (one eigendecomposition) is one unit of ``budget``.
@@ -250,7 +250,7 @@ def _solve(G: FloatArray, noise: Noise, p: int | None, rng: np.random.Generator,
     if n == 1 or not np.any(G):
         return float(np.trace(G)), np.eye(n), None
     if noise == "gaussian":
-        A = _unit_columns(_opt_gaussian(G, budget)[1])
+        A = _unit_columns(opt_gaussian(G, budget)[1])
         return _factor_loss(G, A, noise), A, None
     ps = default_ps(n) if p is None else (p,)
     if any(isinstance(q, bool) or not isinstance(q, (int, np.integer)) or q < 1 for q in ps):

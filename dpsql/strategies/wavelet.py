@@ -6,7 +6,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dpsql.strategies.hierarchical import tree_intervals
-from dpsql.workloads import Explicit, _positive_int
+from dpsql.workloads import Explicit, positive_int
 
 
 class Wavelet(Explicit):
@@ -21,7 +21,7 @@ class Wavelet(Explicit):
     """
 
     def __init__(self, n: int) -> None:
-        n = _positive_int(n, "n")
+        n = positive_int(n, "n")
         internal = [(lo, hi) for lo, hi in tree_intervals(n, 2).tolist() if hi > lo]
         rows, cols, values = [np.zeros(n, dtype=np.int64)], [np.arange(n)], [np.ones(n)]
         for r, (lo, hi) in enumerate(internal, start=1):
