@@ -17,7 +17,7 @@ import numpy.typing as npt
 ColumnTerm = tuple[npt.NDArray[np.float64], ...]
 
 #: Fronts larger than this (points × candidates) are combined densely instead.
-_PARETO_WORK_LIMIT = 5_000_000
+PARETO_WORK_LIMIT = 5_000_000
 
 
 def kron_vectors(vectors: Sequence[npt.NDArray[np.float64]]) -> npt.NDArray[np.float64]:
@@ -109,5 +109,5 @@ def max_of_kron_sum(terms: list[ColumnTerm]) -> float:
     for axis in range(len(terms[0])):
         candidates = pareto_front(np.stack([term[axis] for term in terms], axis=1))
         combined = (partial[:, None, :] * candidates[None, :, :]).reshape(-1, len(terms))
-        partial = combined if combined.shape[0] * len(candidates) > _PARETO_WORK_LIMIT else pareto_front(combined)
+        partial = combined if combined.shape[0] * len(candidates) > PARETO_WORK_LIMIT else pareto_front(combined)
     return float(partial.sum(axis=1).max())

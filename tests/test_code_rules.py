@@ -1,9 +1,9 @@
 """Module boundaries: no module reaches another module's private name, and modules stay small.
 
-A name with a leading underscore belongs to its module. Any other module of dpsql, the tests and
-the benchmarks use only public names of the modules in ``CHECKED``: ``from M import _x`` and
-``M._x`` (M imported as a module) are both refused. Modules of the samplers' package stay under
-``MAX_LINES`` lines, one concern each.
+A name with a leading underscore belongs to its module. Every other module of dpsql, the tests and
+the benchmarks use only public names of dpsql's modules: ``from M import _x`` and ``M._x`` (M
+imported as a module) are both refused. Every module of dpsql has at most ``MAX_LINES`` lines, but
+those in ``ONE_CONCERN``, each with the reason it stays whole.
 """
 
 from __future__ import annotations
@@ -16,8 +16,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = [ROOT / "dpsql", ROOT / "tests", ROOT / "benchmarks"]
 #: Modules whose private names no other module may reach (packages: every submodule too).
-CHECKED = ("dpsql.noise", "dpsql.mechanism", "dpsql.strategies.hdmm", "dpsql.workloads", "dpsql.local.sql")
+CHECKED = ("dpsql",)
 MAX_LINES = 700
+#: Modules allowed more than MAX_LINES, and why each is one concern.
+ONE_CONCERN = {
+    "dpsql/workloads.py": "the implicit-matrix class hierarchy: every class implements the same private protocol "
+                          "(_matmat, _rmatmat, _column_terms, _quadratic_diag_dense) that the others call",
+}
 
 
 def module_name(path: Path) -> str:
@@ -94,6 +99,13 @@ def test_the_checker_sees_both_forms() -> None:
     assert not private_reaches(source, "tests.probe", "probe", ("dpsql.linalg",))
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "dpsql" / "noise").glob("*.py")), ids=lambda path: path.name)
-def test_sampler_modules_stay_small(path: Path) -> None:
-    assert len(path.read_text(encoding="utf-8").splitlines()) <= MAX_LINES
+@pytest.mark.parametrize("path", sorted((ROOT / "dpsql").rglob("*.py")), ids=lambda path: str(path.relative_to(ROOT)))
+def test_modules_stay_small_unless_one_concern(path: Path) -> None:
+    name = str(path.relative_to(ROOT))
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES or name in ONE_CONCERN, f"{name} has {lines} lines; split it by concern"
+
+
+def test_every_one_concern_exception_is_still_needed() -> None:
+    for name in ONE_CONCERN:
+        assert len((ROOT / name).read_text(encoding="utf-8").splitlines()) > MAX_LINES, f"{name} fits now: drop it"
