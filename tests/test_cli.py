@@ -12,10 +12,9 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
 
-from dpsql import demo
 from dpsql.accounting import PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.cli import main
+from dpsql.cli import demo, main
 from dpsql.ledger import Binding, Ledger, default_path
 from dpsql.schema import Schema
 from dpsql.sql.compile import compile_batch

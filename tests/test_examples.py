@@ -21,7 +21,7 @@ def test_example_runs(script: Path) -> None:
 @pytest.mark.slow
 def test_demo_command_runs(tmp_path: Path) -> None:
     """The suite's one end-to-end run of `dpsql demo`: it builds the files, plans, charges and prints every statement."""
-    from dpsql import demo
+    from dpsql.cli import demo
 
     result = subprocess.run([sys.executable, "-m", "dpsql.cli", "demo", "--dir", str(tmp_path), "--rows", "20000"],
                             capture_output=True, text=True, check=False, cwd=ROOT)
@@ -34,7 +34,7 @@ def test_demo_command_runs(tmp_path: Path) -> None:
 
 def test_census_example_files_are_the_demo_batch() -> None:
     """examples/census holds exactly the schema and queries `dpsql demo` runs."""
-    from dpsql import demo
+    from dpsql.cli import demo
 
     assert (ROOT / "examples" / "census" / "schema.toml").read_text() == demo.SCHEMA
     assert (ROOT / "examples" / "census" / "queries.sql").read_text() == demo.QUERIES

@@ -14,10 +14,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.cli.local import add_commands
 from dpsql.errors import DataError, PrivacyParameterError, ProgrammingError, UnsupportedQueryError
 from dpsql.local import protocol
-from dpsql.local.cli import add_commands
-from dpsql.local.sql import _batch_counts, answer_batch, compile_local, design_batch, randomize_records, simulate_database
+from dpsql.local.sql import (
+    _batch_counts,
+    answer_batch,
+    compile_local,
+    design_batch,
+    randomize_records,
+    simulate_database,
+)
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 

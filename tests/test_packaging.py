@@ -1,5 +1,5 @@
-"""Packaging: one source for the version (``dpsql.__version__``), and the Apache-2.0 LICENSE file that
-pyproject.toml declares."""
+"""Packaging: one source for the version (``dpsql.__version__``), the Apache-2.0 LICENSE file that
+pyproject.toml declares, and the command line in one package."""
 
 from __future__ import annotations
 
@@ -44,3 +44,14 @@ def test_the_license_file_is_the_apache_license_pyproject_declares() -> None:
     assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
     assert "END OF TERMS AND CONDITIONS" in text
     assert len(text.splitlines()) == 202  # the full text, appendix included
+
+
+def test_the_command_line_lives_in_one_package() -> None:
+    """dpsql/cli/ holds every command-line module, and the console script points into it."""
+    assert _project()["project"]["scripts"] == {"dpsql": "dpsql.cli:main"}
+    package = ROOT / "dpsql"
+    elsewhere = [path.relative_to(package).as_posix() for path in package.rglob("*.py")
+                 if "cli" in path.stem and path.parent != package / "cli"]
+    assert elsewhere == []
+    assert {path.name for path in (package / "cli").glob("*.py")} == {
+        "__init__.py", "__main__.py", "budget.py", "demo.py", "files.py", "local.py"}

@@ -13,10 +13,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dpsql import __version__, budget_cli
-from dpsql.cli_files import read_queries, result_folder, write_tables
+from dpsql import __version__
+from dpsql.cli import budget as budget_cli
+from dpsql.cli import local as local_cli
+from dpsql.cli.files import read_queries, result_folder, write_tables
 from dpsql.errors import Error
-from dpsql.local import cli as local_cli
 from dpsql.results import format_table
 
 
@@ -139,11 +140,8 @@ def _suggest(arguments: argparse.Namespace) -> int:
 
 
 def _demo(arguments: argparse.Namespace) -> int:
-    from dpsql import demo
+    from dpsql.cli import demo
 
     demo.run(arguments.dir, people=arguments.rows, epsilon=arguments.epsilon)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
