@@ -13,12 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpsql.accounting import PrivacyCost
-from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.cli import demo, main
+from dpsql.cli import main
 from dpsql.ledger import Binding, Ledger, default_path
 from dpsql.schema import Schema
-from dpsql.sql.compile import compile_batch
-from dpsql.sql.parse import parse_batch
 
 SCHEMA = """
 [tables.people.columns.age]
@@ -177,16 +174,6 @@ def test_out_naming_an_existing_file_is_a_clear_error(files: dict[str, str], tmp
     blocker.write_text("not a folder")
     assert main(arguments(files, "run", "--out", str(blocker))) == 2
     assert "Traceback" not in capsys.readouterr().err
-
-
-def test_demo_files_hold_twelve_statements_over_its_schema(tmp_path: Path) -> None:
-    database = demo.write_files(tmp_path, people=2_000)
-    schema = Schema.load(tmp_path / "schema.toml")
-    compiled = compile_batch(parse_batch((tmp_path / "queries.sql").read_text()), schema)
-    assert len(compiled.statements) == 12 and compiled.table.name == "census"
-    with DuckDBBackend(str(database)) as backend:
-        backend.check_table(compiled.table)
-        assert backend.connection.execute("SELECT COUNT(*) FROM census").fetchone() == (2_000,)
 
 
 def _write(folder: Path, text: str) -> str:
