@@ -21,13 +21,13 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small dense problems: threads only contend
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import itertools  # noqa: E402
-import time  # noqa: E402
+import itertools
+import time
 
-from _machine import header  # noqa: E402
+from _machine import header
 
-from dpsql import local, workloads  # noqa: E402
-from dpsql.workloads import Workload  # noqa: E402
+from dpsql import local, workloads
+from dpsql.workloads import Workload
 
 ALPHA = 0.01
 EPSILONS = (0.5, 1.0, 2.0, 4.0)

@@ -315,7 +315,7 @@ def run_dpsql(connection: Any, batch: Batch, dataset: Dataset) -> Trial:
     started = time.process_time()
     try:
         tables = connection.cursor().execute(text, epsilon=EPSILON).fetch_arrow_tables()
-    except Exception as error:  # noqa: BLE001 -- a refusal is a result here
+    except Exception as error:  # a refusal is a result here
         seconds = time.process_time() - started
         return Trial(answers=None, seconds=seconds, refusals=[_first_line(error)] * len(batch.statements))
     seconds = time.process_time() - started
@@ -343,7 +343,7 @@ def smartnoise_plan(reader: Any, batch: Batch, dataset: Dataset) -> SmartNoisePl
         reader.privacy = Privacy(epsilon=epsilon, delta=0.0)
         try:
             return float(sum(e for e, _ in filter(None, reader._get_mechanism_costs(sql))))
-        except Exception:  # noqa: BLE001 -- the statement is refused when run, and recorded then
+        except Exception:  # the statement is refused when run, and recorded then
             return None
 
     texts = [s.sql.format(t=dataset.sn_table) for s in batch.statements]
@@ -356,7 +356,7 @@ def smartnoise_plan(reader: Any, batch: Batch, dataset: Dataset) -> SmartNoisePl
         reader.privacy = Privacy(epsilon=share, delta=0.0)
         try:
             accuracy = reader.get_simple_accuracy(sql, 0.05)
-        except Exception:  # noqa: BLE001
+        except Exception:
             accuracy = []
         kinds = {alias: kind for alias, kind, _ in statement.values}
         names = [*statement.groups, *kinds]  # SELECT lists the group columns first
@@ -376,7 +376,7 @@ def run_smartnoise(reader: Any, batch: Batch, dataset: Dataset, plan: SmartNoise
         reader.privacy = Privacy(epsilon=share, delta=0.0)
         try:
             rows = reader.execute(statement.sql.format(t=dataset.sn_table))
-        except Exception as error:  # noqa: BLE001 -- a refusal is a result here
+        except Exception as error:  # a refusal is a result here
             answers.append({})
             refusals.append(_first_line(error))
             continue

@@ -53,10 +53,10 @@ from dpsql.errors import (
     PrivacyParameterError,
     ShapeError,
 )
+from dpsql.kronvec import ColumnTerm
 from dpsql.linalg import bilinear_diag, pinv_gram, quadratic_diag
 from dpsql.residual_basis import marginal_form
 from dpsql.workloads import (
-    ColumnTerm,
     Explicit,
     FloatArray,
     Identity,

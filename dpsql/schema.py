@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import itertools
 import json
 import math
 import tomllib
@@ -98,7 +99,7 @@ class Ordered:
     def bin_labels(self) -> list[object]:
         """Each bin as its (low, high) bounds in the column's type (high exclusive, last inclusive)."""
         edges = list(self.bin_starts) + [self.size]
-        return [(self.to_value(self.boundaries[a]), self.to_value(self.boundaries[b])) for a, b in zip(edges[:-1], edges[1:])]
+        return [(self.to_value(self.boundaries[a]), self.to_value(self.boundaries[b])) for a, b in itertools.pairwise(edges)]
 
     def to_value(self, number: float) -> object:
         """A boundary back in the column's type."""
@@ -160,7 +161,7 @@ class Ordered:
             return True
         edges = list(self.bin_starts) + [self.size]
         if self.kind == "integer":
-            return any(self.boundaries[b] - self.boundaries[a] > 1 for a, b in zip(edges[:-1], edges[1:]))
+            return any(self.boundaries[b] - self.boundaries[a] > 1 for a, b in itertools.pairwise(edges))
         return len(self.bin_starts) != self.size or self.unit != "day"
 
 
@@ -481,7 +482,7 @@ def _explicit_edges(key: str, kind: OrderedKind, spec: Mapping[str, Any], *, cla
     if "resolution" in spec or "bin_width" in spec or not isinstance(edges, list) or len(edges) < 2:
         raise SchemaError(f"{key}.edges must be a list of at least two increasing numbers, without bin_width or resolution.")
     values = [float(e) for e in edges if not isinstance(e, bool) and isinstance(e, (int, float))]
-    if len(values) != len(edges) or any(b <= a for a, b in zip(values, values[1:])):
+    if len(values) != len(edges) or any(b <= a for a, b in itertools.pairwise(values)):
         raise SchemaError(f"{key}.edges must be strictly increasing numbers; got {edges!r}.")
     _check_cells(key, len(values) - 1)
     return Ordered(kind=kind, boundaries=tuple(values), bin_starts=tuple(range(len(values) - 1)), uniform_step=None, clamp=clamp)

@@ -42,7 +42,7 @@ def cached(method: Callable[[Any], Workload]) -> Callable[[Any], Workload]:
     def wrapper(self: Any) -> Workload:
         if key not in self.__dict__:
             self.__dict__[key] = method(self)
-        return self.__dict__[key]  # type: ignore[no-any-return]
+        return self.__dict__[key]
 
     return wrapper
 
@@ -428,7 +428,7 @@ class Explicit(Workload):
         return Explicit(self.matrix.T)
 
     @cached_property
-    def integral(self) -> bool:  # type: ignore[override]
+    def integral(self) -> bool:
         values = self.matrix.data if sp.issparse(self.matrix) else self.matrix
         return bool(np.all(np.mod(values, 1.0) == 0.0))
 

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from dpsql import engine
 from dpsql.backends.duckdb import DuckDBBackend, measure_quantum
-from dpsql.errors import NotSupportedError, OperationalError, ProgrammingError, SchemaError, UnsupportedQueryError
+from dpsql.errors import NotSupportedError, ProgrammingError, SchemaError, UnsupportedQueryError
 from dpsql.schema import Schema
 from dpsql.sql.compile import CompiledBatch, compile_batch, label_value
 from dpsql.sql.parse import parse_batch

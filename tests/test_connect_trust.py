@@ -99,7 +99,7 @@ def test_every_way_to_pair_a_chosen_source_with_a_ledger_is_refused(database: Pa
     with DuckDBBackend(database) as on_file, pytest.raises(dpsql.ProgrammingError, match="rng= is for tests"):
         Connection(on_file, Schema.load(SCHEMA), dpsql.Budget(epsilon=1.0), SeededRandomSource(1))
     prepared = engine.prepare(BATCH, Schema.load(SCHEMA), PrivacyCost(epsilon=1.0))
-    with DuckDBBackend(database) as on_file, pytest.raises(dpsql.ProgrammingError, match="rng= .* is for tests"):
+    with DuckDBBackend(database) as on_file, pytest.raises(dpsql.ProgrammingError, match=r"rng= .* is for tests"):
         engine.run(prepared, backend=on_file, budget=account.bound(Schema.load(SCHEMA), database).budget(),
                    rng=SeededRandomSource(1))  # the engine itself refuses a seed with a ledger's budget
     _untouched(database)

@@ -363,7 +363,7 @@ def test_a_database_file_draws_from_the_ledger_next_to_it(database: Path) -> Non
         assert metadata["budget_spent"] == "ε=1" and metadata["budget_remaining"] == "0.5 of ε=1.5"
     with dpsql.connect(str(database), schema=SCHEMA) as again:  # a new session: the spend stays
         assert again.budget.spent == 1 and again.budget.remaining == 0.5
-        with pytest.raises(dpsql.BudgetExhaustedError, match="dataset 'people.duckdb' has ε=0.5 left of 1.5"):
+        with pytest.raises(dpsql.BudgetExhaustedError, match=r"dataset 'people.duckdb' has ε=0.5 left of 1.5"):
             again.cursor().execute(BATCH, epsilon=1.0)
     (charge,) = ledger.history(database.name)
     assert charge.sql_hash == hashlib.sha256(BATCH.encode()).hexdigest()

@@ -130,11 +130,11 @@ def test_an_analyst_draws_from_their_own_total_and_from_the_dataset(ledger: Ledg
         ledger.set_total("people", PrivacyCost(rho=0.5), analyst="ana")
     ledger.set_total("people", PrivacyCost(epsilon=0.5), analyst="ana")
     ledger.charge("people", PrivacyCost(epsilon=0.5), BATCH, analyst="ana", binding=BOUND)
-    with pytest.raises(BudgetExhaustedError, match="analyst 'ana' on dataset 'people' has ε=0 left of 0.5"):
+    with pytest.raises(BudgetExhaustedError, match=r"analyst 'ana' on dataset 'people' has ε=0 left of 0.5"):
         ledger.charge("people", PrivacyCost(epsilon=0.5), BATCH, analyst="ana", binding=BOUND)
     ledger.set_total("people", PrivacyCost(epsilon=2.0), analyst="bo")
     ledger.charge("people", PrivacyCost(epsilon=1.0), BATCH, analyst="bo", binding=BOUND)
-    with pytest.raises(BudgetExhaustedError, match="dataset 'people' has ε=0.5 left of 2"):
+    with pytest.raises(BudgetExhaustedError, match=r"dataset 'people' has ε=0.5 left of 2"):
         ledger.charge("people", PrivacyCost(epsilon=0.75), BATCH, analyst="bo", binding=BOUND)  # bo has 1 left
     assert ledger.balance("people").limits[0].spent == Fraction(3, 2)
     assert [c.analyst for c in ledger.history("people", "ana")] == ["ana"]
@@ -178,7 +178,7 @@ def test_the_ledger_budget_checks_fresh_and_charges_durably(ledger: Ledger) -> N
 def test_reading_never_creates_the_file(ledger: Ledger) -> None:
     for read in (lambda: ledger.balance("people"), lambda: ledger.history("people"),
                  lambda: ledger.charge("people", PrivacyCost(epsilon=0.1), BATCH, binding=BOUND)):
-        with pytest.raises(BudgetNotSetError, match="no ledger file at .* dpsql budget set"):
+        with pytest.raises(BudgetNotSetError, match=r"no ledger file at .* dpsql budget set"):
             read()
     assert not ledger.path.exists()
 
@@ -246,6 +246,6 @@ def test_a_damaged_ledger_fails_closed_for_every_operation(ledger: Ledger, damag
                       lambda: ledger.charge("people", PrivacyCost(epsilon=0.1), BATCH, binding=BOUND),
                       lambda: ledger.set_total("people", PrivacyCost(epsilon=20.0), binding=BOUND),
                       lambda: Account(ledger=ledger, dataset="people", binding=BOUND).budget(BATCH)):
-        with pytest.raises(LedgerError, match="Nothing was run or charged. Restore the file from a backup") as caught:
+        with pytest.raises(LedgerError, match=r"Nothing was run or charged. Restore the file from a backup") as caught:
             operation()
         assert isinstance(caught.value, OperationalError)

@@ -342,7 +342,7 @@ def test_a_version_1_ledger_is_refused_until_the_owner_upgrades_it(owner: dict[s
     assert ledger.balance("firms").left == 1
     with dpsql.connect(owner["db"], schema=SCHEMA) as connection:
         assert connection.cursor().execute(BATCH, epsilon=0.5).connection.budget.remaining == 2
-    with pytest.raises(LedgerError, match="dataset 'firms' .* is not bound"):  # until its owner binds it
+    with pytest.raises(LedgerError, match=r"dataset 'firms' .* is not bound"):  # until its owner binds it
         ledger.charge("firms", PrivacyCost(epsilon=0.1), RECORD, binding=Binding.of(Schema.load(SCHEMA)))
     with sqlite3.connect(owner["ledger"]) as db:  # and the upgraded history is chained like any other
         db.execute("UPDATE charges SET price = '1/4' WHERE dataset = 'firms'")
@@ -351,7 +351,7 @@ def test_a_version_1_ledger_is_refused_until_the_owner_upgrades_it(owner: dict[s
 
 
 def test_an_unbound_dataset_names_the_command_that_binds_it(tmp_path: Path) -> None:
-    with pytest.raises(BudgetNotSetError, match="no privacy budget is set for dataset 'people'.*--schema SCHEMA"):
+    with pytest.raises(BudgetNotSetError, match=r"no privacy budget is set for dataset 'people'.*--schema SCHEMA"):
         ledger = Ledger(tmp_path / "books.ledger")
         ledger.set_total("firms", PrivacyCost(epsilon=1.0), binding=Binding.of(Schema.load(SCHEMA)))
         ledger.charge("people", PrivacyCost(epsilon=0.1), RECORD, binding=Binding.of(Schema.load(SCHEMA)))
@@ -365,7 +365,7 @@ def test_a_version_1_file_put_in_place_of_an_upgraded_ledger_is_not_upgraded(own
         for statement in V1_TABLES:
             db.execute(statement)
     binding = Binding.of(Schema.load(SCHEMA), owner["db"])
-    with pytest.raises(LedgerError, match="its key .* exists, so it was upgraded before"):
+    with pytest.raises(LedgerError, match=r"its key .* exists, so it was upgraded before"):
         Ledger(owner["ledger"]).set_total("people.duckdb", PrivacyCost(epsilon=3.0), binding=binding)
     with sqlite3.connect(owner["ledger"]) as db:
         assert db.execute("SELECT value FROM ledger_meta WHERE key = 'version'").fetchone() == ("1",)

@@ -167,7 +167,7 @@ def test_cli_simulation_is_seeded(files: dict[str, Path]) -> None:
 
 
 def test_bad_input_gets_clear_errors(files: dict[str, Path]) -> None:
-    with pytest.raises(PrivacyParameterError, match="epsilon must be a finite number > 0; got 0.0"):
+    with pytest.raises(PrivacyParameterError, match=r"epsilon must be a finite number > 0; got 0.0"):
         run("local", "design", str(files["queries"]), "--schema", str(files["schema"]), "--epsilon", "0",
             "-o", str(files["dir"] / "never.json"))
     with pytest.raises(UnsupportedQueryError, match=r"COUNT\(\*\) only; SUM\(age\) \(line 1, col 8\)"):

@@ -417,9 +417,9 @@ def test_wrong_number_of_parameters() -> None:
     text = "SELECT COUNT(*) FROM people WHERE a = ? AND b = ? AND c = ?"
     with pytest.raises(ProgrammingError, match=re.escape("the batch has 3 ? placeholders but 2 parameters were given")):
         parse_batch(text, [1, 2])
-    with pytest.raises(ProgrammingError, match="has 3 . placeholders but 0 parameters"):
+    with pytest.raises(ProgrammingError, match=r"has 3 . placeholders but 0 parameters"):
         parse_batch(text)
-    with pytest.raises(ProgrammingError, match="has 0 . placeholders but 1 parameter was given"):
+    with pytest.raises(ProgrammingError, match=r"has 0 . placeholders but 1 parameter was given"):
         parse_batch("SELECT COUNT(*) FROM people", [1])
 
 

@@ -101,7 +101,7 @@ def test_validation_names_the_key_and_the_problem(column: dict[str, object], mes
 
 def test_lookup_errors_name_what_is_declared() -> None:
     schema = Schema.load(TOML)
-    with pytest.raises(SchemaError, match="Table 'visits' is not in the schema.*Declared tables: people"):
+    with pytest.raises(SchemaError, match=r"Table 'visits' is not in the schema.*Declared tables: people"):
         schema.table("visits")
     with pytest.raises(SchemaError, match=r"Column 'zip' is not in the schema of table 'people' \(line 1, col 8\)"):
         schema.table("people").column("zip", "line 1, col 8")

@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from _helpers import groupings
-
 from dpsql import kronvec
 from dpsql import strategies as strat
 from dpsql.errors import DomainTooLargeError, ShapeError
@@ -531,23 +530,23 @@ def test_hierarchical_non_powers(n: int, b: int) -> None:
     intervals = list(zip(lo.tolist(), hi.tolist()))
     assert len(set(intervals)) == len(intervals)
     # level of a node = number of other nodes containing it
-    level = [sum(1 for (a, c) in intervals if (a, c) != (l, h) and a <= l and h <= c) for l, h in intervals]
+    level = [sum(1 for (a, c) in intervals if (a, c) != (lo, h) and a <= lo and h <= c) for lo, h in intervals]
     assert level == sorted(level), "root first, level by level"
     for d in range(max(level) + 1):
         cover = np.zeros(n, dtype=int)
-        for (l, h), lev in zip(intervals, level):
+        for (lo, h), lev in zip(intervals, level):
             if lev == d:
-                cover[l : h + 1] += 1
+                cover[lo : h + 1] += 1
         assert cover.max() == 1, f"level {d} covers a cell twice"
-    for (l, h), lev in zip(intervals, level):
-        children = [(a, c) for (a, c), lc in zip(intervals, level) if lc == lev + 1 and l <= a and c <= h]
-        if l == h:
+    for (lo, h), lev in zip(intervals, level):
+        children = [(a, c) for (a, c), lc in zip(intervals, level) if lc == lev + 1 and lo <= a and c <= h]
+        if lo == h:
             assert children == []
         else:
             sizes = [c - a + 1 for a, c in children]
-            assert sum(sizes) == h - l + 1 and len(children) == min(b, h - l + 1)
+            assert sum(sizes) == h - lo + 1 and len(children) == min(b, h - lo + 1)
             assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
-    leaves = sorted((l, h) for (l, h) in intervals if not any((a, c) != (l, h) and l <= a and c <= h for a, c in intervals))
+    leaves = sorted((lo, h) for (lo, h) in intervals if not any((a, c) != (lo, h) and lo <= a and c <= h for a, c in intervals))
     assert leaves == [(i, i) for i in range(n)]
     depth = 1 + (math.ceil(math.log(n, b) - 1e-12) if n > 1 else 0)
     assert H.sensitivity("l1") == depth

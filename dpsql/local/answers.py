@@ -96,7 +96,7 @@ def answer(published: StrategyFile, y: npt.ArrayLike, workload: WorkloadLike) ->
     strategy = published.strategy
     counts = np.asarray(y, dtype=np.float64)
     x_hat = estimate_cells(strategy, counts)
-    reports = int(round(counts.sum()))
+    reports = round(float(counts.sum()))
     variances = answer_variances(W, strategy, plug_in_counts(x_hat, reports))
     metadata = {
         "mechanism": f"local DP workload factorization ({published.name})",
