@@ -120,11 +120,13 @@ def load(key: str) -> Decision | None:
     """The decision stored under ``key`` (memory first, then disk), or None."""
     stored = _load(key)
     try:
-        decision = Decision(name=str(stored["name"]), candidates={str(k): float(v) for k, v in stored["candidates"].items()},
+        decision = Decision(name=str(stored["name"]),
+                            candidates={str(k): float(v) for k, v in stored["candidates"].items()},
                             notes=tuple(str(n) for n in stored["notes"]))
     except (KeyError, TypeError, AttributeError, ValueError):
         return None
-    if decision.name not in decision.candidates or not all(math.isfinite(v) and v >= 0 for v in decision.candidates.values()):
+    if decision.name not in decision.candidates or not all(math.isfinite(v) and v >= 0
+                                                           for v in decision.candidates.values()):
         return None
     return decision
 

@@ -149,7 +149,8 @@ class Workload(ABC):
         if weights is None:
             return max_of_kron_sum(terms)
         if int(np.prod([len(v) for v in weights])) != self.shape[1]:
-            raise ShapeError(f"column weights over {[len(v) for v in weights]} cells do not match {self.shape[1]} columns.")
+            raise ShapeError(f"column weights over {[len(v) for v in weights]} cells do not "
+                             f"match {self.shape[1]} columns.")
         *aligned, w = align_terms([*terms, tuple(np.asarray(v, dtype=np.float64) for v in weights)])
         return max_of_kron_sum([tuple(a * b for a, b in zip(term, w)) for term in aligned])
 
@@ -644,7 +645,8 @@ class Sum(Workload):
     @cached
     def gram(self) -> Workload:
         """(Σ_b K_b)ᵀ(Σ_b' K_b') = Σ_{b,b'} K_bᵀ K_b'; Kronecker terms give Kronecker cross terms."""
-        if all(isinstance(t, Kron) for t in self.terms) and len({tuple(f.shape for f in t.factors) for t in self.terms}) == 1:  # type: ignore[attr-defined]
+        shapes = {tuple(f.shape for f in t.factors) for t in self.terms}  # type: ignore[attr-defined]
+        if all(isinstance(t, Kron) for t in self.terms) and len(shapes) == 1:
             return Sum([Kron([Explicit(f.rmatvec(g.dense())) for f, g in zip(left.factors, right.factors)])  # type: ignore[attr-defined]
                         for left in self.terms for right in self.terms])
         return super().gram()

@@ -27,7 +27,8 @@ def test_avg_near_its_lower_bound_is_the_unclipped_ratio_with_centred_z_scores()
     con = duckdb.connect()
     con.register("source", pa.table({"x": rng.integers(0, 2, 300)}))
     con.execute("CREATE TABLE t AS SELECT * FROM source")
-    declared = Schema.load({"tables": {"t": {"columns": {"x": {"type": "integer", "lower": 0, "upper": 1000, "resolution": 1}}}}})
+    declared = Schema.load({"tables": {"t": {"columns": {"x": {"type": "integer", "lower": 0, "upper": 1000,
+                                                               "resolution": 1}}}}})
     ((truth,),) = con.execute("SELECT AVG(x) FROM t").fetchall()
     prepared = engine.prepare("SELECT AVG(x) AS a FROM t", declared, PrivacyCost(epsilon=0.5))
     backend, values, z = DuckDBBackend(con), [], []

@@ -70,7 +70,8 @@ def test_table_4_1_two_dimensional_ranges() -> None:
     W = workloads.Kron([workloads.AllRange(64), workloads.AllRange(32)])
     bound = error.svd_bound(W)
     assert bound == pytest.approx(2.26052e7, rel=1e-5)
-    for make, expected in [(strategies.identity, 12.1135), (strategies.hierarchical, 2.9965), (strategies.wavelet, 1.8992)]:
+    for make, expected in [(strategies.identity, 12.1135), (strategies.hierarchical, 2.9965),
+                           (strategies.wavelet, 1.8992)]:
         A = strategies.kron([make(64), make(32)])
         assert error.expected_error(W, A) / bound == pytest.approx(expected, rel=5e-3)
 

@@ -75,7 +75,8 @@ def test_hadamard_average_and_output_counts() -> None:
     assert strategy.m == 16 and local.hadamard(7, epsilon=1.0, form="high_privacy").m == 8
     assert math.isclose(local.average_variance(workloads.Identity(8), strategy), 30.2748461790, rel_tol=1e-10)
     # the forms coincide while e^ε ≤ 2 and differ above
-    np.testing.assert_array_equal(local.hadamard(20, epsilon=0.6).Q, local.hadamard(20, epsilon=0.6, form="high_privacy").Q)
+    np.testing.assert_array_equal(local.hadamard(20, epsilon=0.6).Q,
+                                  local.hadamard(20, epsilon=0.6, form="high_privacy").Q)
     assert local.hadamard(20, epsilon=3.0).m != local.hadamard(20, epsilon=3.0, form="high_privacy").m
 
 

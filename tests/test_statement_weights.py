@@ -66,7 +66,8 @@ def test_a_sum_total_beside_a_big_group_by_is_no_worse_than_answering_it_alone(c
     laplace = cost.family == "epsilon"
     alone = 2 * (99 * 2 / cost.value) ** 2 if laplace else 99**2 * 2 / (2 * cost.value)
     assert sum_variance(prepared) <= alone * (1 + 1e-9)
-    errors = engine.statement_errors(prepared.compiled, engine._measured_sums(prepared.compiled, prepared.measurements), cost)
+    errors = engine.statement_errors(prepared.compiled, engine._measured_sums(prepared.compiled, prepared.measurements),
+                                     cost)
     assert [e.ratio <= 1 + 1e-3 for e in errors] == [True, True] and prepared.guard_notes == ()
     assert errors[1].parts[0][2] == pytest.approx(math.sqrt(alone))
 
@@ -77,7 +78,8 @@ def test_weights_move_accuracy_toward_the_heavier_statement() -> None:
     figures = {}
     for weights in ([4.0, 1.0], None, [1.0, 4.0]):
         prepared = engine.prepare(BATCH, schema(), PrivacyCost(epsilon=1.0), weights=weights)
-        errors = engine.statement_errors(prepared.compiled, engine._measured_sums(prepared.compiled, prepared.measurements),
+        errors = engine.statement_errors(prepared.compiled,
+                                         engine._measured_sums(prepared.compiled, prepared.measurements),
                                          prepared.cost)
         figures[str(weights)] = (errors[0].ratio, errors[1].ratio, sum_variance(prepared))
     heavy_counts, default, heavy_sum = figures["[4.0, 1.0]"], figures["None"], figures["[1.0, 4.0]"]
@@ -130,7 +132,8 @@ def test_the_guard_names_a_statement_left_worse_than_alone() -> None:
     assert "after 3 rounds" in note and "s RMSE 20 against 10 alone" in note
     prepared = engine.prepare(BATCH, schema(), PrivacyCost(epsilon=1.0))
     assert f"    note: {note}" in engine.explain(replace(prepared, guard_notes=((1, note),)))
-    (metadata, _) = engine._statement_metadata([error, engine.StatementError(parts=(("n", 1.0, 2.0),), ratio=0.25)], prepared)
+    (metadata, _) = engine._statement_metadata([error, engine.StatementError(parts=(("n", 1.0, 2.0),), ratio=0.25)],
+                                               prepared)
     assert metadata["statement_error"]["note"].startswith("expected mean squared error 4×")  # type: ignore[index]
 
 
@@ -151,10 +154,12 @@ def test_weighted_answers_have_honest_standard_errors() -> None:
     con, runs = table(1), 40
     prepared = engine.prepare(BATCH, schema(), PrivacyCost(epsilon=1.0), weights=[1.0, 5.0])
     counts = dict(con.execute("SELECT g, COUNT(*) FROM t GROUP BY g").fetchall())
-    truth = np.array([counts.get(g, 0) for g in range(100)] + [con.execute("SELECT SUM(x) FROM t").fetchone()[0]], dtype=float)
+    truth = np.array([counts.get(g, 0) for g in range(100)] + [con.execute("SELECT SUM(x) FROM t").fetchone()[0]],
+                     dtype=float)
     backend, z = DuckDBBackend(con), []
     for seed in range(runs):
-        grouped, total = engine.run(prepared, backend=backend, budget=Budget(epsilon=100.0), rng=SeededRandomSource(seed))
+        grouped, total = engine.run(prepared, backend=backend, budget=Budget(epsilon=100.0),
+                                    rng=SeededRandomSource(seed))
         values = np.concatenate([grouped.column("n").to_numpy()[:100], total.column("s").to_numpy()])
         stddevs = np.concatenate([grouped.column("n_stddev").to_numpy()[:100], total.column("s_stddev").to_numpy()])
         z.append((values - truth) / stddevs)
@@ -173,7 +178,8 @@ def test_scaled_stack_scales_each_blocks_rows_and_keeps_its_structure() -> None:
     disjoint = DisjointSum([Kron([Explicit(rng.random((1, 3))), Explicit(rng.random((1, 4)))]) for _ in range(2)])
     stacked = VStack([kron, disjoint])
     scaled = weighting.scaled_stack(stacked, [6, 1], [0.5, 2.0])
-    assert isinstance(scaled, VStack) and isinstance(scaled.blocks[0], Kron) and isinstance(scaled.blocks[1], DisjointSum)
+    assert isinstance(scaled, VStack) and isinstance(scaled.blocks[0], Kron)
+    assert isinstance(scaled.blocks[1], DisjointSum)
     np.testing.assert_allclose(scaled.dense(), np.repeat([0.5, 2.0], [6, 1])[:, None] * stacked.dense())
     dense = Explicit(rng.random((5, 7)))
     np.testing.assert_allclose(weighting.scaled_stack(dense, [2, 3], [3.0, 0.25]).dense(),

@@ -90,7 +90,8 @@ def plug_in_counts(x_hat: FloatArray, reports: int) -> FloatArray:
     return np.asarray(clipped * (reports / total), dtype=np.float64)
 
 
-def answer(published: StrategyFile, y: npt.ArrayLike, workload: WorkloadLike) -> tuple[FloatArray, FloatArray, dict[str, Any]]:
+def answer(published: StrategyFile, y: npt.ArrayLike,
+           workload: WorkloadLike) -> tuple[FloatArray, FloatArray, dict[str, Any]]:
     """(answers W x̂, their plug-in variances, metadata) from the report counts y."""
     W = as_workload(workload)
     strategy = published.strategy

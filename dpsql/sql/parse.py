@@ -571,8 +571,8 @@ def _check_parameter(index: int, value: object) -> ir.Value:
     if isinstance(value, float) and not math.isfinite(value):
         raise ParameterError(f"parameters[{index}] is {value}; a float parameter must be finite.")
     if isinstance(value, int) and not isinstance(value, bool) and not _representable(value):
-        raise ParameterError(f"parameters[{index}] is an integer outside the range of a double (±{sys.float_info.max:.4g}); "
-                             "pass a number within the column's bounds.")
+        raise ParameterError(f"parameters[{index}] is an integer outside the range of a double "
+                             f"(±{sys.float_info.max:.4g}); pass a number within the column's bounds.")
     if isinstance(value, (int, float, str, dt.date)) and not isinstance(value, (bool, dt.datetime)):
         return value
     raise ParameterError(
@@ -666,9 +666,10 @@ def _check_nesting(source: _Source) -> None:
         depth += (kind == TokenType.L_PAREN) - (kind == TokenType.R_PAREN)
         if depth + run > MAX_NESTING:
             span = source.token_span(index, index)
-            raise InvalidQueryError(_located(f"the expression nests deeper than MAX_NESTING = {MAX_NESTING} levels "
-                                             "(parentheses plus NOT and signs in a row)", span, source,
-                                             "Flatten it: drop redundant parentheses and double NOTs, or use IN lists."))
+            raise InvalidQueryError(_located(
+                f"the expression nests deeper than MAX_NESTING = {MAX_NESTING} levels "
+                "(parentheses plus NOT and signs in a row)", span, source,
+                "Flatten it: drop redundant parentheses and double NOTs, or use IN lists."))
 
 
 def _check_statement_count(source: _Source) -> None:
@@ -900,7 +901,8 @@ def _check_atom_count(where: exp.Where, scope: _Scope) -> None:
     if atoms > MAX_PREDICATE_ATOMS:
         raise InvalidQueryError(_located(f"the WHERE clause has {atoms:,} predicate atoms; the limit is "
                                          f"MAX_PREDICATE_ATOMS = {MAX_PREDICATE_ATOMS:,}", _node_span(where, scope),
-                                         scope.source, "Use ranges (BETWEEN, <, >=) or GROUP BY instead of long lists."))
+                                         scope.source,
+                                         "Use ranges (BETWEEN, <, >=) or GROUP BY instead of long lists."))
 
 
 def _parse_comparison(node: exp.Binary, scope: _Scope) -> ir.Comparison:
