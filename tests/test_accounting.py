@@ -84,6 +84,7 @@ def test_composing_nothing_is_an_error() -> None:
 
 @given(st.lists(st.sampled_from(["epsilon", "rho"]), min_size=1, max_size=6),
        st.lists(st.integers(min_value=1, max_value=1000), min_size=6, max_size=6))
+@pytest.mark.slow
 def test_parallel_never_exceeds_sequential(families: list[str], values: list[int]) -> None:
     costs = [PrivacyCost(**{family: value / 100}) for family, value in zip(families, values)]
     family = sequential(costs).family

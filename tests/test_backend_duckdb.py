@@ -188,6 +188,7 @@ POSITION = {name.lower(): i for i, name in enumerate(PEOPLE_COLUMNS)}
 
 @pytest.mark.parametrize("names", [["age"], ["income"], ["sex"], ["joined"], ["score"], ["seen"], ["age", "sex"],
                                    ["joined", "income", "score"], ["age", "income", "sex", "joined", "score", "seen"]])
+@pytest.mark.slow
 def test_counts_match_the_reference(people: tuple[duckdb.DuckDBPyConnection, Table], names: list[str]) -> None:
     con, table = people
     columns = [table.columns[n] for n in names]
@@ -198,6 +199,7 @@ def test_counts_match_the_reference(people: tuple[duckdb.DuckDBPyConnection, Tab
     assert np.all(np.diff(data.index) > 0) and np.all(data.counts > 0)
 
 
+@pytest.mark.slow
 def test_documented_boundary_cells(people: tuple[duckdb.DuckDBPyConnection, Table]) -> None:
     con, table = people
     backend = DuckDBBackend(con)
@@ -582,6 +584,7 @@ def tables(draw: st.DrawFn) -> tuple[Table, dict[str, str], list[tuple[Any, ...]
 
 
 @given(tables())
+@pytest.mark.slow
 def test_random_schemas_count_like_the_reference(case: tuple[Table, dict[str, str], list[tuple[Any, ...]]]) -> None:
     table, sql_types, rows = case
     with duckdb.connect() as con:
@@ -626,6 +629,7 @@ def test_marginal_counts_equal_sums_of_the_full_cell_counts(unit: int | None) ->
         backend.marginal_counts(table, columns, [(0,), (0,)])
 
 
+@pytest.mark.slow
 def test_one_scan_of_several_cell_sets_equals_a_scan_per_set(people: tuple[duckdb.DuckDBPyConnection, Table]) -> None:
     """cell_data_sets (GROUPING SETS) gives, for every set, exactly what cell_data gives for it
     alone: counts, sums and non-NULL counts, outside cells included; repeated and reordered sets too."""

@@ -196,6 +196,7 @@ def test_a_missing_database_path_is_an_error_that_creates_nothing(tmp_path: Path
     assert list(tmp_path.iterdir()) == []  # no database, no WAL, no ledger
 
 
+@pytest.mark.slow
 def test_readers_share_one_file_while_a_connection_is_open(database: Path, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "schema.toml").write_text(SCHEMA_TOML)

@@ -50,6 +50,7 @@ def test_svd_bound_closed_forms() -> None:
     assert error.svd_bound(workloads.Prefix(100)) == pytest.approx(474.2390864646, rel=1e-8)
 
 
+@pytest.mark.slow
 def test_table_4_1_allrange_2048_ratios() -> None:
     """Thesis Table 4.1 (Gaussian ratio to the SVD bound), recomputed values within 0.5 %."""
     W = workloads.AllRange(2048)

@@ -9,6 +9,7 @@ import math
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from dpsql import engine
 from dpsql.accounting import Budget, PrivacyCost
@@ -40,6 +41,7 @@ def coded_schema() -> Schema:
 KEPT = "race IN (1, 2, 3, 4, 5) AND x BETWEEN 0 AND 20"
 
 
+@pytest.mark.slow
 def test_excluded_columns_have_no_outside_cell_and_answers_are_calibrated() -> None:
     """GROUP BY race with COUNT(*), SUM(x) and AVG(x) (x read as exact value cells or apart), and
     COUNT(*) WHERE x < 10: EXPLAIN lists race(5) and x(21), and over 30 seeded releases every

@@ -125,6 +125,7 @@ def test_layout_key_order_bins_and_the_null_group_leave_the_fingerprint_alone() 
     assert len(fingerprints) == 1
 
 
+@pytest.mark.slow
 def test_the_fingerprint_is_the_same_in_another_process() -> None:
     """SHA-256 of canonical JSON: no Python hash(), no dict order, no float repr in it."""
     code = "import sys; from dpsql.schema import Schema; print(Schema.load(sys.stdin.read()).fingerprint())"

@@ -294,6 +294,7 @@ def test_pinv_gram_keeps_structure() -> None:
 # =================================================================================== trace / quadratic forms
 @relaxed
 @given(wa=pairs)
+@pytest.mark.slow
 def test_trace_of_product_matches_numpy(wa: tuple[Op, Op]) -> None:
     """trace(G (AᵀA)⁺) with W and A over different groupings of one domain, unions and weights."""
     w, a = wa
@@ -405,6 +406,7 @@ def test_support_examples_from_the_thesis() -> None:
 
 @relaxed
 @given(wa=full_rank_pairs, data=st.data())
+@pytest.mark.slow
 def test_expected_error_and_variances_match_numpy(wa: tuple[Op, Op], data: st.DataObject) -> None:
     """v·trace(G (AᵀA)⁻¹) with v = Δ₂² (Gaussian) or 2Δ₁² (Laplace); invariant under row permutation of W."""
     w, a = wa
@@ -528,6 +530,7 @@ def test_expected_error_oracles() -> None:
 
 @relaxed
 @given(ww=workload_pairs)
+@pytest.mark.slow
 def test_svd_bound_of_kron_is_product(ww: tuple[Op, Op]) -> None:
     w1, w2 = ww
     K = Kron([w1.op, w2.op])
@@ -538,6 +541,7 @@ def test_svd_bound_of_kron_is_product(ww: tuple[Op, Op]) -> None:
 
 @relaxed
 @given(ww=workload_pairs)
+@pytest.mark.slow
 def test_svd_bound_sqrt_subadditive_under_union(ww: tuple[Op, Op]) -> None:
     """√svdb(W1 ∪ W2) ≤ √svdb(W1) + √svdb(W2) (seed-002 oracle 14)."""
     w1, w2 = ww
@@ -548,6 +552,7 @@ def test_svd_bound_sqrt_subadditive_under_union(ww: tuple[Op, Op]) -> None:
 
 @relaxed
 @given(w=workloads_any, data=st.data())
+@pytest.mark.slow
 def test_svd_bound_monotone_under_row_containment(w: Op, data: st.DataObject) -> None:
     """svdb(W1) ≤ svdb(W2) when W1's rows ⊆ W2's (seed-002 Thm 4.8), both over the same non-zero cells."""
     R = w.ref

@@ -28,6 +28,7 @@ BUILDERS = {
 
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 @given(n=st.integers(1, 70), epsilon=st.floats(0.01, 8.0))
+@pytest.mark.slow
 def test_every_baseline_is_epsilon_ldp(name: str, n: int, epsilon: float) -> None:
     strategy = BUILDERS[name](n, epsilon)
     np.testing.assert_allclose(strategy.Q.sum(axis=0), 1.0, rtol=0, atol=1e-12)

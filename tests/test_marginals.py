@@ -295,6 +295,7 @@ def cps1() -> wl.Workload:
 
 
 @pytest.mark.parametrize(("noise", "low", "high"), [("laplace", 3.40, 3.4214 * (1 + 1e-4)), ("gaussian", 1.85, 1.8595)])
+@pytest.mark.slow
 def test_o6_cps1(noise: str, low: float, high: float, monkeypatch: pytest.MonkeyPatch) -> None:
     """Digest §7 O6: cps-1 (N = 280,000, m = 618,120), OPT_M RMSE: Laplace 3.4214, Gaussian ≤ 1.8595.
 
@@ -316,6 +317,7 @@ TWO_WAY = (3, 4, 5, 2, 3)
 
 
 @pytest.mark.parametrize("noise", NOISES)
+@pytest.mark.slow
 def test_opt_marginals_two_way_beats_identity_and_workload(noise: str) -> None:
     W = marginals_workload(TWO_WAY, 2)
     A = opt_marginals(W, noise=noise)  # type: ignore[arg-type]

@@ -55,3 +55,10 @@ def test_the_command_line_lives_in_one_package() -> None:
     assert elsewhere == []
     assert {path.name for path in (package / "cli").glob("*.py")} == {
         "__init__.py", "__main__.py", "budget.py", "demo.py", "files.py", "local.py"}
+
+
+def test_the_slow_marker_is_registered_and_markers_are_strict() -> None:
+    """``-m "not slow"`` (the fast subset) only works if every long test spells the marker right."""
+    options = _project()["tool"]["pytest"]["ini_options"]
+    assert "--strict-markers" in options["addopts"].split()
+    assert any(marker.startswith("slow:") for marker in options["markers"])

@@ -487,6 +487,7 @@ def statements(draw: st.DrawFn) -> tuple[str, list[str]]:
 
 
 @given(st.lists(statements(), min_size=1, max_size=4), st.lists(BLANKS | st.just(";"), min_size=5, max_size=5))
+@pytest.mark.slow
 def test_column_spans_slice_the_text_to_the_column(batch: list[tuple[str, list[str]]], seps: list[str]) -> None:
     text = seps[0] + "".join(f"{sql};{sep}" for (sql, _), sep in zip(batch, seps[1:] + seps))
     parsed = parse_batch(text)

@@ -147,6 +147,7 @@ def test_the_guard_raises_a_losing_statements_weight_until_it_is_no_worse() -> N
     assert errors[1].ratio <= 1 + 1e-3 and prepared.weights[1] > 1e-4 and prepared.guard_notes == ()
 
 
+@pytest.mark.slow
 def test_weighted_answers_have_honest_standard_errors() -> None:
     """40 seeded releases at ε = 1 with weights [1, 5]: z-scores of every answer against the exact
     truth have mean within 4.5/√R of 0 and variance within 1.6·6·√(2/R) of 1 (discrete Laplace

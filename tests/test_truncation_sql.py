@@ -103,6 +103,7 @@ def test_thresholds_are_sensible_on_heavy_tails() -> None:
 
 
 @pytest.mark.parametrize("method", ["svt", "recursive"])
+@pytest.mark.slow
 def test_answers_match_the_predicted_variance_around_the_truncated_truth(method: str) -> None:
     """60 seeded releases at ε = 1: θ is read from the metadata, the truncated truth computed
     exactly; per group the mean z-score is within 4.5/√R of 0 and the z-scores' variance within
@@ -163,6 +164,7 @@ def test_avg_is_null_where_the_noisy_count_is_too_small() -> None:
 
 @pytest.mark.filterwarnings("ignore::dpsql.errors.DpsqlWarning")  # ε = 18 for the measurements: a test, not a release
 @pytest.mark.parametrize("policy", ["drop", "clamp"])
+@pytest.mark.slow
 def test_a_truncated_measure_that_is_also_filtered_on_is_clamped_at_theta(policy: str) -> None:
     """SUM(income) WHERE income < k, with income truncated: measured apart (drop: value cells are
     not allowed) or possibly as value cells (clamp). In 20 seeded releases every answer is within

@@ -117,6 +117,7 @@ def test_the_planner_reads_count_and_sum_as_one_vector_when_that_is_more_accurat
     assert "measured apart (TiMM)" in apart.answering_notes[0][1]
 
 
+@pytest.mark.slow
 def test_grouped_count_and_avg_share_the_value_basis_and_match_the_predicted_variance() -> None:
     """COUNT(*) and AVG(x) GROUP BY g: three separate vectors, or one over g × value cells measured
     with I ⊗ [outside; non-NULL; r/s] (sensitivity 2 instead of 3 budget shares). 30 seeded
@@ -142,6 +143,7 @@ def test_grouped_count_and_avg_share_the_value_basis_and_match_the_predicted_var
     assert np.all(np.abs(scores.var(axis=0, ddof=1) - 1) < 1.6 * 6 * math.sqrt(2 / runs))
 
 
+@pytest.mark.slow
 def test_shared_measurement_answers_match_the_predicted_variance_and_avg_uses_the_covariance() -> None:
     """40 seeded releases at ε = 1 of COUNT(*), SUM(x), AVG(x), read as value cells: z-scores of
     every answer against the exact truth have mean within 4.5/√R of 0 and variance within

@@ -569,6 +569,7 @@ def test_wavelet_non_powers_is_invertible(n: int) -> None:
 
 
 # =================================================================================== never dense
+@pytest.mark.slow
 def test_allrange_4096_applies_without_materialising() -> None:
     """8,390,656 × 4,096 would be 3.4e10 entries (dense() refuses above 2**26): applied by cumsums."""
     n = 4096
