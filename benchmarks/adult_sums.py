@@ -78,7 +78,7 @@ def statement_figures(prepared: engine.Prepared, total: float) -> list[tuple[lis
         parts = [(output, p) for output in statement.aggregates for p in output.blocks]
         share = total / (n * len(parts))
         rows, ratios = [], []
-        for output, position in parts:
+        for _output, position in parts:
             block = compiled.groups[statement.group].blocks[position]
             bound = 1.0
             if block.kind[0] == "sum":

@@ -21,13 +21,13 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small dense problems: threads only contend
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import itertools  # noqa: E402
-import time  # noqa: E402
+import itertools
+import time
 
-from _machine import header  # noqa: E402
+from _machine import header
 
-from dpsql import local, workloads  # noqa: E402
-from dpsql.workloads import Workload  # noqa: E402
+from dpsql import local, workloads
+from dpsql.workloads import Workload
 
 ALPHA = 0.01
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
@@ -43,7 +43,8 @@ COLUMNS = {
 def two_way_marginals(n: int) -> Workload:
     """All C(d, 2) two-way marginals over d binary attributes (n = 2^d)."""
     d = n.bit_length() - 1
-    return workloads.VStack([workloads.Kron([workloads.Identity(2) if i in pair else workloads.Total(2) for i in range(d)])
+    return workloads.VStack([workloads.Kron([workloads.Identity(2) if i in pair else workloads.Total(2)
+                                             for i in range(d)])
                              for pair in itertools.combinations(range(d), 2)])
 
 
@@ -79,7 +80,8 @@ def main() -> None:
     arguments = parser.parse_args()
     print(header("local DP: worst-case sample complexity at α = 0.01 (users needed; lower is better)"))
     titles = ["workload", "   n", "   ε", *[f"{c:>11}" for c in COLUMNS], f"{'Fourier':>11}", f"{'opt(seed0)':>11}",
-              f"{'selected':>11}", f"{'time':>8}", f"{'base/sel':>6}", f"{'RR/sel':>7}", f"{'SVD-LB':>9}", "  selected mechanism"]
+              f"{'selected':>11}", f"{'time':>8}", f"{'base/sel':>6}", f"{'RR/sel':>7}", f"{'SVD-LB':>9}",
+              "  selected mechanism"]
     print(" ".join(titles))
     for n in arguments.sizes:
         for name in WORKLOADS:

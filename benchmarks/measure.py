@@ -34,7 +34,8 @@ def main() -> None:
             started = time.perf_counter()
             mechanism.answer(W, release)
             answered = time.perf_counter() - started
-            print(f"{name:<28} {A.shape[0]:>10,} {release.noise:>9} {measured:8.2f}s {reconstructed:11.2f}s {answered:11.2f}s")
+            print(f"{name:<28} {A.shape[0]:>10,} {release.noise:>9} {measured:8.2f}s {reconstructed:11.2f}s "
+                  f"{answered:11.2f}s")
 
 
 if __name__ == "__main__":

@@ -137,7 +137,8 @@ def pums(folder: Path | None, seed: int) -> Dataset:
     income = np.where(rng.random(n) < 0.15, 0, np.round(rng.lognormal(10.3, 0.9, n), -1))
     frame = pd.DataFrame({
         "age": rng.integers(18, 94, n), "sex": rng.integers(0, 2, n),
-        "educ": np.minimum(16, 1 + rng.poisson(8, n)), "race": rng.choice(np.arange(1, 7), n, p=[.7, .08, .12, .05, .03, .02]),
+        "educ": np.minimum(16, 1 + rng.poisson(8, n)),
+        "race": rng.choice(np.arange(1, 7), n, p=[.7, .08, .12, .05, .03, .02]),
         "income": np.minimum(income, 420_500).astype(np.int64), "married": rng.integers(0, 2, n)})
     return _dataset("PUMS", frame, columns, "generated (PUMS.csv not found)")
 
@@ -315,7 +316,7 @@ def run_dpsql(connection: Any, batch: Batch, dataset: Dataset) -> Trial:
     started = time.process_time()
     try:
         tables = connection.cursor().execute(text, epsilon=EPSILON).fetch_arrow_tables()
-    except Exception as error:  # noqa: BLE001 -- a refusal is a result here
+    except Exception as error:  # a refusal is a result here
         seconds = time.process_time() - started
         return Trial(answers=None, seconds=seconds, refusals=[_first_line(error)] * len(batch.statements))
     seconds = time.process_time() - started
@@ -343,7 +344,7 @@ def smartnoise_plan(reader: Any, batch: Batch, dataset: Dataset) -> SmartNoisePl
         reader.privacy = Privacy(epsilon=epsilon, delta=0.0)
         try:
             return float(sum(e for e, _ in filter(None, reader._get_mechanism_costs(sql))))
-        except Exception:  # noqa: BLE001 -- the statement is refused when run, and recorded then
+        except Exception:  # the statement is refused when run, and recorded then
             return None
 
     texts = [s.sql.format(t=dataset.sn_table) for s in batch.statements]
@@ -356,7 +357,7 @@ def smartnoise_plan(reader: Any, batch: Batch, dataset: Dataset) -> SmartNoisePl
         reader.privacy = Privacy(epsilon=share, delta=0.0)
         try:
             accuracy = reader.get_simple_accuracy(sql, 0.05)
-        except Exception:  # noqa: BLE001
+        except Exception:
             accuracy = []
         kinds = {alias: kind for alias, kind, _ in statement.values}
         names = [*statement.groups, *kinds]  # SELECT lists the group columns first
@@ -376,13 +377,14 @@ def run_smartnoise(reader: Any, batch: Batch, dataset: Dataset, plan: SmartNoise
         reader.privacy = Privacy(epsilon=share, delta=0.0)
         try:
             rows = reader.execute(statement.sql.format(t=dataset.sn_table))
-        except Exception as error:  # noqa: BLE001 -- a refusal is a result here
+        except Exception as error:  # a refusal is a result here
             answers.append({})
             refusals.append(_first_line(error))
             continue
         names = [str(n).lower() for n in rows[0]]
         answers.append({_key([row[names.index(g)] for g in statement.groups]):
-                        {alias: _number(row[names.index(alias)]) for alias, _, _ in statement.values} for row in rows[1:]})
+                        {alias: _number(row[names.index(alias)]) for alias, _, _ in statement.values}
+                        for row in rows[1:]})
         refusals.append(None)
     seconds = time.process_time() - started
     for released, stddev in zip(answers, plan.stddevs):  # the mechanisms' own noise, beside each answer
@@ -511,7 +513,8 @@ def _predicted(r: Result, kind: str) -> str:
 
 
 def print_batch(r: Result) -> None:
-    print(f"\n## ({r.batch.number}) {r.batch.title}: {len(r.batch.statements)} statements, {r.cells} exact answer cells")
+    print(f"\n## ({r.batch.number}) {r.batch.title}: {len(r.batch.statements)} statements, "
+          f"{r.cells} exact answer cells")
     print(f"trials: dpsql {len(r.dp.seconds)} (1 cold + {len(r.dp.seconds) - 1} warm), SmartNoise {len(r.sn.seconds)}")
     print(f"{'kind':6} {'RMSE dpsql':>12} {'RMSE SmartNoise':>16} {'ratio':>7}  {'missing dpsql / SN':>19}  "
           f"{'dpsql coverage ±1.96σ':21} predicted RMSE: dpsql (its stddevs) / SN (its Laplace scales) / ratio")
@@ -520,13 +523,15 @@ def print_batch(r: Result) -> None:
             continue
         a, b = r.dp.rmse(kind), r.sn.rmse(kind)
         print(f"{kind:6} {_f(a):>12} {_f(b):>16} {_f(_ratio(a, b)):>7}  "
-              f"{r.dp.missing.get(kind, 0):>9} / {r.sn.missing.get(kind, 0):<7}  {_coverage(r.dp.covered.get(kind, [])):21} "
+              f"{r.dp.missing.get(kind, 0):>9} / {r.sn.missing.get(kind, 0):<7}  "
+              f"{_coverage(r.dp.covered.get(kind, [])):21} "
               f"{_predicted(r, kind)}")
     for measure in r.measures():
         a, b = r.dp.rmse(measure), r.sn.rmse(measure)
         print(f"  {measure:22} {_f(a):>12} {_f(b):>16} {_f(_ratio(a, b)):>7}  {'':19}  "
               f"{_coverage(r.dp.covered.get(measure, [])):21} {_predicted(r, measure)}")
-    print(f"CPU s per batch: dpsql cold {_f(r.cold)}, warm {_f(r.warm)} (median); SmartNoise {_f(r.sn_seconds)} (median); "
+    print(f"CPU s per batch: dpsql cold {_f(r.cold)}, warm {_f(r.warm)} (median); SmartNoise "
+          f"{_f(r.sn_seconds)} (median); "
           f"ratio dpsql/SmartNoise cold {_f(_ratio(r.cold, r.sn_seconds))}, warm {_f(_ratio(r.warm, r.sn_seconds))}")
     every = [hit for kind in KINDS for hit in r.dp.covered.get(kind, [])]
     print(f"coverage of dpsql's ±1.96·stddev: {_coverage(every)}")
@@ -537,18 +542,20 @@ def print_summary(results: Sequence[Result]) -> None:
     print("\n## Summary (ε = 1 per batch, pure ε-DP; RMSE against DuckDB's exact answers; CPU s per batch)\n")
     print("predicted ratio: dpsql's reported stddevs against SmartNoise's Laplace scales (COUNT and SUM only), "
           "free of trial noise; coverage: dpsql's ±1.96·stddev\n")
-    print("| batch | kind | RMSE dpsql | RMSE SmartNoise | ratio | predicted ratio | CPU dpsql cold/warm | CPU SmartNoise "
-          "| ratio cold/warm | coverage | refused statements |")
+    print("| batch | kind | RMSE dpsql | RMSE SmartNoise | ratio | predicted ratio | CPU dpsql "
+          "cold/warm | CPU SmartNoise | ratio cold/warm | coverage | refused statements |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         for kind in [k for k in KINDS if k in r.dp.squares or k in r.sn.squares] + r.measures():
             a, b = r.dp.rmse(kind), r.sn.rmse(kind)
             covered = r.dp.covered.get(kind, [])
             print(f"| ({r.batch.number}) {r.batch.title} | {kind} | {_f(a)} | {_f(b)} | {_f(_ratio(a, b))} "
-                  f"| {_f(_ratio(r.dp.reported(kind), r.sn.reported(kind)))} | {_f(r.cold)} / {_f(r.warm)} | {_f(r.sn_seconds)} "
+                  f"| {_f(_ratio(r.dp.reported(kind), r.sn.reported(kind)))} | {_f(r.cold)} / {_f(r.warm)} "
+                  f"| {_f(r.sn_seconds)} "
                   f"| {_f(_ratio(r.cold, r.sn_seconds))} / {_f(_ratio(r.warm, r.sn_seconds))} "
                   f"| {f'{np.mean(covered):.3f}' if covered else '—'} "
-                  f"| dpsql {r.dp.refused_statements}/{r.dp.statements}, SN {r.sn.refused_statements}/{r.sn.statements} |")
+                  f"| dpsql {r.dp.refused_statements}/{r.dp.statements}, SN "
+                  f"{r.sn.refused_statements}/{r.sn.statements} |")
     every = [hit for r in results for kind in KINDS for hit in r.dp.covered.get(kind, [])]
     print(f"\nOverall coverage of dpsql's ±1.96·stddev intervals: {_coverage(every)} (target 0.95 ± 0.02)")
 
@@ -589,7 +596,8 @@ def run_batch(batch: Batch, dataset: Dataset, reader: Any, args: argparse.Namesp
     private = dpsql.connect(connection, schema=dataset.schema, budget=dpsql.Budget(epsilon=EPSILON * (args.trials + 1)),
                             rng=SeededRandomSource(args.seed + 1000 * batch.number))
     dp = Score()
-    for trial in _trials(lambda: run_dpsql(private, batch, dataset), args.trials, min(2, args.trials), args.max_seconds):
+    for trial in _trials(lambda: run_dpsql(private, batch, dataset), args.trials, min(2, args.trials),
+                         args.max_seconds):
         score(trial, exact, batch, dataset, dp)
     private.close()
 
@@ -623,7 +631,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     every = [b for b in batches(args.seed) if b.number in chosen]
     print(header(f"dpsql vs SmartNoise SQL {version('smartnoise-sql')} (OpenDP {version('opendp')}), ε = {EPSILON} "
                  f"per batch, {args.trials} trials"))
-    threads = {v: os.environ[v] for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS") if v in os.environ}
+    threads = {v: os.environ[v] for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+               if v in os.environ}
     print(f"# dpsql from {Path(dpsql.__file__).parent}; thread settings: {threads or 'library defaults'}")
     folder = _data_folder(args.data)
     loaders = {"pums": pums, "adult": adult}
@@ -631,7 +640,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     readers = {}
     for name, dataset in datasets.items():
         print(f"# {dataset.name}: {len(dataset.frame):,} rows from {dataset.source}")
-        readers[name] = snsql.from_df(dataset.frame, privacy=Privacy(epsilon=EPSILON, delta=0.0), metadata=dataset.metadata)
+        readers[name] = snsql.from_df(dataset.frame, privacy=Privacy(epsilon=EPSILON, delta=0.0),
+                                      metadata=dataset.metadata)
     results = []
     for batch in every:
         result = run_batch(batch, datasets[batch.data], readers[batch.data], args)

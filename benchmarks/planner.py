@@ -210,7 +210,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,5,20,100", help="batch sizes for sweep (a); add 1000 to include it")
     parser.add_argument("--domains", default="64,256,1024,4096", help="x domain sizes for sweep (b)")
     parser.add_argument("--rows", type=int, default=100_000, help="rows of the end-to-end table (c)")
-    parser.add_argument("--max-seconds", type=float, default=30.0, help="CPU-time cap of one point's process (default 30)")
+    parser.add_argument("--max-seconds", type=float, default=30.0,
+                        help="CPU-time cap of one point's process (default 30)")
     parser.add_argument("--skip-sizes", action="store_true")
     parser.add_argument("--skip-domains", action="store_true")
     parser.add_argument("--skip-e2e", action="store_true")
@@ -220,7 +221,8 @@ def main() -> None:
         child(json.loads(args.child))
         return
     print(header(f"planning CPU (engine.prepare) at ε = {EPSILON}; each point in a fresh process"))
-    threads = {v: os.environ[v] for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS") if v in os.environ}
+    threads = {v: os.environ[v] for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+               if v in os.environ}
     print(f"# thread settings: {threads or 'library defaults'}; points over {args.max_seconds:g} s CPU are skipped")
     if not args.skip_sizes:
         sizes = [int(s) for s in args.sizes.split(",") if s.strip()]

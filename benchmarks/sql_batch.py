@@ -107,7 +107,8 @@ def main() -> None:
     print(f"DuckDB exact, one by one: {duckdb_seconds:8.2f} s")
     print(f"dpsql private, one batch: {dpsql_seconds:8.2f} s")
     print(f"(a) time ratio dpsql / DuckDB = {dpsql_seconds / duckdb_seconds:.3f}   (goal ≤ 1)")
-    print(f"dpsql expected RMSE {dpsql_rmse:.2f} (empirical {empirical:.2f}); separate Laplace at ε/{arguments.statements}: "
+    print(f"dpsql expected RMSE {dpsql_rmse:.2f} (empirical {empirical:.2f}); "
+          f"separate Laplace at ε/{arguments.statements}: "
           f"{separate_rmse:.2f}")
     print(f"(b) RMSE ratio dpsql / separate = {dpsql_rmse / separate_rmse:.4f}   (goal ≤ 0.1)")
 

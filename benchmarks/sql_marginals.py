@@ -51,7 +51,8 @@ def generated(rows: int = 100_000, seed: int = 0) -> tuple[duckdb.DuckDBPyConnec
     sizes = {f"a{i}": n for i, n in enumerate([2, 3, 4, 5, 6, 7, 8, 2, 3, 4, 5, 6, 7, 8, 9])}
     con = duckdb.connect()
     con.execute(f"SELECT setseed({1 / (seed + 2)})")
-    columns = ", ".join(f"CAST(CASE WHEN random() < 0.6 THEN latent % {n} ELSE floor(random() * {n}) END AS INTEGER) AS {c}"
+    columns = ", ".join(f"CAST(CASE WHEN random() < 0.6 THEN latent % {n} ELSE floor(random() * "
+                        f"{n}) END AS INTEGER) AS {c}"
                         for c, n in sizes.items())
     con.execute(f"CREATE TABLE synth AS SELECT {columns} FROM (SELECT CAST(floor(random() * 4) AS INTEGER) AS latent "
                 f"FROM range({rows}))")
@@ -66,7 +67,8 @@ def batch(table: str, columns: list[str]) -> list[tuple[str, list[str]]]:
 
 
 def run(name: str, con: duckdb.DuckDBPyConnection, table: str, sizes: dict[str, int], rho: float) -> None:
-    schema = {"tables": {table: {"columns": {c: {"type": "categorical", "values": list(range(n)), "out_of_domain": "exclude"}
+    schema = {"tables": {table: {"columns": {c: {"type": "categorical", "values": list(range(n)),
+                                                 "out_of_domain": "exclude"}
                                             for c, n in sizes.items()}}}}
     statements = batch(table, list(sizes))
     sql = ";\n".join(s for s, _ in statements)

@@ -46,7 +46,8 @@ def row(label: str, W: Workload, candidates: dict[str, Workload | None]) -> None
     sizes = [f.shape[1] for f in workloads.kron_factors(W)]
     chosen = planner.plan(W, noise="gaussian", sizes=sizes)
     ratio = chosen.expected_error / bound
-    cells.append(f"{chosen.name:>12} {ratio:6.3f}{' (worse than standard!)' if ratio > best_standard * (1 + 1e-9) else ''}")
+    worse = " (worse than standard!)" if ratio > best_standard * (1 + 1e-9) else ""
+    cells.append(f"{chosen.name:>12} {ratio:6.3f}{worse}")
     print("  ".join(cells))
 
 
@@ -68,7 +69,8 @@ OPTIMIZE_SECONDS: dict[str, float] = {}
 def main() -> None:
     print(header("standard and optimized strategies: expected error / SVD bound (Gaussian), and seconds"))
     names = list(ONE_ATTRIBUTE) + ["A = W", "HDMM", "Eigen"]
-    print(f"{'workload':<34} {'queries':>13} {'svdb':>7}  " + "  ".join(f"{name:>15}" for name in names) + "   planner's choice")
+    columns = "  ".join(f"{name:>15}" for name in names)
+    print(f"{'workload':<34} {'queries':>13} {'svdb':>7}  " + columns + "   planner's choice")
     for make in (workloads.AllRange, workloads.Prefix):
         for n in (256, 1024, 4096):
             W = make(n)

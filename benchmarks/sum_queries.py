@@ -112,7 +112,8 @@ def report(medians: dict[tuple[str, str], np.ndarray]) -> None:
     print("\nmedian relative error |ŷ − y| / max(y, 100) over trials")
     print(f"{'threshold':<10} {'mechanism':<9} " + " ".join(f"{'q' + str(i):>9}" for i in SHOWN) + f" {'all':>9}")
     for (method, name), median in medians.items():
-        print(f"{method:<10} {name:<9} " + " ".join(f"{median[i - 1]:9.4f}" for i in SHOWN) + f" {np.median(median):9.4f}")
+        print(f"{method:<10} {name:<9} " + " ".join(f"{median[i - 1]:9.4f}"
+                                                    for i in SHOWN) + f" {np.median(median):9.4f}")
     wins = {key: 0 for key in medians}
     stacked = np.array(list(medians.values()))
     for winner in np.argmin(stacked, axis=0):

@@ -31,7 +31,8 @@ from dpsql.noise import SeededRandomSource
 
 
 def schema(method: str) -> dict[str, object]:
-    income = {"type": "integer", "lower": 0, "upper": 10_000_000, "bin_width": WIDTH, "out_of_domain": "clamp", "truncate": method}
+    income = {"type": "integer", "lower": 0, "upper": 10_000_000, "bin_width": WIDTH, "out_of_domain": "clamp",
+              "truncate": method}
     return {"tables": {"people": {"columns": {"income": income}}}}
 
 

@@ -48,11 +48,13 @@ def workloads_to_run() -> list[tuple[str, Workload, list[int], list[bool]]]:
         ("cps-1: ⊗[1ᵀ;I] (50,100,7,4,2)", wl.Kron([total_plus_identity(n) for n in cps]), cps, cps_ordered),
         ("cps-2: P⊗P⊗[1ᵀ;I]³", wl.Kron([wl.Prefix(50), wl.Prefix(100)] + [total_plus_identity(n) for n in cps[2:]]),
          cps, cps_ordered),
-        ("CPS 2-way range-marginals", marginals(cps, 2, lambda i, n: wl.AllRange(n) if cps_ordered[i] else wl.Identity(n)),
+        ("CPS 2-way range-marginals",
+         marginals(cps, 2, lambda i, n: wl.AllRange(n) if cps_ordered[i] else wl.Identity(n)),
          cps, cps_ordered),
         ("Adult 2-way marginals (75,16,5,2,20)", marginals(adult, 2, lambda i, n: wl.Identity(n)), adult,
          [True, False, False, False, True]),
-        ("Adult 3-way marginals", marginals(adult, 3, lambda i, n: wl.Identity(n)), adult, [True, False, False, False, True]),
+        ("Adult 3-way marginals", marginals(adult, 3, lambda i, n: wl.Identity(n)), adult,
+         [True, False, False, False, True]),
         ("[R⊗T; T⊗P; I⊗I] (32,16)", small, [32, 16], [True, True]),
     ]
 
@@ -93,7 +95,8 @@ def main() -> None:
                     cells.append(f"{name} failed ({type(err).__name__})")
                     continue
                 seconds = time.perf_counter() - started
-                ratio = f", {value**2 * W.shape[0] / bound:.3f}×svdb{'' if exact else '~'}" if noise == "gaussian" else ""
+                ratio = (f", {value**2 * W.shape[0] / bound:.3f}×svdb{'' if exact else '~'}" if noise == "gaussian"
+                         else "")
                 cells.append(f"{name} {value:.4f} ({seconds:.1f} s{ratio})")
             started = time.perf_counter()
             choice = planner.plan(W, noise=noise, sizes=sizes, ordered=ordered)  # type: ignore[arg-type]

@@ -10,6 +10,27 @@ from typing import Any
 
 from dpsql import accuracy, mechanism, noise, strategies, workloads
 from dpsql.accounting import Budget, PrivacyCost
+from dpsql.errors import (
+    BudgetExhaustedError,
+    DatabaseError,
+    DataError,
+    DpsqlError,
+    DpsqlWarning,
+    Error,
+    IntegrityError,
+    InterfaceError,
+    InternalError,
+    NotSupportedError,
+    OperationalError,
+    PrivacyParameterError,
+    ProgrammingError,
+    SchemaError,
+    ShapeError,
+    SqlSyntaxError,
+    UnsupportedQueryError,
+    UnsupportedStrategyError,
+    Warning,
+)
 from dpsql.types import (
     BINARY,
     DATETIME,
@@ -23,27 +44,6 @@ from dpsql.types import (
     TimeFromTicks,
     Timestamp,
     TimestampFromTicks,
-)
-from dpsql.errors import (
-    DatabaseError,
-    DataError,
-    DpsqlError,
-    DpsqlWarning,
-    Error,
-    IntegrityError,
-    InterfaceError,
-    InternalError,
-    NotSupportedError,
-    OperationalError,
-    BudgetExhaustedError,
-    PrivacyParameterError,
-    ProgrammingError,
-    SchemaError,
-    ShapeError,
-    SqlSyntaxError,
-    UnsupportedQueryError,
-    UnsupportedStrategyError,
-    Warning,
 )
 
 __version__ = "0.1.0"

@@ -7,7 +7,7 @@ code written against any DB-API driver catches it where it expects to.
 from __future__ import annotations
 
 
-class Warning(Exception):  # noqa: A001 - the name PEP 249 requires
+class Warning(Exception):  # noqa: N818 - the name PEP 249 requires
     """PEP 249 ``Warning``: important warnings such as data truncation."""
 
 

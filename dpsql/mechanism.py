@@ -52,11 +52,11 @@ from dpsql.errors import (
     PrivacyParameterError,
     ShapeError,
 )
+from dpsql.kronvec import ColumnTerm
 from dpsql.linalg import bilinear_diag, pinv_gram, quadratic_diag
 from dpsql.noise import Noise
 from dpsql.residual.basis import marginal_form
 from dpsql.workloads import (
-    ColumnTerm,
     Explicit,
     FloatArray,
     Identity,
@@ -180,7 +180,8 @@ def measure(
     else:
         z = exact.discrete_gaussian_wide(calibration.scale, strategy.shape[0], rng=rng)
         spent = {"rho": calibration.spent}
-    noisy = exact_answers.astype(object) + z.astype(object) if object in (exact_answers.dtype, z.dtype) else exact_answers + z
+    as_objects = object in (exact_answers.dtype, z.dtype)
+    noisy = exact_answers.astype(object) + z.astype(object) if as_objects else exact_answers + z
     return Measurement(
         strategy=strategy, y=np.asarray(noisy, dtype=np.float64), noise=calibration.noise,
         noise_scale=calibration.scale, noise_variance=calibration.variance, **spent,
@@ -224,7 +225,8 @@ def calibrate(
             below 2^53 over A's columns; or the noise would exceed MAX_NOISE_SCALE.
     """
     noise, budget = _privacy_parameter(epsilon=epsilon, rho=rho)
-    if isinstance(max_contribution, bool) or not isinstance(max_contribution, (int, np.integer)) or max_contribution < 1:
+    if (isinstance(max_contribution, bool) or not isinstance(max_contribution, (int, np.integer))
+            or max_contribution < 1):
         raise PrivacyParameterError(f"max_contribution must be a positive integer; got {max_contribution!r}.")
     bounds = None if cell_bounds is None else _checked_bounds(cell_bounds, A.shape[1])
     strategy = rounded_strategy(A)
@@ -257,11 +259,14 @@ def _checked_bounds(cell_bounds: CellBounds, cells: int) -> ColumnTerm:
     vectors = []
     for vector in cell_bounds:
         values = list(vector)
-        if not values or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 1 <= v < 2**53 for v in values):
-            raise PrivacyParameterError("cell_bounds must be non-empty vectors of integers from 1 to 2^53 (one per axis).")
+        if not values or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 1 <= v < 2**53
+                                 for v in values):
+            raise PrivacyParameterError("cell_bounds must be non-empty vectors of integers from "
+                                        "1 to 2^53 (one per axis).")
         vectors.append(np.asarray([int(v) for v in values], dtype=np.float64))
     if not vectors or int(np.prod([len(v) for v in vectors])) != cells:
-        raise PrivacyParameterError(f"cell_bounds over {[len(v) for v in vectors]} cells do not match the strategy's {cells} columns.")
+        raise PrivacyParameterError(f"cell_bounds over {[len(v) for v in vectors]} cells do not match the strategy's "
+                                    f"{cells} columns.")
     return tuple(vectors)
 
 
@@ -320,7 +325,8 @@ class LeastSquares(Workload):
         operator = spla.LinearOperator(
             self.A.shape, matvec=lambda v: self.A @ v, rmatvec=self.A.rmatvec, dtype=np.float64
         )
-        columns = [spla.lsmr(operator, X[:, k], atol=self.tolerance, btol=self.tolerance, maxiter=10 * self.A.shape[1])[0]
+        columns = [spla.lsmr(operator, X[:, k], atol=self.tolerance, btol=self.tolerance,
+                             maxiter=10 * self.A.shape[1])[0]
                    for k in range(X.shape[1])]
         return np.stack(columns, axis=1)
 
@@ -363,11 +369,13 @@ def _privacy_parameter(*, epsilon: float | Fraction | None, rho: float | Fractio
             or not np.isfinite(float(value)) or value <= 0:
         raise PrivacyParameterError(f"{name} must be a finite number > 0; got {value!r}.")
     if name == "epsilon" and value > 5:
-        warnings.warn(f"epsilon = {value} is above 5, which gives little privacy protection.", DpsqlWarning, stacklevel=3)
+        warnings.warn(f"epsilon = {value} is above 5, which gives little privacy protection.", DpsqlWarning,
+                      stacklevel=3)
     exact_value = Fraction(value)  # floats are dyadic rationals: exact
     magnitude = exact_value.numerator.bit_length() - exact_value.denominator.bit_length()  # log2, within 1
     digits = max(20, 21 - magnitude)  # ~20 significant bits, however small the budget
-    return ("laplace" if name == "epsilon" else "gaussian"), exact.fraction_at_most(exact_value, max_denominator=2**digits)
+    return (("laplace" if name == "epsilon" else "gaussian"),
+            exact.fraction_at_most(exact_value, max_denominator=2**digits))
 
 
 def _data_vector(A: Workload, x: npt.ArrayLike) -> IntVector:

@@ -78,7 +78,7 @@ def decision_key(W: Workload, *, noise: str, options: Iterable[str], extra: Mapp
     return digest.hexdigest()
 
 
-def _update(digest: hashlib._Hash, W: Workload) -> None:  # type: ignore[name-defined]
+def _update(digest: hashlib._Hash, W: Workload) -> None:
     """Feed W's structure into ``digest``: combinators by their parts, leaves by their entries."""
     digest.update(f"{type(W).__name__}{W.shape}".encode())
     if isinstance(W, VStack):
@@ -120,11 +120,13 @@ def load(key: str) -> Decision | None:
     """The decision stored under ``key`` (memory first, then disk), or None."""
     stored = _load(key)
     try:
-        decision = Decision(name=str(stored["name"]), candidates={str(k): float(v) for k, v in stored["candidates"].items()},
+        decision = Decision(name=str(stored["name"]),
+                            candidates={str(k): float(v) for k, v in stored["candidates"].items()},
                             notes=tuple(str(n) for n in stored["notes"]))
     except (KeyError, TypeError, AttributeError, ValueError):
         return None
-    if decision.name not in decision.candidates or not all(math.isfinite(v) and v >= 0 for v in decision.candidates.values()):
+    if decision.name not in decision.candidates or not all(math.isfinite(v) and v >= 0
+                                                           for v in decision.candidates.values()):
         return None
     return decision
 
@@ -176,7 +178,7 @@ def object_key(*parts: object) -> str:
     return digest.hexdigest()
 
 
-def _feed(digest: hashlib._Hash, value: object) -> None:  # type: ignore[name-defined]
+def _feed(digest: hashlib._Hash, value: object) -> None:
     """Feed one value's exact content into ``digest`` (see :func:`object_key`)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         digest.update(f"<{type(value).__qualname__}".encode())

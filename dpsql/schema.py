@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import itertools
 import json
 import math
 import tomllib
@@ -98,7 +99,8 @@ class Ordered:
     def bin_labels(self) -> list[object]:
         """Each bin as its (low, high) bounds in the column's type (high exclusive, last inclusive)."""
         edges = list(self.bin_starts) + [self.size]
-        return [(self.to_value(self.boundaries[a]), self.to_value(self.boundaries[b])) for a, b in zip(edges[:-1], edges[1:])]
+        return [(self.to_value(self.boundaries[a]), self.to_value(self.boundaries[b]))
+                for a, b in itertools.pairwise(edges)]
 
     def to_value(self, number: float) -> object:
         """A boundary back in the column's type."""
@@ -120,7 +122,8 @@ class Ordered:
     def boundary_index(self, number: float) -> int | None:
         """The base boundary equal to ``number`` (to rounding), or None when it falls inside a cell."""
         position = int(np.searchsorted(np.asarray(self.boundaries), number - 1e-9 * max(1.0, abs(number))))
-        if position < len(self.boundaries) and math.isclose(self.boundaries[position], number, rel_tol=1e-9, abs_tol=1e-9):
+        if position < len(self.boundaries) and math.isclose(self.boundaries[position], number, rel_tol=1e-9,
+                                                            abs_tol=1e-9):
             return position
         return None
 
@@ -134,7 +137,8 @@ class Ordered:
     def value_bounds(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """Per base cell, its lowest value and its highest value (integers and dates: the last
         whole value, so b_{k+1} − 1, or b_K on a closed top) or supremum (numbers: b_{k+1})."""
-        low, high = np.asarray(self.boundaries[:-1], dtype=np.float64), np.asarray(self.boundaries[1:], dtype=np.float64)
+        low = np.asarray(self.boundaries[:-1], dtype=np.float64)
+        high = np.asarray(self.boundaries[1:], dtype=np.float64)
         if self.discrete:
             high = high - 1.0
             if self.closed_top:
@@ -160,7 +164,7 @@ class Ordered:
             return True
         edges = list(self.bin_starts) + [self.size]
         if self.kind == "integer":
-            return any(self.boundaries[b] - self.boundaries[a] > 1 for a, b in zip(edges[:-1], edges[1:]))
+            return any(self.boundaries[b] - self.boundaries[a] > 1 for a, b in itertools.pairwise(edges))
         return len(self.bin_starts) != self.size or self.unit != "day"
 
 
@@ -243,7 +247,8 @@ def measure_quantum(column: Column) -> float:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrivacyUnit:
-    """Whose privacy is protected: each row (column None), or each distinct ``column`` value with at most ``max_rows`` rows kept."""
+    """Whose privacy is protected: each row (column None), or each distinct ``column`` value with at most ``max_rows``
+    rows kept."""
 
     column: str | None = None
     max_rows: int = 1
@@ -284,7 +289,8 @@ class Table:
             place = f" ({where})" if where else ""
             raise SchemaError(
                 f"Column '{name}' is not in the schema of table '{self.name}'{place}. Declared columns: "
-                f"{', '.join(sorted(self.columns)) or 'none'}. Declare its domain in the schema or drop it from the query."
+                f"{', '.join(sorted(self.columns)) or 'none'}. Declare its domain in the schema "
+                "or drop it from the query."
             )
         return found
 
@@ -299,7 +305,8 @@ class Schema:
         if found is None:
             place = f" ({where})" if where else ""
             raise SchemaError(
-                f"Table '{name}' is not in the schema{place}. Declared tables: {', '.join(sorted(self.tables)) or 'none'}."
+                f"Table '{name}' is not in the schema{place}. "
+                f"Declared tables: {', '.join(sorted(self.tables)) or 'none'}."
             )
         return found
 
@@ -500,14 +507,16 @@ def _numbers(key: str, kind: OrderedKind, spec: Mapping[str, Any], *, clamp: boo
     width = _number(key, spec, "bin_width") if "bin_width" in spec else 1.0
     step = _number(key, spec, "resolution") if "resolution" in spec else width
     if width <= 0 or step <= 0 or (kind == "integer" and not (width.is_integer() and step.is_integer())):
-        raise SchemaError(f"{key}: bin_width and resolution must be positive{' integers' if kind == 'integer' else ''}.")
+        integers = " integers" if kind == "integer" else ""
+        raise SchemaError(f"{key}: bin_width and resolution must be positive{integers}.")
     ratio = width / step
     if not math.isclose(ratio, round(ratio), rel_tol=1e-9):
         raise SchemaError(f"{key}: bin_width ({width:g}) must be a whole multiple of resolution ({step:g}).")
     top = upper + 1 if kind == "integer" else upper  # integers: the last cell is [upper, upper + 1)
     cells = math.ceil((top - lower) / step - 1e-9)
     _check_cells(key, cells)
-    return Ordered(kind=kind, boundaries=_grid(lower, step, cells, top), bin_starts=tuple(range(0, cells, round(ratio))),
+    return Ordered(kind=kind, boundaries=_grid(lower, step, cells, top),
+                   bin_starts=tuple(range(0, cells, round(ratio))),
                    uniform_step=step, clamp=clamp)
 
 
@@ -523,12 +532,14 @@ def _grid(lower: float, step: float, cells: int, top: float) -> tuple[float, ...
 def _explicit_edges(key: str, kind: OrderedKind, spec: Mapping[str, Any], *, clamp: bool) -> Ordered:
     edges = spec["edges"]
     if "resolution" in spec or "bin_width" in spec or not isinstance(edges, list) or len(edges) < 2:
-        raise SchemaError(f"{key}.edges must be a list of at least two increasing numbers, without bin_width or resolution.")
+        raise SchemaError(f"{key}.edges must be a list of at least two increasing numbers, "
+                          "without bin_width or resolution.")
     values = [float(e) for e in edges if not isinstance(e, bool) and isinstance(e, (int, float))]
-    if len(values) != len(edges) or any(b <= a for a, b in zip(values, values[1:])):
+    if len(values) != len(edges) or any(b <= a for a, b in itertools.pairwise(values)):
         raise SchemaError(f"{key}.edges must be strictly increasing numbers; got {edges!r}.")
     _check_cells(key, len(values) - 1)
-    return Ordered(kind=kind, boundaries=tuple(values), bin_starts=tuple(range(len(values) - 1)), uniform_step=None, clamp=clamp)
+    return Ordered(kind=kind, boundaries=tuple(values), bin_starts=tuple(range(len(values) - 1)), uniform_step=None,
+                   clamp=clamp)
 
 
 def _dates(key: str, spec: Mapping[str, Any], *, clamp: bool) -> Ordered:
@@ -582,7 +593,8 @@ def _unit_starts(first: dt.date, last: dt.date, unit: DateUnit) -> list[dt.date]
 
 def _check_cells(key: str, cells: int) -> None:
     if cells > MAX_BASE_CELLS:
-        raise SchemaError(f"{key} declares {cells:,} base cells; the limit is {MAX_BASE_CELLS:,}. Use a coarser resolution.")
+        raise SchemaError(f"{key} declares {cells:,} base cells; the limit is {MAX_BASE_CELLS:,}. "
+                          "Use a coarser resolution.")
 
 
 def _measure(key: str, spec: Mapping[str, Any], domain: Domain) -> tuple[float, float] | None:

@@ -38,13 +38,13 @@ Timestamp = dt.datetime
 Binary = bytes
 
 
-def DateFromTicks(ticks: float) -> dt.date:  # noqa: N802 - the name PEP 249 requires
+def DateFromTicks(ticks: float) -> dt.date:  # the name PEP 249 requires
     return Date(*time.localtime(ticks)[:3])
 
 
-def TimeFromTicks(ticks: float) -> dt.time:  # noqa: N802
+def TimeFromTicks(ticks: float) -> dt.time:
     return Time(*time.localtime(ticks)[3:6])
 
 
-def TimestampFromTicks(ticks: float) -> dt.datetime:  # noqa: N802
+def TimestampFromTicks(ticks: float) -> dt.datetime:
     return Timestamp(*time.localtime(ticks)[:6])

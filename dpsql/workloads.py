@@ -42,7 +42,7 @@ def cached(method: Callable[[Any], Workload]) -> Callable[[Any], Workload]:
     def wrapper(self: Any) -> Workload:
         if key not in self.__dict__:
             self.__dict__[key] = method(self)
-        return self.__dict__[key]  # type: ignore[no-any-return]
+        return self.__dict__[key]
 
     return wrapper
 
@@ -149,7 +149,8 @@ class Workload(ABC):
         if weights is None:
             return max_of_kron_sum(terms)
         if int(np.prod([len(v) for v in weights])) != self.shape[1]:
-            raise ShapeError(f"column weights over {[len(v) for v in weights]} cells do not match {self.shape[1]} columns.")
+            raise ShapeError(f"column weights over {[len(v) for v in weights]} cells do not "
+                             f"match {self.shape[1]} columns.")
         *aligned, w = align_terms([*terms, tuple(np.asarray(v, dtype=np.float64) for v in weights)])
         return max_of_kron_sum([tuple(a * b for a, b in zip(term, w)) for term in aligned])
 
@@ -428,7 +429,7 @@ class Explicit(Workload):
         return Explicit(self.matrix.T)
 
     @cached_property
-    def integral(self) -> bool:  # type: ignore[override]
+    def integral(self) -> bool:
         values = self.matrix.data if sp.issparse(self.matrix) else self.matrix
         return bool(np.all(np.mod(values, 1.0) == 0.0))
 
@@ -644,7 +645,8 @@ class Sum(Workload):
     @cached
     def gram(self) -> Workload:
         """(Σ_b K_b)ᵀ(Σ_b' K_b') = Σ_{b,b'} K_bᵀ K_b'; Kronecker terms give Kronecker cross terms."""
-        if all(isinstance(t, Kron) for t in self.terms) and len({tuple(f.shape for f in t.factors) for t in self.terms}) == 1:  # type: ignore[attr-defined]
+        shapes = {tuple(f.shape for f in t.factors) for t in self.terms}  # type: ignore[attr-defined]
+        if all(isinstance(t, Kron) for t in self.terms) and len(shapes) == 1:
             return Sum([Kron([Explicit(f.rmatvec(g.dense())) for f, g in zip(left.factors, right.factors)])  # type: ignore[attr-defined]
                         for left in self.terms for right in self.terms])
         return super().gram()

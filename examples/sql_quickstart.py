@@ -18,7 +18,8 @@ rng = np.random.default_rng(3)
 data = duckdb.connect()
 data.execute("CREATE TABLE people (age INTEGER, sex VARCHAR, income DOUBLE)")
 data.executemany("INSERT INTO people VALUES (?, ?, ?)",
-                 [(int(a), str(s), float(i)) for a, s, i in zip(rng.integers(0, 100, 5000), rng.choice(["F", "M"], 5000),
+                 [(int(a), str(s), float(i))
+                  for a, s, i in zip(rng.integers(0, 100, 5000), rng.choice(["F", "M"], 5000),
                                                                  rng.lognormal(10, 0.8, 5000))])
 
 schema = {  # public knowledge: domains are declared, never read from the data

@@ -64,14 +64,16 @@ def test_costs_are_the_decimals_written() -> None:
 
 
 def test_sequential_composition_adds_epsilons_and_rhos() -> None:
-    assert sequential([PrivacyCost(epsilon=0.1)] * 10) == PrivacyCost(epsilon=1.0)  # 0.1 summed ten times in floats is 0.9999999999999999
+    # 0.1 summed ten times in floats is 0.9999999999999999
+    assert sequential([PrivacyCost(epsilon=0.1)] * 10) == PrivacyCost(epsilon=1.0)
     assert sequential([PrivacyCost(rho=0.125), PrivacyCost(rho=0.375)]) == PrivacyCost(rho=0.5)
     # a pure ε-DP release is ε²/2-zCDP (Bun & Steinke 2016, Prop. 1.4): ε = 1 joins a ρ sum as 0.5
     assert sequential([PrivacyCost(epsilon=1.0), PrivacyCost(rho=0.25)]) == PrivacyCost(rho=0.75)
 
 
 def test_parallel_composition_takes_the_largest_cost() -> None:
-    assert parallel([PrivacyCost(epsilon=0.5), PrivacyCost(epsilon=1.0), PrivacyCost(epsilon=0.25)]) == PrivacyCost(epsilon=1.0)
+    assert parallel([PrivacyCost(epsilon=0.5), PrivacyCost(epsilon=1.0),
+                     PrivacyCost(epsilon=0.25)]) == PrivacyCost(epsilon=1.0)
     assert parallel([PrivacyCost(epsilon=1.0), PrivacyCost(rho=0.25)]) == PrivacyCost(rho=0.5)
 
 
@@ -82,6 +84,7 @@ def test_composing_nothing_is_an_error() -> None:
 
 @given(st.lists(st.sampled_from(["epsilon", "rho"]), min_size=1, max_size=6),
        st.lists(st.integers(min_value=1, max_value=1000), min_size=6, max_size=6))
+@pytest.mark.slow
 def test_parallel_never_exceeds_sequential(families: list[str], values: list[int]) -> None:
     costs = [PrivacyCost(**{family: value / 100}) for family, value in zip(families, values)]
     family = sequential(costs).family
@@ -128,7 +131,8 @@ def test_the_tight_conversion_is_between_the_gaussian_curve_and_the_simple_bound
        st.floats(min_value=1.0 + 1e-6, max_value=1e4))
 def test_every_alpha_gives_a_valid_but_no_smaller_epsilon(rho: float, delta: float, alpha: float) -> None:
     """ε(α) = αρ + (ln(1/δ) + (α−1)ln(1−1/α) − ln α)/(α−1) bounds ε for every α > 1; ours is the infimum."""
-    at_alpha = alpha * rho + (math.log(1 / delta) + (alpha - 1) * math.log(1 - 1 / alpha) - math.log(alpha)) / (alpha - 1)
+    at_alpha = alpha * rho + (math.log(1 / delta) + (alpha - 1) * math.log(1 - 1 / alpha)
+                              - math.log(alpha)) / (alpha - 1)
     assert epsilon_from_rho(rho, delta=delta) <= at_alpha + 1e-9 * abs(at_alpha)
 
 

@@ -51,6 +51,7 @@ def test_svd_bound_closed_forms() -> None:
     assert accuracy.svd_bound(workloads.Prefix(100)) == pytest.approx(474.2390864646, rel=1e-8)
 
 
+@pytest.mark.slow
 def test_table_4_1_allrange_2048_ratios() -> None:
     """Thesis Table 4.1 (Gaussian ratio to the SVD bound), recomputed values within 0.5 %."""
     W = workloads.AllRange(2048)
@@ -71,7 +72,8 @@ def test_table_4_1_two_dimensional_ranges() -> None:
     W = workloads.Kron([workloads.AllRange(64), workloads.AllRange(32)])
     bound = accuracy.svd_bound(W)
     assert bound == pytest.approx(2.26052e7, rel=1e-5)
-    for make, expected in [(strategies.identity, 12.1135), (strategies.hierarchical, 2.9965), (strategies.wavelet, 1.8992)]:
+    for make, expected in [(strategies.identity, 12.1135), (strategies.hierarchical, 2.9965),
+                           (strategies.wavelet, 1.8992)]:
         A = strategies.kron([make(64), make(32)])
         assert accuracy.expected_error(W, A) / bound == pytest.approx(expected, rel=5e-3)
 

@@ -48,7 +48,8 @@ class Recorder:
 
     def check_calibration(self, cost: PrivacyCost | None) -> None:
         """Shares add up to ``cost`` (None: nothing charged), each noise scale exactly as charged."""
-        shares = [Fraction(kwargs["epsilon" if release.noise == "laplace" else "rho"]) for kwargs, release in self.calls]
+        shares = [Fraction(kwargs["epsilon" if release.noise == "laplace" else "rho"])
+                  for kwargs, release in self.calls]
         if cost is None:
             assert not shares
         else:
@@ -116,8 +117,8 @@ SMALL_SCHEMA = Schema.load({"tables": {"t": {"columns": {
 @pytest.fixture()
 def small() -> Iterator[duckdb.DuckDBPyConnection]:
     con = duckdb.connect()
-    con.execute("CREATE TABLE t AS SELECT (range % 10)::INTEGER AS age, CASE WHEN range % 3 = 0 THEN 'F' ELSE 'M' END AS sex "
-                "FROM range(300)")
+    con.execute("CREATE TABLE t AS SELECT (range % 10)::INTEGER AS age, CASE WHEN range % 3 = 0 "
+                "THEN 'F' ELSE 'M' END AS sex FROM range(300)")
     yield con
     con.close()
 
@@ -142,10 +143,12 @@ def test_never_true_statement_is_an_exact_zero(small: duckdb.DuckDBPyConnection,
     assert budget.spent == cost.value
 
 
-def test_batch_of_never_true_statements_charges_nothing(small: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_batch_of_never_true_statements_charges_nothing(small: duckdb.DuckDBPyConnection,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     recorder = Recorder(monkeypatch)
     budget = Budget(epsilon=1.0)
-    [table] = engine.run(engine.prepare("SELECT COUNT(*) AS n FROM t WHERE age > 5 AND age < 3", SMALL_SCHEMA, PrivacyCost(epsilon=0.5)),
+    [table] = engine.run(engine.prepare("SELECT COUNT(*) AS n FROM t WHERE age > 5 AND age < 3", SMALL_SCHEMA,
+                                        PrivacyCost(epsilon=0.5)),
                          backend=DuckDBBackend(small), budget=budget)
     assert _answer(table, "n") == ([0.0], [0.0])
     assert budget.spent == 0.0 and not recorder.calls
@@ -211,10 +214,12 @@ def test_pums_like_counts_and_sums_in_one_batch(epsilon: float, monkeypatch: pyt
     rng = np.random.default_rng(14)
     rows = 1000
     con = duckdb.connect()
-    con.execute("CREATE TABLE pums (age INTEGER, sex VARCHAR, educ VARCHAR, race VARCHAR, income INTEGER, married VARCHAR)")
+    con.execute("CREATE TABLE pums (age INTEGER, sex VARCHAR, educ VARCHAR, race VARCHAR, income "
+                "INTEGER, married VARCHAR)")
     con.executemany("INSERT INTO pums VALUES (?, ?, ?, ?, ?, ?)", [
         (int(rng.integers(18, 94)), str(rng.integers(0, 2)), str(rng.integers(1, 17)), str(rng.integers(1, 7)),
-         int(min(500_000, rng.lognormal(10, 1.2))) if rng.random() > 0.2 else 0, str(rng.integers(0, 2))) for _ in range(rows)])
+         int(min(500_000, rng.lognormal(10, 1.2))) if rng.random() > 0.2 else 0, str(rng.integers(0, 2)))
+         for _ in range(rows)])
     schema = Schema.load({"tables": {"pums": {"columns": PUMS_COLUMNS}}})
     recorder = Recorder(monkeypatch)
     cost = PrivacyCost(epsilon=epsilon)
@@ -260,8 +265,10 @@ def _batches(draw: st.DrawFn) -> tuple[Schema, list[tuple[Any, ...]], str, Priva
         "pid": {"type": "integer", "lower": 0, "upper": 1000, "bin_width": 1000},
     }
     max_rows = draw(st.integers(1, 100))
-    schema = Schema.load({"tables": {"t": {"columns": columns, "privacy_unit": {"column": "pid", "max_rows": max_rows}}}})
-    row = st.tuples(st.integers(0, 5), st.sampled_from(["a", "b", "c"]), st.integers(0, 7), st.sampled_from([low, bound, 0]))
+    schema = Schema.load({"tables": {"t": {"columns": columns,
+                                           "privacy_unit": {"column": "pid", "max_rows": max_rows}}}})
+    row = st.tuples(st.integers(0, 5), st.sampled_from(["a", "b", "c"]), st.integers(0, 7),
+                    st.sampled_from([low, bound, 0]))
     rows = draw(st.lists(row, min_size=0, max_size=40))
     statements = []
     for i in range(draw(st.integers(1, 50))):
@@ -274,12 +281,14 @@ def _batches(draw: st.DrawFn) -> tuple[Schema, list[tuple[Any, ...]], str, Priva
         group = draw(st.sampled_from(["", "g", "k"]))
         keys = f"{group}, " if group else ""
         statements.append(f"SELECT {keys}{aggregate} AS a{i} FROM t{clause}{' GROUP BY ' + group if group else ''}")
-    cost = draw(st.sampled_from([PrivacyCost(epsilon=0.01), PrivacyCost(epsilon=1.0), PrivacyCost(rho=0.001), PrivacyCost(rho=1.0)]))
+    cost = draw(st.sampled_from([PrivacyCost(epsilon=0.01), PrivacyCost(epsilon=1.0), PrivacyCost(rho=0.001),
+                                 PrivacyCost(rho=1.0)]))
     return schema, rows, "; ".join(statements), cost
 
 
 @pytest.mark.slow
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(case=_batches())
 def test_every_batch_is_answered_with_noise_as_charged(case: tuple[Schema, list[tuple[Any, ...]], str, PrivacyCost],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:

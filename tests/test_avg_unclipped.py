@@ -8,6 +8,7 @@ import math
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from dpsql import engine
 from dpsql.accounting import Budget, PrivacyCost
@@ -18,6 +19,7 @@ from dpsql.schema import Schema
 RUNS = 40
 
 
+@pytest.mark.slow
 def test_avg_near_its_lower_bound_is_the_unclipped_ratio_with_centred_z_scores() -> None:
     """300 rows of 0 or 1 with bounds [0, 1000] at ε = 0.5: the AVG's standard error (about 19)
     dwarfs the true mean (about 0.5), so about half the noisy ratios are negative. They are
@@ -27,7 +29,8 @@ def test_avg_near_its_lower_bound_is_the_unclipped_ratio_with_centred_z_scores()
     con = duckdb.connect()
     con.register("source", pa.table({"x": rng.integers(0, 2, 300)}))
     con.execute("CREATE TABLE t AS SELECT * FROM source")
-    declared = Schema.load({"tables": {"t": {"columns": {"x": {"type": "integer", "lower": 0, "upper": 1000, "resolution": 1}}}}})
+    declared = Schema.load({"tables": {"t": {"columns": {"x": {"type": "integer", "lower": 0, "upper": 1000,
+                                                               "resolution": 1}}}}})
     ((truth,),) = con.execute("SELECT AVG(x) FROM t").fetchall()
     prepared = engine.prepare("SELECT AVG(x) AS a FROM t", declared, PrivacyCost(epsilon=0.5))
     backend, values, z = DuckDBBackend(con), [], []

@@ -39,11 +39,13 @@ def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def make_table(con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, str], rows: Sequence[tuple[Any, ...]]) -> None:
+def make_table(con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, str],
+               rows: Sequence[tuple[Any, ...]]) -> None:
     """CREATE TABLE name (columns) and INSERT the rows (python values; None is NULL)."""
     con.execute(f"CREATE TABLE {quote(name)} ({', '.join(f'{quote(c)} {t}' for c, t in columns.items())})")
     if rows:
-        con.executemany(f"INSERT INTO {quote(name)} VALUES ({', '.join('?' for _ in columns)})", [list(r) for r in rows])
+        con.executemany(f"INSERT INTO {quote(name)} VALUES ({', '.join('?' for _ in columns)})",
+                        [list(r) for r in rows])
 
 
 def load_table(spec: dict[str, Any], name: str = "t") -> Table:
@@ -51,7 +53,8 @@ def load_table(spec: dict[str, Any], name: str = "t") -> Table:
 
 
 def last_closed(domain: Ordered) -> bool:
-    """Numeric domains and explicit integer edges include ``upper``; integer grids and dates end before the last boundary."""
+    """Numeric domains and explicit integer edges include ``upper``; integer grids and dates end before the last
+    boundary."""
     return domain.kind == "numeric" or (domain.kind == "integer" and domain.uniform_step is None)
 
 
@@ -110,7 +113,8 @@ def as_dict(data: CellData, values: np.ndarray | None = None) -> dict[tuple[int,
     return {tuple(int(c[i]) for c in cells): int(v) for i, v in enumerate(values.tolist())}
 
 
-def reference(columns: Sequence[Column], positions: Sequence[int], rows: Sequence[tuple[Any, ...]]) -> collections.Counter:
+def reference(columns: Sequence[Column], positions: Sequence[int],
+              rows: Sequence[tuple[Any, ...]]) -> collections.Counter:
     return collections.Counter(tuple(ref_index(c, row[p]) for c, p in zip(columns, positions)) for row in rows)
 
 
@@ -184,6 +188,7 @@ POSITION = {name.lower(): i for i, name in enumerate(PEOPLE_COLUMNS)}
 
 @pytest.mark.parametrize("names", [["age"], ["income"], ["sex"], ["joined"], ["score"], ["seen"], ["age", "sex"],
                                    ["joined", "income", "score"], ["age", "income", "sex", "joined", "score", "seen"]])
+@pytest.mark.slow
 def test_counts_match_the_reference(people: tuple[duckdb.DuckDBPyConnection, Table], names: list[str]) -> None:
     con, table = people
     columns = [table.columns[n] for n in names]
@@ -194,6 +199,7 @@ def test_counts_match_the_reference(people: tuple[duckdb.DuckDBPyConnection, Tab
     assert np.all(np.diff(data.index) > 0) and np.all(data.counts > 0)
 
 
+@pytest.mark.slow
 def test_documented_boundary_cells(people: tuple[duckdb.DuckDBPyConnection, Table]) -> None:
     con, table = people
     backend = DuckDBBackend(con)
@@ -230,7 +236,8 @@ def test_sums_and_nonnull_counts_match_the_reference(people: tuple[duckdb.DuckDB
         assert set(expected) <= set(listed)
         assert as_dict(data, data.sums[column.name]) == {k: expected[k] for k in listed}
     for column in (income, sex):  # NaN is not a value: COUNT(col) counts neither NULL nor NaN (issue 14, item 8)
-        nonnull = collections.Counter((ref_index(sex, r[3]),) for r in PEOPLE_ROWS if has_value(r[POSITION[column.name]]))
+        nonnull = collections.Counter((ref_index(sex, r[3]),) for r in PEOPLE_ROWS
+                                      if has_value(r[POSITION[column.name]]))
         assert as_dict(data, data.nonnull[column.name]) == {k: nonnull[k] for k in listed}
 
 
@@ -243,7 +250,8 @@ def test_clamp_moves_out_of_range_values_to_the_end_cells_and_drop_to_outside() 
                                            ("clamp", [0, 0, 4, 4, 5, 4, 0], [0, 0, 11, 11, 12, 12, 12])]:
         table = load_table({"columns": {
             "x": {"type": "numeric", "lower": 0, "upper": 10, "bin_width": 2, "out_of_domain": policy},
-            "d": {"type": "date", "lower": "2020-01-01", "upper": "2020-12-31", "unit": "month", "out_of_domain": policy}}})
+            "d": {"type": "date", "lower": "2020-01-01", "upper": "2020-12-31", "unit": "month",
+                  "out_of_domain": policy}}})
         backend = DuckDBBackend(con)
         for name, expected in (("x", expected_x), ("d", expected_d)):
             data = backend.cell_data(table, [table.columns[name]])
@@ -359,7 +367,8 @@ def test_type_that_cannot_hold_the_domain_is_a_schema_error(declared: dict[str, 
         DuckDBBackend(con).cell_data(table, [table.columns["age"]])
 
 
-def test_summing_requires_bounds_a_number_type_and_a_sane_quantum(people: tuple[duckdb.DuckDBPyConnection, Table]) -> None:
+def test_summing_requires_bounds_a_number_type_and_a_sane_quantum(
+        people: tuple[duckdb.DuckDBPyConnection, Table]) -> None:
     con, table = people
     backend = DuckDBBackend(con)
     with pytest.raises(SchemaError, match="cannot be summed"):
@@ -429,7 +438,8 @@ def test_sql_comes_from_the_schema_and_quotes_identifiers() -> None:
 def test_categorical_columns_of_other_types() -> None:
     con = duckdb.connect()
     make_table(con, "t", {"n": "INTEGER", "b": "BOOLEAN", "e": "ENUM('x', 'y', 'z')", "f": "DOUBLE"},
-               [(1, True, "x", 1.0), (5, False, "y", 2.5), (-3, None, "z", NAN), (7, True, None, 3.0), (None, False, "x", None)])
+               [(1, True, "x", 1.0), (5, False, "y", 2.5), (-3, None, "z", NAN), (7, True, None, 3.0),
+                (None, False, "x", None)])
     table = load_table({"columns": {
         "n": {"type": "categorical", "values": [-3, 1, 5]},
         "b": {"type": "categorical", "values": ["false", "true"]},
@@ -468,7 +478,8 @@ def test_measure_quantum() -> None:
 
 
 def test_cell_data_dense_views_and_validation() -> None:
-    data = CellData(shape=(2, 3), index=np.array([0, 4, 5]), counts=np.array([1, 2, 3]), sums={"s": np.array([7, 8, 9])},
+    data = CellData(shape=(2, 3), index=np.array([0, 4, 5]), counts=np.array([1, 2, 3]),
+                    sums={"s": np.array([7, 8, 9])},
                     nonnull={})
     assert data.size == 6
     assert data.dense_counts().tolist() == [1, 0, 0, 0, 2, 3]
@@ -514,11 +525,13 @@ def test_arrow_table_accepts_duckdb_1_and_2_result_shapes() -> None:
 @st.composite
 def column_cases(draw: st.DrawFn, name: str) -> tuple[dict[str, Any], str, st.SearchStrategy[Any]]:
     """(declared spec, SQL type, strategy of values including NULL and out-of-domain ones)."""
-    kind = draw(st.sampled_from(["text", "intcat", "integer", "int_edges", "numeric", "num_edges", "date", "timestamp"]))
+    kind = draw(st.sampled_from(["text", "intcat", "integer", "int_edges", "numeric", "num_edges", "date",
+                                 "timestamp"]))
     clamp = {"out_of_domain": draw(st.sampled_from(["drop", "clamp"]))}
     if kind == "text":
         declared = draw(st.lists(st.sampled_from(["a", "b", "", "C", "it's"]), min_size=1, max_size=4, unique=True))
-        return {"type": "categorical", "values": declared}, "VARCHAR", st.sampled_from(["a", "b", "", "C", "c", "it's", "zz", None])
+        return {"type": "categorical",
+                "values": declared}, "VARCHAR", st.sampled_from(["a", "b", "", "C", "c", "it's", "zz", None])
     if kind == "intcat":
         declared = draw(st.lists(st.integers(-3, 3), min_size=1, max_size=4, unique=True))
         return {"type": "categorical", "values": declared}, "BIGINT", st.one_of(st.none(), st.integers(-4, 4))
@@ -571,6 +584,7 @@ def tables(draw: st.DrawFn) -> tuple[Table, dict[str, str], list[tuple[Any, ...]
 
 
 @given(tables())
+@pytest.mark.slow
 def test_random_schemas_count_like_the_reference(case: tuple[Table, dict[str, str], list[tuple[Any, ...]]]) -> None:
     table, sql_types, rows = case
     with duckdb.connect() as con:
@@ -615,6 +629,7 @@ def test_marginal_counts_equal_sums_of_the_full_cell_counts(unit: int | None) ->
         backend.marginal_counts(table, columns, [(0,), (0,)])
 
 
+@pytest.mark.slow
 def test_one_scan_of_several_cell_sets_equals_a_scan_per_set(people: tuple[duckdb.DuckDBPyConnection, Table]) -> None:
     """cell_data_sets (GROUPING SETS) gives, for every set, exactly what cell_data gives for it
     alone: counts, sums and non-NULL counts, outside cells included; repeated and reordered sets too."""
@@ -646,7 +661,8 @@ def test_one_scan_caps_each_unit_once_for_every_set() -> None:
         "kind": {"type": "integer", "lower": 0, "upper": 3},
         "amount": {"type": "numeric", "lower": 0, "upper": 10}}}, name="visits")
     person, kind, amount = (table.columns[n] for n in ("person", "kind", "amount"))
-    by_person, by_kind, total = DuckDBBackend(con).cell_data_sets(table, [[person, kind], [kind], []], sum_columns={amount: 1.0})
+    by_person, by_kind, total = DuckDBBackend(con).cell_data_sets(table, [[person, kind], [kind], []],
+                                                                  sum_columns={amount: 1.0})
     per_unit: collections.Counter = collections.Counter()
     for (unit, _), n in as_dict(by_person).items():
         per_unit[unit] += n

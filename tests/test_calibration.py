@@ -5,8 +5,10 @@ over many seeded releases, asserting E z = 0 and E z² = 1:
 
     standard route, ε and ρ (TiMM sums, AVG by   test_sql_end_to_end.py::test_answers_are_unbiased_and_their_
       the delta method without covariance)         standard_errors_are_calibrated[laplace|gaussian]
-    ResidualPlanner route                        test_residual_sql.py::test_answers_are_unbiased_with_the_reported_variance
-    value cells (TaMM), AVG with Cov(SUM, COUNT)  test_value_cells.py::test_grouped_count_and_avg_share_the_value_basis_…,
+    ResidualPlanner route
+    test_residual_sql.py::test_answers_are_unbiased_with_the_reported_variance
+    value cells (TaMM), AVG with Cov(SUM, COUNT)
+    test_value_cells.py::test_grouped_count_and_avg_share_the_value_basis_…,
                                                    test_value_cells.py::test_shared_measurement_answers_match_the_…
     truncated sums at ε (θ released)             test_truncation_sql.py::test_answers_match_the_predicted_variance_…
     unit-capped privacy unit (ε, ρ, ResidualPlanner), truncated sums at ρ, the local-DP estimator: here.
@@ -87,7 +89,8 @@ UNIT_ROWS = 2
 UNIT_COLUMNS = {"g": {"type": "categorical", "values": ["a", "b", "c"]},
                 "h": {"type": "integer", "lower": 0, "upper": 3},
                 "x": {"type": "integer", "lower": 0, "upper": 20}}
-UNIT_SCHEMA = {"tables": {"t": {"privacy_unit": {"column": "person_id", "max_rows": UNIT_ROWS}, "columns": UNIT_COLUMNS}}}
+UNIT_SCHEMA = {"tables": {"t": {"privacy_unit": {"column": "person_id", "max_rows": UNIT_ROWS},
+                                "columns": UNIT_COLUMNS}}}
 
 
 def _unit_rows() -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
@@ -101,7 +104,8 @@ def _unit_rows() -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
             rows += [(unit, *record)] * 5
             kept += [(unit, *record)] * UNIT_ROWS
             continue
-        mine = [(unit, *record)] + [(unit, str(rng.choice(["a", "b", "c"])), int(rng.integers(0, 4)), int(rng.integers(0, 21)))
+        mine = [(unit, *record)] + [(unit, str(rng.choice(["a", "b", "c"])), int(rng.integers(0, 4)),
+                                     int(rng.integers(0, 21)))
                                     for _ in range(int(rng.integers(0, 2)))]
         rows += mine
         kept += mine
@@ -130,7 +134,8 @@ UNIT_CASES = {
 @pytest.mark.parametrize("case", sorted(UNIT_CASES))
 def test_answers_under_a_privacy_unit_are_calibrated_around_the_capped_truth(case: str) -> None:
     """privacy_unit = { person_id, max_rows = 2 }; 20 units own 5 rows each. 300 releases (the
-    first checked against dpsql.connect + SQL): z-scores against the truth over the capped rows (computed by plain DuckDB
+    first checked against dpsql.connect + SQL): z-scores against the truth over the capped rows (computed by plain
+    DuckDB
     on the kept rows) are unbiased with E z² = 1 — on the ε and ρ statement-group routes (COUNT and
     SUM, noise for a unit's 2 rows) and on the ResidualPlanner route (ρ/2² per unit)."""
     sql, cost, mechanism = UNIT_CASES[case]
@@ -143,7 +148,8 @@ def test_answers_under_a_privacy_unit_are_calibrated_around_the_capped_truth(cas
     for tables in releases(_duckdb(rows), UNIT_SCHEMA, sql, cost, runs=300, seed=17):
         assert json.loads(tables[0].schema.metadata[b"dpsql"])["mechanism"].startswith(mechanism)
         z.append([(value - truth.get(key, 0.0)) / stddev
-                  for table, alias, truth in zip(tables, aliases, truths) for key, (value, stddev) in _by_key(table, alias).items()])
+                  for table, alias, truth in zip(tables, aliases, truths)
+                  for key, (value, stddev) in _by_key(table, alias).items()])
     assert_calibrated(np.array(z))
 
 
@@ -169,7 +175,8 @@ def test_truncated_sums_at_rho_are_calibrated_around_the_sum_truncated_at_the_re
     con.execute("CREATE TABLE t (income BIGINT, g INTEGER)")
     con.executemany("INSERT INTO t VALUES (?, ?)", [(int(v), int(g)) for v, g in zip(incomes, groups)])
     z, thetas = [], []
-    for (table,) in releases(con, TRUNCATED_SCHEMA, f"SELECT g, SUM(income) AS s FROM t {where} GROUP BY g", {"rho": 0.5},
+    for (table,) in releases(con, TRUNCATED_SCHEMA, f"SELECT g, SUM(income) AS s FROM t {where} GROUP BY g",
+                             {"rho": 0.5},
                              runs=300, seed=29):
         theta = json.loads(table.schema.metadata[b"dpsql"])["truncation_threshold"]["income"]
         thetas.append(theta)

@@ -51,8 +51,8 @@ def _bounded_problems(draw: st.DrawFn) -> tuple[np.ndarray, list[int], int, int]
 
 @settings(max_examples=150, deadline=None)
 @given(_bounded_problems(), st.data())
-def test_cell_bounded_sensitivity_bounds_every_neighbour_and_is_attained(problem: tuple[np.ndarray, list[int], int, int],
-                                                                         data: st.DataObject) -> None:
+def test_cell_bounded_sensitivity_bounds_every_neighbour_and_is_attained(
+        problem: tuple[np.ndarray, list[int], int, int], data: st.DataObject) -> None:
     """For a privacy unit of k rows, each in some cell j moving x_j by at most b_j, ‖A(x − x′)‖_p
     never exceeds the calibrated sensitivity, and one row of b_j in the worst cell reaches it."""
     matrix, bounds, k, p = problem
@@ -102,7 +102,8 @@ def test_cell_bounded_strategy_measures_the_y_strategy_on_integer_data() -> None
     ratio = back[A.dense() != 0] / A.dense()[A.dense() != 0]
     assert np.all(np.abs(ratio / ratio.max() - 1) <= 2.0 ** -(mechanism.CELL_BOUND_BITS + 1))
     # its sensitivity under the bounds is that constant times A's
-    assert math.isclose(float(_delta(mechanism.calibrate(S, epsilon=1, cell_bounds=bounds))), ratio.max() * 3, rel_tol=1e-3)
+    assert math.isclose(float(_delta(mechanism.calibrate(S, epsilon=1, cell_bounds=bounds))), ratio.max() * 3,
+                        rel_tol=1e-3)
 
 
 # ============================================================================== engine: per-cell bounds
@@ -149,11 +150,13 @@ def test_per_cell_bounds_follow_the_cells_clamp_truncation_and_outside_rows() ->
     near 0 are small; a clamping domain's edge cells reach the measure bounds; the outside cell
     holds only NULLs (bound 1, the floor) when the domain clamps, else out-of-domain values (B);
     a truncated column's bounds are capped by θ."""
-    signed = {"type": "integer", "lower": -1000, "upper": 1000, "bin_width": 500, "measure_lower": -800, "measure_upper": 1200}
+    signed = {"type": "integer", "lower": -1000, "upper": 1000, "bin_width": 500, "measure_lower": -800,
+              "measure_upper": 1200}
     sql = "SELECT SUM(x) AS s FROM t WHERE x < 0; SELECT SUM(x) AS s FROM t WHERE x >= 500"
 
     def bounds(column: dict[str, object], theta: float | None = None) -> tuple[int, ...]:
-        connection = dpsql.connect(":memory:", schema={"tables": {"t": {"columns": {"x": column}}}}, budget=Budget(epsilon=1))
+        connection = dpsql.connect(":memory:", schema={"tables": {"t": {"columns": {"x": column}}}},
+                                   budget=Budget(epsilon=1))
         compiled = compile_batch(parse_batch(sql), connection.schema)
         table_column = connection.schema.tables["t"].columns["x"]
         if theta is not None:
@@ -177,7 +180,8 @@ def _z_scores(con: duckdb.DuckDBPyConnection, columns: dict[str, object], sql: s
     exact = f"COALESCE(SUM(LEAST(GREATEST(income, {clamp[0]}), {clamp[1]})), 0)"
     truth = [float(con.execute(s.replace("SUM(income)", exact)).fetchone()[0]) for s in statements]  # type: ignore[index]
     assert all(table.schema.metadata is not None for table in out[0])
-    return np.array([[(t.column("s")[0].as_py() - truth[i]) / t.column("s_stddev")[0].as_py() for i, t in enumerate(tables)]
+    return np.array([[(t.column("s")[0].as_py() - truth[i]) / t.column("s_stddev")[0].as_py()
+                      for i, t in enumerate(tables)]
                      for tables in out])
 
 
@@ -208,11 +212,13 @@ def test_cell_bounded_range_sums_on_a_signed_domain_are_calibrated() -> None:
     con = duckdb.connect(":memory:")
     con.execute("CREATE TABLE t (income DOUBLE)")
     con.execute("INSERT INTO t SELECT * FROM unnest(?)", [rng.uniform(-250_000, 350_000, 3000).round().tolist()])
-    assert_calibrated(_z_scores(con, {"income": SIGNED}, RANGE_SQL, {"epsilon": 1.0}, runs=300, clamp=(-200_000, 300_000)))
+    assert_calibrated(_z_scores(con, {"income": SIGNED}, RANGE_SQL, {"epsilon": 1.0}, runs=300,
+                                clamp=(-200_000, 300_000)))
 
 
 @pytest.mark.parametrize("cost", [{"epsilon": 1.0}, {"rho": 0.5}])
-def test_reported_stddevs_match_the_plans_expected_error_over_several_axes_and_a_privacy_unit(cost: dict[str, float]) -> None:
+def test_reported_stddevs_match_the_plans_expected_error_over_several_axes_and_a_privacy_unit(
+        cost: dict[str, float]) -> None:
     """SUM by sex over income prefixes (a Kronecker group sex × income) with privacy units of up to
     2 rows: the sum is cell-bounded, and the stddevs the release reports (the mechanism's exact
     variances of the strategy it measured, with sensitivity 2·max_j b_j‖a_j‖) agree with the
@@ -223,9 +229,11 @@ def test_reported_stddevs_match_the_plans_expected_error_over_several_axes_and_a
     rng = np.random.default_rng(1)
     con = duckdb.connect(":memory:")
     con.execute("CREATE TABLE t (pid INTEGER, sex VARCHAR, income DOUBLE)")
-    con.executemany("INSERT INTO t VALUES (?, ?, ?)", [(i // 2, str(rng.choice(["F", "M"])), float(rng.integers(0, TOP)))
+    con.executemany("INSERT INTO t VALUES (?, ?, ?)",
+                    [(i // 2, str(rng.choice(["F", "M"])), float(rng.integers(0, TOP)))
                                                         for i in range(400)])
-    connection = dpsql.connect(con, schema=schema, budget=Budget(**{k: 10 * v for k, v in cost.items()}), rng=SeededRandomSource(3))
+    connection = dpsql.connect(con, schema=schema, budget=Budget(**{k: 10 * v for k, v in cost.items()}),
+                               rng=SeededRandomSource(3))
     prepared = engine.prepare(sql, connection.schema, PrivacyCost(**cost))
     (measurement,) = [m for m in prepared.groups.measurements if m.vector == ("sum", "income")]
     assert measurement.cell_bounds is not None and measurement.row_scale == 2 * TOP / measurement.quantum

@@ -12,14 +12,10 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
 
-from dpsql import demo
 from dpsql.accounting import PrivacyCost
-from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.cli import main
 from dpsql.ledger import Binding, Ledger, default_path
 from dpsql.schema import Schema
-from dpsql.sql.compile import compile_batch
-from dpsql.sql.parse import parse_batch
 
 SCHEMA = """
 [tables.people.columns.age]
@@ -49,8 +45,8 @@ SELECT age, AVG(income) AS mean_income FROM people WHERE age >= 20 GROUP BY age;
 def files(tmp_path: Path) -> dict[str, str]:
     database = tmp_path / "people.duckdb"
     with duckdb.connect(str(database)) as con:
-        con.execute("CREATE TABLE people AS SELECT CAST(i % 100 AS INTEGER) AS age, CASE WHEN i % 3 = 0 THEN 'F' ELSE 'M' END AS sex, "
-                    "CAST(i % 1000 AS DOUBLE) AS income FROM range(2000) AS r(i)")
+        con.execute("CREATE TABLE people AS SELECT CAST(i % 100 AS INTEGER) AS age, CASE WHEN i % 3 = 0 THEN "
+                    "'F' ELSE 'M' END AS sex, CAST(i % 1000 AS DOUBLE) AS income FROM range(2000) AS r(i)")
     (tmp_path / "schema.toml").write_text(SCHEMA)
     (tmp_path / "queries.sql").write_text(QUERIES)
     Ledger(default_path(database)).set_total("people.duckdb", PrivacyCost(rho=100.0),  # the owner's budget
@@ -58,11 +54,13 @@ def files(tmp_path: Path) -> dict[str, str]:
     return {"db": str(database), "schema": str(tmp_path / "schema.toml"), "queries": str(tmp_path / "queries.sql")}
 
 
-def arguments(files: dict[str, str], command: str = "run", *extra: str, cost: tuple[str, str] = ("--epsilon", "1")) -> list[str]:
+def arguments(files: dict[str, str], command: str = "run", *extra: str,
+              cost: tuple[str, str] = ("--epsilon", "1")) -> list[str]:
     return [command, files["queries"], "--db", files["db"], "--schema", files["schema"], *cost, *extra]
 
 
-def test_run_prints_each_statement_with_standard_errors(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_prints_each_statement_with_standard_errors(files: dict[str, str],
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
     assert main(arguments(files)) == 0
     out, err = capsys.readouterr()
     assert "-- statement 1" in out and "-- statement 2" in out
@@ -85,7 +83,8 @@ def test_run_with_rho(files: dict[str, str], capsys: pytest.CaptureFixture[str])
 
 
 @pytest.mark.parametrize("file_format, read", [("parquet", pq.read_table), ("csv", pa_csv.read_csv)])
-def test_run_out_writes_one_file_per_statement(files: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+def test_run_out_writes_one_file_per_statement(files: dict[str, str], tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str],
                                               file_format: str, read) -> None:  # type: ignore[no-untyped-def]
     out_dir = tmp_path / "results" / "nested"
     assert main(arguments(files, "run", "--out", str(out_dir), "--format", file_format)) == 0
@@ -123,25 +122,31 @@ def test_explain_takes_statement_weights(files: dict[str, str], capsys: pytest.C
     assert "weights= has 1 number(s) but the batch has 2 statement(s)" in capsys.readouterr().err
 
 
-def test_schema_suggest_prints_the_not_private_warning(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_schema_suggest_prints_the_not_private_warning(files: dict[str, str],
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["schema", "suggest", "--db", files["db"], "--table", "people"]) == 0
     out = capsys.readouterr().out
     assert "NOT PRIVATE" in out and "[tables.people" in out and "sex" in out
 
 
 @pytest.mark.parametrize("make_args, error_name, phrase", [
-    (lambda f, t: arguments({**f, "queries": _write(t, "SELECT COUNT(* FROM people")}), "SqlSyntaxError", "line 1, col"),
-    (lambda f, t: arguments({**f, "queries": _write(t, "SELECT sex, COUNT(*) FROM people p JOIN q ON p.a = q.a GROUP BY sex")}),
+    (lambda f, t: arguments({**f, "queries": _write(t, "SELECT COUNT(* FROM people")}), "SqlSyntaxError",
+     "line 1, col"),
+    (lambda f, t: arguments({**f,
+                             "queries": _write(t,
+                                               "SELECT sex, COUNT(*) FROM people p JOIN q ON p.a = q.a GROUP BY sex")}),
      "UnsupportedQueryError", "JOIN is not supported (line 1, col 36"),
     (lambda f, t: arguments({**f, "queries": _write(t, "SELECT COUNT(*) FROM people WHERE height > 1")}), "SchemaError",
      "Column 'height'"),
-    (lambda f, t: arguments({**f, "queries": str(t / "missing.sql")}), "InterfaceError", "cannot read the queries file"),
+    (lambda f, t: arguments({**f, "queries": str(t / "missing.sql")}), "InterfaceError",
+     "cannot read the queries file"),
     (lambda f, t: arguments({**f, "schema": _write(t, "[tables.people.columns.age]\ntype = 'integer'")}), "SchemaError",
      "tables.people.columns.age.lower must be a finite number"),
     (lambda f, t: arguments({**f, "db": str(t / "missing.duckdb")}), "OperationalError", "no database file at"),
     (lambda f, t: ["schema", "suggest", "--db", str(t / "typo.duckdb"), "--table", "people"], "OperationalError",
      "check the path"),
-    (lambda f, t: arguments(f, cost=("--epsilon", "-1")), "PrivacyParameterError", "epsilon must be a finite number > 0"),
+    (lambda f, t: arguments(f, cost=("--epsilon", "-1")), "PrivacyParameterError",
+     "epsilon must be a finite number > 0"),
     (lambda f, t: arguments(f, "explain", cost=("--epsilon", "inf")), "PrivacyParameterError", "got inf"),
     (lambda f, t: ["schema", "suggest", "--db", f["db"], "--table", "nobody"], "SchemaError", "nobody"),
 ])
@@ -154,7 +159,8 @@ def test_errors_exit_2_with_one_clear_line(files: dict[str, str], tmp_path: Path
     assert "Traceback" not in err and "Traceback" not in out
 
 
-def test_a_missing_schema_file_is_named(files: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_missing_schema_file_is_named(files: dict[str, str], tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
     assert main(arguments({**files, "schema": str(tmp_path / "missing.toml")})) == 2
     assert "missing.toml" in capsys.readouterr().err
 
@@ -180,23 +186,14 @@ def test_out_naming_an_existing_file_is_a_clear_error(files: dict[str, str], tmp
     assert "Traceback" not in capsys.readouterr().err
 
 
-def test_demo_files_hold_twelve_statements_over_its_schema(tmp_path: Path) -> None:
-    database = demo.write_files(tmp_path, people=2_000)
-    schema = Schema.load(tmp_path / "schema.toml")
-    compiled = compile_batch(parse_batch((tmp_path / "queries.sql").read_text()), schema)
-    assert len(compiled.statements) == 12 and compiled.table.name == "census"
-    with DuckDBBackend(str(database)) as backend:
-        backend.check_table(compiled.table)
-        assert backend.connection.execute("SELECT COUNT(*) FROM census").fetchone() == (2_000,)
-
-
 def _write(folder: Path, text: str) -> str:
     path = folder / "batch.sql"
     path.write_text(text, encoding="utf-8")
     return str(path)
 
 
-def test_run_names_the_truncation_threshold_and_null_averages(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_names_the_truncation_threshold_and_null_averages(files: dict[str, str],
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
     Path(files["schema"]).write_text(SCHEMA.replace("bin_width = 500\n", 'bin_width = 500\ntruncate = "svt"\n'))
     assert main(["budget", "set", "--db", files["db"], "--schema", files["schema"], "--rho", "100", "--rebind"]) == 0
     assert main(arguments(files)) == 0
@@ -211,13 +208,15 @@ def test_run_accepts_the_post_processing_flags(files: dict[str, str], capsys: py
 
 
 # ------------------------------------------------------------------------------- the ledger
-def test_a_run_is_charged_to_the_ledger_next_to_the_database(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_run_is_charged_to_the_ledger_next_to_the_database(files: dict[str, str],
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
     assert main(arguments(files, cost=("--rho", "0.5"))) == 0
     assert main(arguments(files, cost=("--epsilon", "1"))) == 0  # ε = 1 costs ρ = 1/2 on a ρ budget
     err = capsys.readouterr().err
     assert "budget: charged ρ=0.5; left 99.5 of ρ=100" in err and "budget: charged ε=1; left 99 of ρ=100" in err
     charges = Ledger(default_path(files["db"])).history("people.duckdb")
-    assert [c.cost for c in charges] == [PrivacyCost(rho=0.5), PrivacyCost(epsilon=1.0)] and sum(c.price for c in charges) == 1
+    assert [c.cost for c in charges] == [PrivacyCost(rho=0.5), PrivacyCost(epsilon=1.0)]
+    assert sum(c.price for c in charges) == 1
 
 
 def test_explain_spends_nothing(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -245,8 +244,10 @@ def test_budget_set_show_and_history(files: dict[str, str], tmp_path: Path, caps
     assert Ledger(default_path(files["db"])).history("people.duckdb") == []  # the default ledger was not charged
 
 
-def test_budget_show_reads_a_rho_spend_as_epsilon_delta(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["budget", "set", "--db", files["db"], "--schema", files["schema"], "--dataset", "tiny", "--rho", "0.03125"]) == 0
+def test_budget_show_reads_a_rho_spend_as_epsilon_delta(files: dict[str, str],
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["budget", "set", "--db", files["db"], "--schema", files["schema"], "--dataset", "tiny", "--rho",
+                 "0.03125"]) == 0
     assert main(["budget", "show", "--db", files["db"], "--dataset", "tiny", "--delta", "1e-3"]) == 0
     # ρ = 1/32 is (0.688, 10⁻³)-DP by the Canonne–Kamath–Steinke conversion (OpenDP's test value 0.6880024554878086)
     assert "total  ρ=0.03125  ≡ (ε=0.688, δ=0.001)-DP" in capsys.readouterr().out
@@ -263,7 +264,8 @@ def test_an_analyst_sub_budget(files: dict[str, str], capsys: pytest.CaptureFixt
 
 @pytest.mark.parametrize("make_args, error_name, phrase", [
     (lambda f: arguments(f), "BudgetNotSetError", "no ledger file at"),
-    (lambda f: arguments(f, "explain"), None, "Budget: unknown, so every query fails until this is fixed: no ledger file"),
+    (lambda f: arguments(f, "explain"), None,
+     "Budget: unknown, so every query fails until this is fixed: no ledger file"),
     (lambda f: ["budget", "show", "--db", f["db"]], "BudgetNotSetError", "no ledger file at"),
 ])
 def test_without_a_budget_nothing_runs(files: dict[str, str], capsys: pytest.CaptureFixture[str], make_args,  # type: ignore[no-untyped-def]
@@ -285,9 +287,12 @@ def test_a_corrupted_ledger_fails_every_run_closed(files: dict[str, str], capsys
 
 
 @pytest.mark.parametrize("argv, error_name, phrase", [
-    (lambda f: ["budget", "set", "--db", f["db"], "--epsilon", "1"], "PrivacyParameterError", "cannot change to epsilon"),
-    (lambda f: ["budget", "set", "--db", f["db"] + ".missing", "--epsilon", "1"], "OperationalError", "no database file at"),
-    (lambda f: ["budget", "set", "--db", f["db"], "--rho", "-1"], "PrivacyParameterError", "rho must be a finite number > 0"),
+    (lambda f: ["budget", "set", "--db", f["db"], "--epsilon", "1"], "PrivacyParameterError",
+     "cannot change to epsilon"),
+    (lambda f: ["budget", "set", "--db", f["db"] + ".missing", "--epsilon", "1"], "OperationalError",
+     "no database file at"),
+    (lambda f: ["budget", "set", "--db", f["db"], "--rho", "-1"], "PrivacyParameterError",
+     "rho must be a finite number > 0"),
 ])
 def test_budget_set_errors(files: dict[str, str], capsys: pytest.CaptureFixture[str], argv, error_name: str,  # type: ignore[no-untyped-def]
                            phrase: str) -> None:
@@ -299,7 +304,8 @@ def test_budget_set_errors(files: dict[str, str], capsys: pytest.CaptureFixture[
     assert Ledger(default_path(files["db"])).balance("people.duckdb").limits[0].total == 100  # unchanged
 
 
-def test_budget_set_refuses_a_total_below_what_is_spent(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_budget_set_refuses_a_total_below_what_is_spent(files: dict[str, str],
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
     assert main(arguments(files, cost=("--rho", "2"))) == 0
     assert main(["budget", "set", "--db", files["db"], "--rho", "1.5"]) == 2
     assert "ρ=2 is already spent" in capsys.readouterr().err

@@ -72,7 +72,8 @@ CREATE VIEW people_dom AS SELECT
     age AS raw_age, income AS raw_income
 FROM people
 """
-# Documented SUM semantics: the raw value clamped to the measure bounds; NULL and NaN add nothing (COUNT(col) skips both).
+# Documented SUM semantics: the raw value clamped to the measure bounds; NULL and NaN add nothing (COUNT(col) skips
+# both).
 REFERENCE_AGGREGATES = {
     ("count", None): "COUNT(*)",
     ("nonnull", "age"): "COUNT(raw_age)",
@@ -97,7 +98,8 @@ def _people(seed: int = 20240611) -> list[tuple[object, ...]]:
         sex = pick(["F", "M", "X"], [None, "U"])
         region = pick(["north", "south", "east", "west"], [None, "centre"])
         day = dt.date(2020, 1, 1) + dt.timedelta(days=int(rng.integers(366)))
-        visit = pick([day], [None, dt.date(2019, 12, 31), dt.date(2021, 1, 1), dt.date(2020, 12, 31), dt.date(2020, 1, 1)])
+        visit = pick([day],
+                     [None, dt.date(2019, 12, 31), dt.date(2021, 1, 1), dt.date(2020, 12, 31), dt.date(2020, 1, 1)])
         rows.append((person, age, income, sex, region, visit))
     return rows
 
@@ -105,7 +107,8 @@ def _people(seed: int = 20240611) -> list[tuple[object, ...]]:
 @pytest.fixture(scope="module")
 def con() -> Iterator[duckdb.DuckDBPyConnection]:
     connection = duckdb.connect()
-    connection.execute("CREATE TABLE people (id INTEGER, age INTEGER, income DOUBLE, sex VARCHAR, region VARCHAR, visit DATE)")
+    connection.execute("CREATE TABLE people (id INTEGER, age INTEGER, income DOUBLE, sex VARCHAR, "
+                       "region VARCHAR, visit DATE)")
     connection.executemany("INSERT INTO people VALUES (?, ?, ?, ?, ?, ?)", _people())
     connection.execute(MASKED_VIEW)
     yield connection
@@ -113,7 +116,8 @@ def con() -> Iterator[duckdb.DuckDBPyConnection]:
 
 
 # ============================================================================== the two sides
-def compiled_answers(compiled: CompiledBatch, con: duckdb.DuckDBPyConnection) -> list[dict[tuple[str, tuple[str, str | None]], list]]:
+def compiled_answers(compiled: CompiledBatch,
+                     con: duckdb.DuckDBPyConnection) -> list[dict[tuple[str, tuple[str, str | None]], list]]:
     """Per statement: {(alias, data kind): [(group label tuple, exact value), ...] in output order}."""
     backend = DuckDBBackend(con)
     values: dict[tuple[int, int], np.ndarray] = {}
@@ -135,7 +139,8 @@ def compiled_answers(compiled: CompiledBatch, con: duckdb.DuckDBPyConnection) ->
         for output in statement.aggregates:
             for b in output.blocks:
                 kind = compiled.groups[statement.group].blocks[b].data
-                answers[output.aggregate.alias, kind] = list(zip(labels, values[statement.group, b][statement.block_rows]))
+                answers[output.aggregate.alias, kind] = list(zip(labels,
+                                                                 values[statement.group, b][statement.block_rows]))
         result.append(answers)
     return result
 
@@ -173,7 +178,8 @@ def check_statement(sql: str, answers: dict, group_by: list[str], con: duckdb.Du
             if kind == ("sum", "income"):  # each row rounds to the quantum 2^-14: at most rows·quantum/2 in all
                 quantum = measure_quantum(SCHEMA.table("people").columns["income"])
                 rows = truth.get(label, {}).get(("nonnull", "income"), 0)
-                assert abs(value - want) <= rows * quantum / 2, f"{sql}: {alias} {kind} at {label}: compiled {value}, DuckDB {want}"
+                assert abs(value - want) <= rows * quantum / 2, \
+                    f"{sql}: {alias} {kind} at {label}: compiled {value}, DuckDB {want}"
             else:
                 assert value == want, f"{sql}: {alias} {kind} at {label}: compiled {value}, DuckDB {want}"
 
@@ -207,9 +213,12 @@ CASES = [
     ("or on one column", "SELECT COUNT(*) FROM people WHERE age < 18 OR age >= 65", []),
     ("or across two columns", "SELECT COUNT(*) FROM people WHERE age < 18 OR sex = 'F'", []),
     ("not of an or across two columns", "SELECT COUNT(*) FROM people WHERE NOT (age < 18 OR sex = 'F')", []),
-    ("or across three columns", "SELECT COUNT(*) FROM people WHERE region = 'north' OR age >= 80 OR visit < DATE '2020-04-01'", []),
-    ("and of ors", "SELECT COUNT(*) FROM people WHERE (age < 18 OR region = 'north') AND (sex = 'F' OR income >= 500)", []),
-    ("or of ands with not", "SELECT COUNT(*) FROM people WHERE (age < 40 AND NOT sex = 'M') OR (NOT region IN ('east') AND income < 300)", []),
+    ("or across three columns",
+     "SELECT COUNT(*) FROM people WHERE region = 'north' OR age >= 80 OR visit < DATE '2020-04-01'", []),
+    ("and of ors", "SELECT COUNT(*) FROM people WHERE (age < 18 OR region = 'north') AND (sex = 'F' OR income >= 500)",
+     []),
+    ("or of ands with not",
+     "SELECT COUNT(*) FROM people WHERE (age < 40 AND NOT sex = 'M') OR (NOT region IN ('east') AND income < 300)", []),
     ("numeric >= and <", "SELECT COUNT(*) FROM people WHERE income >= 250 AND income < 990", []),
     ("numeric <= upper", "SELECT COUNT(*) FROM people WHERE income <= 1000", []),
     ("numeric between to upper", "SELECT COUNT(*) FROM people WHERE income BETWEEN 500 AND 1000", []),
@@ -224,17 +233,23 @@ CASES = [
     ("date <= last day of a month", "SELECT COUNT(*) FROM people WHERE visit <= CAST('2020-03-31' AS DATE)", []),
     ("date > last day of a month", "SELECT COUNT(*) FROM people WHERE visit > DATE '2020-09-30'", []),
     ("date between", "SELECT COUNT(*) FROM people WHERE visit BETWEEN DATE '2020-04-01' AND DATE '2020-06-30'", []),
-    ("date not between", "SELECT COUNT(*) FROM people WHERE visit NOT BETWEEN DATE '2020-04-01' AND DATE '2020-12-31'", []),
+    ("date not between", "SELECT COUNT(*) FROM people WHERE visit NOT BETWEEN DATE '2020-04-01' AND DATE '2020-12-31'",
+     []),
     ("group by categorical with other", "SELECT sex, COUNT(*) FROM people GROUP BY sex", ["sex"]),
     ("group by integer bins", "SELECT age, COUNT(*) FROM people WHERE region = 'east' GROUP BY age", ["age"]),
     ("group by cut inside bins", "SELECT age, COUNT(*) FROM people WHERE age >= 25 AND age < 75 GROUP BY age", ["age"]),
     ("group by numeric", "SELECT income, COUNT(*) FROM people WHERE age >= 40 GROUP BY income", ["income"]),
-    ("group by date quarters", "SELECT visit, COUNT(*) FROM people WHERE NOT visit < DATE '2020-03-01' GROUP BY visit", ["visit"]),
-    ("group by two", "SELECT sex, region, COUNT(*) FROM people WHERE age >= 18 GROUP BY sex, region", ["sex", "region"]),
-    ("group by two against schema order", "SELECT region, age, COUNT(*) FROM people GROUP BY region, age", ["region", "age"]),
-    ("group by two with not or", "SELECT age, sex, COUNT(*) FROM people WHERE NOT (age < 30 OR sex = 'M') GROUP BY age, sex",
+    ("group by date quarters", "SELECT visit, COUNT(*) FROM people WHERE NOT visit < DATE '2020-03-01' GROUP BY visit",
+     ["visit"]),
+    ("group by two", "SELECT sex, region, COUNT(*) FROM people WHERE age >= 18 GROUP BY sex, region",
+     ["sex", "region"]),
+    ("group by two against schema order", "SELECT region, age, COUNT(*) FROM people GROUP BY region, age",
+     ["region", "age"]),
+    ("group by two with not or",
+     "SELECT age, sex, COUNT(*) FROM people WHERE NOT (age < 30 OR sex = 'M') GROUP BY age, sex",
      ["age", "sex"]),
-    ("group by with a filter on the other axis", "SELECT sex, COUNT(*) FROM people WHERE sex <> 'X' OR age > 50 GROUP BY sex",
+    ("group by with a filter on the other axis",
+     "SELECT sex, COUNT(*) FROM people WHERE sex <> 'X' OR age > 50 GROUP BY sex",
      ["sex"]),
     ("duplicate group by column", "SELECT sex, COUNT(*) FROM people GROUP BY sex, sex", ["sex"]),
     ("table alias", "SELECT p.sex, COUNT(*) FROM people AS p WHERE p.age >= 18 GROUP BY p.sex", ["sex"]),
@@ -246,8 +261,10 @@ CASES = [
     ("sums by group", "SELECT region, SUM(income), SUM(age) FROM people GROUP BY region", ["region"]),
     ("sum by two groups", "SELECT age, sex, SUM(income) FROM people WHERE visit >= DATE '2020-07-01' GROUP BY age, sex",
      ["age", "sex"]),
-    ("avg by group", "SELECT sex, AVG(income) AS mean FROM people WHERE visit >= DATE '2020-07-01' GROUP BY sex", ["sex"]),
-    ("avg and count of an integer", "SELECT visit, AVG(age), COUNT(age), COUNT(*) FROM people GROUP BY visit", ["visit"]),
+    ("avg by group", "SELECT sex, AVG(income) AS mean FROM people WHERE visit >= DATE '2020-07-01' GROUP BY sex",
+     ["sex"]),
+    ("avg and count of an integer", "SELECT visit, AVG(age), COUNT(age), COUNT(*) FROM people GROUP BY visit",
+     ["visit"]),
 ]
 
 
@@ -296,7 +313,8 @@ def formulas() -> st.SearchStrategy[str]:
 
 @settings(max_examples=40, deadline=None)
 @given(formulas(), st.sampled_from([[], ["sex"], ["age"], ["region", "visit"]]))
-def test_random_boolean_formulas_follow_three_valued_logic(con: duckdb.DuckDBPyConnection, where: str, group_by: list[str]) -> None:
+def test_random_boolean_formulas_follow_three_valued_logic(con: duckdb.DuckDBPyConnection, where: str,
+                                                           group_by: list[str]) -> None:
     keys = "".join(f"{c}, " for c in group_by)
     sql = f"SELECT {keys}COUNT(*) FROM people WHERE {where}" + (f" GROUP BY {', '.join(group_by)}" if group_by else "")
     compiled = compile_batch(parse_batch(sql), SCHEMA)
@@ -410,7 +428,8 @@ def test_not_of_an_infix_negation_matches_duckdb(where: str, con: duckdb.DuckDBP
 
 
 def test_not_of_an_infix_negation_inside_a_conjunction_is_answered_exactly(con: duckdb.DuckDBPyConnection) -> None:
-    sql = "SELECT sex, COUNT(*) FROM people WHERE NOT (region NOT IN ('east', 'west')) AND NOT (age NOT BETWEEN 18 AND 64) GROUP BY sex"
+    sql = ("SELECT sex, COUNT(*) FROM people WHERE NOT (region NOT IN ('east', 'west')) "
+           "AND NOT (age NOT BETWEEN 18 AND 64) GROUP BY sex")
     compiled = compile_batch(parse_batch(sql), SCHEMA)
     check_statement(sql, compiled_answers(compiled, con)[0], ["sex"], con)
 
@@ -418,9 +437,11 @@ def test_not_of_an_infix_negation_inside_a_conjunction_is_answered_exactly(con: 
 def test_the_data_exercises_nulls_out_of_domain_values_and_boundaries(con: duckdb.DuckDBPyConnection) -> None:
     """The differential tests above mean something only if the rows hold every awkward case."""
     (counts,) = con.execute("""SELECT [
-        COUNT(*) FILTER (WHERE age IS NULL), COUNT(*) FILTER (WHERE age NOT BETWEEN 0 AND 99), COUNT(*) FILTER (WHERE age = 99),
-        COUNT(*) FILTER (WHERE income IS NULL), COUNT(*) FILTER (WHERE isnan(income)), COUNT(*) FILTER (WHERE income > 1000),
-        COUNT(*) FILTER (WHERE income = 250), COUNT(*) FILTER (WHERE income = 1000), COUNT(*) FILTER (WHERE sex IS NULL),
-        COUNT(*) FILTER (WHERE sex = 'U'), COUNT(*) FILTER (WHERE region = 'centre'), COUNT(*) FILTER (WHERE visit IS NULL),
+        COUNT(*) FILTER (WHERE age IS NULL), COUNT(*) FILTER (WHERE age NOT BETWEEN 0 AND 99),
+        COUNT(*) FILTER (WHERE age = 99), COUNT(*) FILTER (WHERE income IS NULL),
+        COUNT(*) FILTER (WHERE isnan(income)), COUNT(*) FILTER (WHERE income > 1000),
+        COUNT(*) FILTER (WHERE income = 250), COUNT(*) FILTER (WHERE income = 1000),
+        COUNT(*) FILTER (WHERE sex IS NULL), COUNT(*) FILTER (WHERE sex = 'U'),
+        COUNT(*) FILTER (WHERE region = 'centre'), COUNT(*) FILTER (WHERE visit IS NULL),
         COUNT(*) FILTER (WHERE year(visit) <> 2020)] FROM people""").fetchone()
     assert all(count > 0 for count in counts), counts

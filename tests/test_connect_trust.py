@@ -99,7 +99,7 @@ def test_every_way_to_pair_a_chosen_source_with_a_ledger_is_refused(database: Pa
     with DuckDBBackend(database) as on_file, pytest.raises(dpsql.ProgrammingError, match="rng= is for tests"):
         Connection(on_file, Schema.load(SCHEMA), dpsql.Budget(epsilon=1.0), SeededRandomSource(1))
     prepared = engine.prepare(BATCH, Schema.load(SCHEMA), PrivacyCost(epsilon=1.0))
-    with DuckDBBackend(database) as on_file, pytest.raises(dpsql.ProgrammingError, match="rng= .* is for tests"):
+    with DuckDBBackend(database) as on_file, pytest.raises(dpsql.ProgrammingError, match=r"rng= .* is for tests"):
         engine.run(prepared, backend=on_file, budget=account.bound(Schema.load(SCHEMA), database).budget(),
                    rng=SeededRandomSource(1))  # the engine itself refuses a seed with a ledger's budget
     _untouched(database)
@@ -132,7 +132,8 @@ def test_a_schema_cannot_name_a_file_next_to_the_database(database: Path, tmp_pa
     Ledger(default_path(database)).set_total(database.name, PrivacyCost(epsilon=10.0),
                                              binding=Binding.of(Schema.load(schema), database), rebind=True)
     with dpsql.connect(database, schema=schema) as connection:
-        for run in (lambda: connection.cursor().execute(f'SELECT sex, COUNT(*) FROM "{name}" GROUP BY sex', epsilon=1.0),
+        for run in (lambda: connection.cursor().execute(f'SELECT sex, COUNT(*) FROM "{name}" GROUP BY sex',
+                                                        epsilon=1.0),
                     lambda: connection.cursor().execute(f'SELECT COUNT(*) FROM "{name}" WHERE age >= 3', epsilon=1.0)):
             with pytest.raises(dpsql.SchemaError, match=r"is not a table or view in the database's catalog") as caught:
                 run()
@@ -172,8 +173,8 @@ def test_budget_is_refused_for_data_in_a_file(database: Path, tmp_path: Path) ->
     with pytest.raises(dpsql.ProgrammingError, match=r"dpsql budget set") as caught:
         dpsql.connect(database, schema=SCHEMA, budget=dpsql.Budget(epsilon=100.0))
     assert str(database) in str(caught.value)
-    with duckdb.connect(str(database), read_only=True) as opened, pytest.raises(dpsql.ProgrammingError,
-                                                                                match=r"in-memory budget for data in memory"):
+    with duckdb.connect(str(database), read_only=True) as opened, \
+            pytest.raises(dpsql.ProgrammingError, match=r"in-memory budget for data in memory"):
         dpsql.connect(opened, schema=SCHEMA, budget=dpsql.Budget(epsilon=100.0))
     with duckdb.connect() as mixed:
         mixed.execute(f"ATTACH '{database}' AS owner (READ_ONLY)")
@@ -183,7 +184,8 @@ def test_budget_is_refused_for_data_in_a_file(database: Path, tmp_path: Path) ->
 
 
 # ================================================================== item 4: read-only, and a missing path is an error
-@pytest.mark.parametrize("kwargs", [{}, {"budget": dpsql.Budget(epsilon=1.0)}, {"ledger": "books.ledger", "dataset": "x"}])
+@pytest.mark.parametrize("kwargs",
+                         [{}, {"budget": dpsql.Budget(epsilon=1.0)}, {"ledger": "books.ledger", "dataset": "x"}])
 def test_a_missing_database_path_is_an_error_that_creates_nothing(tmp_path: Path, kwargs: dict[str, object],
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
@@ -194,6 +196,7 @@ def test_a_missing_database_path_is_an_error_that_creates_nothing(tmp_path: Path
     assert list(tmp_path.iterdir()) == []  # no database, no WAL, no ledger
 
 
+@pytest.mark.slow
 def test_readers_share_one_file_while_a_connection_is_open(database: Path, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "schema.toml").write_text(SCHEMA_TOML)

@@ -35,8 +35,8 @@ BATCH = "SELECT sex, COUNT(*) AS n FROM people GROUP BY sex; SELECT age, COUNT(*
 
 def _fill(con: duckdb.DuckDBPyConnection) -> None:
     """300 rows: ages 0..99 three times, sex alternating F/M, born on 2000-01-01 or 2000-01-02."""
-    con.execute("CREATE TABLE people AS SELECT CAST(i % 100 AS INTEGER) AS age, CASE WHEN i % 2 = 0 THEN 'F' ELSE 'M' END AS sex, "
-                "DATE '2000-01-01' + CAST(i % 2 AS INTEGER) AS born FROM range(300) AS r(i)")
+    con.execute("CREATE TABLE people AS SELECT CAST(i % 100 AS INTEGER) AS age, CASE WHEN i % 2 = 0 THEN "
+                "'F' ELSE 'M' END AS sex, DATE '2000-01-01' + CAST(i % 2 AS INTEGER) AS born FROM range(300) AS r(i)")
 
 
 @pytest.fixture()
@@ -87,13 +87,15 @@ def test_error_is_not_a_warning_and_warning_is_not_an_error() -> None:
 
 
 @pytest.mark.parametrize("name, pep_parent", [
-    ("BudgetExhaustedError", "OperationalError"), ("SchemaError", "ProgrammingError"), ("SqlSyntaxError", "ProgrammingError"),
+    ("BudgetExhaustedError", "OperationalError"), ("SchemaError", "ProgrammingError"),
+    ("SqlSyntaxError", "ProgrammingError"),
     ("UnsupportedQueryError", "NotSupportedError"), ("PrivacyParameterError", "ProgrammingError"),
     ("ShapeError", "ProgrammingError"), ("UnsupportedStrategyError", "NotSupportedError"),
 ])
 def test_dpsql_errors_sit_under_their_pep_249_class(name: str, pep_parent: str) -> None:
     cls = getattr(dpsql, name)
-    assert issubclass(cls, getattr(dpsql, pep_parent)) and issubclass(cls, dpsql.DpsqlError) and issubclass(cls, dpsql.Error)
+    assert issubclass(cls, getattr(dpsql, pep_parent)) and issubclass(cls, dpsql.DpsqlError)
+    assert issubclass(cls, dpsql.Error)
 
 
 def test_type_objects_and_constructors(cursor: dpsql.Cursor) -> None:
@@ -143,7 +145,8 @@ def test_connect_accepts_a_toml_schema_and_a_schema_file(data: duckdb.DuckDBPyCo
     (tmp_path / "schema.toml").write_text(text)
     for schema in (text, tmp_path / "schema.toml", str(tmp_path / "schema.toml")):
         with dpsql.connect(data, schema=schema, budget=dpsql.Budget(epsilon=1.0)) as connection:
-            assert connection.cursor().execute("SELECT sex, COUNT(*) FROM people GROUP BY sex", epsilon=0.1).rowcount == 2
+            assert connection.cursor().execute("SELECT sex, COUNT(*) FROM people GROUP BY sex",
+                                               epsilon=0.1).rowcount == 2
 
 
 @pytest.mark.parametrize("budget", [None, 1.0, {"epsilon": 1.0}])
@@ -248,7 +251,8 @@ def test_execute_needs_exactly_one_privacy_cost(cursor: dpsql.Cursor) -> None:
 
 
 def test_executemany_runs_one_charged_batch_per_parameter_set(cursor: dpsql.Cursor) -> None:
-    cursor.executemany("SELECT sex, COUNT(*) AS n FROM people WHERE age >= ? GROUP BY sex", [[10], [20], [30]], epsilon=0.5)
+    cursor.executemany("SELECT sex, COUNT(*) AS n FROM people WHERE age >= ? GROUP BY sex", [[10], [20], [30]],
+                       epsilon=0.5)
     assert cursor.connection.budget.spent == 1.5
     assert len(cursor.fetch_arrow_tables()) == 3
     assert len(cursor.fetchall()) == 2 and cursor.nextset() and cursor.nextset() and cursor.nextset() is None
@@ -271,7 +275,8 @@ def test_fetchone_fetchmany_fetchall_and_arraysize(cursor: dpsql.Cursor) -> None
 
 
 def test_fetch_before_execute_is_an_error(cursor: dpsql.Cursor) -> None:
-    for fetch in (cursor.fetchone, cursor.fetchmany, cursor.fetchall, cursor.fetch_arrow_table, cursor.fetch_arrow_tables,
+    for fetch in (cursor.fetchone, cursor.fetchmany, cursor.fetchall, cursor.fetch_arrow_table,
+                  cursor.fetch_arrow_tables,
                   cursor.nextset):
         with pytest.raises(dpsql.Error):
             fetch()
@@ -349,7 +354,8 @@ def test_a_spent_budget_is_reported_before_the_batch_is_planned(data: duckdb.Duc
     from dpsql import engine
 
     with dpsql.connect(data, schema=SCHEMA, budget=dpsql.Budget(epsilon=0.5)) as opened:
-        monkeypatch.setattr(engine, "prepare", lambda *args, **kwargs: pytest.fail("planned although the budget cannot pay"))
+        monkeypatch.setattr(engine, "prepare",
+                            lambda *args, **kwargs: pytest.fail("planned although the budget cannot pay"))
         with pytest.raises(dpsql.BudgetExhaustedError, match="Nothing was run or charged"):
             opened.cursor().execute(BATCH, epsilon=1.0)
         assert opened.budget.spent == 0
@@ -363,7 +369,7 @@ def test_a_database_file_draws_from_the_ledger_next_to_it(database: Path) -> Non
         assert metadata["budget_spent"] == "ε=1" and metadata["budget_remaining"] == "0.5 of ε=1.5"
     with dpsql.connect(str(database), schema=SCHEMA) as again:  # a new session: the spend stays
         assert again.budget.spent == 1 and again.budget.remaining == 0.5
-        with pytest.raises(dpsql.BudgetExhaustedError, match="dataset 'people.duckdb' has ε=0.5 left of 1.5"):
+        with pytest.raises(dpsql.BudgetExhaustedError, match=r"dataset 'people.duckdb' has ε=0.5 left of 1.5"):
             again.cursor().execute(BATCH, epsilon=1.0)
     (charge,) = ledger.history(database.name)
     assert charge.sql_hash == hashlib.sha256(BATCH.encode()).hexdigest()
@@ -382,7 +388,8 @@ def test_a_ledger_path_and_dataset_can_be_named(data: duckdb.DuckDBPyConnection,
 def test_explain_shows_the_balance_and_spends_nothing(database: Path) -> None:
     ledger = _owner_sets(database, rho=2.0)
     with dpsql.connect(database, schema=SCHEMA) as connection:
-        assert "Cost: ε=1; budget left 1.5 of ρ=2" in connection.cursor().execute(BATCH, epsilon=1.0).explain(BATCH, epsilon=1.0)
+        cursor = connection.cursor().execute(BATCH, epsilon=1.0)
+        assert "Cost: ε=1; budget left 1.5 of ρ=2" in cursor.explain(BATCH, epsilon=1.0)
     assert len(ledger.history(database.name)) == 1
 
 
@@ -398,7 +405,8 @@ def test_without_a_budget_set_nothing_is_read_or_answered(database: Path, monkey
 
 
 @pytest.mark.parametrize("damage", ["garbage", "empty", "directory"])
-def test_a_corrupted_ledger_fails_every_query_closed(database: Path, monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
+def test_a_corrupted_ledger_fails_every_query_closed(database: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     damage: str) -> None:
     ledger = _owner_sets(database, epsilon=10.0)
     backup = ledger.path.with_name("backup")
     shutil.copy(ledger.path, backup)
@@ -410,7 +418,8 @@ def test_a_corrupted_ledger_fails_every_query_closed(database: Path, monkeypatch
     with dpsql.connect(database, schema=SCHEMA) as connection, monkeypatch.context() as patch:
         _no_data_reads(patch)
         cursor = connection.cursor()
-        for run in (lambda: cursor.execute(BATCH, epsilon=1.0), lambda: cursor.execute("SELECT COUNT(*) FROM people", rho=0.1),
+        for run in (lambda: cursor.execute(BATCH, epsilon=1.0),
+                    lambda: cursor.execute("SELECT COUNT(*) FROM people", rho=0.1),
                     lambda: cursor.executemany("SELECT COUNT(*) FROM people WHERE age >= ?", [[10]], epsilon=0.1),
                     lambda: connection.budget):
             with pytest.raises(errors.LedgerError, match="Nothing was run or charged"):

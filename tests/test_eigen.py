@@ -126,6 +126,7 @@ def test_bad_arguments_raise(kwargs: dict[str, float]) -> None:
 # ----------------------------------------------------------------------------- eigen-query separation
 @pytest.mark.parametrize("W", [AllRange(256), Kron([AllRange(8), Prefix(6)]),
                                Explicit(np.random.default_rng(1).normal(size=(5, 12)))])
+@pytest.mark.slow
 def test_separation_is_valid_and_near_full_design(W: Workload) -> None:
     """Thesis §5.2.2.1: AllRange(256), groups of 8 → 1.0384 × svdb against the full design's 1.0353 (+0.3 %)."""
     A, info = eigen.eigen_design_with_info(W, group_size=8)

@@ -9,6 +9,7 @@ import math
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from dpsql import engine
 from dpsql.accounting import Budget, PrivacyCost
@@ -40,20 +41,24 @@ def coded_schema() -> Schema:
 KEPT = "race IN (1, 2, 3, 4, 5) AND x BETWEEN 0 AND 20"
 
 
+@pytest.mark.slow
 def test_excluded_columns_have_no_outside_cell_and_answers_are_calibrated() -> None:
     """GROUP BY race with COUNT(*), SUM(x) and AVG(x) (x read as exact value cells or apart), and
     COUNT(*) WHERE x < 10: EXPLAIN lists race(5) and x(21), and over 30 seeded releases every
     answer's z-score against the kept rows' truth has mean within 4.5/√R of 0 and |z| < 6."""
     con = coded()
-    sql = "SELECT race, COUNT(*) AS n, SUM(x) AS s, AVG(x) AS a FROM t GROUP BY race; SELECT COUNT(*) AS n FROM t WHERE x < 10"
+    sql = ("SELECT race, COUNT(*) AS n, SUM(x) AS s, AVG(x) AS a FROM t GROUP BY race; "
+           "SELECT COUNT(*) AS n FROM t WHERE x < 10")
     prepared = engine.prepare(sql, coded_schema(), PrivacyCost(epsilon=1.0))
     text = engine.explain(prepared)
     assert "race(5)" in text and "race(6)" not in text and "x(22)" not in text
-    grouped = con.execute(f"SELECT race, COUNT(*), SUM(x), AVG(x) FROM t WHERE {KEPT} GROUP BY race ORDER BY race").fetchall()
+    grouped = con.execute(f"SELECT race, COUNT(*), SUM(x), AVG(x) FROM t WHERE {KEPT} "
+                          "GROUP BY race ORDER BY race").fetchall()
     ((below,),) = con.execute(f"SELECT COUNT(*) FROM t WHERE {KEPT} AND x < 10").fetchall()
     backend, z = DuckDBBackend(con), []
     for seed in range(RUNS):
-        first, second = engine.run(prepared, backend=backend, budget=Budget(epsilon=100.0), rng=SeededRandomSource(seed))
+        first, second = engine.run(prepared, backend=backend, budget=Budget(epsilon=100.0),
+                                   rng=SeededRandomSource(seed))
         rows = first.to_pylist()
         assert [r["race"] for r in rows] == [1, 2, 3, 4, 5]
         scores = [(r[name] - truth[k]) / r[f"{name}_stddev"] for r, truth in zip(rows, grouped) for k, name in
@@ -66,7 +71,8 @@ def test_excluded_columns_have_no_outside_cell_and_answers_are_calibrated() -> N
 
 
 def test_residual_planner_still_drops_the_excluded_outside_cell() -> None:
-    prepared = engine.prepare("SELECT race, COUNT(*) AS n FROM t GROUP BY race; SELECT x, COUNT(*) AS n FROM t GROUP BY x",
+    prepared = engine.prepare("SELECT race, COUNT(*) AS n FROM t GROUP BY race; SELECT x, "
+                              "COUNT(*) AS n FROM t GROUP BY x",
                               coded_schema(), PrivacyCost(rho=0.5), plan_all_routes=True)
     assert isinstance(prepared.residual, engine.ResidualPlan)
     assert [a.size for a in prepared.residual.compiled.groups[0].axes] == [5, 21]

@@ -62,6 +62,7 @@ def test_loss_equals_dense_error_and_sensitivity_is_one(noise: str) -> None:
 @pytest.mark.parametrize("n", [16, 64, 256])
 @pytest.mark.parametrize("kind", [wl.AllRange, wl.Prefix])
 @pytest.mark.parametrize("noise", NOISES)
+@pytest.mark.slow
 def test_opt0_at_least_as_good_as_standard(n: int, kind: type, noise: str) -> None:
     W = kind(n)
     A = opt0(W, noise=noise, restarts=2)  # type: ignore[arg-type]
@@ -73,6 +74,7 @@ def test_opt0_at_least_as_good_as_standard(n: int, kind: type, noise: str) -> No
     print(f"{W!r} {noise}: error / SVD bound = {svd_ratio:.4f}")
 
 
+@pytest.mark.slow
 def test_allrange_1024_gaussian_beats_standard() -> None:
     """Issue acceptance criterion: at least as good as identity, H2 and wavelet at n = 1024."""
     W = wl.AllRange(1024)
@@ -89,6 +91,7 @@ def test_s1_s2_laplace_allrange_bands() -> None:
     assert 4.75 <= rmse(wl.AllRange(128), opt0(wl.AllRange(128), noise="laplace"), "laplace") <= 4.78
 
 
+@pytest.mark.slow
 def test_s3_laplace_allrange_256_band() -> None:
     """Digest §7 S3: AllRange 256, Laplace, RMSE 5.70–5.76."""
     assert 5.70 <= rmse(wl.AllRange(256), opt0(wl.AllRange(256), noise="laplace", restarts=2), "laplace") <= 5.76
@@ -103,6 +106,7 @@ def width_ranges(n: int, k: int) -> wl.Ranges:
     (wl.Prefix(128), 2.3352, 2.2544140),
     (width_ranges(128, 32), 2.3230, 2.2009869),
 ])
+@pytest.mark.slow
 def test_s6_gaussian_opt0_n128(W: wl.Workload, upper: float, svdb: float) -> None:
     """Digest §7 S6 and O12: Gaussian OPT₀ RMSE ≤ authors' value + 1 % and ≥ the SVD bound."""
     value = rmse(W, opt0(W, noise="gaussian"), "gaussian")
@@ -161,6 +165,7 @@ UNION = wl.VStack([wl.Kron([wl.AllRange(32), wl.Prefix(16)]),
 
 @pytest.mark.parametrize("noise", NOISES)
 @pytest.mark.parametrize(("W", "sizes"), [(wl.Kron([wl.AllRange(16), wl.AllRange(8)]), (16, 8)), (UNION, (32, 16))])
+@pytest.mark.slow
 def test_opt_kron_beats_standard_products(W: wl.Workload, sizes: tuple[int, ...], noise: str) -> None:
     A = opt_kron(W, noise=noise)  # type: ignore[arg-type]
     assert isinstance(A, wl.Kron) and A.sensitivity("l1" if noise == "laplace" else "l2") == pytest.approx(1.0)
@@ -172,6 +177,7 @@ def test_opt_kron_beats_standard_products(W: wl.Workload, sizes: tuple[int, ...]
 
 
 @pytest.mark.parametrize("noise", NOISES)
+@pytest.mark.slow
 def test_deterministic_for_fixed_seed(noise: str) -> None:
     first = opt0(wl.AllRange(64), noise=noise, seed=5, restarts=2).dense()  # type: ignore[arg-type]
     np.testing.assert_array_equal(first, opt0(wl.AllRange(64), noise=noise, seed=5, restarts=2).dense())  # type: ignore[arg-type]
@@ -300,6 +306,7 @@ def test_opt_union_beats_identity_on_distinct_groups(noise: str) -> None:
 
 
 @pytest.mark.parametrize("noise", NOISES)
+@pytest.mark.slow
 def test_opt_union_explicit_groups(noise: str) -> None:
     A = opt_union(THREE_GROUPS, noise=noise, groups=[[0, 2], [1]])  # type: ignore[arg-type]
     assert isinstance(A, wl.VStack) and len(A.blocks) == 2

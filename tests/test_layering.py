@@ -71,13 +71,13 @@ TOUCHING: dict[str, frozenset[str]] = {
     "dpsql.strategies.marginals": frozenset({RANDOMNESS}),  # seeded optimizer restarts
     "dpsql.local.factorization": frozenset({RANDOMNESS}),   # seeded starting strategies of the local optimizer
     "dpsql.local.simulate": frozenset({RANDOMNESS}),        # simulated clients' reports (a local-DP simulation tool)
-    "dpsql.local.cli": frozenset({RANDOMNESS}),             # `dpsql local simulate --seed`: the simulation's generator
+    "dpsql.cli.local": frozenset({RANDOMNESS}),             # `dpsql local simulate --seed`: the simulation's generator
     "dpsql.ledger": frozenset({RANDOMNESS}),                # secrets: the ledger's MAC key, not noise
     # --- tools that read data on purpose, outside the private path
     "dpsql.local.sql": frozenset({DATA, RANDOMNESS}),       # simulates the local protocol on a table's cell counts
     "dpsql.suggest": frozenset({DATA}),                     # `dpsql schema suggest`: drafts a schema from the data
                                                             # (not private; its output says so)
-    "dpsql.demo": frozenset({DATA, RANDOMNESS}),            # writes a synthetic demo database from a seeded generator
+    "dpsql.cli.demo": frozenset({DATA, RANDOMNESS}),        # writes a synthetic demo database from a seeded generator
 }
 
 

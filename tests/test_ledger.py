@@ -23,7 +23,8 @@ from dpsql.errors import BudgetExhaustedError, BudgetNotSetError, LedgerError, O
 from dpsql.ledger import Account, BatchRecord, Binding, Ledger, LedgerBudget, default_path
 from dpsql.schema import Schema
 
-BATCH = BatchRecord.of("SELECT COUNT(*) FROM people", None, PrivacyCost(epsilon=0.1), "matrix mechanism, discrete Laplace")
+BATCH = BatchRecord.of("SELECT COUNT(*) FROM people", None, PrivacyCost(epsilon=0.1),
+                       "matrix mechanism, discrete Laplace")
 SCHEMA = {"tables": {"people": {"columns": {"age": {"type": "integer", "lower": 0, "upper": 99}}}}}
 #: The owner's binding for these books: the schema alone (no database file).
 BOUND = Binding.of(Schema.load(SCHEMA))
@@ -41,7 +42,8 @@ def test_default_path_sits_next_to_the_database() -> None:
 def test_tenths_add_up_exactly(ledger: Ledger) -> None:
     ledger.set_total("people", PrivacyCost(epsilon=0.3), binding=BOUND)
     for _ in range(3):
-        ledger.charge("people", PrivacyCost(epsilon=0.1), BATCH, binding=BOUND)  # 0.1 + 0.1 + 0.1 > 0.3 in binary floating point
+        # 0.1 + 0.1 + 0.1 > 0.3 in binary floating point
+        ledger.charge("people", PrivacyCost(epsilon=0.1), BATCH, binding=BOUND)
     balance = ledger.balance("people")
     assert balance.limits[0].spent == Fraction(3, 10) and balance.left == 0 and balance.charges == 3
     with pytest.raises(BudgetExhaustedError, match=r"ε=0 left of 0.3\. Nothing was run or charged"):
@@ -85,14 +87,17 @@ def test_a_rho_batch_on_an_epsilon_budget_is_refused_and_not_charged(ledger: Led
 
 def test_a_charge_records_time_hashes_mechanism_and_cost(ledger: Ledger) -> None:
     ledger.set_total("people", PrivacyCost(epsilon=1.0), binding=BOUND)
-    record = BatchRecord.of("SELECT COUNT(*) FROM people WHERE age > ?", [30], PrivacyCost(epsilon=0.5), "ResidualPlanner")
+    record = BatchRecord.of("SELECT COUNT(*) FROM people WHERE age > ?", [30], PrivacyCost(epsilon=0.5),
+                            "ResidualPlanner")
     ledger.charge("people", PrivacyCost(epsilon=0.5), record, analyst="ana", binding=BOUND)
     (charge,) = ledger.history("people")
-    assert (charge.sql_hash, charge.batch_hash, charge.mechanism) == (record.sql_hash, record.batch_hash, "ResidualPlanner")
+    assert (charge.sql_hash, charge.batch_hash, charge.mechanism) == (record.sql_hash, record.batch_hash,
+                                                                      "ResidualPlanner")
     assert charge.analyst == "ana" and charge.cost == PrivacyCost(epsilon=0.5) and charge.time.endswith("+00:00")
     # the SQL text's hash is SHA-256 of its UTF-8 bytes; the batch's also covers parameters, cost and mechanism
     assert record.sql_hash == hashlib.sha256(b"SELECT COUNT(*) FROM people WHERE age > ?").hexdigest()
-    other = BatchRecord.of("SELECT COUNT(*) FROM people WHERE age > ?", [40], PrivacyCost(epsilon=0.5), "ResidualPlanner")
+    other = BatchRecord.of("SELECT COUNT(*) FROM people WHERE age > ?", [40], PrivacyCost(epsilon=0.5),
+                           "ResidualPlanner")
     assert other.sql_hash == record.sql_hash and other.batch_hash != record.batch_hash
 
 
@@ -101,7 +106,8 @@ def test_the_owner_may_raise_or_lower_a_total_but_not_below_what_is_spent(ledger
     ledger.charge("people", PrivacyCost(epsilon=0.75), BATCH, binding=BOUND)
     with pytest.raises(PrivacyParameterError, match=r"ε=0.75 is already spent"):
         ledger.set_total("people", PrivacyCost(epsilon=0.5), binding=BOUND)
-    assert ledger.set_total("people", PrivacyCost(epsilon=0.75), binding=BOUND).left == 0  # down to exactly what is spent
+    # down to exactly what is spent
+    assert ledger.set_total("people", PrivacyCost(epsilon=0.75), binding=BOUND).left == 0
     assert ledger.set_total("people", PrivacyCost(epsilon=2.0), binding=BOUND).left == Fraction(5, 4)
     assert [(a.action, a.total) for a in ledger.actions("people")] == [
         ("set", PrivacyCost(epsilon=1.0)), ("change", PrivacyCost(epsilon=0.75)), ("change", PrivacyCost(epsilon=2.0))]
@@ -130,11 +136,11 @@ def test_an_analyst_draws_from_their_own_total_and_from_the_dataset(ledger: Ledg
         ledger.set_total("people", PrivacyCost(rho=0.5), analyst="ana")
     ledger.set_total("people", PrivacyCost(epsilon=0.5), analyst="ana")
     ledger.charge("people", PrivacyCost(epsilon=0.5), BATCH, analyst="ana", binding=BOUND)
-    with pytest.raises(BudgetExhaustedError, match="analyst 'ana' on dataset 'people' has ε=0 left of 0.5"):
+    with pytest.raises(BudgetExhaustedError, match=r"analyst 'ana' on dataset 'people' has ε=0 left of 0.5"):
         ledger.charge("people", PrivacyCost(epsilon=0.5), BATCH, analyst="ana", binding=BOUND)
     ledger.set_total("people", PrivacyCost(epsilon=2.0), analyst="bo")
     ledger.charge("people", PrivacyCost(epsilon=1.0), BATCH, analyst="bo", binding=BOUND)
-    with pytest.raises(BudgetExhaustedError, match="dataset 'people' has ε=0.5 left of 2"):
+    with pytest.raises(BudgetExhaustedError, match=r"dataset 'people' has ε=0.5 left of 2"):
         ledger.charge("people", PrivacyCost(epsilon=0.75), BATCH, analyst="bo", binding=BOUND)  # bo has 1 left
     assert ledger.balance("people").limits[0].spent == Fraction(3, 2)
     assert [c.analyst for c in ledger.history("people", "ana")] == ["ana"]
@@ -147,7 +153,8 @@ def test_with_analyst_totals_every_charge_names_an_analyst_with_one(ledger: Ledg
     ledger.charge("people", PrivacyCost(epsilon=0.25), BATCH, analyst="zed", binding=BOUND)
     ledger.set_total("people", PrivacyCost(epsilon=0.5), analyst="ana")
     for analyst, who in ((None, "names no analyst"), ("zed", "analyst 'zed' has none")):
-        with pytest.raises(BudgetNotSetError, match=f"has per-analyst totals.*{who}.*dpsql budget set --db DATABASE --analyst"):
+        with pytest.raises(BudgetNotSetError,
+                           match=f"has per-analyst totals.*{who}.*dpsql budget set --db DATABASE --analyst"):
             ledger.charge("people", PrivacyCost(epsilon=0.1), BATCH, analyst=analyst, binding=BOUND)
         with pytest.raises(BudgetNotSetError, match=who):
             Account(ledger=ledger, dataset="people", analyst=analyst, binding=BOUND).budget()
@@ -178,7 +185,7 @@ def test_the_ledger_budget_checks_fresh_and_charges_durably(ledger: Ledger) -> N
 def test_reading_never_creates_the_file(ledger: Ledger) -> None:
     for read in (lambda: ledger.balance("people"), lambda: ledger.history("people"),
                  lambda: ledger.charge("people", PrivacyCost(epsilon=0.1), BATCH, binding=BOUND)):
-        with pytest.raises(BudgetNotSetError, match="no ledger file at .* dpsql budget set"):
+        with pytest.raises(BudgetNotSetError, match=r"no ledger file at .* dpsql budget set"):
             read()
     assert not ledger.path.exists()
 
@@ -246,7 +253,7 @@ def test_a_damaged_ledger_fails_closed_for_every_operation(ledger: Ledger, damag
                       lambda: ledger.charge("people", PrivacyCost(epsilon=0.1), BATCH, binding=BOUND),
                       lambda: ledger.set_total("people", PrivacyCost(epsilon=20.0), binding=BOUND),
                       lambda: Account(ledger=ledger, dataset="people", binding=BOUND).budget(BATCH)):
-        with pytest.raises(LedgerError, match="Nothing was run or charged. Restore the file from a backup") as caught:
+        with pytest.raises(LedgerError, match=r"Nothing was run or charged. Restore the file from a backup") as caught:
             operation()
         assert isinstance(caught.value, OperationalError)
 

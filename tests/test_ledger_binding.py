@@ -57,8 +57,9 @@ RECORD = BatchRecord.of(BATCH, None, PrivacyCost(epsilon=0.5), "matrix mechanism
 
 def _make_database(path: Path, rows: int = 400) -> Path:
     with duckdb.connect(str(path)) as con:
-        con.execute(f"CREATE TABLE people AS SELECT i // 2 AS pid, CAST(i % 100 AS INTEGER) AS age, CASE WHEN i % 3 = 0 "
-                    f"THEN 'F' ELSE 'M' END AS sex, CAST(i % 1000 AS DOUBLE) AS income FROM range({rows}) AS r(i)")
+        con.execute("CREATE TABLE people AS SELECT i // 2 AS pid, CAST(i % 100 AS INTEGER) AS "
+                    "age, CASE WHEN i % 3 = 0 THEN 'F' ELSE 'M' END AS sex, CAST(i % 1000 AS DOUBLE) AS income "
+                    f"FROM range({rows}) AS r(i)")
     return path
 
 
@@ -116,13 +117,15 @@ def test_every_privacy_relevant_change_changes_the_fingerprint(change: str) -> N
 def test_layout_key_order_bins_and_the_null_group_leave_the_fingerprint_alone() -> None:
     """The fingerprint is of the parsed declaration, not of the text; GROUP BY bins and `other`
     only choose which sums of the same base cells are shown."""
-    reordered = SCHEMA.replace('type = "categorical"\nvalues = ["F", "M"]', '# the sexes\nvalues = [ "F","M" ]\ntype = "categorical"')
+    reordered = SCHEMA.replace('type = "categorical"\nvalues = ["F", "M"]',
+                               '# the sexes\nvalues = [ "F","M" ]\ntype = "categorical"')
     rebinned = SCHEMA.replace("bin_width = 10\nresolution = 1", "bin_width = 5\nresolution = 1")
     shown = SCHEMA.replace('values = ["F", "M"]', 'values = ["F", "M"]\nother = true')
     fingerprints = {Schema.load(text).fingerprint() for text in (SCHEMA, reordered, rebinned, shown)}
     assert len(fingerprints) == 1
 
 
+@pytest.mark.slow
 def test_the_fingerprint_is_the_same_in_another_process() -> None:
     """SHA-256 of canonical JSON: no Python hash(), no dict order, no float repr in it."""
     code = "import sys; from dpsql.schema import Schema; print(Schema.load(sys.stdin.read()).fingerprint())"
@@ -141,7 +144,8 @@ def test_a_schema_that_differs_from_the_bound_one_is_refused_and_charges_nothing
         owner: dict[str, Path], monkeypatch: pytest.MonkeyPatch, change: str, named: str) -> None:
     old, new = CHANGES[change]
     batch = BATCH.replace("people", "persons") if change == "table" else BATCH
-    _refused(owner["db"], SCHEMA.replace(old, new), rf"bound \(by the data owner with dpsql budget set on 20.*{re.escape(named)}",
+    _refused(owner["db"], SCHEMA.replace(old, new),
+             rf"bound \(by the data owner with dpsql budget set on 20.*{re.escape(named)}",
              monkeypatch, batch)
     ledger = Ledger(owner["ledger"])
     assert ledger.history("people.duckdb") == [] and ledger.balance("people.duckdb").left == 5
@@ -177,13 +181,15 @@ def test_appending_rows_in_place_keeps_the_binding(owner: dict[str, Path]) -> No
         assert connection.budget.remaining == 4.5
 
 
-def test_a_connection_object_cannot_stand_in_for_a_bound_file(owner: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_connection_object_cannot_stand_in_for_a_bound_file(owner: dict[str, Path],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     with duckdb.connect(str(owner["db"])) as con:
         _refused(con, SCHEMA, "has no database file", monkeypatch, ledger=owner["ledger"], dataset="people.duckdb")  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------- owner actions
-def test_the_first_total_needs_a_schema_and_leaves_nothing_behind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_first_total_needs_a_schema_and_leaves_nothing_behind(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     database = _make_database(tmp_path / "people.duckdb")
     assert main(["budget", "set", "--db", str(database), "--epsilon", "5"]) == 2
     assert "ProgrammingError: dataset 'people.duckdb' is not bound yet" in capsys.readouterr().err
@@ -197,7 +203,8 @@ def test_the_key_is_created_private_beside_the_ledger(owner: dict[str, Path]) ->
 
 
 def test_rebinding_is_an_explicit_recorded_owner_action(owner: dict[str, Path], tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+                                                        capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     wider = tmp_path / "wider.toml"
     wider.write_text(SCHEMA.replace(*CHANGES["measure bounds"]))
     books = ["budget", "set", "--db", str(owner["db"]), "--schema", str(wider), "--epsilon", "5"]
@@ -216,7 +223,8 @@ def test_rebinding_is_an_explicit_recorded_owner_action(owner: dict[str, Path], 
                                                                      Schema.load(wider.read_text()).fingerprint()]
     capsys.readouterr()
     assert main(["budget", "history", "--db", str(owner["db"])]) == 0
-    assert f"rebind total ε=5; bound to schema {Schema.load(wider.read_text()).fingerprint()[:12]}" in capsys.readouterr().out
+    fingerprint = Schema.load(wider.read_text()).fingerprint()
+    assert f"rebind total ε=5; bound to schema {fingerprint[:12]}" in capsys.readouterr().out
 
 
 def test_a_total_change_without_schema_keeps_the_binding(owner: dict[str, Path]) -> None:
@@ -256,8 +264,8 @@ TAMPERING: dict[str, Callable[[Path], None]] = {
                          "UPDATE charges SET id = 4 WHERE id = -3"),
     "swapped amounts": _sql("UPDATE charges SET price = CASE id WHEN 2 THEN '1/4' ELSE '1/2' END, "
                             "cost = CASE id WHEN 2 THEN '1/4' ELSE '1/2' END WHERE id IN (2, 4)"),
-    "copied row": _sql("INSERT INTO charges SELECT 5, time, dataset, analyst, batch_hash, sql_hash, mechanism, cost_family, "
-                       "cost, price, mac FROM charges WHERE id = 4"),
+    "copied row": _sql("INSERT INTO charges SELECT 5, time, dataset, analyst, batch_hash, "
+                       "sql_hash, mechanism, cost_family, cost, price, mac FROM charges WHERE id = 4"),
     "deleted head": _sql("DELETE FROM head"),
 }
 
@@ -276,7 +284,8 @@ def books(tmp_path: Path) -> Ledger:
 
 def _every_operation_fails(ledger: Ledger, phrase: str) -> None:
     bound = Binding.of(Schema.load(SCHEMA))
-    for operation in (lambda: ledger.balance("people"), lambda: ledger.history("people"), lambda: ledger.actions("people"),
+    for operation in (lambda: ledger.balance("people"), lambda: ledger.history("people"),
+                      lambda: ledger.actions("people"),
                       lambda: ledger.charge("people", PrivacyCost(epsilon=0.1), RECORD, binding=bound),
                       lambda: ledger.set_total("people", PrivacyCost(epsilon=20.0), binding=bound),
                       lambda: Account(ledger=ledger, dataset="people", binding=bound).budget(RECORD)):
@@ -287,7 +296,8 @@ def _every_operation_fails(ledger: Ledger, phrase: str) -> None:
 @pytest.mark.parametrize("tamper", TAMPERING, ids=list(TAMPERING))
 def test_an_edited_or_shortened_history_fails_closed(books: Ledger, tamper: str) -> None:
     TAMPERING[tamper](books.path)
-    _every_operation_fails(books, "its history does not verify against its key: .*Nothing was run or charged. Restore the "
+    _every_operation_fails(books,
+                           "its history does not verify against its key: .*Nothing was run or charged. Restore the "
                                   "file from a backup")
     with sqlite3.connect(books.path) as db:  # and nothing was appended by the refused charge
         assert db.execute("SELECT COUNT(*) FROM charges WHERE price = '1/10'").fetchone()[0] == 0
@@ -311,11 +321,12 @@ V1_TABLES = [
     "CREATE TABLE ledger_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     ("CREATE TABLE budgets (dataset TEXT NOT NULL, analyst TEXT NOT NULL, family TEXT NOT NULL, total TEXT NOT NULL, "
      "PRIMARY KEY (dataset, analyst))"),
-    ("CREATE TABLE charges (id INTEGER PRIMARY KEY AUTOINCREMENT, time TEXT NOT NULL, dataset TEXT NOT NULL, analyst TEXT "
-     "NOT NULL, batch_hash TEXT NOT NULL, sql_hash TEXT NOT NULL, mechanism TEXT NOT NULL, cost_family TEXT NOT NULL, "
-     "cost TEXT NOT NULL, price TEXT NOT NULL)"),
-    ("CREATE TABLE actions (id INTEGER PRIMARY KEY AUTOINCREMENT, time TEXT NOT NULL, dataset TEXT NOT NULL, analyst TEXT "
-     "NOT NULL, action TEXT NOT NULL, family TEXT NOT NULL, total TEXT NOT NULL, actor TEXT NOT NULL)"),
+    ("CREATE TABLE charges (id INTEGER PRIMARY KEY AUTOINCREMENT, time TEXT NOT NULL, dataset "
+     "TEXT NOT NULL, analyst TEXT NOT NULL, batch_hash TEXT NOT NULL, sql_hash TEXT NOT NULL, mechanism TEXT NOT NULL, "
+     "cost_family TEXT NOT NULL, cost TEXT NOT NULL, price TEXT NOT NULL)"),
+    ("CREATE TABLE actions (id INTEGER PRIMARY KEY AUTOINCREMENT, time TEXT NOT NULL, dataset "
+     "TEXT NOT NULL, analyst TEXT NOT NULL, action TEXT NOT NULL, family TEXT NOT NULL, total TEXT NOT "
+     "NULL, actor TEXT NOT NULL)"),
     "INSERT INTO ledger_meta VALUES ('format', 'dpsql-ledger'), ('version', '1')",
     "INSERT INTO budgets VALUES ('people.duckdb', '', 'epsilon', '3'), ('firms', '', 'epsilon', '2')",
     ("INSERT INTO actions (time, dataset, analyst, action, family, total, actor) VALUES "
@@ -327,7 +338,8 @@ V1_TABLES = [
 ]
 
 
-def test_a_version_1_ledger_is_refused_until_the_owner_upgrades_it(owner: dict[str, Path], capsys: pytest.CaptureFixture[str],
+def test_a_version_1_ledger_is_refused_until_the_owner_upgrades_it(owner: dict[str, Path],
+                                                                   capsys: pytest.CaptureFixture[str],
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     owner["ledger"].unlink()
     Path(f"{owner['ledger']}.key").unlink()
@@ -342,7 +354,7 @@ def test_a_version_1_ledger_is_refused_until_the_owner_upgrades_it(owner: dict[s
     assert ledger.balance("firms").left == 1
     with dpsql.connect(owner["db"], schema=SCHEMA) as connection:
         assert connection.cursor().execute(BATCH, epsilon=0.5).connection.budget.remaining == 2
-    with pytest.raises(LedgerError, match="dataset 'firms' .* is not bound"):  # until its owner binds it
+    with pytest.raises(LedgerError, match=r"dataset 'firms' .* is not bound"):  # until its owner binds it
         ledger.charge("firms", PrivacyCost(epsilon=0.1), RECORD, binding=Binding.of(Schema.load(SCHEMA)))
     with sqlite3.connect(owner["ledger"]) as db:  # and the upgraded history is chained like any other
         db.execute("UPDATE charges SET price = '1/4' WHERE dataset = 'firms'")
@@ -351,7 +363,7 @@ def test_a_version_1_ledger_is_refused_until_the_owner_upgrades_it(owner: dict[s
 
 
 def test_an_unbound_dataset_names_the_command_that_binds_it(tmp_path: Path) -> None:
-    with pytest.raises(BudgetNotSetError, match="no privacy budget is set for dataset 'people'.*--schema SCHEMA"):
+    with pytest.raises(BudgetNotSetError, match=r"no privacy budget is set for dataset 'people'.*--schema SCHEMA"):
         ledger = Ledger(tmp_path / "books.ledger")
         ledger.set_total("firms", PrivacyCost(epsilon=1.0), binding=Binding.of(Schema.load(SCHEMA)))
         ledger.charge("people", PrivacyCost(epsilon=0.1), RECORD, binding=Binding.of(Schema.load(SCHEMA)))
@@ -365,7 +377,7 @@ def test_a_version_1_file_put_in_place_of_an_upgraded_ledger_is_not_upgraded(own
         for statement in V1_TABLES:
             db.execute(statement)
     binding = Binding.of(Schema.load(SCHEMA), owner["db"])
-    with pytest.raises(LedgerError, match="its key .* exists, so it was upgraded before"):
+    with pytest.raises(LedgerError, match=r"its key .* exists, so it was upgraded before"):
         Ledger(owner["ledger"]).set_total("people.duckdb", PrivacyCost(epsilon=3.0), binding=binding)
     with sqlite3.connect(owner["ledger"]) as db:
         assert db.execute("SELECT value FROM ledger_meta WHERE key = 'version'").fetchone() == ("1",)

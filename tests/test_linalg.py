@@ -44,7 +44,8 @@ RANK_TOL = 1e-10  # the library's RANK_TOLERANCE, applied to Gram eigenvalues
 EIG_RTOL = 1e-6  # seed-002: "1e-6 for eigensolver values"
 CLOSED_RTOL = 1e-8  # seed-002: "rtol 1e-8 for closed forms"
 
-relaxed = settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
+relaxed = settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                          HealthCheck.data_too_large])
 
 
 # =================================================================================== references
@@ -103,7 +104,8 @@ def leaf(A: Workload) -> Op:
 @st.composite
 def full_rank_leaf(draw: st.DrawFn, n: int) -> Op:
     rng = np.random.default_rng(draw(seeds))
-    kind = draw(st.sampled_from(["identity", "prefix", "allrange", "hierarchical", "wavelet", "explicit-int", "explicit-float"]))
+    kind = draw(st.sampled_from(["identity", "prefix", "allrange", "hierarchical", "wavelet", "explicit-int",
+                                 "explicit-float"]))
     if kind == "identity":
         return leaf(Identity(n))
     if kind == "prefix":
@@ -130,7 +132,8 @@ def deficient_leaf(draw: st.DrawFn, n: int) -> Op:
     if kind == "total":
         return leaf(Total(n))
     if kind == "ranges":
-        pairs = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), min_size=1, max_size=max(1, n - 1)))
+        pairs = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), min_size=1,
+                              max_size=max(1, n - 1)))
         return leaf(Ranges(n, [(min(a, b), max(a, b)) for a, b in pairs]))
     if kind == "selection":  # some cells measured, others never (zero columns)
         keep = draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=max(1, n - 1), unique=True))
@@ -168,7 +171,8 @@ def workload_leaf(draw: st.DrawFn, n: int) -> Op:
         return draw(st.one_of(full_rank_leaf(n), deficient_leaf(n)))
     rng = np.random.default_rng(draw(seeds))
     m = draw(st.integers(1, 4))
-    R = rng.integers(-3, 4, (m, n)).astype(np.float64) if draw(st.booleans()) else np.round(rng.uniform(-2, 2, (m, n)), 3)
+    R = (rng.integers(-3, 4, (m, n)).astype(np.float64) if draw(st.booleans())
+         else np.round(rng.uniform(-2, 2, (m, n)), 3))
     if not R.any():  # an all-zero workload has svdb = 0/0 (see test_svd_bound_of_all_zero_workload)
         R[0, 0] = 1.0
     return Op(Explicit(R), R)
@@ -234,7 +238,8 @@ def workload_ops(draw: st.DrawFn, dims: tuple[int, ...]) -> Op:
 
 domains = st.sampled_from(DOMAINS)
 strategies_any = domains.flatmap(lambda d: strategy_ops(d))
-strategies_split = domains.flatmap(lambda d: st.sampled_from(["full", "deficient"]).flatmap(lambda r: strategy_ops(d, r)))
+strategies_split = domains.flatmap(
+    lambda d: st.sampled_from(["full", "deficient"]).flatmap(lambda r: strategy_ops(d, r)))
 pairs = domains.flatmap(lambda d: st.tuples(workload_ops(d), strategy_ops(d)))
 full_rank_pairs = domains.flatmap(lambda d: st.tuples(workload_ops(d), strategy_ops(d, "full")))
 workloads_any = domains.flatmap(workload_ops)
@@ -289,6 +294,7 @@ def test_pinv_gram_keeps_structure() -> None:
 # =================================================================================== trace / quadratic forms
 @relaxed
 @given(wa=pairs)
+@pytest.mark.slow
 def test_trace_of_product_matches_numpy(wa: tuple[Op, Op]) -> None:
     """trace(G (AᵀA)⁺) with W and A over different groupings of one domain, unions and weights."""
     w, a = wa
@@ -327,7 +333,8 @@ def test_paired_factors_groups_over_shared_cuts(x_sizes, y_sizes, expected) -> N
     got = [(x.shape[1], y.shape[1]) for x, y in paired_factors(X, Y)]
     assert got == expected
     # an identity on one side is split to fit the other
-    assert [(x.shape[1], y.shape[1]) for x, y in paired_factors(Identity(math.prod(x_sizes)), X)] == [(s, s) for s in x_sizes]
+    paired = paired_factors(Identity(math.prod(x_sizes)), X)
+    assert [(x.shape[1], y.shape[1]) for x, y in paired] == [(s, s) for s in x_sizes]
 
 
 def test_trace_and_diag_for_a_regrouped_union() -> None:
@@ -399,6 +406,7 @@ def test_support_examples_from_the_thesis() -> None:
 
 @relaxed
 @given(wa=full_rank_pairs, data=st.data())
+@pytest.mark.slow
 def test_expected_error_and_variances_match_numpy(wa: tuple[Op, Op], data: st.DataObject) -> None:
     """v·trace(G (AᵀA)⁻¹) with v = Δ₂² (Gaussian) or 2Δ₁² (Laplace); invariant under row permutation of W."""
     w, a = wa
@@ -435,7 +443,8 @@ def test_svd_bound_matches_singular_values(w: Op) -> None:
     VStack([Kron([Prefix(3), Identity(2)]), Kron([AllRange(3), Total(2)])]),
     VStack([Kron([Prefix(3), Identity(2)]), Weighted(-1.5, Kron([AllRange(3), Total(2)])), Identity(6)]),
     VStack([Kron([AllRange(2), Prefix(3), Total(2)]), Kron([Total(6), Identity(2)]), Kron([Identity(2), Prefix(6)])]),
-    VStack([Kron([Identity(3), Explicit([[1.0, 0, 0, 0]])]), Kron([Total(3), Explicit([[1.0, 2, 0, 0]])])]),  # zero columns
+    # zero columns
+    VStack([Kron([Identity(3), Explicit([[1.0, 0, 0, 0]])]), Kron([Total(3), Explicit([[1.0, 2, 0, 0]])])]),
 ])
 def test_svd_bound_of_unions_of_kron_products(W: Workload) -> None:
     assert accuracy.svd_bound(W) == pytest.approx(ref_svdb(W.dense()), rel=EIG_RTOL)
@@ -446,7 +455,8 @@ def all_predicate(n: int) -> Explicit:
     return Explicit(np.array(list(itertools.product([0.0, 1.0], repeat=n))))
 
 
-def marginals(dims: tuple[int, ...], cuboids: list[tuple[int, ...]], weight: dict[tuple[int, ...], float] | None = None) -> Workload:
+def marginals(dims: tuple[int, ...], cuboids: list[tuple[int, ...]],
+              weight: dict[tuple[int, ...], float] | None = None) -> Workload:
     """Union of cuboids (marginals): attribute i kept (Identity) if in the cuboid, else summed (Total)."""
     blocks: list[Workload] = []
     for cuboid in cuboids:
@@ -520,6 +530,7 @@ def test_expected_error_oracles() -> None:
 
 @relaxed
 @given(ww=workload_pairs)
+@pytest.mark.slow
 def test_svd_bound_of_kron_is_product(ww: tuple[Op, Op]) -> None:
     w1, w2 = ww
     K = Kron([w1.op, w2.op])
@@ -530,6 +541,7 @@ def test_svd_bound_of_kron_is_product(ww: tuple[Op, Op]) -> None:
 
 @relaxed
 @given(ww=workload_pairs)
+@pytest.mark.slow
 def test_svd_bound_sqrt_subadditive_under_union(ww: tuple[Op, Op]) -> None:
     """√svdb(W1 ∪ W2) ≤ √svdb(W1) + √svdb(W2) (seed-002 oracle 14)."""
     w1, w2 = ww
@@ -541,6 +553,7 @@ def test_svd_bound_sqrt_subadditive_under_union(ww: tuple[Op, Op]) -> None:
 
 @relaxed
 @given(w=workloads_any, data=st.data())
+@pytest.mark.slow
 def test_svd_bound_monotone_under_row_containment(w: Op, data: st.DataObject) -> None:
     """svdb(W1) ≤ svdb(W2) when W1's rows ⊆ W2's (seed-002 Thm 4.8), both over the same non-zero cells."""
     R = w.ref
@@ -561,7 +574,8 @@ def test_svd_bound_not_monotone_when_the_subset_touches_fewer_cells() -> None:
     assert accuracy.svd_bound(big) == pytest.approx((math.sqrt(2) + 0.1) ** 2 / 3, rel=CLOSED_RTOL)
 
 
-# =================================================================================== regressions (bugs found by these tests)
+# =================================================================================== regressions (bugs found by these
+# tests)
 def test_pinv_gram_of_singular_float_gram() -> None:
     R = np.array([[0.3, 0.7], [0.6, 1.4]])  # rank 1: row 2 = 2 · row 1
     np.testing.assert_allclose(pinv_gram(Explicit(R)).dense(), np.linalg.pinv(R.T @ R), rtol=1e-6, atol=1e-8)

@@ -28,6 +28,7 @@ BUILDERS = {
 
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 @given(n=st.integers(1, 70), epsilon=st.floats(0.01, 8.0))
+@pytest.mark.slow
 def test_every_baseline_is_epsilon_ldp(name: str, n: int, epsilon: float) -> None:
     strategy = BUILDERS[name](n, epsilon)
     np.testing.assert_allclose(strategy.Q.sum(axis=0), 1.0, rtol=0, atol=1e-12)
@@ -75,7 +76,8 @@ def test_hadamard_average_and_output_counts() -> None:
     assert strategy.m == 16 and local.hadamard(7, epsilon=1.0, form="high_privacy").m == 8
     assert math.isclose(local.average_variance(workloads.Identity(8), strategy), 30.2748461790, rel_tol=1e-10)
     # the forms coincide while e^ε ≤ 2 and differ above
-    np.testing.assert_array_equal(local.hadamard(20, epsilon=0.6).Q, local.hadamard(20, epsilon=0.6, form="high_privacy").Q)
+    np.testing.assert_array_equal(local.hadamard(20, epsilon=0.6).Q,
+                                  local.hadamard(20, epsilon=0.6, form="high_privacy").Q)
     assert local.hadamard(20, epsilon=3.0).m != local.hadamard(20, epsilon=3.0, form="high_privacy").m
 
 

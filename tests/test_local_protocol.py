@@ -117,7 +117,8 @@ def test_estimate_returns_arrow_answers_with_variances(tmp_path: Path, published
 def test_the_plug_in_variance_is_close_to_the_true_one(published: protocol.StrategyFile) -> None:
     # with many reports x̂ ≈ x, so the plug-in variance approaches Var at the true x
     x = np.array([4000, 100, 9000, 0, 2500, 6000])
-    table = reports_table(published, protocol.randomize_cells(published, np.repeat(np.arange(6), x), rng=SeededRandomSource(9)))
+    table = reports_table(published,
+                          protocol.randomize_cells(published, np.repeat(np.arange(6), x), rng=SeededRandomSource(9)))
     reported = estimate(table, strategy=published, workload=workloads.Identity(6)).column("variance").to_numpy()
     np.testing.assert_allclose(reported, local.answer_variances(np.eye(6), published.strategy, x), rtol=0.1)
 
@@ -127,7 +128,8 @@ def test_the_client_refuses_an_epsilon_above_its_own_limit() -> None:
     truthful = protocol.publish(local.randomized_response(6, epsilon=30.0))  # reports all but reveal the cell
     for client in (lambda **kw: protocol.randomize(truthful, 3, **kw),
                    lambda **kw: protocol.randomize_cells(truthful, np.arange(6), **kw)):
-        with pytest.raises(PrivacyParameterError, match=r"ε = 30 per report .* above this client's limit max_epsilon = 5"):
+        with pytest.raises(PrivacyParameterError,
+                           match=r"ε = 30 per report .* above this client's limit max_epsilon = 5"):
             client(rng=SeededRandomSource(0))
         with pytest.raises(PrivacyParameterError, match="max_epsilon must be a finite number > 0"):
             client(rng=SeededRandomSource(0), max_epsilon=float("nan"))

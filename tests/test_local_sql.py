@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.cli.local import add_commands
 from dpsql.errors import DataError, PrivacyParameterError, ProgrammingError, UnsupportedQueryError
 from dpsql.local import protocol
-from dpsql.local.cli import add_commands
 from dpsql.local.sql import (
     answer_batch,
     batch_counts,
@@ -54,11 +54,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     database = folder / "people.duckdb"
     with duckdb.connect(str(database)) as con:
         con.execute(f"CREATE TABLE people AS SELECT CAST((i * 7919) % 100 AS INTEGER) AS age, "
-                    f"CASE WHEN i % 3 = 0 THEN 'F' WHEN i % 97 = 0 THEN NULL ELSE 'M' END AS sex FROM range({ROWS}) AS r(i)")
+                    "CASE WHEN i % 3 = 0 THEN 'F' WHEN i % 97 = 0 THEN NULL ELSE 'M' END AS sex "
+                    f"FROM range({ROWS}) AS r(i)")
         con.execute(f"COPY (SELECT * FROM people LIMIT 5000) TO '{folder / 'rows.parquet'}' (FORMAT PARQUET)")
     (folder / "schema.toml").write_text(SCHEMA)
     (folder / "queries.sql").write_text(QUERIES)
-    return {"db": database, "schema": folder / "schema.toml", "queries": folder / "queries.sql", "rows": folder / "rows.parquet",
+    return {"db": database, "schema": folder / "schema.toml", "queries": folder / "queries.sql",
+            "rows": folder / "rows.parquet",
             "dir": folder}
 
 
@@ -122,7 +124,8 @@ unit = "month"
         "v": [0.0, 2.5, 10.0, 10.5, -0.1, None, 9.999, 7.5, float("nan"), 5.0],
         "c": [0, 9, 10, -3, 3, None, 5, 6, 2, 100],
         "d": [dt.date(2020, 1, 1), dt.date(2020, 12, 31), dt.date(2021, 1, 1), None, dt.date(2019, 12, 31),
-              dt.date(2020, 6, 15), dt.date(2020, 2, 29), dt.date(2020, 3, 1), dt.date(2020, 7, 31), dt.date(2020, 8, 1)],
+              dt.date(2020, 6, 15), dt.date(2020, 2, 29), dt.date(2020, 3, 1), dt.date(2020, 7, 31),
+              dt.date(2020, 8, 1)],
     }
     database = tmp_path / "t.duckdb"
     with duckdb.connect(str(database)) as con:
@@ -143,7 +146,8 @@ def test_cli_round_trip_with_per_row_reports(files: dict[str, Path], capsys: pyt
                "-o", str(strategy), "--time-limit", "30") == 0
     design_output = capsys.readouterr().out
     assert "randomized response" in design_output and "sha256" in design_output
-    assert run("local", "randomize", "--strategy", str(strategy), "--input", str(files["rows"]), "-o", str(reports)) == 0
+    assert run("local", "randomize", "--strategy", str(strategy), "--input", str(files["rows"]), "-o",
+               str(reports)) == 0
     written = pq.read_table(reports)
     assert written.num_rows == 5000 and set(written.column_names) == {"strategy", "output"}
     out = files["dir"] / "answers"
@@ -161,13 +165,14 @@ def test_cli_simulation_is_seeded(files: dict[str, Path]) -> None:
     outputs = []
     for name in ("a", "b"):
         path = files["dir"] / f"sim-{name}.parquet"
-        assert run("local", "randomize", "--strategy", str(strategy), "--db", str(files["db"]), "--seed", "4", "-o", str(path)) == 0
+        assert run("local", "randomize", "--strategy", str(strategy), "--db", str(files["db"]), "--seed", "4", "-o",
+                   str(path)) == 0
         outputs.append(pq.read_table(path))
     assert outputs[0].equals(outputs[1]) and sum(outputs[0].column("count").to_pylist()) == ROWS
 
 
 def test_bad_input_gets_clear_errors(files: dict[str, Path]) -> None:
-    with pytest.raises(PrivacyParameterError, match="epsilon must be a finite number > 0; got 0.0"):
+    with pytest.raises(PrivacyParameterError, match=r"epsilon must be a finite number > 0; got 0.0"):
         run("local", "design", str(files["queries"]), "--schema", str(files["schema"]), "--epsilon", "0",
             "-o", str(files["dir"] / "never.json"))
     with pytest.raises(UnsupportedQueryError, match=r"COUNT\(\*\) only; SUM\(age\) \(line 1, col 8\)"):

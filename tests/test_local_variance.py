@@ -44,7 +44,8 @@ def test_randomized_response_reconstruction_is_its_inverse() -> None:
 def test_gram_only_variance_matches_the_explicit_reconstruction(n: int, epsilon: float, seed: int) -> None:
     W = np.random.default_rng(seed).normal(size=(5, n))
     strategy = random_strategy(n, epsilon, seed)
-    np.testing.assert_allclose(local.per_user_variance(W, strategy), explicit_per_user(W, strategy), rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(local.per_user_variance(W, strategy), explicit_per_user(W, strategy), rtol=1e-8,
+                               atol=1e-8)
 
 
 @given(n=st.integers(1, 10), epsilon=st.floats(0.1, 6.0), seed=st.integers(0, 2**32 - 1))

@@ -53,11 +53,13 @@ def subset(key: int, d: int) -> set[int]:
 
 def dense_query(sizes: tuple[int, ...], key: int) -> np.ndarray:
     """Q_a = ⊗ (I if kept else 1ᵀ), attribute i ↔ bit i, factors in order."""
-    return reduce(np.kron, [np.eye(n) if key >> i & 1 else np.ones((1, n)) for i, n in enumerate(sizes)], np.ones((1, 1)))
+    return reduce(np.kron, [np.eye(n) if key >> i & 1 else np.ones((1, n)) for i, n in enumerate(sizes)],
+                  np.ones((1, 1)))
 
 
 def dense_gram(sizes: tuple[int, ...], key: int) -> np.ndarray:
-    return reduce(np.kron, [np.eye(n) if key >> i & 1 else np.ones((n, n)) for i, n in enumerate(sizes)], np.ones((1, 1)))
+    return reduce(np.kron, [np.eye(n) if key >> i & 1 else np.ones((n, n)) for i, n in enumerate(sizes)],
+                  np.ones((1, 1)))
 
 
 def dense_strategy(sizes: tuple[int, ...], weights: np.ndarray) -> np.ndarray:
@@ -121,14 +123,16 @@ def test_o10_product_rule_on_234() -> None:
     for a, b in itertools.product(keys(d), repeat=2):
         expected_mu = math.prod(n for i, n in enumerate(SMALL) if i not in subset(a | b, d))
         assert mu[a | b] == expected_mu
-        np.testing.assert_array_equal(dense_gram(SMALL, a) @ dense_gram(SMALL, b), expected_mu * dense_gram(SMALL, a & b))
+        np.testing.assert_array_equal(dense_gram(SMALL, a) @ dense_gram(SMALL, b),
+                                      expected_mu * dense_gram(SMALL, a & b))
 
 
 def test_o10_spectrum_on_234() -> None:
     """spec(Σ u_a G_a) = {λ_r(u)} with multiplicities m_r = Π_{i∈r}(nᵢ − 1)."""
     rng = np.random.default_rng(11)
     dims = residual_dimensions(SMALL)
-    assert [dims[r] for r in keys(3)] == [math.prod(n - 1 for i, n in enumerate(SMALL) if i in subset(r, 3)) for r in keys(3)]
+    assert [dims[r] for r in keys(3)] == [math.prod(n - 1 for i, n in enumerate(SMALL) if i in subset(r, 3))
+                                          for r in keys(3)]
     assert dims.sum() == math.prod(SMALL)
     for u in (rng.random(8), np.array([0, 1, 0, 2, 0, 0, 3, 0.0]), np.eye(8)[7]):
         G = sum(u[a] * dense_gram(SMALL, a) for a in keys(3))
@@ -233,7 +237,8 @@ def test_loss_equals_dense_error_for_range_marginal_workloads(noise: str, index:
 
 @settings(deadline=None, max_examples=40)
 @given(data=st.data(), sizes=size_lists, noise=st.sampled_from(NOISES))
-def test_loss_equals_dense_error_for_marginal_workloads(data: st.DataObject, sizes: tuple[int, ...], noise: str) -> None:
+def test_loss_equals_dense_error_for_marginal_workloads(data: st.DataObject, sizes: tuple[int, ...],
+                                                        noise: str) -> None:
     """Random weighted marginal workloads and random (often singular) marginal strategies."""
     omega = np.sqrt(data.draw(marginal_weight_vectors(len(sizes))))
     theta = data.draw(marginal_weight_vectors(len(sizes)))
@@ -290,6 +295,7 @@ def cps1() -> wl.Workload:
 
 
 @pytest.mark.parametrize(("noise", "low", "high"), [("laplace", 3.40, 3.4214 * (1 + 1e-4)), ("gaussian", 1.85, 1.8595)])
+@pytest.mark.slow
 def test_o6_cps1(noise: str, low: float, high: float, monkeypatch: pytest.MonkeyPatch) -> None:
     """Digest §7 O6: cps-1 (N = 280,000, m = 618,120), OPT_M RMSE: Laplace 3.4214, Gaussian ≤ 1.8595.
 
@@ -312,6 +318,7 @@ TWO_WAY = (3, 4, 5, 2, 3)
 
 
 @pytest.mark.parametrize("noise", NOISES)
+@pytest.mark.slow
 def test_opt_marginals_two_way_beats_identity_and_workload(noise: str) -> None:
     W = marginals_workload(TWO_WAY, 2)
     A = opt_marginals(W, noise=noise)  # type: ignore[arg-type]

@@ -59,7 +59,7 @@ def test_reported_variance_uses_the_exact_discrete_noise() -> None:
 
 
 def test_spent_budget_never_exceeds_the_request() -> None:
-    W, A, x = _batch()
+    _, A, x = _batch()
     for epsilon in (0.1, 1 / 3, 2.0):
         release = mechanism.measure(A, x, epsilon=epsilon, rng=SeededRandomSource(2))
         assert release.epsilon is not None and release.epsilon <= Fraction(epsilon)
@@ -68,9 +68,11 @@ def test_spent_budget_never_exceeds_the_request() -> None:
 
 
 def test_noise_free_round_trip_recovers_the_data() -> None:
-    for A in [strategies.hierarchical(11, 3), strategies.wavelet(11), strategies.kron([strategies.wavelet(5), strategies.hierarchical(3)])]:
+    for A in [strategies.hierarchical(11, 3), strategies.wavelet(11),
+              strategies.kron([strategies.wavelet(5), strategies.hierarchical(3)])]:
         x = np.arange(A.shape[1], dtype=float) ** 2
-        exact = mechanism.Measurement(strategy=A, y=A @ x, noise="gaussian", noise_scale=Fraction(1), noise_variance=1.0)
+        exact = mechanism.Measurement(strategy=A, y=A @ x, noise="gaussian", noise_scale=Fraction(1),
+                                      noise_variance=1.0)
         np.testing.assert_allclose(mechanism.reconstruct(exact), x, atol=1e-8)
 
 
@@ -180,7 +182,7 @@ def test_structured_exact_product_with_entries_far_beyond_float_precision() -> N
                           workloads.Kron([workloads.Identity(4), workloads.Total(5)]),
                           workloads.Weighted(3.0, workloads.Kron([factor(2, 4), workloads.Identity(5)]))])
     x = rng.integers(0, 10**9, size=20)
-    expected = [int(2**30 + 7) * v for v in _reference_product(workloads.Kron(A.blocks[0].base.factors), x)]  # type: ignore[attr-defined]
+    expected = [(2**30 + 7) * v for v in _reference_product(workloads.Kron(A.blocks[0].base.factors), x)]  # type: ignore[attr-defined]
     expected += _reference_product(A.blocks[1], x) + [3 * v for v in _reference_product(A.blocks[2].base, x)]  # type: ignore[attr-defined]
     assert [int(v) for v in mechanism.exact_product(A, x)] == expected
 

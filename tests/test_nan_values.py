@@ -85,7 +85,8 @@ def test_predicates_and_group_by_put_nan_in_the_outside_cell() -> None:
         assert tables[1].to_pylist() == [{"y": 0.0, "y_stddev": 0.0}]  # no cell makes NOT x >= 0 TRUE: an exact 0
         answers = np.concatenate([t.column("y").to_numpy() for t in (tables[0], tables[2])])
         stddevs = np.concatenate([t.column("y_stddev").to_numpy() for t in (tables[0], tables[2])])
-        scores.append((answers - np.array([50.0, 25.0, 25.0, 0.0, 50.0])) / stddevs)  # bins [0, 10), [10, 20), [20, 21), NULL
+        # bins [0, 10), [10, 20), [20, 21), NULL
+        scores.append((answers - np.array([50.0, 25.0, 25.0, 0.0, 50.0])) / stddevs)
     assert_calibrated(np.array(scores))
 
 

@@ -53,7 +53,8 @@ def data() -> duckdb.DuckDBPyConnection:
     con.execute("CREATE TABLE t (x INTEGER, y INTEGER, g VARCHAR, v DOUBLE)")
     con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", [(int(rng.integers(0, 1024)), int(rng.integers(0, 1024)),
                                                            str(rng.choice(["a", "b", "c"])),
-                                                        None if k % 7 == 0 else float(rng.integers(0, 101))) for k in range(400)])
+                                                        None if k % 7 == 0 else float(rng.integers(0, 101)))
+                                                          for k in range(400)])
     return con
 
 

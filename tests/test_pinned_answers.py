@@ -120,7 +120,8 @@ def test_seeded_answers_match_the_pins(name: str) -> None:
         assert list(got) == list(want), f"statement {statement}: columns"
         for column in want:
             pairs = list(zip(want[column], got[column], strict=True))
-            assert all(_close(a, b) for a, b in pairs), f"statement {statement}, column {column}: {want[column]} != {got[column]}"
+            assert all(_close(a, b)
+                       for a, b in pairs), f"statement {statement}, column {column}: {want[column]} != {got[column]}"
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:

@@ -40,11 +40,13 @@ def test_a_workload_planned_before_is_not_scored_again(monkeypatch: pytest.Monke
 
 def test_different_workloads_and_options_get_different_decisions() -> None:
     keys = {plan_cache.decision_key(W, noise=noise, options=options, extra={})
-            for W in (workloads.Prefix(8), workloads.AllRange(8), workloads.Ranges(8, [(0, 3)]), workloads.Ranges(8, [(0, 4)]),
+            for W in (workloads.Prefix(8), workloads.AllRange(8), workloads.Ranges(8, [(0, 3)]),
+                      workloads.Ranges(8, [(0, 4)]),
                       workloads.Weighted(2.0, workloads.Prefix(8)), workloads.Explicit(np.eye(8)))
             for noise in ("laplace", "gaussian") for options in (["quick=True"], ["quick=False"])}
     assert len(keys) == 6 * 2 * 2
-    extra = plan_cache.decision_key(workloads.Prefix(8), noise="laplace", options=[], extra={"x": workloads.Identity(8)})
+    extra = plan_cache.decision_key(workloads.Prefix(8), noise="laplace", options=[],
+                                    extra={"x": workloads.Identity(8)})
     assert extra != plan_cache.decision_key(workloads.Prefix(8), noise="laplace", options=[], extra={})
 
 
@@ -95,7 +97,8 @@ def test_each_blocks_expected_error_is_computed_once(monkeypatch: pytest.MonkeyP
     schema = Schema.load({"tables": {"t": {"columns": {
         "x": {"type": "integer", "lower": 0, "upper": 31, "bin_width": 4, "resolution": 1},
         "g": {"type": "categorical", "values": ["a", "b", "c"]}}}}})
-    batch = "SELECT g, COUNT(*) FROM t GROUP BY g; SELECT COUNT(*) FROM t WHERE x < 10; SELECT x, COUNT(*) FROM t GROUP BY x"
+    batch = ("SELECT g, COUNT(*) FROM t GROUP BY g; SELECT COUNT(*) FROM t WHERE x < 10; "
+             "SELECT x, COUNT(*) FROM t GROUP BY x")
     first = engine.prepare(batch, schema, PrivacyCost(epsilon=1.0))
     plan_cache.clear_memory()
     _no_scoring(monkeypatch)

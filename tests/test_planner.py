@@ -21,8 +21,10 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_choice_is_never_worse_than_the_best_standard_strategy() -> None:
-    for W in (workloads.AllRange(64), workloads.Prefix(64), workloads.Kron([workloads.AllRange(8), workloads.Prefix(6)])):
+    for W in (workloads.AllRange(64), workloads.Prefix(64),
+              workloads.Kron([workloads.AllRange(8), workloads.Prefix(6)])):
         sizes = [f.shape[1] for f in workloads.kron_factors(W)]
         for noise in ("gaussian", "laplace"):
             choice = planner.plan(W, noise=noise, sizes=sizes)

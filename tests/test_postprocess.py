@@ -28,8 +28,8 @@ def con() -> duckdb.DuckDBPyConnection:
     connection = duckdb.connect()
     connection.execute("SELECT setseed(0.25)")
     connection.execute("CREATE TABLE t AS SELECT CAST(floor(10000 * pow(random(), 3)) AS INTEGER) AS income, "
-                       "CAST(floor(101 * random()) - 50 AS INTEGER) AS change, CAST(floor(2 * random()) AS INTEGER) AS g "
-                       "FROM range(300)")  # groups 2…7 are declared but empty
+                       "CAST(floor(101 * random()) - 50 AS INTEGER) AS change, CAST(floor(2 * "
+                       "random()) AS INTEGER) AS g FROM range(300)")  # groups 2…7 are declared but empty
     return connection
 
 

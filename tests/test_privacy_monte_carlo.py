@@ -158,7 +158,8 @@ def _outputs(table: pa.Table, names: Sequence[str]) -> list[float]:
     """The released numbers a test looks at: answer columns, and released thresholds from the metadata."""
     metadata = json.loads(table.schema.metadata[b"dpsql"])
     values = [float(v) for name in names for v in table.column(name).to_pylist()]
-    return values + [float(metadata["truncation_threshold"][c]) for c in sorted(metadata.get("truncation_threshold", {}))]
+    return values + [float(metadata["truncation_threshold"][c])
+                     for c in sorted(metadata.get("truncation_threshold", {}))]
 
 
 def _sample(con: duckdb.DuckDBPyConnection, schema: Schema, sql: str, cost: dict[str, float], names: Sequence[str],
@@ -171,12 +172,14 @@ def _sample(con: duckdb.DuckDBPyConnection, schema: Schema, sql: str, cost: dict
     backend = ScansOnce(con)
     total = {"epsilon": 1e6} if "epsilon" in cost else {"rho": 1e6}
     for s in range(3):
-        (via_engine,) = engine.run(prepared, backend=backend, budget=Budget(**total), rng=SeededRandomSource(10_000 + s))
+        (via_engine,) = engine.run(prepared, backend=backend, budget=Budget(**total),
+                                   rng=SeededRandomSource(10_000 + s))
         public = dpsql.connect(con, schema=schema, budget=Budget(**total), rng=SeededRandomSource(10_000 + s))
         via_sql = public.cursor().execute(sql, **cost).fetch_arrow_table()
         assert via_sql.equals(via_engine) and via_sql.schema.metadata == via_engine.schema.metadata
     rng = SeededRandomSource(seed)
-    out = [_outputs(engine.run(prepared, backend=backend, budget=Budget(**total), rng=rng)[0], names) for _ in range(runs)]
+    out = [_outputs(engine.run(prepared, backend=backend, budget=Budget(**total), rng=rng)[0], names)
+           for _ in range(runs)]
     return np.asarray(out, dtype=np.float64)
 
 
@@ -237,7 +240,8 @@ ZCDP_SQL = "SELECT g, COUNT(*) AS n FROM t GROUP BY g"
 
 def _zcdp_samples(rho: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     d, d1, _ = _count_neighbours()
-    first, second = (_sample(con, COUNT_SCHEMA, ZCDP_SQL, {"rho": rho}, ["n"], runs=1000, seed=seed + i) for i, con in enumerate((d, d1)))
+    first, second = (_sample(con, COUNT_SCHEMA, ZCDP_SQL, {"rho": rho}, ["n"], runs=1000, seed=seed + i)
+                     for i, con in enumerate((d, d1)))
     return first, second
 
 
@@ -353,7 +357,8 @@ def test_cell_bounded_sums_are_epsilon_dp_on_worst_case_neighbours_in_every_band
     runs, cost = 1500, {"epsilon": 1.0}
     first = _sample(d, BANDS_SCHEMA, BANDS_SQL, cost, ["s"], runs=runs, seed=31)
     for seed, neighbour in ((32, top), (33, bottom)):
-        verdict = statdp(first, _sample(neighbour, BANDS_SCHEMA, BANDS_SQL, cost, ["s"], runs=runs, seed=seed), epsilon=1.0)
+        verdict = statdp(first, _sample(neighbour, BANDS_SCHEMA, BANDS_SQL, cost, ["s"], runs=runs, seed=seed),
+                         epsilon=1.0)
         assert not verdict.flagged, verdict
         assert verdict.loss >= 0.5, verdict
 

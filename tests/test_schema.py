@@ -88,7 +88,8 @@ def test_domains_cells_bins_and_labels() -> None:
         ({"type": "numeric", "lower": 0, "upper": 1, "colour": 3}, "unknown setting(s) colour"),
         ({"type": "numeric", "edges": [0, 2, 1]}, "strictly increasing"),
         ({"type": "date", "lower": "2020-01-01", "upper": "soon"}, "tables.t.columns.c.upper must be a date"),
-        ({"type": "categorical", "values": ["a"], "out_of_domain": "clamp"}, 'out_of_domain must be "drop" or "exclude"'),
+        ({"type": "categorical", "values": ["a"], "out_of_domain": "clamp"},
+         'out_of_domain must be "drop" or "exclude"'),
         ({"type": "integer", "lower": 0, "upper": 3, "out_of_domain": "skip"}, 'must be "drop", "clamp" or "exclude"'),
         ({"type": "categorical", "values": ["a"], "other": True, "out_of_domain": "exclude"}, "choose one of the two"),
         ({"type": "integer", "lower": 0, "upper": 10**9, "bin_width": 1}, "the limit is"),
@@ -101,11 +102,12 @@ def test_validation_names_the_key_and_the_problem(column: dict[str, object], mes
 
 def test_lookup_errors_name_what_is_declared() -> None:
     schema = Schema.load(TOML)
-    with pytest.raises(SchemaError, match="Table 'visits' is not in the schema.*Declared tables: people"):
+    with pytest.raises(SchemaError, match=r"Table 'visits' is not in the schema.*Declared tables: people"):
         schema.table("visits")
     with pytest.raises(SchemaError, match=r"Column 'zip' is not in the schema of table 'people' \(line 1, col 8\)"):
         schema.table("people").column("zip", "line 1, col 8")
     with pytest.raises(SchemaError, match="privacy_unit"):
-        Schema.load({"tables": {"t": {"privacy_unit": "person", "columns": {"c": {"type": "categorical", "values": [1]}}}}})
+        Schema.load({"tables": {"t": {"privacy_unit": "person",
+                                      "columns": {"c": {"type": "categorical", "values": [1]}}}}})
     with pytest.raises(SchemaError, match="not valid TOML"):
         Schema.load("[tables.t\ncolumns = 1")

@@ -46,7 +46,8 @@ COLUMNS = {
     "person_id": {"type": "integer", "lower": 0, "upper": 1000, "bin_width": 1000},
 }
 SCHEMA = Schema.load({"tables": {"t": {"columns": COLUMNS}}})
-UNIT_SCHEMA = Schema.load({"tables": {"t": {"columns": COLUMNS, "privacy_unit": {"column": "person_id", "max_rows": 2}}}})
+UNIT_SCHEMA = Schema.load({"tables": {"t": {"columns": COLUMNS,
+                                            "privacy_unit": {"column": "person_id", "max_rows": 2}}}})
 ROWS = 600
 HEAVY_ROWS = 40  # person 0 has this many rows
 
@@ -58,8 +59,10 @@ def _rows(seed: int = 7) -> list[tuple[object, ...]]:
     rows = []
     for person in people:
         sex = None if rng.random() < 0.05 else str(rng.choice(["F", "M"]))  # X is declared but never occurs
-        rows.append((None if person is None else int(person), int(rng.integers(0, 20)), round(float(rng.uniform(0, 100)), 2), sex,
-                     int(rng.integers(1, 5)), int(rng.integers(0, 3)), dt.date(2021, 1, 1) + dt.timedelta(days=int(rng.integers(6))),
+        rows.append((None if person is None else int(person), int(rng.integers(0, 20)),
+                     round(float(rng.uniform(0, 100)), 2), sex,
+                     int(rng.integers(1, 5)), int(rng.integers(0, 3)),
+                     dt.date(2021, 1, 1) + dt.timedelta(days=int(rng.integers(6))),
                      dt.date(2021, 1, 1) + dt.timedelta(days=int(rng.integers(3)))))
     return rows
 
@@ -74,7 +77,8 @@ def data() -> Iterator[duckdb.DuckDBPyConnection]:
     con.close()
 
 
-def connect(data: duckdb.DuckDBPyConnection, *, seed: int = 0, schema: Schema = SCHEMA, **budget: float) -> dpsql.Connection:
+def connect(data: duckdb.DuckDBPyConnection, *, seed: int = 0, schema: Schema = SCHEMA,
+            **budget: float) -> dpsql.Connection:
     return dpsql.connect(data, schema=schema, budget=Budget(**(budget or {"rho": 1e6})), rng=SeededRandomSource(seed))
 
 
@@ -108,12 +112,15 @@ def test_every_declared_group_in_declared_order_and_arrow_type(data: duckdb.Duck
 
 
 def test_two_column_groups_follow_group_by_order_whatever_the_select_order(data: duckdb.DuckDBPyConnection) -> None:
-    batch = "SELECT age, sex, COUNT(*) AS n FROM t GROUP BY sex, age; SELECT sex, age, COUNT(*) AS n FROM t GROUP BY age, sex"
+    batch = ("SELECT age, sex, COUNT(*) AS n FROM t GROUP BY sex, age; "
+             "SELECT sex, age, COUNT(*) AS n FROM t GROUP BY age, sex")
     first, second = connect(data).cursor().execute(batch, epsilon=1.0).fetch_arrow_tables()
     sexes, ages = ["F", "M", "X", None], [0, 5, 10, 15]
     assert first.column_names[:2] == ["age", "age_upper"] and first.column_names[2] == "sex"
-    assert list(zip(first.column("sex").to_pylist(), first.column("age").to_pylist())) == [(s, a) for s in sexes for a in ages]
-    assert list(zip(second.column("age").to_pylist(), second.column("sex").to_pylist())) == [(a, s) for a in ages for s in sexes]
+    assert list(zip(first.column("sex").to_pylist(), first.column("age").to_pylist())) == [
+        (s, a) for s in sexes for a in ages]
+    assert list(zip(second.column("age").to_pylist(), second.column("sex").to_pylist())) == [
+        (a, s) for a in ages for s in sexes]
     again = connect(data, seed=99).cursor().execute(batch, epsilon=1.0).fetch_arrow_tables()
     assert [t.select(["age", "sex"]) for t in again] == [t.select(["age", "sex"]) for t in (first, second)]
 
@@ -123,9 +130,11 @@ STATS_BATCH = """SELECT sex, COUNT(*) AS n FROM t GROUP BY sex;
 SELECT COUNT(*) AS older_women FROM t WHERE age >= 10 AND sex = 'F';
 SELECT age, SUM(income) AS total FROM t GROUP BY age;
 SELECT rooms, AVG(income) AS mean FROM t GROUP BY rooms"""
-TRUTH_SQL = ["SELECT COUNT(*) FILTER (WHERE sex = 'F'), COUNT(*) FILTER (WHERE sex = 'M'), 0, COUNT(*) FILTER (WHERE sex IS NULL) FROM t",
+TRUTH_SQL = ["SELECT COUNT(*) FILTER (WHERE sex = 'F'), COUNT(*) FILTER (WHERE sex = 'M'), 0, COUNT(*) FILTER "
+             "(WHERE sex IS NULL) FROM t",
              "SELECT COUNT(*) FROM t WHERE age >= 10 AND sex = 'F'",
-             "SELECT " + ", ".join(f"SUM(income) FILTER (WHERE age >= {a} AND age < {a + 5})" for a in (0, 5, 10, 15)) + " FROM t",
+             "SELECT " + ", ".join(f"SUM(income) FILTER (WHERE age >= {a} AND age < {a + 5})"
+                                   for a in (0, 5, 10, 15)) + " FROM t",
              "SELECT " + ", ".join(f"AVG(income) FILTER (WHERE rooms = {r})" for r in (1, 2, 3, 4)) + " FROM t"]
 RUNS = 300
 
@@ -139,17 +148,20 @@ class _ScanOnce(DuckDBBackend):
         self.scans: dict[tuple[object, ...], object] = {}
 
     def cell_data(self, table, cell_columns, *, sum_columns=None, count_columns=()):  # type: ignore[no-untyped-def]
-        key = (table.name, tuple(c.name for c in cell_columns), tuple((c.name, q) for c, q in (sum_columns or {}).items()),
+        key = (table.name, tuple(c.name for c in cell_columns),
+               tuple((c.name, q) for c, q in (sum_columns or {}).items()),
                tuple(c.name for c in count_columns))
         if key not in self.scans:
-            self.scans[key] = super().cell_data(table, cell_columns, sum_columns=sum_columns or {}, count_columns=count_columns)
+            self.scans[key] = super().cell_data(table, cell_columns, sum_columns=sum_columns or {},
+                                                count_columns=count_columns)
         return self.scans[key]
 
     def cell_data_sets(self, table, cell_sets, *, sum_columns=None, count_columns=()):  # type: ignore[no-untyped-def]
         key = (table.name, tuple(tuple(c.name for c in cells) for cells in cell_sets),
                tuple((c.name, q) for c, q in (sum_columns or {}).items()), tuple(c.name for c in count_columns))
         if key not in self.scans:
-            self.scans[key] = super().cell_data_sets(table, cell_sets, sum_columns=sum_columns or {}, count_columns=count_columns)
+            self.scans[key] = super().cell_data_sets(table, cell_sets, sum_columns=sum_columns or {},
+                                                     count_columns=count_columns)
         return self.scans[key]
 
 
@@ -159,7 +171,8 @@ def _truth(data: duckdb.DuckDBPyConnection) -> list[np.ndarray]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cost", [{"epsilon": 1.0}, {"rho": 0.5}], ids=["laplace", "gaussian"])
-def test_answers_are_unbiased_and_their_standard_errors_are_calibrated(data: duckdb.DuckDBPyConnection, cost: dict) -> None:
+def test_answers_are_unbiased_and_their_standard_errors_are_calibrated(data: duckdb.DuckDBPyConnection,
+                                                                       cost: dict) -> None:
     """RUNS independent releases of one batch; z = (answer - truth) / reported stddev.
 
     Counts and sums: the reported stddev is exact, so E z = 0 and E z² = 1. Each answer's mean
@@ -178,8 +191,10 @@ def test_answers_are_unbiased_and_their_standard_errors_are_calibrated(data: duc
     assert len(prepared.groups.compiled.groups) == 2 and len(backend.scans) == 1  # one scan serves both statement groups
     assert budget.spent == pytest.approx(RUNS * budget.price(PrivacyCost(**cost)))
     names = ["n", "older_women", "total", "mean"]
-    values = [np.stack([run[i].column(name).to_numpy(zero_copy_only=False) for run in runs]) for i, name in enumerate(names)]
-    stddevs = [np.stack([run[i].column(f"{name}_stddev").to_numpy(zero_copy_only=False) for run in runs]) for i, name in enumerate(names)]
+    values = [np.stack([run[i].column(name).to_numpy(zero_copy_only=False) for run in runs])
+              for i, name in enumerate(names)]
+    stddevs = [np.stack([run[i].column(f"{name}_stddev").to_numpy(zero_copy_only=False) for run in runs])
+               for i, name in enumerate(names)]
     exact_v = np.concatenate(values[:3], axis=1)
     exact_sd = np.concatenate(stddevs[:3], axis=1)
     exact_truth = np.concatenate(truth[:3])
@@ -219,7 +234,8 @@ def _predicted_stddevs(prepared: engine.Prepared) -> list[dict[str, np.ndarray]]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cost", [{"epsilon": 0.5}, {"rho": 0.125}], ids=["laplace", "gaussian"])
-def test_stddev_columns_are_the_plan_s_prediction_and_do_not_depend_on_the_seed(data: duckdb.DuckDBPyConnection, cost: dict) -> None:
+def test_stddev_columns_are_the_plan_s_prediction_and_do_not_depend_on_the_seed(data: duckdb.DuckDBPyConnection,
+                                                                                cost: dict) -> None:
     first = connect(data, seed=1).cursor().execute(STATS_BATCH, **cost).fetch_arrow_tables()
     second = connect(data, seed=2).cursor().execute(STATS_BATCH, **cost).fetch_arrow_tables()
     predicted = _predicted_stddevs(engine.prepare(STATS_BATCH, SCHEMA, PrivacyCost(**cost)))
@@ -241,15 +257,18 @@ def test_stddevs_scale_as_one_over_epsilon_and_one_over_root_rho(data: duckdb.Du
     noisy = connect(data).cursor().execute(STATS_BATCH, **{family: small}).fetch_arrow_tables()
     precise = connect(data).cursor().execute(STATS_BATCH, **{family: large}).fetch_arrow_tables()
     for a, b, name in zip(noisy, precise, ["n", "older_women", "total"]):
-        np.testing.assert_allclose(a.column(f"{name}_stddev").to_numpy() / b.column(f"{name}_stddev").to_numpy(), ratio, rtol=1e-3)
+        np.testing.assert_allclose(a.column(f"{name}_stddev").to_numpy() / b.column(f"{name}_stddev").to_numpy(), ratio,
+                                   rtol=1e-3)
 
 
 # ============================================================================== budget
 TWELVE = ";\n".join([
-    "SELECT sex, COUNT(*) FROM t GROUP BY sex", "SELECT COUNT(*) FROM t WHERE age >= 18", "SELECT age, COUNT(*) FROM t GROUP BY age",
+    "SELECT sex, COUNT(*) FROM t GROUP BY sex", "SELECT COUNT(*) FROM t WHERE age >= 18",
+    "SELECT age, COUNT(*) FROM t GROUP BY age",
     "SELECT rooms, COUNT(*) FROM t GROUP BY rooms", "SELECT floor, AVG(income) FROM t GROUP BY floor",
     "SELECT sex, SUM(income) FROM t GROUP BY sex", "SELECT COUNT(*) FROM t WHERE income >= 50",
-    "SELECT age, COUNT(*) FROM t WHERE age >= 10 GROUP BY age", "SELECT COUNT(*) AS n FROM t WHERE sex = 'F' AND age < 5",
+    "SELECT age, COUNT(*) FROM t WHERE age >= 10 GROUP BY age",
+    "SELECT COUNT(*) AS n FROM t WHERE sex = 'F' AND age < 5",
     "SELECT day, COUNT(*) FROM t GROUP BY day", "SELECT COUNT(*) FROM t WHERE rooms IN (1, 2)",
     "SELECT COUNT(*) FROM t WHERE age < 5 OR age >= 15"])
 
@@ -303,7 +322,8 @@ def test_a_batch_over_budget_releases_nothing_and_charges_nothing(data: duckdb.D
     ("SELECT COUNT(*) FROM t WHERE", SqlSyntaxError),
     ("SELECT COUNT(*) FROM t WHERE age > ?", ProgrammingError),
 ])
-def test_a_batch_that_cannot_be_answered_spends_nothing(data: duckdb.DuckDBPyConnection, sql: str, error_class: type) -> None:
+def test_a_batch_that_cannot_be_answered_spends_nothing(data: duckdb.DuckDBPyConnection, sql: str,
+                                                        error_class: type) -> None:
     with connect(data, epsilon=1.0) as connection:
         with pytest.raises(error_class):
             connection.cursor().execute("SELECT COUNT(*) FROM t WHERE age < 3;\n" + sql, epsilon=0.5)
@@ -332,8 +352,8 @@ def test_a_batch_that_cannot_be_answered_spends_nothing(data: duckdb.DuckDBPyCon
     ("SELECT shoe, COUNT(*) FROM t GROUP BY shoe", ProgrammingError, "line 1, col 39"),
     ("SELECT COUNT(*) FROM t WHERE age >", ProgrammingError, "line 1, col 34"),
 ])
-def test_each_unsupported_construct_raises_its_pep_249_class_with_its_position(data: duckdb.DuckDBPyConnection, sql: str,
-                                                                               error_class: type, position: str) -> None:
+def test_each_unsupported_construct_raises_its_pep_249_class_with_its_position(
+        data: duckdb.DuckDBPyConnection, sql: str, error_class: type, position: str) -> None:
     with connect(data) as connection:
         with pytest.raises(error_class) as caught:
             connection.cursor().execute(sql, epsilon=1.0)
@@ -355,7 +375,8 @@ def test_a_plain_count_star_is_answered(data: duckdb.DuckDBPyConnection) -> None
 
 # ============================================================================== ORDER BY, LIMIT, parameters
 def test_order_by_noisy_values_and_limit(data: duckdb.DuckDBPyConnection) -> None:
-    plain = connect(data, seed=5).cursor().execute("SELECT age, COUNT(*) AS n FROM t GROUP BY age", epsilon=0.05).fetch_arrow_table()
+    plain = connect(data, seed=5).cursor().execute("SELECT age, COUNT(*) AS n FROM t GROUP BY age",
+                                                   epsilon=0.05).fetch_arrow_table()
     cursor = connect(data, seed=5).cursor()
     cursor.execute("SELECT age, COUNT(*) AS n FROM t GROUP BY age ORDER BY n DESC LIMIT 2;"
                    "SELECT age, COUNT(*) AS n FROM t GROUP BY age ORDER BY 1 DESC;"
@@ -370,10 +391,12 @@ def test_order_by_noisy_values_and_limit(data: duckdb.DuckDBPyConnection) -> Non
 
 
 def test_qmark_parameters_are_bound_like_literals(data: duckdb.DuckDBPyConnection) -> None:
-    literal = "SELECT sex, COUNT(*) AS n FROM t WHERE age >= 10 AND day < DATE '2021-01-03' AND rooms IN (1, 4) GROUP BY sex LIMIT 2"
+    literal = ("SELECT sex, COUNT(*) AS n FROM t WHERE age >= 10 AND day < DATE '2021-01-03' AND rooms IN (1, 4) "
+               "GROUP BY sex LIMIT 2")
     marked = "SELECT sex, COUNT(*) AS n FROM t WHERE age >= ? AND day < ? AND rooms IN (?, ?) GROUP BY sex LIMIT ?"
     expected = connect(data, seed=8).cursor().execute(literal, epsilon=1.0).fetch_arrow_table()
-    bound = connect(data, seed=8).cursor().execute(marked, [10, dt.date(2021, 1, 3), 1, 4, 2], epsilon=1.0).fetch_arrow_table()
+    bound = connect(data, seed=8).cursor().execute(marked, [10, dt.date(2021, 1, 3), 1, 4, 2],
+                                                   epsilon=1.0).fetch_arrow_table()
     assert bound.equals(expected) and bound.num_rows == 2
     with pytest.raises(ProgrammingError, match=r"2 \? placeholders but 1 parameter"):
         connect(data).cursor().execute("SELECT COUNT(*) FROM t WHERE age >= ? AND sex = ?", [10], epsilon=1.0)
@@ -387,27 +410,33 @@ def test_a_parameter_is_a_value_never_sql(data: duckdb.DuckDBPyConnection) -> No
 def test_groups_a_where_clause_empties_answer_exactly_zero_and_avg_null(data: duckdb.DuckDBPyConnection) -> None:
     """The WHERE clause is public: groups it excludes get an all-zero query row (no noise), AVG NULL."""
     counts, means = connect(data).cursor().execute(
-        "SELECT age, COUNT(*) AS n FROM t WHERE age >= 10 GROUP BY age; SELECT age, AVG(income) AS m FROM t WHERE age >= 10 GROUP BY age",
+        "SELECT age, COUNT(*) AS n FROM t WHERE age >= 10 GROUP BY age; SELECT age, AVG(income) AS m FROM t "
+        "WHERE age >= 10 GROUP BY age",
         epsilon=1.0).fetch_arrow_tables()
     assert counts.column("n").to_pylist()[:2] == [0.0, 0.0] and counts.column("n_stddev").to_pylist()[:2] == [0.0, 0.0]
-    assert means.column("m").to_pylist()[:2] == [None, None] and means.column("m_stddev").to_pylist()[:2] == [None, None]
+    assert means.column("m").to_pylist()[:2] == [None,
+                                                 None] and means.column("m_stddev").to_pylist()[:2] == [None, None]
     assert all(v is not None for v in means.column("m").to_pylist()[2:])
 
 
 def test_order_by_a_string_column_descending_matches_sql(data: duckdb.DuckDBPyConnection) -> None:
     con = duckdb.connect()
-    con.execute("CREATE TABLE w AS SELECT CASE WHEN i % 3 = 0 THEN 'a' WHEN i % 3 = 1 THEN 'ab' ELSE 'b' END AS k FROM range(30) r(i)")
+    con.execute("CREATE TABLE w AS SELECT CASE WHEN i % 3 = 0 THEN 'a' WHEN i % 3 = 1 THEN 'ab' ELSE 'b' "
+                "END AS k FROM range(30) r(i)")
     schema = {"tables": {"w": {"columns": {"k": {"type": "categorical", "values": ["a", "ab", "b"]}}}}}
     with dpsql.connect(con, schema=schema, budget=Budget(epsilon=1.0), rng=SeededRandomSource(0)) as connection:
-        table = connection.cursor().execute("SELECT k, COUNT(*) AS n FROM w GROUP BY k ORDER BY k DESC", epsilon=1.0).fetch_arrow_table()
-    assert table.column("k").to_pylist() == [k for (k,) in con.execute("SELECT DISTINCT k FROM w ORDER BY k DESC").fetchall()]
+        table = connection.cursor().execute("SELECT k, COUNT(*) AS n FROM w GROUP BY k ORDER BY k DESC",
+                                            epsilon=1.0).fetch_arrow_table()
+    keys = con.execute("SELECT DISTINCT k FROM w ORDER BY k DESC").fetchall()
+    assert table.column("k").to_pylist() == [k for (k,) in keys]
 
 
 @pytest.mark.parametrize("sql, names", [
     ("SELECT COUNT(*) AS n, SUM(age) AS n_stddev FROM t", ["n", "n_stddev"]),
     ("SELECT age, COUNT(*) AS age_upper FROM t GROUP BY age", ["age", "age_upper"]),
 ])
-def test_an_alias_never_replaces_a_generated_column(data: duckdb.DuckDBPyConnection, sql: str, names: list[str]) -> None:
+def test_an_alias_never_replaces_a_generated_column(data: duckdb.DuckDBPyConnection, sql: str,
+                                                    names: list[str]) -> None:
     try:
         table = connect(data).cursor().execute(sql, epsilon=1.0).fetch_arrow_table()
     except dpsql.ProgrammingError:
@@ -440,8 +469,10 @@ def test_explain_reads_no_data(tmp_path: object) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cost, mechanism_name, spent", [({"epsilon": 0.5}, "Laplace", "ε=0.5"), ({"rho": 0.25}, "Gaussian", "ρ=0.25")])
-def test_metadata_describes_the_release(data: duckdb.DuckDBPyConnection, cost: dict, mechanism_name: str, spent: str) -> None:
+@pytest.mark.parametrize("cost, mechanism_name, spent",
+                         [({"epsilon": 0.5}, "Laplace", "ε=0.5"), ({"rho": 0.25}, "Gaussian", "ρ=0.25")])
+def test_metadata_describes_the_release(data: duckdb.DuckDBPyConnection, cost: dict, mechanism_name: str,
+                                        spent: str) -> None:
     tables = connect(data, rho=10.0).cursor().execute(TWELVE, **cost).fetch_arrow_tables()
     metadata = [json.loads(table.schema.metadata[b"dpsql"]) for table in tables]
     own = [m.pop("statement_error") for m in metadata]  # each statement's figures against answering it alone
@@ -454,7 +485,8 @@ def test_metadata_describes_the_release(data: duckdb.DuckDBPyConnection, cost: d
                                                                        "HDMM-union", "Eigen-Design", "workload"}
     assert all(isinstance(v, float) and v > 0 for v in first["expected_rmse"].values())
     assert any(key.endswith("sum(income)") for key in first["strategy"])
-    shared = any("(TaMM)" in note for note in first.get("answering", []))  # AVG's count then comes from the shared cell counts
+    # AVG's count then comes from the shared cell counts
+    shared = any("(TaMM)" in note for note in first.get("answering", []))
     assert shared or any(key.endswith("nonnull(income)") for key in first["strategy"])
 
 
@@ -462,11 +494,13 @@ def test_metadata_describes_the_release(data: duckdb.DuckDBPyConnection, cost: d
 def test_a_person_contributes_at_most_max_rows(data: duckdb.DuckDBPyConnection) -> None:
     """With ρ = 1e5 the noise is negligible (σ < 0.01), so answers pin the number of kept rows."""
     per_person = data.execute("SELECT COUNT(*) FROM t WHERE person_id IS NOT NULL GROUP BY person_id").fetchall()
-    kept = sum(min(n, 2) for (n,) in per_person)  # person 0's 40 rows count twice; the 10 rows without a person not at all
+    # person 0's 40 rows count twice; the 10 rows without a person not at all
+    kept = sum(min(n, 2) for (n,) in per_person)
     assert kept <= ROWS - 10 - HEAVY_ROWS + 2
     with connect(data, schema=UNIT_SCHEMA, rho=1e6) as connection:
         total, by_sex = connection.cursor().execute(
-            "SELECT COUNT(*) AS n FROM t WHERE age >= 0; SELECT sex, COUNT(*) AS n FROM t GROUP BY sex", rho=1e5).fetch_arrow_tables()
+            "SELECT COUNT(*) AS n FROM t WHERE age >= 0; SELECT sex, COUNT(*) AS n FROM t GROUP BY sex",
+            rho=1e5).fetch_arrow_tables()
     assert total.column("n_stddev")[0].as_py() < 0.01
     assert round(total.column("n")[0].as_py()) == kept
     assert round(sum(by_sex.column("n").to_pylist())) == kept
@@ -479,7 +513,8 @@ def test_the_privacy_unit_doubles_the_laplace_stddev(data: duckdb.DuckDBPyConnec
     rows = connect(data).cursor().execute(batch, epsilon=0.02).fetch_arrow_tables()
     units = connect(data, schema=UNIT_SCHEMA).cursor().execute(batch, epsilon=0.02).fetch_arrow_tables()
     for a, b, name in zip(rows, units, ["n", "total"]):
-        np.testing.assert_allclose(b.column(f"{name}_stddev").to_numpy() / a.column(f"{name}_stddev").to_numpy(), 2.0, rtol=1e-4)
+        np.testing.assert_allclose(b.column(f"{name}_stddev").to_numpy() / a.column(f"{name}_stddev").to_numpy(), 2.0,
+                                   rtol=1e-4)
 
 
 def test_sums_under_the_privacy_unit_add_only_kept_rows(data: duckdb.DuckDBPyConnection) -> None:
@@ -491,7 +526,8 @@ def test_sums_under_the_privacy_unit_add_only_kept_rows(data: duckdb.DuckDBPyCon
                    list_sum(list_slice(list_reverse_sort(list(income)), 1, 2)) AS hi, LEAST(COUNT(*), 2) AS n
             FROM t WHERE person_id IS NOT NULL GROUP BY person_id)""").fetchone()
     with connect(data, schema=UNIT_SCHEMA, rho=1e7) as connection:
-        total = connection.cursor().execute("SELECT SUM(income) AS s, COUNT(income) AS c FROM t", rho=1e6).fetch_arrow_table()
+        total = connection.cursor().execute("SELECT SUM(income) AS s, COUNT(income) AS c FROM t",
+                                            rho=1e6).fetch_arrow_table()
     s, s_stddev, c = (total.column(name)[0].as_py() for name in ("s", "s_stddev", "c"))
     assert s_stddev < 1 and low - 6 * s_stddev - 1 <= s <= high + 6 * s_stddev + 1
     assert round(c) == kept

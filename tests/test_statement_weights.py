@@ -147,6 +147,7 @@ def test_the_guard_raises_a_losing_statements_weight_until_it_is_no_worse() -> N
     assert errors[1].ratio <= 1 + 1e-3 and prepared.chosen.weights[1] > 1e-4 and prepared.chosen.guard_notes == ()
 
 
+@pytest.mark.slow
 def test_weighted_answers_have_honest_standard_errors() -> None:
     """40 seeded releases at ε = 1 with weights [1, 5]: z-scores of every answer against the exact
     truth have mean within 4.5/√R of 0 and variance within 1.6·6·√(2/R) of 1 (discrete Laplace
@@ -154,10 +155,12 @@ def test_weighted_answers_have_honest_standard_errors() -> None:
     con, runs = table(1), 40
     prepared = engine.prepare(BATCH, schema(), PrivacyCost(epsilon=1.0), weights=[1.0, 5.0])
     counts = dict(con.execute("SELECT g, COUNT(*) FROM t GROUP BY g").fetchall())
-    truth = np.array([counts.get(g, 0) for g in range(100)] + [con.execute("SELECT SUM(x) FROM t").fetchone()[0]], dtype=float)
+    truth = np.array([counts.get(g, 0) for g in range(100)] + [con.execute("SELECT SUM(x) FROM t").fetchone()[0]],
+                     dtype=float)
     backend, z = DuckDBBackend(con), []
     for seed in range(runs):
-        grouped, total = engine.run(prepared, backend=backend, budget=Budget(epsilon=100.0), rng=SeededRandomSource(seed))
+        grouped, total = engine.run(prepared, backend=backend, budget=Budget(epsilon=100.0),
+                                    rng=SeededRandomSource(seed))
         values = np.concatenate([grouped.column("n").to_numpy()[:100], total.column("s").to_numpy()])
         stddevs = np.concatenate([grouped.column("n_stddev").to_numpy()[:100], total.column("s_stddev").to_numpy()])
         z.append((values - truth) / stddevs)
@@ -176,7 +179,8 @@ def test_scaled_stack_scales_each_blocks_rows_and_keeps_its_structure() -> None:
     disjoint = DisjointSum([Kron([Explicit(rng.random((1, 3))), Explicit(rng.random((1, 4)))]) for _ in range(2)])
     stacked = VStack([kron, disjoint])
     scaled = weighting.scaled_stack(stacked, [6, 1], [0.5, 2.0])
-    assert isinstance(scaled, VStack) and isinstance(scaled.blocks[0], Kron) and isinstance(scaled.blocks[1], DisjointSum)
+    assert isinstance(scaled, VStack) and isinstance(scaled.blocks[0], Kron)
+    assert isinstance(scaled.blocks[1], DisjointSum)
     np.testing.assert_allclose(scaled.dense(), np.repeat([0.5, 2.0], [6, 1])[:, None] * stacked.dense())
     dense = Explicit(rng.random((5, 7)))
     np.testing.assert_allclose(weighting.scaled_stack(dense, [2, 3], [3.0, 0.25]).dense(),

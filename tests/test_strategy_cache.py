@@ -31,7 +31,7 @@ def test_a_stack_round_trips_with_its_structure() -> None:
     assert built is A
     read = strategy_cache.cached(W, noise="laplace", template="t", build=lambda: pytest.fail("rebuilt"))
     assert isinstance(read, workloads.VStack) and read.shape == A.shape
-    first, second = read.blocks
+    first, _ = read.blocks
     assert isinstance(first, workloads.Weighted) and first.weight == 3.0
     assert [type(f) for f in workloads.kron_factors(first.base)] == [workloads.Identity, workloads.Total]
     x = np.random.default_rng(3).random(A.shape[1])

@@ -19,7 +19,8 @@ def people(con: duckdb.DuckDBPyConnection, rows: int = 300) -> None:
     """A generated table with every supported type, NULLs, an ENUM, a wide text column and odd names."""
     rng = np.random.default_rng(7)
     con.execute("""CREATE TABLE "People Data" (id INTEGER, age INTEGER, income DOUBLE, sex VARCHAR,
-                   "first name" VARCHAR, employed BOOLEAN, joined DATE, seen TIMESTAMP, tier ENUM('gold', 'silver', 'bronze'),
+                   "first name" VARCHAR, employed BOOLEAN, joined DATE, seen TIMESTAMP,
+                   tier ENUM('gold', 'silver', 'bronze'),
                    score DECIMAL(6, 2), "quote""d" VARCHAR, nothing VARCHAR, payload BLOB)""")
     data = [(i, int(rng.integers(18, 90)), float(rng.lognormal(10, 1)), ["f", "m", None][i % 3], f"name {i}",
              bool(i % 2), dt.date(2018, 1, 1) + dt.timedelta(days=int(rng.integers(0, 2000))),

@@ -19,7 +19,8 @@ from dpsql.workloads import Explicit, Prefix
 VALUES = np.array([10.0, 20.0, 30.0, 100.0])
 COUNTS = np.array([3.0, 1.0, 0.0, 2.0])
 W = Prefix(4)
-H2 = Explicit(np.array([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 1, 1], [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]], dtype=float))
+H2 = Explicit(np.array([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 1, 1], [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0],
+                        [0, 0, 0, 1]], dtype=float))
 
 
 # ----------------------------------------------------------------------------- worked example (digest §7)
@@ -166,7 +167,8 @@ def test_r2t_scores_without_noise_match_the_digest() -> None:
     scales, penalties = sum_truncation.r2t_penalties(TAUS, epsilon=1.0, beta=0.1)
     assert scales.tolist() == [14, 28, 56, 112, 224, 448, 896]
     assert 7 * math.log(7 / 0.1) == pytest.approx(29.739466694345516)
-    np.testing.assert_allclose(penalties, [59.478933, 118.957867, 237.915734, 475.831467, 951.662934, 1903.325868, 3806.651737],
+    np.testing.assert_allclose(penalties,
+                               [59.478933, 118.957867, 237.915734, 475.831467, 951.662934, 1903.325868, 3806.651737],
                                atol=1e-6)
     sums = np.array([199, 394, 772, 1480, 2704, 4384, 5050])
     np.testing.assert_allclose(sums - penalties, [139.521067, 275.042133, 534.084266, 1004.168533, 1752.337066,
@@ -202,7 +204,8 @@ def test_theorem_1_recursive_second_phase_is_truncation(values: list[int], delta
 
 
 # ----------------------------------------------------------------------------- isotonic regression
-@pytest.mark.parametrize(("y", "expected"), [([3, 1, 2], [2, 2, 2]), ([1, 3, 2, 4], [1, 2.5, 2.5, 4]), ([5, 4, 3], [4, 4, 4])])
+@pytest.mark.parametrize(("y", "expected"),
+                         [([3, 1, 2], [2, 2, 2]), ([1, 3, 2, 4], [1, 2.5, 2.5, 4]), ([5, 4, 3], [4, 4, 4])])
 def test_pava_oracles(y: list[float], expected: list[float]) -> None:
     assert sum_truncation.isotonic_increasing(y).tolist() == expected
 

@@ -27,7 +27,8 @@ def heavy_table(seed: int = 0) -> duckdb.DuckDBPyConnection:
     rng = np.random.default_rng(seed)
     income = np.round(rng.pareto(1.5, ROWS) * 20_000)
     con = duckdb.connect()
-    con.register("source", pa.table({"income": pa.array(income, mask=rng.random(ROWS) < 0.02), "g": rng.integers(0, 4, ROWS)}))
+    con.register("source",
+                 pa.table({"income": pa.array(income, mask=rng.random(ROWS) < 0.02), "g": rng.integers(0, 4, ROWS)}))
     con.execute("CREATE TABLE t AS SELECT * FROM source")
     con.unregister("source")
     return con
@@ -39,7 +40,8 @@ def schema(truncate: str | None, share: float | None = None) -> Schema:
         income["truncate"] = truncate
     if share is not None:
         income["truncation_share"] = share
-    return Schema.load({"tables": {"t": {"columns": {"income": income, "g": {"type": "categorical", "values": [0, 1, 2, 3]}}}}})
+    return Schema.load({"tables": {"t": {"columns": {"income": income,
+                                                     "g": {"type": "categorical", "values": [0, 1, 2, 3]}}}}})
 
 
 SQL = "SELECT g, SUM(income) AS s, AVG(income) AS a, COUNT(*) AS n FROM t GROUP BY g"
@@ -60,7 +62,8 @@ def test_measure_profile_matches_a_reference() -> None:
     con.execute("CREATE TABLE t (x DOUBLE)")
     values = [1.0, 5.0, None, 250.0, -3.0, float("nan"), 0.0]
     con.executemany("INSERT INTO t VALUES (?)", [(v,) for v in values])
-    table = Schema.load({"tables": {"t": {"columns": {"x": {"type": "numeric", "lower": -10, "upper": 100}}}}}).table("t")
+    table = Schema.load({"tables": {"t": {"columns": {"x": {"type": "numeric", "lower": -10,
+                                                            "upper": 100}}}}}).table("t")
     column = table.columns["x"]
     q = measure_quantum(column)
     profile = DuckDBBackend(con).measure_profile(table, column, q, [2.0, 5.0, 100.0], [int(4 / q), int(64 / q)])
@@ -91,7 +94,8 @@ def test_thresholds_are_sensible_on_heavy_tails() -> None:
     backend = DuckDBBackend(con)
     svt = thresholds.ThresholdPlan(column=table.columns["income"], method="svt", epsilon=1e4)
     theta = thresholds.choose(svt, backend=backend, table=table, rng=SeededRandomSource(0))
-    quantile = np.sort(np.minimum(values, 1e7))[math.floor(0.998 * values.size)]  # the first value with > r·N at or below it
+    # the first value with > r·N at or below it
+    quantile = np.sort(np.minimum(values, 1e7))[math.floor(0.998 * values.size)]
     assert quantile <= theta <= 1.2 * quantile * (1 + 1e-12)
     r2t = thresholds.ThresholdPlan(column=table.columns["income"], method="recursive", epsilon=1e6)
     theta = thresholds.choose(r2t, backend=backend, table=table, rng=SeededRandomSource(0))
@@ -99,6 +103,7 @@ def test_thresholds_are_sensible_on_heavy_tails() -> None:
 
 
 @pytest.mark.parametrize("method", ["svt", "recursive"])
+@pytest.mark.slow
 def test_answers_match_the_predicted_variance_around_the_truncated_truth(method: str) -> None:
     """60 seeded releases at ε = 1: θ is read from the metadata, the truncated truth computed
     exactly; per group the mean z-score is within 4.5/√R of 0 and the z-scores' variance within
@@ -112,7 +117,8 @@ def test_answers_match_the_predicted_variance_around_the_truncated_truth(method:
         metadata = json.loads(table.schema.metadata[b"dpsql"])
         theta = metadata["truncation_threshold"]["income"]
         chosen.add(theta)
-        truth = dict(con.execute(f"SELECT g, SUM(LEAST(income, {theta})) FILTER (WHERE income IS NOT NULL) FROM t GROUP BY g"
+        truth = dict(con.execute(f"SELECT g, SUM(LEAST(income, {theta})) FILTER (WHERE income IS "
+                                 "NOT NULL) FROM t GROUP BY g"
                                  ).fetchall())  # LEAST skips NULLs: filter them
         values, stddevs = table.column("s").to_numpy(), table.column("s_stddev").to_numpy()
         z.append([(v - truth[g]) / s for g, v, s in zip(table.column("g").to_pylist(), values, stddevs)])
@@ -141,10 +147,12 @@ def test_avg_is_null_where_the_noisy_count_is_too_small() -> None:
     wide = Schema.load({"tables": {"t": {"columns": {
         "income": {"type": "integer", "lower": 0, "upper": 10_000_000, "bin_width": 1000},
         "g": {"type": "categorical", "values": [0, 1, 2, 3, 4]}}}}})
-    prepared = engine.prepare("SELECT g, COUNT(income) AS c, AVG(income) AS a FROM t GROUP BY g", wide, PrivacyCost(epsilon=0.5))
+    prepared = engine.prepare("SELECT g, COUNT(income) AS c, AVG(income) AS a FROM t GROUP BY g", wide,
+                              PrivacyCost(epsilon=0.5))
     nulls = 0
     for seed in range(5):
-        (table,) = engine.run(prepared, backend=DuckDBBackend(con), budget=Budget(epsilon=10.0), rng=SeededRandomSource(seed))
+        (table,) = engine.run(prepared, backend=DuckDBBackend(con), budget=Budget(epsilon=10.0),
+                              rng=SeededRandomSource(seed))
         c, se, a = (table.column(n).to_numpy(zero_copy_only=False) for n in ("c", "c_stddev", "a"))
         assert np.array_equal(np.isnan(a), c < np.maximum(1.0, 2 * se))
         assert not np.isnan(a[:4]).any()
@@ -156,6 +164,7 @@ def test_avg_is_null_where_the_noisy_count_is_too_small() -> None:
 
 @pytest.mark.filterwarnings("ignore::dpsql.errors.DpsqlWarning")  # ε = 18 for the measurements: a test, not a release
 @pytest.mark.parametrize("policy", ["drop", "clamp"])
+@pytest.mark.slow
 def test_a_truncated_measure_that_is_also_filtered_on_is_clamped_at_theta(policy: str) -> None:
     """SUM(income) WHERE income < k, with income truncated: measured apart (drop: value cells are
     not allowed) or possibly as value cells (clamp). In 20 seeded releases every answer is within
@@ -177,7 +186,8 @@ def test_a_truncated_measure_that_is_also_filtered_on_is_clamped_at_theta(policy
         assert theta < 4_950_000  # below half the 4 planted values
         for k, table in zip(limits, tables):
             value, stddev = table.column("s")[0].as_py(), table.column("s_stddev")[0].as_py()
-            ((truth, untruncated),) = con.execute(f"SELECT SUM(LEAST(income, {theta})), SUM(income) FROM t WHERE income < {k}").fetchall()
+            ((truth, untruncated),
+             ) = con.execute(f"SELECT SUM(LEAST(income, {theta})), SUM(income) FROM t WHERE income < {k}").fetchall()
             rounding = 500 * ROWS if "TaMM" in metadata["answering"][0] else 0  # value cells round to midpoints
             assert abs(value - truth) <= 5 * stddev + rounding
             assert stddev < 50 * theta  # noise calibrated to θ (the outer bound would give ≥ 10⁷)

@@ -36,7 +36,8 @@ def table(seed: int = 0) -> duckdb.DuckDBPyConnection:
     x[rng.random(ROWS) < 0.03] = 25.0
     x[rng.random(ROWS) < 0.03] = -3.0
     con = duckdb.connect()
-    source = pa.table({"x": pa.array(x, mask=rng.random(ROWS) < 0.05), "y": rng.random(ROWS) * 100, "g": rng.integers(0, 4, ROWS)})
+    source = pa.table({"x": pa.array(x, mask=rng.random(ROWS) < 0.05), "y": rng.random(ROWS) * 100,
+                       "g": rng.integers(0, 4, ROWS)})
     con.register("source", source)
     con.execute("CREATE TABLE t AS SELECT * FROM source")
     con.unregister("source")
@@ -77,10 +78,12 @@ def test_value_cells_answer_clamped_and_truncated_sums_exactly(high: float) -> N
 def test_value_cells_on_a_grid_round_to_midpoints_within_the_reported_bound() -> None:
     con, declared = table(), schema()
     t = declared.table("t")
-    group, _ = compile_group(parse_batch("SELECT g, SUM(y) AS s FROM t GROUP BY g"), t, [0], 0, {"y": ValueCells(low=0.0, high=100.0)})
+    group, _ = compile_group(parse_batch("SELECT g, SUM(y) AS s FROM t GROUP BY g"), t, [0], 0,
+                             {"y": ValueCells(low=0.0, high=100.0)})
     cells = ValueCells(low=0.0, high=100.0)
     assert cells.rounding(t.columns["y"].domain) == pytest.approx(5.0)  # cells of width 10 around their midpoints
-    data = DuckDBBackend(con).cell_data(replace(t, columns={**t.columns, **{a.column.name: a.column for a in group.axes}}),
+    data = DuckDBBackend(con).cell_data(replace(t,
+                                                columns={**t.columns, **{a.column.name: a.column for a in group.axes}}),
                                         [a.column for a in group.axes])
     (block,) = group.blocks
     answers = block.workload @ batch_vector(group, data, COUNTS) * block.scale
@@ -96,7 +99,8 @@ def test_which_columns_can_be_read_as_value_cells() -> None:
     assert 'out_of_domain = "clamp" or "exclude"' in str(value_cells_problem(plain["x"], touched=True))
     assert value_cells_problem(schema("clamp").table("t").columns["x"], touched=True) is None
     assert value_cells_problem(schema("exclude").table("t").columns["x"], touched=True) is None
-    wide = Schema.load({"tables": {"t": {"columns": {"x": {"type": "integer", "lower": 0, "upper": 20, "measure_upper": 50}}}}})
+    wide = Schema.load({"tables": {"t": {"columns": {"x": {"type": "integer", "lower": 0, "upper": 20,
+                                                           "measure_upper": 50}}}}})
     assert "beyond its domain" in str(value_cells_problem(wide.table("t").columns["x"], touched=False))
     assert "not a numeric measure" in str(value_cells_problem(plain["g"], touched=False))
 
@@ -115,6 +119,7 @@ def test_the_planner_reads_count_and_sum_as_one_vector_when_that_is_more_accurat
     assert "measured apart (TiMM)" in apart.groups.answering_notes[0][1]  # a tie: [1; r/s] per group costs what two measurements do
 
 
+@pytest.mark.slow
 def test_grouped_count_and_avg_share_the_value_basis_and_match_the_predicted_variance() -> None:
     """COUNT(*) and AVG(x) GROUP BY g: three separate vectors, or one over g × value cells measured
     with I ⊗ [outside; non-NULL; r/s] (sensitivity 2 instead of 3 budget shares). 30 seeded
@@ -125,7 +130,8 @@ def test_grouped_count_and_avg_share_the_value_basis_and_match_the_predicted_var
     ((_, note),) = prepared.groups.answering_notes
     (measurement,) = prepared.groups.measurements
     assert note.startswith("answered from one count vector (TaMM)") and measurement.plan.name == "value basis"
-    truth = exact(con, "SELECT g, COUNT(*), SUM(CASE WHEN x IS NULL THEN 0 ELSE LEAST(GREATEST(x, 0), 20) END) / COUNT(x) "
+    truth = exact(con,
+                  "SELECT g, COUNT(*), SUM(CASE WHEN x IS NULL THEN 0 ELSE LEAST(GREATEST(x, 0), 20) END) / COUNT(x) "
                        "FROM t GROUP BY g ORDER BY g")
     backend, z = DuckDBBackend(con), []
     for seed in range(runs):
@@ -138,6 +144,7 @@ def test_grouped_count_and_avg_share_the_value_basis_and_match_the_predicted_var
     assert np.all(np.abs(scores.var(axis=0, ddof=1) - 1) < 1.6 * 6 * math.sqrt(2 / runs))
 
 
+@pytest.mark.slow
 def test_shared_measurement_answers_match_the_predicted_variance_and_avg_uses_the_covariance() -> None:
     """40 seeded releases at ε = 1 of COUNT(*), SUM(x), AVG(x), read as value cells: z-scores of
     every answer against the exact truth have mean within 4.5/√R of 0 and variance within
@@ -152,7 +159,8 @@ def test_shared_measurement_answers_match_the_predicted_variance_and_avg_uses_th
     for seed in range(runs):
         (result,) = engine.run(prepared, backend=backend, budget=Budget(epsilon=100.0), rng=SeededRandomSource(seed))
         row = {name: result.column(name)[0].as_py() for name in result.column_names}
-        z.append([(row["n"] - n) / row["n_stddev"], (row["s"] - s) / row["s_stddev"], (row["a"] - s / c) / row["a_stddev"]])
+        z.append([(row["n"] - n) / row["n_stddev"], (row["s"] - s) / row["s_stddev"],
+                  (row["a"] - s / c) / row["a_stddev"]])
         metadata = json.loads(result.schema.metadata[b"dpsql"])
         assert metadata["strategy"] == {"group 1: count": prepared.groups.measurements[0].plan.name}
     scores = np.array(z)
@@ -164,7 +172,8 @@ def test_answer_covariance_matches_the_dense_formula() -> None:
     rng = np.random.default_rng(0)
     A = Explicit(rng.integers(0, 3, (6, 4)).astype(float) + np.eye(6, 4))
     release = mechanism.measure(A, np.arange(4), rng=SeededRandomSource(0), epsilon=1)
-    U = Sum([Kron([Explicit(rng.random((2, 2))), Explicit(rng.random((1, 2)))]), Kron([Explicit(rng.random((2, 2))), Explicit(rng.random((1, 2)))])])
+    U = Sum([Kron([Explicit(rng.random((2, 2))), Explicit(rng.random((1, 2)))]),
+             Kron([Explicit(rng.random((2, 2))), Explicit(rng.random((1, 2)))])])
     V = Kron([Explicit(rng.random((2, 2))), Explicit(rng.random((1, 2)))])
     dense = U.dense() @ np.linalg.pinv(A.dense().T @ A.dense()) @ V.dense().T
     assert np.allclose(mechanism.answer_covariance(U, V, release), release.noise_variance * np.diag(dense))

@@ -61,7 +61,8 @@ def test_opted_in_rounding_reports_its_bias_bound_in_the_metadata_and_explain() 
     ((_, note),) = prepared.groups.answering_notes
     assert note.startswith("answered from one count vector (TaMM)")
     assert "bias_bound: SUM ±5000.01 × rows summed, AVG ±5000.01" in engine.explain(prepared)
-    (result,) = engine.run(prepared, backend=DuckDBBackend(incomes()), budget=Budget(epsilon=10.0), rng=SeededRandomSource(0))
+    (result,) = engine.run(prepared, backend=DuckDBBackend(incomes()), budget=Budget(epsilon=10.0),
+                           rng=SeededRandomSource(0))
     bound = json.loads(result.schema.metadata[b"dpsql"])["bias_bound"]["income"]
     assert bound["sum_per_row"] == pytest.approx(5000, rel=1e-4) and bound["avg"] == bound["sum_per_row"]
     row = result.to_pylist()[0]
@@ -83,7 +84,8 @@ def test_rounding_scores_its_squared_bias_bound() -> None:
 
 @pytest.mark.parametrize("setting", ["approx", True, 1])
 def test_value_cells_setting_is_validated(setting: object) -> None:
-    with pytest.raises(SchemaError, match=r"tables\.people\.columns\.income\.value_cells must be \"exact\" or \"rounded\""):
+    with pytest.raises(SchemaError,
+                       match=r"tables\.people\.columns\.income\.value_cells must be \"exact\" or \"rounded\""):
         income_schema(value_cells=setting)
 
 

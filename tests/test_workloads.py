@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from _helpers import groupings
-
 from dpsql import kronvec
 from dpsql import strategies as strat
 from dpsql.errors import DomainTooLargeError, ShapeError
@@ -158,7 +157,8 @@ def explicit_case(draw: st.DrawFn, n: int, rows: int | None = None) -> Case:
 
 @st.composite
 def leaf_case(draw: st.DrawFn, n: int) -> Case:
-    kind = draw(st.sampled_from(["identity", "total", "prefix", "allrange", "ranges", "explicit", "hierarchical", "wavelet"]))
+    kind = draw(st.sampled_from(["identity", "total", "prefix", "allrange", "ranges", "explicit", "hierarchical",
+                                 "wavelet"]))
     if kind == "identity":
         return Case(Identity(n), np.eye(n), True)
     if kind == "total":
@@ -206,7 +206,8 @@ def case(draw: st.DrawFn, n: int, depth: int) -> Case:
     if kind == "kron":
         sizes = draw(st.sampled_from(ordered_factorisations(n)))
         parts = [draw(case(k, depth - 1)) for k in sizes]
-        return Case(Kron([p.op for p in parts]), reduce(np.kron, [p.ref for p in parts]), all(p.integral for p in parts))
+        return Case(Kron([p.op for p in parts]), reduce(np.kron, [p.ref for p in parts]),
+                    all(p.integral for p in parts))
     if kind == "vstack":
         parts = [draw(case(n, depth - 1)) for _ in range(draw(st.integers(1, 3)))]
         return Case(VStack([p.op for p in parts]), np.vstack([p.ref for p in parts]), all(p.integral for p in parts))
@@ -369,11 +370,13 @@ def test_kron_sensitivity_is_product_of_factor_sensitivities(factors: list[Workl
     for norm in ("l1", "l2"):
         expected = math.prod(f.sensitivity(norm) for f in factors)
         assert K.sensitivity(norm) == pytest.approx(expected, rel=RTOL)
-        assert K.sensitivity(norm) == pytest.approx(np.linalg.norm(K.dense(), ord=1 if norm == "l1" else 2, axis=0).max(), rel=RTOL)
+        assert K.sensitivity(norm) == pytest.approx(np.linalg.norm(K.dense(), ord=1 if norm == "l1" else 2,
+                                                                   axis=0).max(), rel=RTOL)
 
 
 # =================================================================================== shape errors
-@pytest.mark.parametrize("A", [Identity(5), AllRange(5), VStack([Kron([Prefix(5)]), Weighted(2, Total(5))]), Explicit(np.ones((2, 5)))])
+@pytest.mark.parametrize("A", [Identity(5), AllRange(5), VStack([Kron([Prefix(5)]), Weighted(2, Total(5))]),
+                               Explicit(np.ones((2, 5)))])
 @pytest.mark.parametrize("length", [4, 6])
 def test_matmul_wrong_length_names_expected_size(A: Workload, length: int) -> None:
     n = A.shape[1]
@@ -466,7 +469,8 @@ THESIS_W = np.array([
 THESIS_X = np.array([2, 0, 0, 1, 0, 1, 2, 0], dtype=float)
 
 
-@pytest.mark.parametrize("make", [lambda M: Explicit(M), lambda M: Explicit(sp.csr_array(M)), lambda M: Transpose(Explicit(M.T))])
+@pytest.mark.parametrize("make", [lambda M: Explicit(M), lambda M: Explicit(sp.csr_array(M)),
+                                  lambda M: Transpose(Explicit(M.T))])
 def test_thesis_running_example(make) -> None:  # type: ignore[no-untyped-def]
     """Thesis §1.2 [VERIFIED]: W x = (6,3,1,2,−1), Δ1 = 3, Δ2 = √3."""
     W = make(THESIS_W)
@@ -479,7 +483,8 @@ def test_thesis_running_example(make) -> None:  # type: ignore[no-untyped-def]
 def test_h4_and_y4_grams() -> None:
     """Thesis §4.2/§4.3: H_4ᵀH_4 and Y_4ᵀY_4, and the matrices themselves."""
     H4 = strat.hierarchical(4, 2)
-    np.testing.assert_array_equal(H4.dense(), [[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 1, 1], [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]])
+    np.testing.assert_array_equal(H4.dense(), [[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 1, 1], [1, 0, 0, 0], [0, 1, 0, 0],
+                                               [0, 0, 1, 0], [0, 0, 0, 1]])
     np.testing.assert_array_equal(H4.gram().dense(), [[3, 2, 1, 1], [2, 3, 1, 1], [1, 1, 3, 2], [1, 1, 2, 3]])
     Y4 = strat.wavelet(4)
     np.testing.assert_array_equal(Y4.dense(), [[1, 1, 1, 1], [1, 1, -1, -1], [1, -1, 0, 0], [0, 0, 1, -1]])
@@ -531,23 +536,24 @@ def test_hierarchical_non_powers(n: int, b: int) -> None:
     intervals = list(zip(lo.tolist(), hi.tolist()))
     assert len(set(intervals)) == len(intervals)
     # level of a node = number of other nodes containing it
-    level = [sum(1 for (a, c) in intervals if (a, c) != (l, h) and a <= l and h <= c) for l, h in intervals]
+    level = [sum(1 for (a, c) in intervals if (a, c) != (lo, h) and a <= lo and h <= c) for lo, h in intervals]
     assert level == sorted(level), "root first, level by level"
     for d in range(max(level) + 1):
         cover = np.zeros(n, dtype=int)
-        for (l, h), lev in zip(intervals, level):
+        for (lo, h), lev in zip(intervals, level):
             if lev == d:
-                cover[l : h + 1] += 1
+                cover[lo : h + 1] += 1
         assert cover.max() == 1, f"level {d} covers a cell twice"
-    for (l, h), lev in zip(intervals, level):
-        children = [(a, c) for (a, c), lc in zip(intervals, level) if lc == lev + 1 and l <= a and c <= h]
-        if l == h:
+    for (lo, h), lev in zip(intervals, level):
+        children = [(a, c) for (a, c), lc in zip(intervals, level) if lc == lev + 1 and lo <= a and c <= h]
+        if lo == h:
             assert children == []
         else:
             sizes = [c - a + 1 for a, c in children]
-            assert sum(sizes) == h - l + 1 and len(children) == min(b, h - l + 1)
+            assert sum(sizes) == h - lo + 1 and len(children) == min(b, h - lo + 1)
             assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
-    leaves = sorted((l, h) for (l, h) in intervals if not any((a, c) != (l, h) and l <= a and c <= h for a, c in intervals))
+    leaves = sorted((lo, h) for (lo, h) in intervals
+                    if not any((a, c) != (lo, h) and lo <= a and c <= h for a, c in intervals))
     assert leaves == [(i, i) for i in range(n)]
     depth = 1 + (math.ceil(math.log(n, b) - 1e-12) if n > 1 else 0)
     assert H.sensitivity("l1") == depth
@@ -563,6 +569,7 @@ def test_wavelet_non_powers_is_invertible(n: int) -> None:
 
 
 # =================================================================================== never dense
+@pytest.mark.slow
 def test_allrange_4096_applies_without_materialising() -> None:
     """8,390,656 × 4,096 would be 3.4e10 entries (dense() refuses above 2**26): applied by cumsums."""
     n = 4096
@@ -655,7 +662,8 @@ def test_pareto_front_matches_brute_force(k: int, rows: list[list[int]], scale: 
     assert set(listed) == pareto_brute(points)
 
 
-# =================================================================================== regressions (bugs found by these tests)
+# =================================================================================== regressions (bugs found by these
+# tests)
 def test_kron_trace_with_non_square_factors() -> None:
     # (2×3) ⊗ (3×2) is a square 6 × 6 matrix, but trace(A ⊗ B) ≠ trace(A)·trace(B) unless both are square
     A = np.arange(6.0).reshape(2, 3)
@@ -674,6 +682,7 @@ def test_union_sensitivity_with_trailing_one_column_kron_factor() -> None:
 
 
 def test_max_of_kron_sum_with_length_one_vector() -> None:
-    terms = [(np.array([1.0, 2.0]), np.array([3.0]), np.array([1.0, 0.0, 1.0])), (np.array([0.0, 1.0]), np.array([1.0, 1.0, 5.0]))]
+    terms = [(np.array([1.0, 2.0]), np.array([3.0]), np.array([1.0, 0.0, 1.0])),
+             (np.array([0.0, 1.0]), np.array([1.0, 1.0, 5.0]))]
     brute = sum(reduce(np.kron, t) for t in terms)
     assert max_of_kron_sum(terms) == pytest.approx(brute.max())  # raises ValueError

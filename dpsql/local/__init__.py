@@ -7,8 +7,8 @@ for a workload W, and the unbiased estimate W x̂ with x̂ = X⁺QᵀD⁻¹y fro
 Math modules (numpy and scipy only): ``strategy``, ``baselines``, ``variance``, ``projection``,
 ``factorization``, ``selection``, ``quantize``, ``layout``. The collection protocol (``protocol``:
 strategy files, the client randomizer, report counting) and ``simulate`` need nothing more, so a
-Python client installs no database or SQL package. Arrow answers (``answers``), SQL (``sql``) and
-the command line (``cli``) are loaded on first use.
+Python client installs no database or SQL package. Arrow answers (``answers``) and SQL (``sql``)
+are loaded on first use; the command line (``dpsql local ...``) is ``dpsql.cli.local``.
 """
 
 from typing import Any

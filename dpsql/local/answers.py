@@ -90,13 +90,14 @@ def plug_in_counts(x_hat: FloatArray, reports: int) -> FloatArray:
     return np.asarray(clipped * (reports / total), dtype=np.float64)
 
 
-def answer(published: StrategyFile, y: npt.ArrayLike, workload: WorkloadLike) -> tuple[FloatArray, FloatArray, dict[str, Any]]:
+def answer(published: StrategyFile, y: npt.ArrayLike,
+           workload: WorkloadLike) -> tuple[FloatArray, FloatArray, dict[str, Any]]:
     """(answers W x̂, their plug-in variances, metadata) from the report counts y."""
     W = as_workload(workload)
     strategy = published.strategy
     counts = np.asarray(y, dtype=np.float64)
     x_hat = estimate_cells(strategy, counts)
-    reports = int(round(counts.sum()))
+    reports = round(float(counts.sum()))
     variances = answer_variances(W, strategy, plug_in_counts(x_hat, reports))
     metadata = {
         "mechanism": f"local DP workload factorization ({published.name})",

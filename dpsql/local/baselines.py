@@ -163,7 +163,8 @@ def fourier(n: int, *, epsilon: float, order: int | None = None) -> LocalStrateg
     n, e = _cells(n), math.exp(check_epsilon(epsilon))
     d = n.bit_length() - 1
     if n != 2**d:
-        raise ShapeError(f"the Fourier mechanism needs n = 2^d cells (d binary attributes), a power of two; got n = {n}.")
+        raise ShapeError("the Fourier mechanism needs n = 2^d cells (d binary attributes), a "
+                         f"power of two; got n = {n}.")
     order = d if order is None else order
     if isinstance(order, bool) or not isinstance(order, int) or not 0 <= order <= d:
         raise ShapeError(f"order must be an integer in [0, {d}]; got {order!r}.")

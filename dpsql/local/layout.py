@@ -94,7 +94,8 @@ class AxisLayout:
                     pass
             if isinstance(value, dt.date):
                 return float((value - EPOCH).days)
-        elif isinstance(value, (int, float, Decimal, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
+        elif (isinstance(value, (int, float, Decimal, np.integer, np.floating))
+              and not isinstance(value, (bool, np.bool_))):
             return float(value)
         raise DataError(f"column '{self.column}' holds {self.kind} values, but value #{row} has type "
                         f"{type(value).__name__}. Convert the column before randomizing.")
@@ -146,7 +147,8 @@ class Layout:
                             f"cells are over {', '.join(a.column for a in self.axes)}.")
         if not self.axes:
             return np.zeros(records, dtype=np.int64)
-        batch = [np.asarray(axis.cell_of_base, dtype=np.int64)[axis.base_cells(named[axis.column])] for axis in self.axes]
+        batch = [np.asarray(axis.cell_of_base, dtype=np.int64)[axis.base_cells(named[axis.column])]
+                 for axis in self.axes]
         return np.ravel_multi_index(tuple(batch), self.sizes).astype(np.int64)
 
     def to_json(self) -> dict[str, Any]:

@@ -59,9 +59,11 @@ def project(R: npt.ArrayLike, z: npt.ArrayLike, *, epsilon: float) -> FloatArray
     order = np.argsort(breakpoints, axis=1)
     points = np.take_along_axis(breakpoints, order, axis=1)
     slopes = np.cumsum(np.where(order < m, 1.0, -1.0), axis=1)                      # S_i: slope right of u_i
-    values = floor_total + np.concatenate([np.zeros((n, 1)), np.cumsum(slopes[:, :-1] * np.diff(points, axis=1), axis=1)],
+    values = floor_total + np.concatenate([np.zeros((n, 1)),
+                                           np.cumsum(slopes[:, :-1] * np.diff(points, axis=1), axis=1)],
                                           axis=1)
-    reached = values >= 1.0                                                         # f(u_2m) = e 1ᵀz ≥ 1, up to rounding
+    # f(u_2m) = e 1ᵀz ≥ 1, up to rounding
+    reached = values >= 1.0
     first = np.where(reached.any(axis=1), np.argmax(reached, axis=1), 2 * m - 1)      # i* (0-based)
     columns = np.arange(n)
     previous = np.maximum(first - 1, 0)

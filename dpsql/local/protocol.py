@@ -78,7 +78,8 @@ class StrategyFile:
         if K.ndim != 2 or K.size == 0 or np.any(K.sum(axis=0) != TOTAL):
             raise ShapeError(f"strategy weights must be an m × n integer matrix whose columns sum to {TOTAL}.")
         if not exactly_ldp(K, self.epsilon):
-            raise PrivacyParameterError(f"the strategy weights are not exactly {self.epsilon:g}-LDP: some output is more "
+            raise PrivacyParameterError("the strategy weights are not exactly "
+                                        f"{self.epsilon:g}-LDP: some output is more "
                                         "than e^ε times likelier for one cell than for another. Re-publish it.")
         if self.layout is not None and self.layout.cells != K.shape[1]:
             raise ShapeError(f"the layout has {self.layout.cells} cells but the weights have {K.shape[1]} columns.")
@@ -212,7 +213,8 @@ def randomize(published: StrategyFile, value: int | Mapping[str, object], *, rng
     check_max_epsilon(published, max_epsilon)
     if published.layout is not None:
         if not isinstance(value, Mapping):
-            raise DataError(f"this strategy maps records over columns {', '.join(a.column for a in published.layout.axes)}; "
+            columns = ", ".join(a.column for a in published.layout.axes)
+            raise DataError(f"this strategy maps records over columns {columns}; "
                             "pass the record as a mapping from column name to value.")
         cell = published.layout.cell_of(value)
     else:

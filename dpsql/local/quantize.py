@@ -72,6 +72,7 @@ def _round_columns(P: npt.NDArray[np.float64]) -> IntArray:
     short = TOTAL - K.sum(axis=0)
     order = np.argsort(-(scaled - K), axis=0, kind="stable")        # largest remainder first
     rank = np.arange(P.shape[0])[:, None]
-    bump = (rank < short[None, :]).astype(np.int64) - (rank >= P.shape[0] + short[None, :])  # ±1 where float sums overshoot
+    # ±1 where float sums overshoot
+    bump = (rank < short[None, :]).astype(np.int64) - (rank >= P.shape[0] + short[None, :])
     np.put_along_axis(K, order, np.take_along_axis(K, order, axis=0) + bump, axis=0)
     return np.asarray(K, dtype=np.int64)

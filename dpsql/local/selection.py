@@ -68,7 +68,8 @@ def score(workload: WorkloadLike, strategies: list[LocalStrategy]) -> list[Score
     scored = []
     for strategy in strategies:
         try:
-            scored.append(Scored(strategy=strategy, worst_case_variance=float(per_user_variance_of_gram(G, strategy).max())))
+            scored.append(Scored(strategy=strategy,
+                                 worst_case_variance=float(per_user_variance_of_gram(G, strategy).max())))
         except UnsupportedStrategyError:
             continue
     return sorted(scored, key=lambda s: s.worst_case_variance)

@@ -31,7 +31,8 @@ def simulate(published: StrategyFile, x: npt.ArrayLike, *, rng: np.random.Genera
     """
     counts = np.asarray(x)
     if counts.shape != (published.n,) or not np.issubdtype(counts.dtype, np.integer) or counts.min(initial=0) < 0:
-        raise DataError(f"x must hold one non-negative integer count per cell ({published.n}); got shape {counts.shape}.")
+        raise DataError(f"x must hold one non-negative integer count per cell ({published.n}); "
+                        f"got shape {counts.shape}.")
     generator = rng if rng is not None else np.random.default_rng()
     y = np.zeros(published.m, dtype=np.int64)
     for cell in np.flatnonzero(counts):

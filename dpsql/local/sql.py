@@ -93,7 +93,8 @@ def design_batch(text: str, schema: SchemaSource, *, epsilon: float, seed: int =
     table, so ``answer_batch`` needs no schema. No data is read.
     """
     if check_epsilon(epsilon) > HIGH_EPSILON:
-        warnings.warn(f"epsilon = {epsilon} per report is above {HIGH_EPSILON:g}, which gives little privacy protection.",
+        warnings.warn(f"epsilon = {epsilon} per report is above {HIGH_EPSILON:g}, which gives "
+                      "little privacy protection.",
                       DpsqlWarning, stacklevel=2)
     loaded = Schema.load(schema)
     batch = compile_local(text, loaded)
@@ -182,7 +183,8 @@ def simulate_database(published: StrategyFile, database: str | Path, *, schema: 
 
     layout = published.layout
     if layout is None:
-        raise SchemaError("simulating from a database needs a strategy designed for a SQL batch; this one has no layout.")
+        raise SchemaError("simulating from a database needs a strategy designed for a SQL "
+                          "batch; this one has no layout.")
     table = _schema(published, schema).table(layout.table)
     with DuckDBBackend(str(database)) as backend:
         data = backend.cell_data(table, [table.column(axis.column) for axis in layout.axes])
@@ -195,19 +197,22 @@ def simulate_database(published: StrategyFile, database: str | Path, *, schema: 
 def batch_counts(layout: Layout, shape: tuple[int, ...], index: npt.NDArray[np.int64],
                   counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Base-cell counts (flat over ``shape``) summed into the layout's cells."""
-    return batch_cell_totals([axis.cell_of_base for axis in layout.axes], index, shape, counts).astype(np.int64)  # row counts fit
+    # row counts fit
+    return batch_cell_totals([axis.cell_of_base for axis in layout.axes], index, shape, counts).astype(np.int64)
 
 
 def _check_table(table: Table) -> None:
     if table.privacy_unit.column is not None:
         raise UnsupportedQueryError(
-            f"table '{table.name}' declares privacy_unit = {{ column = \"{table.privacy_unit.column}\", ... }}; local mode "
+            f"table '{table.name}' declares privacy_unit = "
+            f"{{ column = \"{table.privacy_unit.column}\", ... }}; local mode "
             "protects each report (one per row), so a person with several rows would lose ε per row. Collect one row "
             "per person and declare privacy_unit = \"row\".")
     excluded = [c.name for c in table.columns.values() if c.outside_excluded]
     if excluded:
         raise UnsupportedQueryError(
-            f"column(s) {', '.join(excluded)} of table '{table.name}' declare out_of_domain = \"exclude\": a person whose "
+            f"column(s) {', '.join(excluded)} of table '{table.name}' declare out_of_domain = "
+            "\"exclude\": a person whose "
             "row is excluded would send no report, which is not private. Use the default (an outside cell) or "
             "\"clamp\" in local mode.")
 
@@ -229,7 +234,8 @@ def _table_data(schema: SchemaSource, table: str) -> dict[str, Any] | None:
         data: Mapping[str, Any] = schema
     else:
         text = str(schema)
-        is_path = isinstance(schema, Path) or ("\n" not in text and "=" not in text and not text.lstrip().startswith("["))
+        is_path = isinstance(schema, Path) or ("\n" not in text and "=" not in text
+                                               and not text.lstrip().startswith("["))
         data = tomllib.loads(Path(text).read_text() if is_path else text)
     tables = data.get("tables", {})
     name = next(key for key in tables if key.lower() == table)

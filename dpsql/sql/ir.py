@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 from typing import Literal as TypingLiteral
-from typing import Union
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,7 +34,7 @@ class Column:
     span: Span
 
 
-Value = Union[int, float, str, dt.date]
+Value = int | float | str | dt.date
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,7 +97,7 @@ class Or:
     span: Span
 
 
-Predicate = Union[Comparison, Between, InList, Not, And, Or]
+Predicate = Comparison | Between | InList | Not | And | Or
 
 AggregateFunction = TypingLiteral["count", "sum", "avg"]
 
@@ -126,7 +125,7 @@ class GroupColumn:
     span: Span
 
 
-SelectItem = Union[GroupColumn, Aggregate]
+SelectItem = GroupColumn | Aggregate
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,7 +24,7 @@ import numbers
 MAX_EVALUATIONS = 10_000
 
 
-class Exhausted(Exception):
+class Exhausted(Exception):  # noqa: N818 - a control-flow signal caught by its optimizer, not an error
     """Raised inside an objective when its budget is spent (caught by the optimizer that owns it)."""
 
 

@@ -267,7 +267,8 @@ def opt0(W: Workload, *, noise: Noise = "gaussian", p: int | None = None, seed: 
     p = max(1, n // 16) by default. gaussian: the convex unit-diagonal optimum (Δ₂ = 1), solved
     to a certified 1e-5 relative duality gap (`p` and `restarts` are unused). Stops after
     `max_evaluations` evaluations of the loss and its gradient (Gaussian: fixed-point iterations)
-    with the best strategy found so far, so the result does not depend on machine speed. Returns an Explicit full-column-rank strategy.
+    with the best strategy found so far, so the result does not depend on machine speed. Returns an Explicit
+    full-column-rank strategy.
     """
     noise = _check_noise(noise)
     G = _dense_gram(W, "the workload")

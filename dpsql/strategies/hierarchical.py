@@ -47,7 +47,8 @@ class Hierarchical(Ranges):
         if isinstance(branching, bool) or not isinstance(branching, (int, np.integer)) or branching < 2:
             raise ShapeError(f"branching must be an integer >= 2; got {branching!r}.")
         self.branching = int(branching)
-        super().__init__(n, tree_intervals(int(n), self.branching) if isinstance(n, (int, np.integer)) and n >= 1 else [])
+        super().__init__(n, tree_intervals(int(n), self.branching) if isinstance(n, (int, np.integer)) and n >= 1
+                         else [])
 
     def __repr__(self) -> str:
         return f"H{self.branching}({self.n})"

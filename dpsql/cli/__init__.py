@@ -13,11 +13,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-
-from dpsql import budget_cli
-from dpsql.local import cli as local_cli
+from dpsql import __version__
+from dpsql.cli import budget as budget_cli
+from dpsql.cli import local as local_cli
+from dpsql.cli.files import read_queries, result_folder, write_tables
 from dpsql.errors import Error
-from dpsql.cli_files import read_queries, result_folder, write_tables
 from dpsql.results import format_table
 
 
@@ -32,7 +32,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dpsql", description="Differentially private aggregate SQL, answered jointly.")
+    parser = argparse.ArgumentParser(prog="dpsql",
+                                     description="Differentially private aggregate SQL, answered jointly.")
+    parser.add_argument("--version", action="version", version=f"dpsql {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     for name, handler, text in (("run", _run, "answer a batch of SQL privately"),
                                 ("explain", _explain, "show the plan and cost of a batch without spending")):
@@ -50,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.choices["run"]
     run.add_argument("--out", type=Path, help="write each statement's result to this folder instead of the terminal")
     run.add_argument("--format", choices=("parquet", "csv"), default="parquet", help="file format for --out")
-    run.add_argument("--nonnegative", action="store_true", help="set negative counts (and sums of non-negative values) to 0")
+    run.add_argument("--nonnegative", action="store_true",
+                     help="set negative counts (and sums of non-negative values) to 0")
     run.add_argument("--isotonic", action="store_true",
                      help="make nested single-answer statements (e.g. prefix sums) non-decreasing")
     budget_cli.add_commands(commands)
@@ -61,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     suggest.add_argument("--table", required=True)
     suggest.set_defaults(handler=_suggest)
     demo = commands.add_parser("demo", help="build a census-like database and answer a dozen queries privately")
-    demo.add_argument("--dir", type=Path, help="where to write the database, schema and queries (default: a temp folder)")
+    demo.add_argument("--dir", type=Path,
+                      help="where to write the database, schema and queries (default: a temp folder)")
     demo.add_argument("--rows", type=int, default=1_000_000, help="people in the generated table")
     demo.add_argument("--epsilon", type=float, default=1.0, help="the batch's privacy cost")
     demo.set_defaults(handler=_demo)
@@ -108,7 +112,8 @@ def _run(arguments: argparse.Namespace) -> int:
         print()
     thresholds = json.loads(tables[0].schema.metadata[b"dpsql"]).get("truncation_threshold", {}) if tables else {}
     for column, theta in thresholds.items():
-        print(f"-- {column}: sums truncated at θ = {theta:,.2f} (chosen privately; answers are biased toward zero beyond it)")
+        print(f"-- {column}: sums truncated at θ = {theta:,.2f} "
+              "(chosen privately; answers are biased toward zero beyond it)")
     return 0
 
 
@@ -135,11 +140,8 @@ def _suggest(arguments: argparse.Namespace) -> int:
 
 
 def _demo(arguments: argparse.Namespace) -> int:
-    from dpsql import demo
+    from dpsql.cli import demo
 
     demo.run(arguments.dir, people=arguments.rows, epsilon=arguments.epsilon)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -142,7 +142,8 @@ def run(folder: Path | None = None, *, people: int = 1_000_000, epsilon: float =
     folder = folder or Path(tempfile.mkdtemp(prefix="dpsql-demo-"))
     echo(f"Building a census-like table of {people:,} people in {folder} ...")
     database = write_files(folder, people)
-    echo(f"  done in {time.perf_counter() - started:.1f} s. Schema: {folder / 'schema.toml'}; queries: {folder / 'queries.sql'}")
+    echo(f"  done in {time.perf_counter() - started:.1f} s. Schema: {folder / 'schema.toml'}; "
+         f"queries: {folder / 'queries.sql'}")
     ledger = Ledger(default_path(database))
     ledger.path.unlink(missing_ok=True)  # the data were just generated anew: so is their budget
     ledger.set_total(database.name, PrivacyCost(epsilon=max(DEMO_TOTAL, epsilon)),

@@ -16,11 +16,11 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
+from dpsql.cli.files import read_queries, result_folder, write_tables
 from dpsql.errors import InterfaceError, ProgrammingError
 from dpsql.local import protocol
 from dpsql.local.answers import read_reports, write_reports
 from dpsql.local.sql import answer_batch, design_batch, design_summary, randomize_records, simulate_database
-from dpsql.cli_files import read_queries, result_folder, write_tables
 from dpsql.results import format_table
 
 
@@ -41,15 +41,16 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     randomize.add_argument("--strategy", required=True, type=Path, help="the strategy file")
     source = randomize.add_mutually_exclusive_group(required=True)
     source.add_argument("--input", type=Path, help="a CSV or Parquet file of true rows: one exact ε-LDP report per row")
-    source.add_argument("--db", type=Path, help="a DuckDB database: simulate its table's reports cell by cell (NOT private)")
+    source.add_argument("--db", type=Path,
+                        help="a DuckDB database: simulate its table's reports cell by cell (NOT private)")
     randomize.add_argument("--schema", type=Path, help="the schema, if the strategy file embeds none (--db only)")
     randomize.add_argument("--seed", type=int, help="seed of the simulation's draws (--db only)")
     randomize.add_argument("-o", "--out", required=True, type=Path, help="the reports file (.parquet or .csv)")
     randomize.add_argument("--max-epsilon", type=float, default=protocol.DEFAULT_MAX_EPSILON,
                            help="refuse a strategy file whose ε per report is above this (default "
-                                f"{protocol.DEFAULT_MAX_EPSILON:g}: the server picks ε, the client bounds it; above 5 a "
-                                "report is up to e^5 ≈ 148 times likelier for one value than another, and two-value "
-                                "randomized response tells the truth 99.3%% of the time)")
+                                f"{protocol.DEFAULT_MAX_EPSILON:g}: the server picks ε, the "
+                                "client bounds it; above 5 a report is up to e^5 ≈ 148 times likelier for one value "
+                                "than another, and two-value randomized response tells the truth 99.3%% of the time)")
     randomize.set_defaults(handler=_randomize)
     answer = actions.add_parser("answer", help="answer the batch from the reports")
     answer.add_argument("queries", type=Path, help="the .sql batch (the cells must match the strategy's)")
@@ -94,7 +95,8 @@ def _randomize(arguments: argparse.Namespace) -> int:
 
 def _answer(arguments: argparse.Namespace) -> int:
     published = protocol.load(arguments.strategy)
-    tables = answer_batch(read_queries(arguments.queries), published, read_reports(arguments.reports), schema=arguments.schema)
+    tables = answer_batch(read_queries(arguments.queries), published, read_reports(arguments.reports),
+                          schema=arguments.schema)
     if arguments.out is not None:
         result_folder(arguments.out)
         print(*write_tables(tables, arguments.out, arguments.format), sep="\n")

@@ -32,14 +32,17 @@ def add_ledger_options(command: argparse.ArgumentParser) -> None:
     """--ledger, --dataset and --analyst: which budget in which ledger file."""
     command.add_argument("--ledger", type=Path, help="the ledger file (default: next to the database, DB.dpsql-ledger)")
     command.add_argument("--dataset", help="the dataset's name in the ledger (default: the database file's name)")
-    command.add_argument("--analyst", help="an analyst whose own sub-budget applies too (set with budget set --analyst)")
+    command.add_argument("--analyst",
+                         help="an analyst whose own sub-budget applies too (set with budget set --analyst)")
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register ``dpsql budget set | show | history``."""
-    budget = commands.add_parser("budget", help="the privacy ledger: set a total (data owner), show it, list its charges")
+    budget = commands.add_parser("budget",
+                                 help="the privacy ledger: set a total (data owner), show it, list its charges")
     actions = budget.add_subparsers(dest="action", required=True)
-    for name, handler, text in (("set", _set, "set or change a total budget (the data owner's action; creates the ledger)"),
+    for name, handler, text in (("set", _set,
+                                 "set or change a total budget (the data owner's action; creates the ledger)"),
                                 ("show", _show, "print the total, spent and left, and the charges"),
                                 ("history", _history, "list every charge and every owner action")):
         action = actions.add_parser(name, help=text)
@@ -50,7 +53,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
     total = actions.choices["set"].add_mutually_exclusive_group(required=True)
     total.add_argument("--epsilon", type=float, help="the total in pure ε-DP")
     total.add_argument("--rho", type=float, help="the total in ρ-zCDP (ε batches then cost ε²/2 each)")
-    actions.choices["set"].add_argument("--schema", type=Path, help="the schema the dataset is bound to (needed the first "
+    actions.choices["set"].add_argument("--schema", type=Path,
+                                        help="the schema the dataset is bound to (needed the first "
                                         "time, and with --rebind); every charge checks it and the database file")
     actions.choices["set"].add_argument("--rebind", action="store_true", help="bind the dataset to a new database file "
                                         "or schema (recorded as an owner action)")
@@ -68,12 +72,13 @@ def account(arguments: argparse.Namespace) -> Account:
 
 def _set(arguments: argparse.Namespace) -> int:
     if not Path(arguments.db).is_file():
-        raise OperationalError(f"no database file at '{arguments.db}'; pass the data file to --db (its budget is kept in "
-                               "a ledger next to it, or in --ledger). Nothing was set.")
+        raise OperationalError(f"no database file at '{arguments.db}'; pass the data file to "
+                               "--db (its budget is kept in a ledger next to it, or in --ledger). Nothing was set.")
     books = account(arguments)
     total = PrivacyCost(epsilon=arguments.epsilon) if arguments.epsilon is not None else PrivacyCost(rho=arguments.rho)
     binding = None if arguments.schema is None else Binding.of(Schema.load(arguments.schema), arguments.db)
-    balance = books.ledger.set_total(books.dataset, total, analyst=books.analyst, binding=binding, rebind=arguments.rebind)
+    balance = books.ledger.set_total(books.dataset, total, analyst=books.analyst, binding=binding,
+                                     rebind=arguments.rebind)
     print(f"ledger: {books.ledger.path} (key {books.ledger.key_path})")
     _print_balance(balance, DEFAULT_DELTA)
     return 0
@@ -129,7 +134,8 @@ def _as_dp(balance: Balance, amount: Fraction, delta: float) -> str:
 def _print_charges(charges: list[Charge]) -> None:
     print(f"charges: {len(charges)}")
     for charge in charges:
-        priced = "" if charge.price == charge.cost.exact else f" (charged ρ={_number(charge.price)})"  # ε²/2 on a ρ budget
+        # ε²/2 on a ρ budget
+        priced = "" if charge.price == charge.cost.exact else f" (charged ρ={_number(charge.price)})"
         who = f"  analyst {charge.analyst}" if charge.analyst else ""
         print(f"  #{charge.id}  {charge.time}  {charge.cost.describe()}{priced}  {charge.mechanism}{who}  "
               f"sql {charge.sql_hash[:12]}  batch {charge.batch_hash[:12]}")
