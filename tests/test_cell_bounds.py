@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 from test_calibration import assert_calibrated, releases
 
 import dpsql
-from dpsql import engine, mechanism, thresholds
-from dpsql.engine.threshold_release import final_answering
+from dpsql import engine, mechanism
+from dpsql.engine import thresholds
+from dpsql.engine.thresholds import final_answering
 from dpsql.engine.vector_plans import cell_bounds
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.errors import PrivacyParameterError

@@ -49,7 +49,7 @@ TOUCHING: dict[str, frozenset[str]] = {
     "dpsql.engine.scan": frozenset({DATA}),                 # the statement-group route's one scan (cell_data_sets)
     "dpsql.engine.measure": frozenset({RANDOMNESS}),        # ... and its measurements (mechanism.measure)
     "dpsql.engine.residual_route": frozenset({DATA, RANDOMNESS}),  # the ResidualPlanner route: marginal_counts, measure
-    "dpsql.thresholds": frozenset({DATA}),                  # measure_profile; the selectors draw in sum_truncation
+    "dpsql.engine.thresholds": frozenset({DATA}),           # measure_profile; the selectors draw in sum_truncation
     "dpsql.dbapi": frozenset({DATA}),                       # connect opens the DuckDBBackend (rng= is only passed along)
     # --- the backends: run the generated queries (exact aggregates; no noise)
     "dpsql.backends.duckdb": frozenset({DATA}),

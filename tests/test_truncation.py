@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dpsql import sum_truncation, thresholds
+from dpsql import sum_truncation
+from dpsql.engine import thresholds
 from dpsql.errors import PrivacyParameterError, ShapeError
 from dpsql.noise import SeededRandomSource
 from dpsql.workloads import Explicit, Prefix

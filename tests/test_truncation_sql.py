@@ -12,7 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dpsql import engine, thresholds
+from dpsql import engine
+from dpsql.engine import thresholds
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import SchemaError

@@ -8,7 +8,7 @@ Passes, in order (each a module of this package):
     run              check and charge the cost, answer with the chosen route, post-process, package;
     explain          the plan as text, spending nothing.
 Answering touches data and randomness only in ``scan``, ``measure``, ``residual_route.answer`` and
-the threshold selections of ``dpsql.thresholds``, all after the charge.
+the threshold selections of ``thresholds``, all after the charge.
 """
 
 from dpsql.engine.explain import explain

@@ -6,7 +6,7 @@ sums) is measured once with the strategy its plan chose, at its share of the bud
 (:mod:`dpsql.engine.measurements`: sensitivity k for counts, k·B for sums, k·max_j b_j‖a_j‖ for
 cell-bounded sums); the shares add up to the batch's ε (sequential composition) or ρ (zCDP
 composition). A truncated SUM first has its threshold θ chosen with a share of the batch's budget
-(``dpsql.thresholds``, pure ε_sel-DP, or ρ_sel = ε_sel²/2) and its sums are then measured
+(``dpsql.engine.thresholds``, pure ε_sel-DP, or ρ_sel = ε_sel²/2) and its sums are then measured
 clamped at ±θ with B = θ/quantum; the measurements split the rest. Everything after the
 measurements is post-processing. Nothing is read from the data before the whole cost is charged,
 and the cells come from the schema only.
@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dpsql import thresholds
 from dpsql.accounting import PrivacyCost
 from dpsql.backends import Backend
 from dpsql.engine.grouping import choose_partition
@@ -32,7 +31,7 @@ from dpsql.engine.guard import (
 from dpsql.engine.measure import measure_groups
 from dpsql.engine.measurements import PlannedVector, check_calibrations, split
 from dpsql.engine.metadata import ReleaseMetadata
-from dpsql.engine.threshold_release import choose_thresholds, final_answering, measured_columns
+from dpsql.engine.thresholds import ThresholdPlan, choose_thresholds, final_answering, measured_columns, threshold_plans
 from dpsql.engine.sum_answering import answering_groups, bias_bounds
 from dpsql.engine.vocabulary import AnswerSet, Report, noise_of
 from dpsql.engine.weighing import Weighing
@@ -81,7 +80,7 @@ class GroupsPlan:
     separate: CompiledBatch
     compiled: CompiledBatch
     measurements: tuple[PlannedVector, ...]
-    thresholds: tuple[thresholds.ThresholdPlan, ...]
+    thresholds: tuple[ThresholdPlan, ...]
     answering_notes: tuple[tuple[int, str], ...]
     weights: tuple[float, ...]
     guard_notes: tuple[tuple[int, str], ...]
@@ -160,7 +159,7 @@ def plan_groups(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weighing: We
     separate = compile_batch(batch, schema, choose_partition(batch, table, noise, weighing))
     columns = separate.table.columns
     measured = [columns[str(v.column)] for g in separate.groups for v in g.data_kinds() if v.is_sum]
-    selections, selection_share = thresholds.plans(list(dict.fromkeys(measured)), family=cost.family, total=cost.value)
+    selections, selection_share = threshold_plans(list(dict.fromkeys(measured)), family=cost.family, total=cost.value)
     bounds = {c.name: ValueCells(low=c.bounds[0], high=c.bounds[1]) for c in measured if c.truncation is None}
     budget = cost.value * (1 - selection_share)
     choice = answering_groups(batch, separate, columns, bounds, noise=noise, budget=budget, progress=progress,
