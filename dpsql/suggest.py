@@ -19,7 +19,8 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
-from dpsql.backends.duckdb import DuckDBBackend, arrow_table, describe, type_family
+from dpsql.backends.cell_sql import type_family
+from dpsql.backends.duckdb import DuckDBBackend, arrow_table, describe
 from dpsql.errors import OperationalError, SchemaError
 
 WARNING = """\

@@ -20,10 +20,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-MATH_MODULES = ["dpsql.workloads", "dpsql.kronvec", "dpsql.linalg", "dpsql.strategies", "dpsql.noise", "dpsql.residual.queries", "dpsql.sum_truncation",
-                "dpsql.residual", "dpsql.residual.basis", "dpsql.residual.planner", "dpsql.residual.plus",
-                "dpsql.mechanism", "dpsql.accuracy", "dpsql.weights"]
-MATH_MODULES += ["dpsql.local", "dpsql.local.strategy", "dpsql.local.baselines", "dpsql.local.variance", "dpsql.local.projection", "dpsql.local.factorization", "dpsql.local.selection", "dpsql.local.quantize", "dpsql.local.layout", "dpsql.local.protocol", "dpsql.local.simulate"]
+MATH_MODULES = ["dpsql.workloads", "dpsql.kronvec", "dpsql.linalg", "dpsql.strategies", "dpsql.noise",
+                "dpsql.residual.queries", "dpsql.sum_truncation", "dpsql.residual", "dpsql.residual.basis",
+                "dpsql.residual.planner", "dpsql.residual.plus", "dpsql.mechanism", "dpsql.accuracy", "dpsql.weights"]
+MATH_MODULES += ["dpsql.local", "dpsql.local.strategy", "dpsql.local.baselines", "dpsql.local.variance",
+                 "dpsql.local.projection", "dpsql.local.factorization", "dpsql.local.selection", "dpsql.local.quantize",
+                 "dpsql.local.layout", "dpsql.local.protocol", "dpsql.local.simulate"]
 
 BLOCKER = """
 import sys
@@ -50,7 +52,7 @@ TOUCHING: dict[str, frozenset[str]] = {
     "dpsql.engine.measure": frozenset({RANDOMNESS}),        # ... and its measurements (mechanism.measure)
     "dpsql.engine.residual_route": frozenset({DATA, RANDOMNESS}),  # the ResidualPlanner route: marginal_counts, measure
     "dpsql.engine.thresholds": frozenset({DATA}),           # measure_profile; the selectors draw in sum_truncation
-    "dpsql.dbapi": frozenset({DATA}),                       # connect opens the DuckDBBackend (rng= is only passed along)
+    "dpsql.dbapi": frozenset({DATA}),                       # connect opens the DuckDBBackend (rng= only passed along)
     # --- the backends: run the generated queries (exact aggregates; no noise)
     "dpsql.backends.duckdb": frozenset({DATA}),
     # --- the noise: exact samplers with OS randomness, and the mechanisms that draw from them
@@ -67,7 +69,7 @@ TOUCHING: dict[str, frozenset[str]] = {
     "dpsql.local.protocol": frozenset({RANDOMNESS}),        # the local-DP client randomizer (a RandomSource)
     # --- randomness that is not privacy noise: public, seeded, never applied to private data
     "dpsql": frozenset({RANDOMNESS}),                       # __init__ re-exports the noise module; draws nothing
-    "dpsql.strategies.hdmm": frozenset({RANDOMNESS}),       # seeded optimizer restarts (the plan depends on the seed only)
+    "dpsql.strategies.hdmm": frozenset({RANDOMNESS}),       # seeded optimizer restarts (the plan depends on the seed)
     "dpsql.strategies.marginals": frozenset({RANDOMNESS}),  # seeded optimizer restarts
     "dpsql.local.factorization": frozenset({RANDOMNESS}),   # seeded starting strategies of the local optimizer
     "dpsql.local.simulate": frozenset({RANDOMNESS}),        # simulated clients' reports (a local-DP simulation tool)

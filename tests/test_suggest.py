@@ -9,7 +9,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from dpsql.backends import DuckDBBackend
+from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import SchemaError
 from dpsql.schema import Categorical, Ordered, Schema
 from dpsql.suggest import suggest_schema

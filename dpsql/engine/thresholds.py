@@ -127,7 +127,8 @@ class FinalAnswering:
     notes: tuple[tuple[int, str], ...]
 
 
-def choose_thresholds(plan: GroupsPlan, *, backend: Backend, rng: RandomSource | None, report: Report) -> dict[str, float]:
+def choose_thresholds(plan: GroupsPlan, *, backend: Backend, rng: RandomSource | None,
+                      report: Report) -> dict[str, float]:
     """θ for every truncated measure column (the batch is already charged for these selections)."""
     chosen = {}
     for threshold in plan.thresholds:
@@ -167,7 +168,8 @@ def decide_at_thresholds(plan: GroupsPlan, chosen: Mapping[str, float], *, repor
     """:func:`final_answering` for one set of released θs."""
     columns = measured_columns(plan.compiled.table, chosen)
     separate = plan.separate
-    redo = [g for g, group in enumerate(separate.groups) if any(v.is_sum and v.column in chosen for v in group.data_kinds())]
+    redo = [g for g, group in enumerate(separate.groups)
+            if any(v.is_sum and v.column in chosen for v in group.data_kinds())]
     bounds = {name: ValueCells(low=c.bounds[0], high=c.bounds[1])
               for name, c in columns.items() if c.measure_bounds is not None}
     noise = noise_of(plan.cost)

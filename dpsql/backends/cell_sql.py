@@ -1,0 +1,467 @@
+"""The SQL that computes cell data, built from the declared schema alone as sqlglot expressions.
+
+Every query a backend runs for the engine comes from here: the per-cell GROUP BY (or GROUPING SETS
+for several cell sets or marginals) with the privacy-unit cap, the truncation selectors' profile,
+and the checks that the database's column types can hold each declared use. The expressions are
+rendered in the backend's dialect (``exp.sql(dialect)``); their Arrow results are decoded here into
+:class:`~dpsql.backends.base.CellData` and dense marginal tables. Nothing here opens a database:
+:mod:`dpsql.backends.duckdb` runs these queries on DuckDB, and another SQL engine can run them in
+its own dialect. Where rows go (cells, the outside cell, measures, the cap) is described in
+:mod:`dpsql.backends.duckdb`; no user SQL and no value read from the data reaches a query.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+from sqlglot import exp
+
+from dpsql.backends.base import CellData, IntArray
+from dpsql.errors import DomainTooLargeError, InternalError, ProgrammingError, SchemaError
+from dpsql.schema import EPOCH, Categorical, Column, Ordered, Table
+
+TypeFamily = Literal["integer", "decimal", "float", "boolean", "date", "timestamp", "text", "other"]
+
+_INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT",
+                            "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT"})
+_NUMBER_FAMILIES = frozenset({"integer", "decimal", "float"})
+#: Largest per-row |measure| / quantum: beyond 2**53 doubles no longer hold every integer.
+_MAX_SCALED_MEASURE = 2.0**53
+#: Most boundaries searched with a CASE tree (explicit edges, or a grid that is not lower + k*step).
+_MAX_EDGES = 2**16
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseColumn:
+    """A column as the database has it: its real name and DuckDB type."""
+
+    name: str
+    type_name: str
+
+    @property
+    def family(self) -> TypeFamily:
+        return type_family(self.type_name)
+
+
+def type_family(type_name: str) -> TypeFamily:
+    """The kind of values a DuckDB type holds.
+
+    >>> type_family("DECIMAL(10,2)"), type_family("TIMESTAMP WITH TIME ZONE"), type_family("ENUM('a', 'b')")
+    ('decimal', 'timestamp', 'text')
+    """
+    name = type_name.upper()
+    if name in _INTEGER_TYPES:
+        return "integer"
+    if name.startswith("DECIMAL"):
+        return "decimal"
+    if name in ("FLOAT", "DOUBLE", "REAL"):
+        return "float"
+    if name == "BOOLEAN":
+        return "boolean"
+    if name == "DATE":
+        return "date"
+    if name.startswith("TIMESTAMP"):
+        return "timestamp"
+    if name.startswith(("VARCHAR", "ENUM")):
+        return "text"
+    return "other"
+
+
+def raise_problems(table: Table, catalog: Mapping[str, DatabaseColumn], binned: Sequence[Column],
+                    summed: Sequence[Column]) -> None:
+    """SchemaError listing every missing column and every type that cannot hold its column's use."""
+    problems = _missing(table, catalog, [c.name for c in [*binned, *summed]])
+    for column in dict.fromkeys(binned):
+        if column.name in catalog:
+            problems.append(_type_problem(column, catalog[column.name]) or "")
+    for column in summed:
+        if column.name in catalog:
+            problems.append(_measure_problem(column, catalog[column.name]) or "")
+    if any(problems):
+        raise SchemaError(" ".join(p for p in problems if p))
+
+
+def _missing(table: Table, catalog: Mapping[str, DatabaseColumn], names: Sequence[str]) -> list[str]:
+    unit = table.privacy_unit.column
+    wanted = dict.fromkeys([*names, *([unit] if unit else [])])
+    missing = [name for name in wanted if name not in catalog]
+    if not missing:
+        return []
+    listed = ", ".join(f"'{name}'" + (" (the privacy unit)" if name == unit else "") for name in missing)
+    return [(f"Column(s) {listed} of table '{table.name}' are declared in the schema but missing from the "
+             f"database table, which has: {', '.join(c.name for c in catalog.values())}. The schema and the "
+             "database disagree: fix the column names in the schema or create a view that provides them.")]
+
+
+def _type_problem(column: Column, db: DatabaseColumn) -> str | None:
+    """Why the database column cannot hold the declared domain, or None."""
+    domain = column.domain
+    if isinstance(domain, Categorical):
+        try:
+            _category_literals(domain, db)
+        except ValueError as err:
+            return f"{column.key}: {err}"
+        return None
+    allowed = ("date", "timestamp") if domain.kind == "date" else tuple(_NUMBER_FAMILIES)
+    if db.family in allowed:
+        return None
+    return (f"{column.key} is declared {domain.kind} but the database column '{db.name}' has type {db.type_name}. "
+            f"Declare a domain that fits the type, or create a view that casts the column.")
+
+
+def _measure_problem(column: Column, db: DatabaseColumn) -> str | None:
+    if column.measure_bounds is None:
+        return f"{column.key} cannot be summed: only integer and numeric columns have measure bounds."
+    if db.family not in _NUMBER_FAMILIES:
+        return (f"{column.key} is summed but the database column '{db.name}' has type {db.type_name}, "
+                "not a number type. Create a view that casts the column.")
+    return None
+
+
+def check_quantum(column: Column, quantum: float) -> None:
+    if isinstance(quantum, bool) or not isinstance(quantum, (int, float)) or not math.isfinite(quantum) or quantum <= 0:
+        raise ProgrammingError(f"The quantum for SUM({column.name}) must be a finite number > 0; got {quantum!r}. "
+                               "Use measure_quantum(column).")
+    if max(map(abs, column.measure_bounds or (0.0, 0.0))) / quantum > _MAX_SCALED_MEASURE:
+        raise ProgrammingError(f"The quantum {quantum!r} for SUM({column.name}) is too small for measure bounds "
+                               f"{column.measure_bounds}: values would exceed 2^53 quanta. "
+                               "Use measure_quantum(column).")
+
+
+# ================================================================================ SQL generation
+def table_ref(name: str) -> exp.Table:
+    return exp.Table(this=exp.to_identifier(name, quoted=True))
+
+
+def _ref(name: str) -> exp.Column:
+    return exp.column(name, quoted=True)
+
+
+def _call(name: str, *args: exp.Expression) -> exp.Expression:
+    """A DuckDB function call, rendered verbatim (no dialect rewriting)."""
+    return exp.Anonymous(this=name, expressions=list(args))
+
+
+def _int(value: int) -> exp.Expression:
+    return exp.Literal.number(int(value))
+
+
+def _double(value: float) -> exp.Expression:
+    """A DOUBLE literal that round-trips exactly (a bare 0.1 would be a DECIMAL in DuckDB)."""
+    return exp.cast(exp.Literal.string(repr(float(value))), "DOUBLE")
+
+
+def _date(day_number: float) -> exp.Expression:
+    return exp.cast(exp.Literal.string((EPOCH + dt.timedelta(days=int(day_number))).isoformat()), "DATE")
+
+
+def _cell_index(column: Column, db: DatabaseColumn) -> exp.Expression:
+    """The BIGINT cell index of a row for ``column``: 0..size-1, or size for the outside cell."""
+    if isinstance(column.domain, Categorical):
+        return _categorical_index(column.domain, db)
+    return _ordered_index(column.domain, db)
+
+
+def _category_literals(domain: Categorical, db: DatabaseColumn) -> list[exp.Expression]:
+    """The declared values as literals of the column's type; ValueError if the type cannot hold them."""
+    family = db.family
+    converted: list[object]
+    literals: list[exp.Expression]
+    if family == "boolean":
+        words = {"true": True, "1": True, "false": False, "0": False}
+        keys = [str(v).lower() for v in domain.values]
+        if any(k not in words for k in keys):
+            raise ValueError(f"the database column '{db.name}' is BOOLEAN; declare values \"true\" and \"false\".")
+        flags = [words[k] for k in keys]
+        converted, literals = list(flags), [exp.Boolean(this=v) for v in flags]
+    elif family in _NUMBER_FAMILIES:
+        pattern = r"[+-]?\d+" if family == "integer" else r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?"
+        if any(isinstance(v, str) and not re.fullmatch(pattern, v.strip()) for v in domain.values):
+            raise ValueError(f"declares text values but the database column '{db.name}' has type {db.type_name}. "
+                             "Declare values of that type, or create a view that casts the column.")
+        if family == "integer":
+            integers = [int(v) for v in domain.values]
+            converted, literals = list(integers), [_int(v) for v in integers]
+        else:
+            numbers = [float(v) for v in domain.values]
+            converted, literals = list(numbers), [_double(v) for v in numbers]
+    else:
+        texts = [str(v) for v in domain.values]
+        converted, literals = list(texts), [exp.Literal.string(v) for v in texts]
+    if len(set(converted)) != len(converted):
+        raise ValueError(f"two declared values are the same value of the database type {db.type_name}; "
+                         "list each value once.")
+    return literals
+
+
+def _categorical_index(domain: Categorical, db: DatabaseColumn) -> exp.Expression:
+    value: exp.Expression = _ref(db.name)
+    if db.family not in ("boolean", "integer") and not db.type_name.upper().startswith("VARCHAR"):
+        value = exp.cast(value, "DOUBLE" if db.family in _NUMBER_FAMILIES else "VARCHAR")
+    position = _call("list_position", exp.Array(expressions=_category_literals(domain, db)), value)
+    found = exp.Nullif(this=position, expression=_int(0))  # 0 or NULL when absent, depending on the version
+    return exp.Sub(this=exp.Coalesce(this=found, expressions=[_int(domain.size + 1)]), expression=_int(1))
+
+
+def _ordered_index(domain: Ordered, db: DatabaseColumn) -> exp.Expression:
+    outside, last = domain.size, domain.size - 1
+    if domain.kind == "date":
+        value = exp.cast(_ref(db.name), "DATE")
+        lower, top = _date(domain.lower), _date(domain.upper)
+    else:
+        value = exp.cast(_ref(db.name), "DOUBLE")
+        lower, top = _double(domain.lower), _double(domain.upper)
+    inclusive = domain.kind == "numeric" or (domain.kind == "integer" and domain.uniform_step is None)
+    beyond = exp.GT if inclusive else exp.GTE
+    case = exp.Case().when(exp.Not(this=_has_value(db)), _int(outside))
+    return (case.when(exp.LT(this=value.copy(), expression=lower), _int(0 if domain.clamp else outside))
+            .when(beyond(this=value.copy(), expression=top), _int(last if domain.clamp else outside))
+            .else_(_index_in_range(domain, value, db.family), copy=False))
+
+
+def _index_in_range(domain: Ordered, value: exp.Expression, family: TypeFamily) -> exp.Expression:
+    """The base cell of a value known to lie in [lower, upper]."""
+    if domain.kind == "date":
+        unit = domain.unit or "day"
+        return _call("date_diff", exp.Literal.string(unit), _date(domain.lower), value)
+    if domain.uniform_step is not None and _grid_is_arithmetic(domain):
+        exact = family == "integer" and all(float(b).is_integer() for b in (domain.lower, domain.uniform_step))
+        return _grid_index(domain, value, corrected=not exact)
+    if domain.size + 1 > _MAX_EDGES:
+        raise DomainTooLargeError(f"The backend bins at most {_MAX_EDGES} explicit boundaries; this domain has "
+                                  f"{domain.size + 1}. Use a uniform grid (bin_width/resolution).")
+    return _bisect(value, domain.boundaries, 0, domain.size)
+
+
+def _grid_is_arithmetic(domain: Ordered) -> bool:
+    """Whether boundaries are exactly min(lower + step*k, top) in IEEE doubles, as the SQL recomputes them."""
+    step = domain.uniform_step or 0.0
+    k = np.arange(domain.size + 1, dtype=np.float64)
+    return step > 0 and bool(np.array_equal(np.minimum(domain.lower + step * k, domain.upper),
+                               np.asarray(domain.boundaries, dtype=np.float64)))
+
+
+def _grid_index(domain: Ordered, value: exp.Expression, *, corrected: bool) -> exp.Expression:
+    """floor((v - lower) / step), corrected by one cell where the division rounded across a boundary.
+
+    The correction recomputes the boundaries as LEAST(lower + step * k, top) with the IEEE
+    operations the schema used, so the index agrees exactly with ``domain.boundaries``. Integer
+    values on an integer grid need none: the quotient is exact below 2^52.
+    """
+    step_value = domain.uniform_step or 1.0
+    lower, step, top, last = _double(domain.lower), _double(step_value), _double(domain.upper), domain.size - 1
+
+    def boundary(k: exp.Expression) -> exp.Expression:
+        offset = exp.Mul(this=step.copy(), expression=exp.cast(k, "DOUBLE"))
+        return _call("least", exp.Add(this=lower.copy(), expression=offset), top.copy())
+
+    quotient = exp.Div(this=exp.paren(exp.Sub(this=value.copy(), expression=lower.copy())), expression=step.copy())
+    k0 = _call("least", exp.cast(_call("floor", quotient), "BIGINT"), _int(last))
+    if not corrected:
+        return k0
+    down = exp.Case().when(exp.LT(this=value.copy(), expression=boundary(k0.copy())), _int(1)).else_(_int(0))
+    above_next = exp.GTE(this=value.copy(), expression=boundary(exp.Add(this=k0.copy(), expression=_int(1))))
+    up = exp.Case().when(exp.and_(exp.LT(this=k0.copy(), expression=_int(last)), above_next), _int(1)).else_(_int(0))
+    return exp.Add(this=exp.Sub(this=k0, expression=down), expression=up)
+
+
+def _bisect(value: exp.Expression, boundaries: Sequence[float], low: int, high: int) -> exp.Expression:
+    """A CASE tree finding k in [low, high) with boundaries[k] <= value < boundaries[k+1]."""
+    if high - low == 1:
+        return _int(low)
+    middle = (low + high) // 2  # the subtrees are new, so they are attached without sqlglot's default deep copy
+    return (exp.Case().when(exp.LT(this=value.copy(), expression=_double(boundaries[middle])),
+                            _bisect(value, boundaries, low, middle), copy=False)
+            .else_(_bisect(value, boundaries, middle, high), copy=False))
+
+
+def _measure_value(column: Column, db: DatabaseColumn, quantum: float) -> exp.Expression:
+    """round(clamp(v, lo, hi) / quantum) as BIGINT; NULL (adding nothing) where the row has no value."""
+    lo, hi = column.measure_bounds or (0.0, 0.0)  # checked by _measure_problem
+    value = exp.cast(_ref(db.name), "DOUBLE")
+    clamped = _call("least", _call("greatest", value, _double(lo)), _double(hi))
+    scaled = exp.cast(exp.Round(this=exp.Div(this=clamped, expression=_double(quantum))), "BIGINT")
+    return exp.Case().when(_has_value(db), scaled).else_(exp.null())
+
+
+def _has_value(db: DatabaseColumn) -> exp.Expression:
+    """Whether a row has a value in the column: not NULL and, in a floating-point column, not NaN.
+
+    The one definition every generated query uses. NaN is not a value, like NULL: COUNT(col)
+    does not count it, SUM and AVG leave it out, and its cell is the outside cell (predicates are
+    UNKNOWN on it, GROUP BY shows it only with ``other``, ``out_of_domain`` = "exclude" drops it).
+    Never NULL itself, so it can be projected as a flag.
+    """
+    present = exp.Not(this=_ref(db.name).is_(exp.null()))
+    if db.family == "float":  # parenthesised: NOT and AND must not re-associate around it
+        return exp.paren(exp.and_(present, exp.Not(this=_call("isnan", _ref(db.name)))))
+    return exp.paren(present)
+
+
+def _rows(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Sequence[Column],
+          sums: Mapping[Column, float], counts: Sequence[Column]) -> tuple[exp.Select, list[str], list[str], list[str]]:
+    """(rows, cell names, sum names, count names): one row per (capped) table row with its cell
+    indices, scaled measures and has-a-value flags — the input of every aggregate query."""
+    cell_names = [f"dpsql_cell_{i}" for i in range(len(cells))]
+    sum_names = [f"dpsql_sum_{i}" for i in range(len(sums))]
+    count_names = [f"dpsql_nonnull_{i}" for i in range(len(counts))]
+    projections = ([exp.alias_(_cell_index(c, catalog[c.name]), n, quoted=True) for c, n in zip(cells, cell_names)]
+                   + [exp.alias_(_measure_value(c, catalog[c.name], q), n, quoted=True)
+                      for (c, q), n in zip(sums.items(), sum_names)]
+                   + [exp.alias_(_has_value(catalog[c.name]), n, quoted=True) for c, n in zip(counts, count_names)])
+    unit = table.privacy_unit.column
+    projections = projections or [exp.alias_(_int(0), "dpsql_row", quoted=True)]  # COUNT(*) alone touches no column
+    kept: list[exp.Expression] = [exp.NEQ(this=_cell_index(c, catalog[c.name]), expression=_int(c.domain.size))
+                                  for c in table.columns.values() if c.outside_excluded]
+    if unit is None:
+        rows = exp.select(*projections).from_(table_ref(table.name))
+    else:  # rows without a unit are dropped: no one's contribution bound covers them
+        unit_ref = _ref(catalog[unit].name)
+        rows = exp.select(*projections, exp.alias_(unit_ref, "dpsql_unit", quoted=True)).from_(table_ref(table.name))
+        kept.append(unit_ref.copy().is_(exp.null()).not_())
+    if kept:
+        rows = rows.where(exp.and_(*kept))
+    if unit is not None:
+        rows = _cap_per_unit(rows, cell_names + sum_names + count_names, table.privacy_unit.max_rows)
+    return rows, cell_names, sum_names, count_names
+
+
+def build_query(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Sequence[Column],
+                 sums: Mapping[Column, float], counts: Sequence[Column],
+                 grouping: Sequence[tuple[int, ...]] | None = None) -> exp.Select:
+    """SELECT cell indices, COUNT(*), SUMs and COUNTs ... GROUP BY the cell indices (or, given
+    ``grouping``, by GROUPING SETS of cell column positions), over the capped rows."""
+    rows, cell_names, sum_names, count_names = _rows(table, catalog, cells, sums, counts)
+    aggregates = [exp.alias_(exp.Count(this=exp.Star()), "dpsql_rows", quoted=True)]
+    # SUM over BIGINT is HUGEINT (128 bits; |sum| < 2^53 per row · 2^63 rows fits): fetched exactly, never cast down
+    aggregates += [exp.alias_(exp.Coalesce(this=exp.Sum(this=_ref(n)), expressions=[_int(0)]), n,
+                              quoted=True) for n in sum_names]
+    aggregates += [exp.alias_(exp.Count(this=exp.Case().when(_ref(n), _int(1))), n, quoted=True) for n in count_names]
+    query = exp.select(*[_ref(n) for n in cell_names], *aggregates).from_(rows.subquery("dpsql_rows", copy=False))
+    if grouping is not None:
+        sets = [exp.Tuple(expressions=[_ref(cell_names[i]) for i in positions]) for positions in grouping]
+        query.set("group", exp.Group(expressions=[exp.GroupingSets(expressions=sets)]))
+        return query
+    return query.group_by(*[_ref(n) for n in cell_names]) if cell_names else query
+
+
+def marginals_query(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Sequence[Column],
+                     marginals: Sequence[tuple[int, ...]]) -> exp.Select:
+    """SELECT cell indices, COUNT(*) ... GROUP BY GROUPING SETS (one per marginal), over the capped rows.
+
+    Cell indices are never NULL, so a result row's NULL pattern names its grouping set.
+    """
+    rows, cell_names, _, _ = _rows(table, catalog, cells, {}, ())
+    sets = [exp.Tuple(expressions=[_ref(cell_names[i]) for i in marginal]) for marginal in marginals]
+    rows_count = exp.alias_(exp.Count(this=exp.Star()), "dpsql_rows", quoted=True)
+    query = exp.select(*[_ref(n) for n in cell_names], rows_count)
+    query = query.from_(rows.subquery("dpsql_rows", copy=False))
+    query.set("group", exp.Group(expressions=[exp.GroupingSets(expressions=sets)]))
+    return query
+
+
+def _cap_per_unit(rows: exp.Select, names: Sequence[str], max_rows: int) -> exp.Select:
+    """Keep at most ``max_rows`` rows per unit, chosen by hash(values) then the values themselves."""
+    order = ([exp.Ordered(this=_call("hash", *[_ref(n) for n in names]))] if names else []) + [
+        exp.Ordered(this=_ref(n)) for n in names]
+    window = exp.Window(this=exp.RowNumber(), partition_by=[_ref("dpsql_unit")],
+                        order=exp.Order(expressions=order) if order else None)
+    capped = exp.select(*[_ref(n) for n in names] or [_ref("dpsql_unit")]).from_(rows.subquery("dpsql_unit_rows"))
+    return capped.qualify(exp.LTE(this=window, expression=_int(max_rows)))
+
+
+# ======================================================================================== result
+def decode_cell_data(result: pa.Table, shape: tuple[int, ...], sum_names: Sequence[str],
+                     count_names: Sequence[str]) -> CellData:
+    """Turn the GROUP BY result into sorted flat indices and aligned read-only arrays."""
+    counts = _int_column(result, "dpsql_rows")
+    keep = counts > 0  # only a query without GROUP BY over zero rows yields an empty cell
+    cells = tuple(_int_column(result, f"dpsql_cell_{i}")[keep] for i in range(len(shape)))
+    try:
+        index = np.ravel_multi_index(cells, shape) if shape else np.zeros(int(keep.sum()), dtype=np.int64)
+    except ValueError:
+        raise InternalError("The cell query returned a cell index outside the declared domain.") from None
+    order = np.argsort(index)
+
+    def aligned(array: IntArray, *, kept: bool = False) -> IntArray:
+        out = np.ascontiguousarray((array if kept else array[keep])[order])  # int64, or Python integers (wide sums)
+        out.setflags(write=False)
+        return out
+
+    return CellData(
+        shape=shape,
+        index=aligned(np.asarray(index, dtype=np.int64), kept=True),
+        counts=aligned(counts),
+        sums=MappingProxyType({name: aligned(_int_column(result, f"dpsql_sum_{i}"))
+                               for i, name in enumerate(sum_names)}),
+        nonnull=MappingProxyType({name: aligned(_int_column(result, f"dpsql_nonnull_{i}"))
+                                  for i, name in enumerate(count_names)}),
+    )
+
+
+def decode_marginal_tables(result: pa.Table, shapes: Sequence[int], marginals: Sequence[tuple[int, ...]]
+                     ) -> dict[tuple[int, ...], IntArray]:
+    """Split a GROUPING SETS result by each row's non-NULL cell columns into dense marginal tables."""
+    counts = _int_column(result, "dpsql_rows")
+    present = np.stack([~np.asarray(result.column(f"dpsql_cell_{i}").is_null()) for i in range(len(shapes))], axis=1) \
+        if shapes else np.zeros((len(counts), 0), dtype=bool)
+    tables = {}
+    for marginal in marginals:
+        pattern = np.zeros(len(shapes), dtype=bool)
+        pattern[list(marginal)] = True
+        mine = np.all(present == pattern, axis=1)
+        table = np.zeros(tuple(shapes[i] for i in marginal), dtype=np.int64)
+        index = tuple(np.asarray(result.column(f"dpsql_cell_{i}").filter(pa.array(mine)).to_numpy(), dtype=np.int64)
+                      for i in marginal)
+        if not marginal:
+            table.fill(counts[mine].sum())
+        else:
+            try:
+                np.add.at(table, index, counts[mine])
+            except IndexError:
+                raise InternalError("The marginal query returned a cell index outside the declared domain.") from None
+        table.setflags(write=False)
+        tables[marginal] = table
+    return tables
+
+
+def _int_column(result: pa.Table, name: str) -> IntArray:
+    """An integer result column exactly: int64 when every value fits, else Python integers
+    (HUGEINT sums arrive as decimal128(38, 0))."""
+    column = result.column(name)
+    if column.null_count:
+        raise InternalError(f"The cell query returned NULL in '{name}'.")
+    if not pa.types.is_decimal(column.type):
+        return np.asarray(column.to_numpy(), dtype=np.int64)
+    try:  # Arrow's safe cast is exact and refuses any value outside int64
+        return np.asarray(column.cast(pa.int64()).to_numpy(), dtype=np.int64)
+    except pa.ArrowInvalid:
+        values = [int(v) for v in column.to_pylist()]
+        return np.array(values, dtype=object).reshape(len(values))
+
+def profile_query(table: Table, catalog: Mapping[str, DatabaseColumn], column: Column, quantum: float,
+                  below: Sequence[float], clip: Sequence[int]) -> exp.Select:
+    """The one-scan query of the truncation-threshold selectors' statistics (columns ``dpsql_rows``,
+    ``dpsql_below_k``, ``dpsql_clip_j``): see ``Backend.measure_profile``."""
+    rows, _, (value,), _ = _rows(table, catalog, [], {column: quantum}, ())
+    magnitude = exp.Abs(this=_ref(value))
+    aggregates = [exp.alias_(exp.Count(this=_ref(value)), "dpsql_rows", quoted=True)]
+    aggregates += [exp.alias_(exp.Count(this=exp.Case().when(
+                       exp.LTE(this=magnitude.copy(), expression=_double(u / quantum)), _int(1))),
+                              f"dpsql_below_{k}", quoted=True)
+                   for k, u in enumerate(below)]
+    present = exp.Not(this=_ref(value).is_(exp.null()))  # LEAST skips NULLs, so guard them explicitly
+    # HUGEINT sums, read exactly as Python integers
+    aggregates += [exp.alias_(exp.Coalesce(this=exp.Sum(this=exp.Case().when(present.copy(), _call(
+                       "least", magnitude.copy(), _int(int(t))))), expressions=[_int(0)]),
+                              f"dpsql_clip_{j}", quoted=True)
+                   for j, t in enumerate(clip)]
+    return exp.select(*aggregates).from_(rows.subquery("dpsql_rows", copy=False))
