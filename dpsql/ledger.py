@@ -104,6 +104,10 @@ _TABLES = {
 _COLUMNS = {name: re.findall(r"(\w+) (?:TEXT|INTEGER)", spec) for name, spec in _TABLES.items()}
 
 
+__all__ = ["KEY_ENV", "KEY_SUFFIX", "LOCK_TIMEOUT", "SUFFIX", "Account", "Action", "Balance", "BatchRecord", "Binding",
+           "Charge", "Ledger", "LedgerBudget", "Limit", "default_path", "key_path"]
+
+
 def default_path(database: str | os.PathLike[str]) -> Path:
     """The ledger file next to a database file: ``people.duckdb`` → ``people.duckdb.dpsql-ledger``."""
     path = Path(database)
@@ -159,8 +163,8 @@ class Ledger:
     def history(self, dataset: str, analyst: str | None = None) -> list[Charge]:
         """Every charge on the dataset (or by one analyst), oldest first."""
         with self._session(write=False) as books:
-            rows = books.rows("SELECT id, time, dataset, analyst, batch_hash, sql_hash, mechanism, cost_family, cost, price "
-                              "FROM charges WHERE dataset = ? AND (? IS NULL OR analyst = ?) ORDER BY id",
+            rows = books.rows("SELECT id, time, dataset, analyst, batch_hash, sql_hash, mechanism, cost_family, cost, "
+                              "price FROM charges WHERE dataset = ? AND (? IS NULL OR analyst = ?) ORDER BY id",
                               (dataset, analyst, analyst))
             return [Charge(id=row[0], time=row[1], dataset=row[2], analyst=row[3] or None, batch_hash=row[4],
                            sql_hash=row[5], mechanism=row[6], cost=self._cost(row[7], row[8], f"charge {row[0]}"),
@@ -252,8 +256,8 @@ class Ledger:
                 raise ProgrammingError("rebind= (--rebind) needs the new binding: pass --schema SCHEMA (and --db).")
             return "change", None
         if not rebind:
-            raise ProgrammingError(f"{self._mismatch(dataset, binding, current)} Nothing was set. If the data or the schema "
-                                   "changed on purpose, add --rebind (rebind=True).")
+            raise ProgrammingError(f"{self._mismatch(dataset, binding, current)} Nothing was set. If the data or the "
+                                   "schema changed on purpose, add --rebind (rebind=True).")
         return "rebind", binding
 
     def _check_family(self, books: _Books, dataset: str, family: Family, analyst: str | None) -> None:
@@ -266,13 +270,14 @@ class Ledger:
         if current is None or current[0] == family:
             return
         if analyst:
-            raise PrivacyParameterError(f"dataset '{dataset}' counts in {UNIT[current[0]]} ({current[0]}); give analyst "
-                                        f"'{analyst}' a total in {current[0]} too.")
+            raise PrivacyParameterError(f"dataset '{dataset}' counts in {UNIT[current[0]]} ({current[0]}); give "
+                                        f"analyst '{analyst}' a total in {current[0]} too.")
         used = books.rows("SELECT COUNT(*) FROM charges WHERE dataset = ?", (dataset,))[0][0] + (len(totals) - 1)
         if used:
             raise PrivacyParameterError(
-                f"dataset '{dataset}' already has charges or analyst totals in {UNIT[current[0]]} ({current[0]}); its unit "
-                f"cannot change to {family}. Set a total in {current[0]}, or keep the new budget in another ledger (--ledger).")
+                f"dataset '{dataset}' already has charges or analyst totals in {UNIT[current[0]]} ({current[0]}); its "
+                f"unit cannot change to {family}. Set a total in {current[0]}, or keep the new budget in another "
+                "ledger (--ledger).")
 
     # ----------------------------------------------------------------------------- binding and analysts
     def _admit(self, books: _Books, dataset: str, analyst: str | None, binding: Binding) -> None:
@@ -284,8 +289,8 @@ class Ledger:
             who = f"analyst '{analyst}' has none" if analyst else "this connection names no analyst"
             raise BudgetNotSetError(
                 f"dataset '{dataset}' has per-analyst totals, so every batch is charged to an analyst with a total of "
-                f"their own, and {who}. Nothing was run or charged. Pass analyst='NAME' (--analyst NAME); the data owner "
-                "sets a total with: dpsql budget set --db DATABASE --analyst NAME --epsilon E.")
+                f"their own, and {who}. Nothing was run or charged. Pass analyst='NAME' (--analyst NAME); the data "
+                "owner sets a total with: dpsql budget set --db DATABASE --analyst NAME --epsilon E.")
 
     def _check_binding(self, books: _Books, dataset: str, binding: Binding) -> None:
         current = self._binding(books, dataset)
@@ -295,9 +300,10 @@ class Ledger:
                 "migrated from an earlier dpsql). Nothing was run or charged. The data owner binds it with: "
                 "dpsql budget set --db DATABASE --schema SCHEMA --epsilon E (its current total).")
         if binding != current[0]:
-            raise LedgerError(f"{self._mismatch(dataset, binding, current)} Nothing was run or charged. Use the owner's "
-                              "database file and schema, or ask the data owner to rebind them if they changed on purpose: "
-                              "dpsql budget set --db DATABASE --schema SCHEMA --epsilon E --rebind.")
+            raise LedgerError(f"{self._mismatch(dataset, binding, current)} Nothing was run or charged. Use the "
+                              "owner's database file and schema, or ask the data owner to rebind them if they "
+                              "changed on purpose: dpsql budget set --db DATABASE --schema SCHEMA --epsilon E "
+                              "--rebind.")
 
     def _mismatch(self, dataset: str, binding: Binding, current: tuple[Binding, str]) -> str:
         return (f"dataset '{dataset}' in ledger '{self.path}' is bound (by the data owner with dpsql budget set on "
@@ -305,7 +311,8 @@ class Ledger:
 
     def _binding(self, books: _Books, dataset: str) -> tuple[Binding, str] | None:
         """The dataset's binding and when it was made: its latest action that binds, or None."""
-        rows = books.rows("SELECT database, schema, time FROM actions WHERE dataset = ? AND analyst = '' AND schema != '' "
+        rows = books.rows("SELECT database, schema, time FROM actions WHERE dataset = ? AND analyst = '' AND schema != "
+                          "'' "
                           "ORDER BY id DESC LIMIT 1", (dataset,))
         return (Binding(database=rows[0][0], schema=rows[0][1]), rows[0][2]) if rows else None
 
@@ -318,16 +325,17 @@ class Ledger:
     def _balance(self, books: _Books, dataset: str, analyst: str | None) -> Balance:
         totals = self._totals(books, dataset)
         if "" not in totals:
-            raise BudgetNotSetError(f"no privacy budget is set for dataset '{dataset}' in ledger '{self.path}'. Nothing was "
-                                    "run or charged. The data owner sets one with: dpsql budget set --db DATABASE "
-                                    "--schema SCHEMA --epsilon E (or --rho R).")
+            raise BudgetNotSetError(f"no privacy budget is set for dataset '{dataset}' in ledger '{self.path}'. "
+                                    "Nothing was run or charged. The data owner sets one with: dpsql budget set --db "
+                                    "DATABASE --schema SCHEMA --epsilon E (or --rho R).")
         family = totals[""][0]
         limits = []
         for level in ("", analyst) if analyst and analyst in totals else ("",):
             level_family, total = totals[level]
             if level_family != family or family not in UNIT:
                 raise LedgerError(self._corrupt(f"the budget of {_scope(dataset, level)} has family {level_family!r}"))
-            limits.append(Limit(scope=_scope(dataset, level), total=self._amount(total, f"the total of {_scope(dataset, level)}"),
+            limits.append(Limit(scope=_scope(dataset, level), total=self._amount(total, "the total of "
+                                                                                        f"{_scope(dataset, level)}"),
                                 spent=self._spent(books, dataset, level or None)))
         count = books.rows("SELECT COUNT(*) FROM charges WHERE dataset = ?", (dataset,))[0][0]
         return Balance(dataset=dataset, analyst=analyst, family=family, limits=tuple(limits), charges=count)
@@ -343,9 +351,9 @@ class Ledger:
     def _session(self, *, write: bool, create: bool = False) -> Iterator[_Books]:
         """One verified transaction: IMMEDIATE (write lock) or DEFERRED; COMMIT on success, else ROLLBACK."""
         if not create and not self.path.exists():
-            raise BudgetNotSetError(f"no ledger file at '{self.path}', so no privacy budget has been set. Nothing was run "
-                                    "or charged. The data owner sets one with: dpsql budget set --db DATABASE --schema "
-                                    "SCHEMA --epsilon E (add --ledger PATH for a ledger elsewhere).")
+            raise BudgetNotSetError(f"no ledger file at '{self.path}', so no privacy budget has been set. Nothing was "
+                                    "run or charged. The data owner sets one with: dpsql budget set --db DATABASE "
+                                    "--schema SCHEMA --epsilon E (add --ledger PATH for a ledger elsewhere).")
         new = create and not self.path.exists()
         made_key = False
         try:
@@ -365,8 +373,9 @@ class Ledger:
                 made_key = self._make_key()
                 if not made_key:
                     raise LedgerError(self._corrupt(
-                        f"it is a version-1 file, but its key '{self.key_path}' exists, so it was upgraded before: an old "
-                        "file was put in its place. If it really is a never-upgraded ledger, move the key file aside"))
+                        f"it is a version-1 file, but its key '{self.key_path}' exists, so it was upgraded before: an "
+                        "old file was put in its place. If it really is a never-upgraded ledger, move the key file "
+                        "aside"))
                 books = _Books(db, self._read_key())
                 _migrate(books)
             else:
@@ -395,7 +404,8 @@ class Ledger:
         except FileExistsError:
             return False
         except OSError as err:
-            raise LedgerError(f"cannot create the ledger's key file '{self.key_path}' ({err.strerror or err}). Nothing was "
+            raise LedgerError(f"cannot create the ledger's key file '{self.key_path}' ({err.strerror or err}). Nothing "
+                              "was "
                               "set.") from None
         try:
             os.write(descriptor, (secrets.token_bytes(_KEY_BYTES).hex() + "\n").encode("ascii"))
@@ -409,15 +419,17 @@ class Ledger:
         try:
             text = self.key_path.read_text(encoding="ascii").strip()
         except FileNotFoundError:
-            raise LedgerError(f"the key file of ledger '{self.path}' is missing ('{self.key_path}'), so its history cannot "
-                              "be verified. Nothing was run or charged. Restore the key file from a backup, or point "
+            raise LedgerError(f"the key file of ledger '{self.path}' is missing ('{self.key_path}'), so its history "
+                              "cannot be verified. Nothing was run or charged. Restore the key file from a backup, or "
+                              "point "
                               f"{KEY_ENV} (dpsql budget --key-file) at it.") from None
         except (OSError, UnicodeDecodeError) as err:
-            raise LedgerError(f"cannot read the key file '{self.key_path}' of ledger '{self.path}' ({err}). Nothing was run "
+            raise LedgerError(f"cannot read the key file '{self.key_path}' of ledger '{self.path}' ({err}). Nothing "
+                              "was run "
                               "or charged.") from None
         if not re.fullmatch(f"[0-9a-f]{{{2 * _KEY_BYTES}}}", text):
-            raise LedgerError(f"'{self.key_path}' is not a dpsql ledger key ({_KEY_BYTES} bytes in hex). Nothing was run or "
-                              "charged. Restore the key file from a backup.")
+            raise LedgerError(f"'{self.key_path}' is not a dpsql ledger key ({_KEY_BYTES} bytes in hex). Nothing was "
+                              "run or charged. Restore the key file from a backup.")
         return bytes.fromhex(text)
 
     def _structure(self, db: sqlite3.Connection, *, upgrade: bool) -> str:
@@ -431,28 +443,29 @@ class Ledger:
         if meta.get("format") == FORMAT and meta.get("version") == "1":
             if not upgrade:
                 raise LedgerError(
-                    f"ledger '{self.path}' was written by an earlier dpsql (format version 1), without binding or tamper "
-                    "evidence. Nothing was run or charged. The data owner upgrades it, keeping its history, with: dpsql "
-                    "budget set --db DATABASE --schema SCHEMA --epsilon E (the dataset's current total).")
+                    f"ledger '{self.path}' was written by an earlier dpsql (format version 1), without binding or "
+                    "tamper evidence. Nothing was run or charged. The data owner upgrades it, keeping its history, "
+                    "with: dpsql budget set --db DATABASE --schema SCHEMA --epsilon E (the dataset's current total).")
             return "1"
         for name, columns in _COLUMNS.items():
             found = [row[1] for row in db.execute(f"PRAGMA table_info({name})")]
             if found != columns:
                 raise LedgerError(self._corrupt(f"table '{name}' has columns {found or 'none'}, expected {columns}"))
         if meta.get("format") != FORMAT or meta.get("version") != VERSION:
-            raise LedgerError(self._corrupt(f"it declares format {meta.get('format')!r} version {meta.get('version')!r}, "
-                                            f"expected {FORMAT!r} version {VERSION!r}"))
+            raise LedgerError(self._corrupt(f"it declares format {meta.get('format')!r} version "
+                                            f"{meta.get('version')!r}, expected {FORMAT!r} version {VERSION!r}"))
         return VERSION
 
     def _verified(self, books: _Books) -> None:
         """Fail closed unless the key is the ledger's, the history verifies and every amount is valid."""
         check = books.rows("SELECT value FROM ledger_meta WHERE key = 'key_check'")
         if not check or not _equal_mac(_key_check(books.key), check[0][0]):
-            raise LedgerError(f"the key file '{self.key_path}' is not the key of ledger '{self.path}'. Nothing was run or "
-                              f"charged. Point {KEY_ENV} (dpsql budget --key-file) at the ledger's key, or restore it "
-                              "from a backup.")
+            raise LedgerError(f"the key file '{self.key_path}' is not the key of ledger '{self.path}'. Nothing was run "
+                              f"or charged. Point {KEY_ENV} (dpsql budget --key-file) at the ledger's key, or restore "
+                              "it from a backup.")
         self._verify(books)
-        for number, dataset, analyst, family, total in books.db.execute("SELECT id, dataset, analyst, family, total FROM actions"):
+        actions = books.db.execute("SELECT id, dataset, analyst, family, total FROM actions")
+        for number, dataset, analyst, family, total in actions:
             self._cost(family, total, f"action {number} ({_scope(dataset, analyst)})")
         for number, family, cost, amount in books.db.execute("SELECT id, cost_family, cost, price FROM charges"):
             self._cost(family, cost, f"charge {number}")
@@ -473,8 +486,8 @@ class Ledger:
         head = books.rows("SELECT count, last, mac FROM head")
         if (len(head) != 1 or head[0][0] != len(history) or head[0][1] != last
                 or not _equal_mac(_head_mac(books.key, len(history), last), head[0][2])):
-            raise LedgerError(self._tampered("its head does not match its last row: rows at the end were deleted, or the "
-                                             "head was changed"))
+            raise LedgerError(self._tampered("its head does not match its last row: rows at the end were deleted, or "
+                                             "the head was changed"))
 
     def _amount(self, text: object, where: str) -> Fraction:
         try:
@@ -494,13 +507,13 @@ class Ledger:
         return self._corrupt(f"its history does not verify against its key: {detail}")
 
     def _corrupt(self, detail: str) -> str:
-        return (f"ledger '{self.path}' is not an intact dpsql ledger ({detail}). Nothing was run or charged. Restore the "
-                "file from a backup; do not delete it, which would reset the budget.")
+        return (f"ledger '{self.path}' is not an intact dpsql ledger ({detail}). Nothing was run or charged. Restore "
+                "the file from a backup; do not delete it, which would reset the budget.")
 
     def _unreadable(self, err: sqlite3.Error) -> LedgerError:
         if "locked" in str(err) or "busy" in str(err):
-            return LedgerError(f"ledger '{self.path}' stayed locked by another process for {LOCK_TIMEOUT:g} s; nothing was "
-                               "run or charged. Try again.")
+            return LedgerError(f"ledger '{self.path}' stayed locked by another process for {LOCK_TIMEOUT:g} s; nothing "
+                               "was run or charged. Try again.")
         return LedgerError(self._corrupt(f"SQLite: {err}"))
 
 
@@ -514,14 +527,15 @@ def _migrate(books: _Books) -> None:
     if _tables(db) != {"ledger_meta", "budgets", "charges", "actions"}:
         raise LedgerError(f"a version-1 ledger has the tables ledger_meta, budgets, charges and actions; this file has "
                           f"{sorted(_tables(db))}. Nothing was set. Restore the file from a backup.")
-    actions = db.execute("SELECT time, dataset, analyst, action, family, total, actor FROM actions ORDER BY id").fetchall()
+    actions = db.execute("SELECT time, dataset, analyst, action, family, total, actor FROM actions "
+                         "ORDER BY id").fetchall()
     charges = db.execute("SELECT time, dataset, analyst, batch_hash, sql_hash, mechanism, cost_family, cost, price "
                          "FROM charges ORDER BY id").fetchall()
     latest = {(row[1], row[2]): (row[4], row[5]) for row in actions}
     for dataset, analyst, family, total in db.execute("SELECT dataset, analyst, family, total FROM budgets"):
         if latest.get((dataset, analyst)) != (family, total):
-            raise LedgerError(f"the version-1 ledger's total of {_scope(dataset, analyst)} disagrees with its actions; it "
-                              "cannot be upgraded. Nothing was set. Restore the file from a backup.")
+            raise LedgerError(f"the version-1 ledger's total of {_scope(dataset, analyst)} disagrees with its actions; "
+                              "it cannot be upgraded. Nothing was set. Restore the file from a backup.")
     for name in ("budgets", "charges", "actions", "ledger_meta"):
         db.execute(f"DROP TABLE {name}")
     _create(books)
@@ -553,7 +567,8 @@ def _append(books: _Books, table: str, **values: object) -> None:
     mac = _row_mac(books.key, last, table, row)
     books.db.execute(f"INSERT INTO {table} ({', '.join(_COLUMNS[table])}) VALUES ({', '.join('?' * (len(row) + 1))})",
                      (*row, mac))
-    books.db.execute("UPDATE head SET count = ?, last = ?, mac = ?", (count + 1, mac, _head_mac(books.key, count + 1, mac)))
+    books.db.execute("UPDATE head SET count = ?, last = ?, mac = ?",
+                     (count + 1, mac, _head_mac(books.key, count + 1, mac)))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
