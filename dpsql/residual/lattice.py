@@ -275,6 +275,24 @@ def check_weights(weights: Sequence[float] | None, m: int) -> FloatArray:
     return w
 
 
+def check_request(orders: Orders, batch: int, objective: str, rho: float | Fraction, weights: Sequence[float] | None,
+                  *, sets: str, pair: str) -> tuple[Fraction, FloatArray]:
+    """The checks both planners make on a request after its sets are read: a known objective, ρ as
+    an exact Fraction, one weight per set, and at most MAX_SUBSET_PAIRS (set, subset) pairs.
+    ``sets``/``pair`` name the sets in messages ("marginals"/"marginal", "query sets"/"set")."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}; got {objective!r}.")
+    budget = check_rho(rho)
+    w = check_weights(weights, batch)
+    pairs = sum(len(js) << k for k, (js, _) in orders.items())
+    if pairs > MAX_SUBSET_PAIRS:
+        raise DomainTooLargeError(
+            f"the {sets} have {pairs:,} ({pair}, subset) pairs, above MAX_SUBSET_PAIRS = "
+            f"{MAX_SUBSET_PAIRS:,}; request fewer or lower-order {sets}."
+        )
+    return budget, w
+
+
 # ============================================================================ tables over the closure
 def closure_tables(
     lattice: Lattice, marginal_tables: Mapping[Sequence[int], npt.ArrayLike],

@@ -81,8 +81,6 @@ from dpsql.errors import DomainTooLargeError
 from dpsql.residual import base, rational, solver
 from dpsql.residual.lattice import (
     BATCH_CELLS,
-    MAX_SUBSET_PAIRS,
-    OBJECTIVES,
     FloatArray,
     IntArray,
     Lattice,
@@ -91,8 +89,7 @@ from dpsql.residual.lattice import (
     build_lattice,
     check_domains,
     check_marginals,
-    check_rho,
-    check_weights,
+    check_request,
     closure_tables,
 )
 from dpsql.residual.symmetry import equitable_classes
@@ -263,16 +260,7 @@ def select(
     """
     sizes = check_domains(domains)
     batch, orders = check_marginals(marginals, sizes)
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}; got {objective!r}.")
-    budget = check_rho(rho)
-    w = check_weights(weights, len(batch))
-    pairs = sum(len(js) << k for k, (js, _) in orders.items())
-    if pairs > MAX_SUBSET_PAIRS:
-        raise DomainTooLargeError(
-            f"the marginals have {pairs:,} (marginal, subset) pairs, above MAX_SUBSET_PAIRS = "
-            f"{MAX_SUBSET_PAIRS:,}; request fewer or lower-order marginals."
-        )
+    budget, w = check_request(orders, len(batch), objective, rho, weights, sets="marginals", pair="marginal")
     lattice = build_lattice(sizes, batch, orders)
     set_class, marginal_class = equitable_classes(lattice, w)
     c = 2.0 * float(budget)

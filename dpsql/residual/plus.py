@@ -81,8 +81,6 @@ from dpsql.mechanism import exact_along_axis
 from dpsql.residual import base, rational, solver
 from dpsql.residual.lattice import (
     BATCH_CELLS,
-    MAX_SUBSET_PAIRS,
-    OBJECTIVES,
     FloatArray,
     IntArray,
     Lattice,
@@ -90,8 +88,7 @@ from dpsql.residual.lattice import (
     Objective,
     build_lattice,
     check_marginals,
-    check_rho,
-    check_weights,
+    check_request,
     closure_tables,
     unique_rows,
 )
@@ -211,16 +208,7 @@ def select(
     W = _check_bases(bases)
     sizes = np.array([basis.shape[1] for basis in W], dtype=np.int64)
     batch, orders = check_marginals(marginals, sizes)
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}; got {objective!r}.")
-    budget = check_rho(rho)
-    w = check_weights(weights, len(batch))
-    pairs = sum(len(js) << k for k, (js, _) in orders.items())
-    if pairs > MAX_SUBSET_PAIRS:
-        raise DomainTooLargeError(
-            f"the query sets have {pairs:,} (set, subset) pairs, above MAX_SUBSET_PAIRS = "
-            f"{MAX_SUBSET_PAIRS:,}; request fewer or lower-order query sets."
-        )
+    budget, w = check_request(orders, len(batch), objective, rho, weights, sets="query sets", pair="set")
     used = sorted({i for a in batch for i in a})
     pieces = build_pieces(W, _check_strategies(strategies, W), used)
     lattice = build_lattice(sizes, batch, orders)
