@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dpsql.backends
+
 MATH_MODULES = ["dpsql.workloads", "dpsql.kronvec", "dpsql.linalg", "dpsql.strategies", "dpsql.noise",
                 "dpsql.residual.queries", "dpsql.sum_truncation", "dpsql.residual", "dpsql.residual.basis",
                 "dpsql.residual.planner", "dpsql.residual.plus", "dpsql.mechanism", "dpsql.accuracy", "dpsql.weights"]
@@ -139,3 +141,30 @@ def test_only_the_listed_modules_touch_data_or_randomness() -> None:
     stale = {name: sorted(kinds - found.get(name, frozenset())) for name, kinds in TOUCHING.items()
              if kinds - found.get(name, frozenset())}
     assert not stale, f"these TOUCHING entries allow more than the module does (moved or gone?): {stale}"
+
+
+def backend_imports(source: str) -> list[str]:
+    """The ``dpsql.backends`` modules a module imports (``import`` or ``from ... import``).
+
+    >>> backend_imports("from dpsql.backends import Backend\\nfrom dpsql.backends.duckdb import DuckDBBackend")
+    ['dpsql.backends', 'dpsql.backends.duckdb']
+    """
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("dpsql.backends"):
+            found.append(str(node.module))
+        elif isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.startswith("dpsql.backends")]
+    return found
+
+
+def test_the_engine_sees_backends_only_through_the_protocol() -> None:
+    """Every module of dpsql.engine imports from dpsql.backends only the package itself, whose names
+    are the protocol and its result types (a second backend needs no change to the engine)."""
+    engine = {name: path for name, path in _modules().items()
+              if name == "dpsql.engine" or name.startswith("dpsql.engine.")}
+    assert len(engine) > 10
+    found = {name: imported for name, path in engine.items()
+             if (imported := [m for m in backend_imports(path.read_text(encoding="utf-8")) if m != "dpsql.backends"])}
+    assert found == {}
+    assert set(dpsql.backends.__all__) == {"Backend", "CellData", "MeasureProfile", "file_identity"}
