@@ -35,8 +35,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpsql import plan_cache, strategies, strategy_cache
-from dpsql import accuracy
+from dpsql import accuracy, plan_cache, strategies, strategy_cache
 from dpsql.errors import DomainTooLargeError, DpsqlError, ShapeError
 from dpsql.mechanism import integral_strategy
 from dpsql.noise import Noise

@@ -19,7 +19,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from dpsql.mechanism import Answers
-from dpsql.schema import Categorical, Ordered
+from dpsql.schema import Categorical
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, CompiledStatement, OutputAggregate
 

@@ -20,9 +20,9 @@ from test_calibration import assert_calibrated, releases
 
 import dpsql
 from dpsql import engine, mechanism, thresholds
+from dpsql.accounting import Budget, PrivacyCost
 from dpsql.engine.threshold_release import final_answering
 from dpsql.engine.vector_plans import cell_bounds
-from dpsql.accounting import Budget, PrivacyCost
 from dpsql.errors import PrivacyParameterError
 from dpsql.noise import SeededRandomSource
 from dpsql.sql.compile import compile_batch

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.engine.scan import batch_vector
-from dpsql.errors import NotSupportedError, OperationalError, ProgrammingError, SchemaError, UnsupportedQueryError
+from dpsql.errors import NotSupportedError, ProgrammingError, SchemaError, UnsupportedQueryError
 from dpsql.schema import Schema, measure_quantum
 from dpsql.sql.compile import CompiledBatch, compile_batch, label_value
 from dpsql.sql.parse import parse_batch

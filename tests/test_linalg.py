@@ -21,7 +21,6 @@ from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 from _helpers import groupings
-
 from dpsql import accuracy
 from dpsql import strategies as strat
 from dpsql.errors import ShapeError, UnsupportedStrategyError

@@ -15,9 +15,9 @@ import pyarrow as pa
 import pytest
 
 from dpsql import engine
-from dpsql.engine import residual_route
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.engine import residual_route
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 from dpsql.sql.parse import parse_batch

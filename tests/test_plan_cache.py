@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from dpsql import accuracy, engine, plan_cache, planner, workloads
-from dpsql.engine import grouping, vector_plans
 from dpsql.accounting import PrivacyCost
+from dpsql.engine import grouping, vector_plans
 from dpsql.schema import Schema
 
 

@@ -17,11 +17,11 @@ import pytest
 
 import dpsql
 from dpsql import accuracy, engine
-from dpsql.engine.guard import guard_notes, measured_sums
-from dpsql.engine.metadata import statement_metadata
 from dpsql import weights as weighting
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.engine.guard import guard_notes, measured_sums
+from dpsql.engine.metadata import statement_metadata
 from dpsql.errors import ProgrammingError
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema

@@ -14,16 +14,16 @@ import pyarrow as pa
 import pytest
 
 from dpsql import engine, mechanism
-from dpsql.engine import postprocess
-from dpsql.engine.scan import batch_vector
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.engine import postprocess
+from dpsql.engine.scan import batch_vector
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 from dpsql.sql.compile import CompiledBatch, compile_group
+from dpsql.sql.parse import parse_batch
 from dpsql.sql.value_cells import ValueCells, value_cells_problem
 from dpsql.sql.vectors import COUNTS
-from dpsql.sql.parse import parse_batch
 from dpsql.workloads import Explicit, Kron, Sum
 
 ROWS = 3000

@@ -14,7 +14,6 @@ and the cells come from the schema only.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from dpsql import thresholds
@@ -32,8 +31,8 @@ from dpsql.engine.guard import (
 from dpsql.engine.measure import measure_groups
 from dpsql.engine.measurements import PlannedVector, check_calibrations, split
 from dpsql.engine.metadata import ReleaseMetadata
-from dpsql.engine.threshold_release import choose_thresholds, final_answering, measured_columns
 from dpsql.engine.sum_answering import answering_groups, bias_bounds
+from dpsql.engine.threshold_release import choose_thresholds, final_answering, measured_columns
 from dpsql.engine.vocabulary import AnswerSet, Report, noise_of
 from dpsql.engine.weighing import Weighing
 from dpsql.noise import RandomSource

@@ -25,8 +25,8 @@ from dataclasses import replace
 import numpy as np
 
 from dpsql import sum_truncation
-from dpsql.mechanism import Answers
 from dpsql.engine.vocabulary import AnswerKey, AnswerSet
+from dpsql.mechanism import Answers
 from dpsql.sql.compile import CompiledBatch
 from dpsql.sql.vectors import DataVector
 

@@ -247,7 +247,7 @@ def answer(route: ResidualPlan, *, backend: Backend, rng: RandomSource | None, r
     return AnswerSet(answers)
 
 
-def _marginal_queries(workload: Workload, sizes: Sequence[int]) -> mq.MarginalQueries | None | NotApplicable:
+def _marginal_queries(workload: Workload, sizes: Sequence[int]) -> mq.MarginalQueries | NotApplicable | None:
     """A compiled block as queries on the marginal of the axes it does not simply sum over
     (restricted to each attribute's first ``sizes[i]`` cells: the others are always empty)."""
     terms = workload.terms if isinstance(workload, Sum) else (workload,)

@@ -16,9 +16,9 @@ import numpy as np
 
 from dpsql import mechanism, plan_cache, planner
 from dpsql import weights as weighting
+from dpsql.accuracy import check_support, unit_noise_variance
 from dpsql.engine.measurements import CellBounds, DraftVector
 from dpsql.engine.weighing import value_scale
-from dpsql.accuracy import check_support, unit_noise_variance
 from dpsql.errors import DomainTooLargeError, ShapeError, UnsupportedStrategyError
 from dpsql.linalg import pinv_gram, quadratic_diag, trace_of_product
 from dpsql.planner import Noise, Progress
