@@ -154,7 +154,7 @@ def _order(statement: ir.Statement, table: pa.Table) -> list[int]:
         values = table.column(name).to_pylist()
         missing = [r for r in order if _is_null(values[r])]
         present = [r for r in order if not _is_null(values[r])]
-        present.sort(key=lambda r: values[r], reverse=item.descending)  # type: ignore[no-any-return]
+        present.sort(key=lambda r: values[r], reverse=item.descending)
         order = present + missing
     return order
 

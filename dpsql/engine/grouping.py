@@ -11,7 +11,7 @@ from __future__ import annotations
 from dpsql import plan_cache, planner
 from dpsql import weights as weighting
 from dpsql.engine.weighing import Weighing
-from dpsql.planner import Noise
+from dpsql.noise import Noise
 from dpsql.schema import Ordered, Table
 from dpsql.sql import ir
 from dpsql.sql.compile import MERGE_CELLS, column_set, compile_group, group_cells, initial_partition

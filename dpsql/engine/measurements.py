@@ -17,7 +17,7 @@ from fractions import Fraction
 from dpsql import mechanism, planner
 from dpsql.accounting import PrivacyCost, price, sequential
 from dpsql.errors import InternalError
-from dpsql.planner import Noise
+from dpsql.noise import Noise
 from dpsql.sql.vectors import DataVector
 from dpsql.workloads import Workload
 

@@ -46,6 +46,7 @@ from dpsql.mechanism import Answers
 from dpsql.noise import RandomSource
 from dpsql.residual import planner as residual
 from dpsql.residual import queries as mq
+from dpsql.residual.lattice import Marginal
 from dpsql.schema import Schema
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, compile_batch
@@ -201,7 +202,7 @@ def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: Sequence[f
     block_weights = tuple(
         block_weight(float(weights[index_of[id(statement_of[b])]]), block.workload.shape[0], 1, "gaussian")
         for b, block in enumerate(group.blocks))
-    selection_weights: dict[mq.Marginal, float] = {}
+    selection_weights: dict[Marginal, float] = {}
     for q, c in zip(queries, block_weights):
         if q is not None:
             selection_weights[q.marginal] = selection_weights.get(q.marginal, 0.0) + c * mq.selection_weight(q)
@@ -275,12 +276,12 @@ def _reports_each_cell_once(queries: mq.MarginalQueries) -> bool:
     return True
 
 
-def _sigma2_lookup(closure: tuple[mq.Marginal, ...], sigma2: FloatArray) -> Callable[[mq.Marginal], float]:
+def _sigma2_lookup(closure: tuple[Marginal, ...], sigma2: FloatArray) -> Callable[[Marginal], float]:
     table = dict(zip(closure, sigma2.tolist()))
     return table.__getitem__
 
 
-def _maximal(marginals: tuple[mq.Marginal, ...]) -> list[mq.Marginal]:
+def _maximal(marginals: tuple[Marginal, ...]) -> list[Marginal]:
     """The marginals no other requested marginal contains: the only tables the scan needs."""
     sets = [frozenset(a) for a in marginals]
     return [a for a, s in zip(marginals, sets) if not any(s < other for other in sets)]

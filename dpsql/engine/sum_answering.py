@@ -23,7 +23,8 @@ import numpy as np
 from dpsql.engine.measurements import DraftVector
 from dpsql.engine.vector_plans import group_drafts
 from dpsql.engine.weighing import Weighing
-from dpsql.planner import Noise, Plan, Progress
+from dpsql.noise import Noise
+from dpsql.planner import Plan, Progress
 from dpsql.schema import Column
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, CompiledGroup, compile_group

@@ -21,7 +21,8 @@ from dpsql.engine.measurements import CellBounds, DraftVector
 from dpsql.engine.weighing import value_scale
 from dpsql.errors import DomainTooLargeError, ShapeError, UnsupportedStrategyError
 from dpsql.linalg import pinv_gram, quadratic_diag, trace_of_product
-from dpsql.planner import Noise, Progress
+from dpsql.noise import Noise
+from dpsql.planner import Progress
 from dpsql.schema import Column, Ordered
 from dpsql.sql.compile import CompiledGroup
 from dpsql.sql.vectors import COUNTS, DataVector

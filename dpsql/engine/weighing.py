@@ -10,7 +10,7 @@ from fractions import Fraction
 
 from dpsql import weights as weighting
 from dpsql.errors import ProgrammingError
-from dpsql.planner import Noise
+from dpsql.noise import Noise
 from dpsql.schema import Column, measure_quantum
 from dpsql.sql.compile import Block, CompiledGroup, CompiledStatement
 from dpsql.sql.vectors import DataVector
