@@ -131,7 +131,8 @@ class GroupsPlan:
             bias_bound=bias_bounds(final.compiled),
             truncation_threshold=chosen,
             truncation={plan.column.name: plan.describe() for plan in self.thresholds} if chosen else {})
-        return Release(compiled=final.compiled, answers=answers, errors=errors, metadata=metadata, guard_rounds=GUARD_ROUNDS)
+        return Release(compiled=final.compiled, answers=answers, errors=errors, metadata=metadata,
+                       guard_rounds=GUARD_ROUNDS)
 
 
 def plan_route(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: tuple[float, ...],
@@ -171,7 +172,7 @@ def plan_groups(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weighing: We
     notes = tuple(sorted(choice.notes + pending))
     guarded = guard(choice.compiled, split(choice.drafts, budget, noise), weighing, cost, budget)
     check_calibrations(guarded.measurements)  # every noise scale is representable: checked before anything is charged
-    plan = GroupsPlan(cost=cost, batch=batch, separate=separate, compiled=choice.compiled, measurements=guarded.measurements,
-                      thresholds=tuple(selections), answering_notes=notes, weights=guarded.kept.weights,
-                      guard_notes=guarded.notes)
+    plan = GroupsPlan(cost=cost, batch=batch, separate=separate, compiled=choice.compiled,
+                      measurements=guarded.measurements, thresholds=tuple(selections), answering_notes=notes,
+                      weights=guarded.kept.weights, guard_notes=guarded.notes)
     return plan, guarded.raised

@@ -52,8 +52,8 @@ def search_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weig
             for vector in group.data_kinds():
                 positions = [p for p, block in enumerate(group.blocks) if block.data == vector]
                 top, scales = weighting.normalized([weights[p] for p in positions])
-                W = weighting.scaled_stack(group.workload(vector), [group.blocks[p].workload.shape[0] for p in positions],
-                                           scales)
+                W = weighting.scaled_stack(group.workload(vector),
+                                           [group.blocks[p].workload.shape[0] for p in positions], scales)
                 found.append(top * planner.expected_error(W, noise=noise, sizes=sizes, ordered=ordered, quick=True))
             errors[members] = found
         return errors[members]
