@@ -126,7 +126,8 @@ def compiled_answers(compiled: CompiledBatch,
         columns = compiled.table.columns
         sums = {columns[k[1]]: measure_quantum(columns[k[1]]) for k in kinds if k[0] == "sum"}
         nonnull = [columns[k[1]] for k in kinds if k[0] == "nonnull"]
-        data = backend.cell_data(compiled.table, [axis.column for axis in group.axes], sum_columns=sums, count_columns=nonnull)
+        data = backend.cell_data(compiled.table, [axis.column for axis in group.axes], sum_columns=sums,
+                                 count_columns=nonnull)
         x = {kind: batch_vector(group, data, kind) for kind in kinds}
         for b, block in enumerate(group.blocks):
             scale = sums[columns[block.data[1]]] if block.data[0] == "sum" else 1.0

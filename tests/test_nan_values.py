@@ -98,7 +98,8 @@ def test_residual_planner_route_puts_nan_in_the_outside_cell() -> None:
     assert isinstance(route, residual_route.ResidualPlan)
     scores = []
     for seed in range(RUNS):
-        answers = residual_route.answer(route, backend=DuckDBBackend(con), rng=SeededRandomSource(seed), report=lambda _: None)
+        answers = residual_route.answer(route, backend=DuckDBBackend(con), rng=SeededRandomSource(seed),
+                                        report=lambda _: None)
         found = answers[0, 0]
         scores.append((found.values - 25.0) / np.sqrt(found.variances))
     assert_calibrated(np.array(scores))
