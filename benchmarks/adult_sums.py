@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from dpsql import accuracy, engine
-from dpsql.engine.weighing import value_scale
 from dpsql.accounting import PrivacyCost
+from dpsql.engine.weighing import value_scale
 from dpsql.schema import Schema
 
 GROUPS = ["sex", "race", "education_num", "marital_status", "occupation", "workclass", "relationship", "income",

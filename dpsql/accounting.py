@@ -63,7 +63,8 @@ class PrivacyCost:
 
     def __post_init__(self) -> None:
         if (self.epsilon is None) == (self.rho is None):
-            raise PrivacyParameterError("give exactly one of epsilon= (pure ε-DP) or rho= (ρ-zCDP) as the batch's cost.")
+            raise PrivacyParameterError("give exactly one of epsilon= (pure ε-DP) or rho= (ρ-zCDP) "
+                                        "as the batch's cost.")
         name, value = ("epsilon", self.epsilon) if self.epsilon is not None else ("rho", self.rho)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise PrivacyParameterError(f"{name} must be a finite number > 0; got {value!r}.")
@@ -160,7 +161,8 @@ def epsilon_from_rho(rho: float, *, delta: float) -> float:
         return 0.0
     t = _root(lambda t: rho + (math.log1p(t) + math.log(delta)) / t**2)
     alpha = 1 + t
-    return max(0.0, alpha * rho + (math.log(1 / delta) - t * math.log1p(1 / t) - math.log1p(t)) / t)  # ln(1−1/α) = −ln(1+1/t)
+    # ln(1−1/α) = −ln(1+1/t)
+    return max(0.0, alpha * rho + (math.log(1 / delta) - t * math.log1p(1 / t) - math.log1p(t)) / t)
 
 
 def delta_from_rho(rho: float, *, epsilon: float) -> float:
@@ -301,9 +303,10 @@ class PrivacyBudget(Protocol):
 class Budget:
     """A total privacy budget that batches draw from; ``Budget(epsilon=3)`` or ``Budget(rho=0.5)``.
 
-    The in-memory ``PrivacyBudget``, kept for one connection: it ends with the process. ``dpsql.connect(..., ledger=PATH)``
-    keeps the books in a durable file instead (``dpsql.ledger``). Decisions use the exact sum
-    ``exact_spent`` (a Fraction); ``spent`` is the same amount as a float, for display.
+    The in-memory ``PrivacyBudget``, kept for one connection: it ends with the process.
+    ``dpsql.connect(..., ledger=PATH)`` keeps the books in a durable file instead (``dpsql.ledger``).
+    Decisions use the exact sum ``exact_spent`` (a Fraction); ``spent`` is the same amount as a
+    float, for display.
     """
 
     epsilon: float | None = None

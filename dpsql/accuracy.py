@@ -42,7 +42,6 @@ from dpsql.workloads import (
     check_dense_size,
 )
 
-
 #: Relative residual trace(G (I − A⁺A)) / trace(G) above which A does not support W.
 SUPPORT_TOLERANCE = 1e-8
 

@@ -128,7 +128,8 @@ def _books(database: Database | Backend, backend: Backend, budget: Budget | None
         raise ProgrammingError(f"a connection to {where} needs budget=dpsql.Budget(epsilon=...) (in memory, for this "
                                "connection only) or ledger=PATH (a durable ledger file).")
     if dataset is None:
-        raise ProgrammingError("with ledger= and no database file, pass dataset='name': which budget in the ledger to use.")
+        raise ProgrammingError("with ledger= and no database file, pass dataset='name': "
+                               "which budget in the ledger to use.")
     return Account(ledger=Ledger(ledger), dataset=dataset, analyst=analyst)
 
 
@@ -152,9 +153,10 @@ def _check_budget(budget: object, stored: list[str], dataset: str | None, analys
         raise ProgrammingError("dataset= and analyst= name a budget in a ledger; drop them, or pass ledger= instead of "
                                "budget=.")
     if stored:
-        raise ProgrammingError(f"budget= is an in-memory budget for data in memory (tests, demos), but the data are in "
-                               f"{', '.join(stored)}: a database file's budget is kept in its ledger. Drop budget=; the "
-                               "data owner sets the total with `dpsql budget set --db FILE --schema SCHEMA --epsilon ...` (or "
+        raise ProgrammingError("budget= is an in-memory budget for data in memory (tests, demos), but the data are in "
+                               f"{', '.join(stored)}: a database file's budget is kept in its ledger. Drop budget=; "
+                               "the data owner sets the total with "
+                               "`dpsql budget set --db FILE --schema SCHEMA --epsilon ...` (or "
                                "dpsql.ledger.Ledger(path).set_total(...)); pass ledger=PATH and dataset= for a DuckDB "
                                "connection. Nothing was charged.")
 
@@ -216,7 +218,8 @@ class Connection:
     def __enter__(self) -> Connection:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, trace: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 trace: TracebackType | None) -> None:
         self.close()
 
     def _check_open(self) -> None:
@@ -264,7 +267,8 @@ class Cursor:
         self._check_open()
         cost = PrivacyCost(epsilon=epsilon, rho=rho)
         self.connection.budget.check(cost)  # an unreadable ledger or a spent budget fails before the planning work
-        prepared = engine.prepare(operation, self.connection.schema, cost, parameters, progress=progress, weights=weights)
+        prepared = engine.prepare(operation, self.connection.schema, cost, parameters, progress=progress,
+                                  weights=weights)
         budget = self.connection._budget_for(operation, parameters, prepared)
         results = engine.run(prepared, backend=self.connection._backend, budget=budget,
                              rng=self.connection._rng, progress=progress, postprocess=postprocess)
@@ -272,7 +276,8 @@ class Cursor:
         return self
 
     def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[object]], *,
-                    epsilon: float | None = None, rho: float | None = None, weights: Sequence[float] | None = None) -> Cursor:
+                    epsilon: float | None = None, rho: float | None = None,
+                    weights: Sequence[float] | None = None) -> Cursor:
         """Execute ``operation`` once per parameter set; each run is its own batch and charge."""
         results: list[pa.Table] = []
         for parameters in seq_of_parameters:
@@ -371,7 +376,8 @@ class Cursor:
     def __enter__(self) -> Cursor:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, trace: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 trace: TracebackType | None) -> None:
         self.close()
 
     # ------------------------------------------------------------------------------- helpers

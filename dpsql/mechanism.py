@@ -69,7 +69,6 @@ from dpsql.workloads import (
     scale_columns,
 )
 
-
 #: Bits of precision kept when a real-valued strategy is rounded to integers.
 STRATEGY_BITS = 20
 #: Largest cell count for which a dense per-factor pseudo-inverse is used instead of LSMR.

@@ -13,8 +13,9 @@ H2, H4 or the Haar wavelet on every ordered attribute with identity on categoric
 - ``workload``: the workload's own distinct rows measured directly (the Workload
   baseline of Wu et al., "Answering Summation Queries for Numerical Attributes under Differential
   Privacy"), for workloads of at most WORKLOAD_MAX_ENTRIES entries over at most
-  EIGEN_MAX_CELLS cells (its exact error needs a dense (AᵀA)⁺). It wins where a few queries share cells, e.g. COUNT and SUM per group
-  read as value cells: measuring [1ᵀ; tᵀ/s] per group costs sensitivity max(1 + tⱼ/s) ≤ 2.
+  EIGEN_MAX_CELLS cells (its exact error needs a dense (AᵀA)⁺). It wins where a few queries share
+  cells, e.g. COUNT and SUM per group read as value cells: measuring [1ᵀ; tᵀ/s] per group costs
+  sensitivity max(1 + tⱼ/s) ≤ 2.
 
 Optimized strategies are rounded to integers as the mechanism measures them and cached on disk by
 the workload's Gram (``dpsql.strategy_cache``). Each candidate is scored by its exact expected
@@ -35,8 +36,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpsql import plan_cache, strategies, strategy_cache
-from dpsql import accuracy
+from dpsql import accuracy, plan_cache, strategies, strategy_cache
 from dpsql.errors import DomainTooLargeError, DpsqlError, ShapeError
 from dpsql.mechanism import integral_strategy
 from dpsql.noise import Noise
@@ -141,7 +141,8 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
     W's exact structure (``dpsql.plan_cache``): a workload planned before is not scored again.
     """
     if W.shape[0] == 0 or W.shape[1] == 0:
-        raise ShapeError(f"cannot plan for an empty workload of shape {W.shape}: it needs at least one query and one cell.")
+        raise ShapeError(f"cannot plan for an empty workload of shape {W.shape}: "
+                         "it needs at least one query and one cell.")
     sizes = list(sizes) if sizes is not None else [W.shape[1]]
     ordered = list(ordered) if ordered is not None else [True] * len(sizes)
     options = {**candidates(sizes, ordered), **(extra or {})}
@@ -149,7 +150,8 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
     known = plan_cache.load(key)
     if known is not None:
         memo = f"{key}|{known.name}"
-        strategy = _rebuilt.get(memo) or _rebuild(known.name, W, options, noise=noise, sizes=sizes, progress=progress, quick=quick)
+        strategy = _rebuilt.get(memo) or _rebuild(known.name, W, options, noise=noise, sizes=sizes,
+                                                  progress=progress, quick=quick)
         if strategy is not None:
             _remember(memo, strategy)
             return Plan(strategy=strategy, name=known.name, noise=noise, candidates=dict(known.candidates),
@@ -163,7 +165,8 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
     result = Plan(strategy=options[min(scores, key=scores.__getitem__)], name=min(scores, key=scores.__getitem__),
                   noise=noise, candidates=scores, queries=W.shape[0], workload=W)
     if templates and not quick and _near_optimal(result):
-        notes.append(f"the optimized templates were not run: {result.name} is within {NEAR_OPTIMAL:.0%} of the SVD lower bound.")
+        notes.append(f"the optimized templates were not run: {result.name} is within {NEAR_OPTIMAL:.0%} "
+                     "of the SVD lower bound.")
         templates = {}
     for name, A in _optimized(W, templates, noise=noise, notes=notes, progress=progress, quick=quick).items():
         try:
@@ -199,7 +202,8 @@ def expected_error(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[in
     the decision cache without rebuilding the strategy when W was planned before."""
     sizes = list(sizes) if sizes is not None else [W.shape[1]]
     ordered = list(ordered) if ordered is not None else [True] * len(sizes)
-    known = plan_cache.load(_decision_key(W, noise=noise, sizes=sizes, ordered=ordered, optimize=True, quick=quick, extra=None))
+    known = plan_cache.load(_decision_key(W, noise=noise, sizes=sizes, ordered=ordered, optimize=True, quick=quick,
+                                          extra=None))
     if known is not None:
         return known.candidates[known.name]
     return plan(W, noise=noise, sizes=sizes, ordered=ordered, quick=quick).expected_error
@@ -208,8 +212,8 @@ def expected_error(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[in
 def _decision_key(W: Workload, *, noise: Noise, sizes: Sequence[int], ordered: Sequence[bool], optimize: bool,
                   quick: bool, extra: Mapping[str, Workload] | None) -> str:
     """The decision cache's key for one call of :func:`plan`."""
-    return plan_cache.decision_key(W, noise=noise, options=[f"sizes={list(sizes)}", f"ordered={list(ordered)}",
-                                                              f"optimize={optimize}", f"quick={quick}"], extra=extra or {})
+    options = [f"sizes={list(sizes)}", f"ordered={list(ordered)}", f"optimize={optimize}", f"quick={quick}"]
+    return plan_cache.decision_key(W, noise=noise, options=options, extra=extra or {})
 
 
 #: Strategies rebuilt from cached decisions, kept in memory per process (by decision key and name).
@@ -257,14 +261,16 @@ def _rounded(build: Callable[[], Workload]) -> Callable[[], Workload]:
     return lambda: integral_strategy(build())
 
 
-def _templates(W: Workload, *, noise: Noise, sizes: Sequence[int], quick: bool = False) -> dict[str, Callable[[], Workload]]:
+def _templates(W: Workload, *, noise: Noise, sizes: Sequence[int],
+               quick: bool = False) -> dict[str, Callable[[], Workload]]:
     """The optimized templates that apply to W, as builders (``quick``: OPT_M only, from its
     deterministic starts with at most QUICK_EVALUATIONS evaluations)."""
     from dpsql.strategies import eigen_design, opt0, opt_kron, opt_marginals, opt_union
 
     if quick:
-        return {"HDMM-marginals": lambda: opt_marginals(W, noise=noise, restarts=0, max_evaluations=QUICK_EVALUATIONS)} \
-            if 1 < len(sizes) <= MARGINALS_MAX_ATTRIBUTES else {}
+        if not 1 < len(sizes) <= MARGINALS_MAX_ATTRIBUTES:
+            return {}
+        return {"HDMM-marginals": lambda: opt_marginals(W, noise=noise, restarts=0, max_evaluations=QUICK_EVALUATIONS)}
     limit, hdmm = PLAN_EVALUATIONS, hdmm_evaluations(sizes, noise)
     if len(sizes) == 1:
         templates = {"HDMM": lambda: opt0(W, noise=noise, max_evaluations=hdmm)}

@@ -19,7 +19,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from dpsql.mechanism import Answers
-from dpsql.schema import Categorical, Ordered
+from dpsql.schema import Categorical
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, CompiledStatement, OutputAggregate
 
@@ -59,7 +59,8 @@ AVG_MIN_COUNT_STDDEVS = 2.0
 
 
 def statement_tables(compiled: CompiledBatch, answers: AnswerSet,
-                     metadata: Mapping[str, Any], per_statement: Sequence[Mapping[str, Any]] | None = None) -> list[pa.Table]:
+                     metadata: Mapping[str, Any],
+                     per_statement: Sequence[Mapping[str, Any]] | None = None) -> list[pa.Table]:
     """One table per statement, from the answers of every block, keyed (group, block index).
 
     Each table's metadata is ``metadata``, plus that statement's entry of ``per_statement``, plus,
@@ -81,7 +82,8 @@ def _table(compiled: CompiledBatch, statement: CompiledStatement,
     mine = answers.of_group(statement.group)
     for item in statement.statement.select:
         if isinstance(item, ir.GroupColumn):
-            index = next(i for i, c in enumerate(statement.statement.group_by) if c.name.lower() == item.column.name.lower())
+            index = next(i for i, c in enumerate(statement.statement.group_by)
+                         if c.name.lower() == item.column.name.lower())
             columns.update(_group_columns(compiled, statement, index, item.alias))
         else:
             value, stddev = _aggregate_values(statement, _find(statement, item), mine)
@@ -90,7 +92,8 @@ def _table(compiled: CompiledBatch, statement: CompiledStatement,
             missing = int(np.isnan(value).sum())
             if item.function == "avg" and missing:
                 notes[item.alias] = (f"{missing} group(s) NULL: the noisy count of non-NULL values is below "
-                                     f"max(1, {AVG_MIN_COUNT_STDDEVS:g} standard errors), too small for a meaningful ratio")
+                                     f"max(1, {AVG_MIN_COUNT_STDDEVS:g} standard errors), "
+                                     "too small for a meaningful ratio")
     table = pa.table(columns)
     order = _order(statement.statement, table)
     table = table.take(pa.array(order, type=pa.int64()))
@@ -122,14 +125,17 @@ def _aggregate_values(statement: CompiledStatement, output: OutputAggregate,
     with np.errstate(divide="ignore", invalid="ignore"):
         mean = np.where(enough, total / count, np.nan)
         # delta method: Var(S/C) ≈ Var(S)/C² + S²·Var(C)/C⁴ − 2·S·Cov(S, C)/C³
-        variance = np.where(enough, var_total / count**2 + total**2 * var_count / count**4 - 2 * total * covariance / count**3, np.nan)
+        variance = np.where(enough,
+                            var_total / count**2 + total**2 * var_count / count**4 - 2 * total * covariance / count**3,
+                            np.nan)
         variance = np.maximum(variance, 0.0)
     # not clipped to the measure bounds: a clipped ratio is biased and its spread is not the one
     # reported, while S/C is the ratio the delta-method standard error describes
     return mean, np.sqrt(variance)
 
 
-def _group_columns(compiled: CompiledBatch, statement: CompiledStatement, index: int, alias: str) -> dict[str, pa.Array]:
+def _group_columns(compiled: CompiledBatch, statement: CompiledStatement, index: int,
+                   alias: str) -> dict[str, pa.Array]:
     axis = compiled.groups[statement.group].axes[statement.group_axes[index]]
     labels = statement.group_labels[index]
     picked = [labels[g] for g in statement.group_rows[:, index]]
@@ -154,7 +160,7 @@ def _order(statement: ir.Statement, table: pa.Table) -> list[int]:
         values = table.column(name).to_pylist()
         missing = [r for r in order if _is_null(values[r])]
         present = [r for r in order if not _is_null(values[r])]
-        present.sort(key=lambda r: values[r], reverse=item.descending)  # type: ignore[no-any-return]
+        present.sort(key=lambda r: values[r], reverse=item.descending)
         order = present + missing
     return order
 

@@ -213,7 +213,8 @@ class Column:
     def ordered_domain(self) -> Ordered:
         """The column's domain when it is ordered (SchemaError for a categorical column)."""
         if not isinstance(self.domain, Ordered):
-            raise SchemaError(f"{self.key} is categorical; an ordered (integer, numeric or date) column is needed here.")
+            raise SchemaError(f"{self.key} is categorical; "
+                              "an ordered (integer, numeric or date) column is needed here.")
         return self.domain
 
 

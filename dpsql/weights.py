@@ -30,8 +30,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dpsql.noise import Noise
 from dpsql.errors import ShapeError
+from dpsql.noise import Noise
 from dpsql.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Weighted, Workload
 
 

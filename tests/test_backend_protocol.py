@@ -158,7 +158,8 @@ class ArrayBackend:
         return self._cell_data(table, cell_columns, sum_columns, count_columns)
 
     def cell_data_sets(self, table: Table, cell_sets: Sequence[Sequence[Column]], *,
-                       sum_columns: Mapping[Column, float] = NO_SUMS, count_columns: Sequence[Column] = ()) -> list[CellData]:
+                       sum_columns: Mapping[Column, float] = NO_SUMS,
+                       count_columns: Sequence[Column] = ()) -> list[CellData]:
         self._open("cell_data_sets")  # no cap, so every set is over the same rows
         return [self._cell_data(table, cells, sum_columns, count_columns) for cells in cell_sets]
 

@@ -20,10 +20,10 @@ from test_calibration import assert_calibrated, releases
 
 import dpsql
 from dpsql import engine, mechanism
+from dpsql.accounting import Budget, PrivacyCost
 from dpsql.engine import thresholds
 from dpsql.engine.thresholds import final_answering
 from dpsql.engine.vector_plans import cell_bounds
-from dpsql.accounting import Budget, PrivacyCost
 from dpsql.errors import PrivacyParameterError
 from dpsql.noise import SeededRandomSource
 from dpsql.sql.compile import compile_batch
@@ -266,7 +266,8 @@ def test_the_guards_re_split_keeps_the_per_cell_bounds() -> None:
     its expected error describes); before the engine was split into passes, the re-split dropped them."""
     sql = PREFIX_SQL + ";\nSELECT COUNT(*) AS n FROM t WHERE income < 125000"
     weights = [1e-6] * len(CUTS) + [1.0]
-    connection = dpsql.connect(":memory:", schema={"tables": {"t": {"columns": {"income": INCOME}}}}, budget=Budget(epsilon=1e6))
+    connection = dpsql.connect(":memory:", schema={"tables": {"t": {"columns": {"income": INCOME}}}},
+                               budget=Budget(epsilon=1e6))
     prepared = engine.prepare(sql, connection.schema, PrivacyCost(epsilon=1.0), weights=weights)
     assert prepared.chosen.weights != tuple(weights)  # the guard raised a weight and split again
     (total,) = [m for m in prepared.groups.measurements if m.vector.is_sum]

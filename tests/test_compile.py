@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.engine.scan import batch_vector
-from dpsql.errors import NotSupportedError, OperationalError, ProgrammingError, SchemaError, UnsupportedQueryError
+from dpsql.errors import NotSupportedError, ProgrammingError, SchemaError, UnsupportedQueryError
 from dpsql.schema import Schema, measure_quantum
 from dpsql.sql.compile import CompiledBatch, compile_batch, label_value
 from dpsql.sql.parse import parse_batch
@@ -126,7 +126,8 @@ def compiled_answers(compiled: CompiledBatch,
         columns = compiled.table.columns
         sums = {columns[k[1]]: measure_quantum(columns[k[1]]) for k in kinds if k[0] == "sum"}
         nonnull = [columns[k[1]] for k in kinds if k[0] == "nonnull"]
-        data = backend.cell_data(compiled.table, [axis.column for axis in group.axes], sum_columns=sums, count_columns=nonnull)
+        data = backend.cell_data(compiled.table, [axis.column for axis in group.axes], sum_columns=sums,
+                                 count_columns=nonnull)
         x = {kind: batch_vector(group, data, kind) for kind in kinds}
         for b, block in enumerate(group.blocks):
             scale = sums[columns[block.data[1]]] if block.data[0] == "sum" else 1.0

@@ -21,7 +21,6 @@ from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 from _helpers import groupings
-
 from dpsql import accuracy
 from dpsql import strategies as strat
 from dpsql.errors import ShapeError, UnsupportedStrategyError
@@ -419,7 +418,8 @@ def test_expected_error_and_variances_match_numpy(wa: tuple[Op, Op], data: st.Da
         total = accuracy.expected_error(w.op, a.op, noise=noise)
         assert total == pytest.approx(v * per_query.sum(), rel=EIG_RTOL)
         assert_close(accuracy.per_query_variance(w.op, a.op, noise=noise), v * per_query)
-        assert accuracy.rmse(w.op, a.op, noise=noise) == pytest.approx(math.sqrt(v * per_query.sum() / Rw.shape[0]), rel=EIG_RTOL)
+        assert accuracy.rmse(w.op, a.op, noise=noise) == pytest.approx(math.sqrt(v * per_query.sum() / Rw.shape[0]),
+                                                                      rel=EIG_RTOL)
     assert accuracy.expected_error(w.op, a.op) >= accuracy.svd_bound(w.op) * (1 - 1e-9), \
         "no strategy beats the SVD bound"
     perm = data.draw(st.permutations(range(Rw.shape[0])))

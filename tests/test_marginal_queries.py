@@ -53,7 +53,8 @@ def test_answers_and_variances_match_dense_references(seed: int, which: tuple[in
     table = rng.normal(size=[SIZES[i] for i in which])
     np.testing.assert_allclose(mq.answer(queries, table), F @ table.reshape(-1), rtol=1e-12, atol=1e-12)
     covariance = sel.covariance(which, which)
-    np.testing.assert_allclose(mq.variances(queries, lookup(sel)), np.diag(F @ covariance @ F.T), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(mq.variances(queries, lookup(sel)), np.diag(F @ covariance @ F.T),
+                               rtol=1e-10, atol=1e-12)
 
 
 def test_group_by_blocks_have_the_exact_selection_weight(selection: residual.Selection) -> None:

@@ -232,7 +232,8 @@ def test_loss_equals_dense_error_for_range_marginal_workloads(noise: str, index:
         loss, _ = marginals_loss(theta, w, SMALL, noise)  # type: ignore[arg-type]
         A = marginals_strategy(SMALL, strategy_weights(theta, noise))
         assert loss == pytest.approx(ref_loss(W.dense(), A.dense(), noise), rel=1e-9)
-        assert loss == pytest.approx(accuracy.expected_error(W, A, noise=noise) / (2.0 if noise == "laplace" else 1.0), rel=1e-9)  # type: ignore[arg-type]
+        assert loss == pytest.approx(accuracy.expected_error(W, A, noise=noise)  # type: ignore[arg-type]
+                                     / (2.0 if noise == "laplace" else 1.0), rel=1e-9)
 
 
 @settings(deadline=None, max_examples=40)
@@ -342,7 +343,8 @@ def test_opt_marginals_on_range_workload_matches_its_loss(noise: str) -> None:
     factor = 2.0 if noise == "laplace" else 1.0
     assert accuracy.expected_error(W, A, noise=noise) == pytest.approx(  # type: ignore[arg-type]
         factor * loss, rel=1e-9)
-    assert accuracy.expected_error(W, A, noise=noise) <= accuracy.expected_error(W, wl.Identity(24), noise=noise) * (1 + 1e-9)  # type: ignore[arg-type]
+    assert (accuracy.expected_error(W, A, noise=noise)  # type: ignore[arg-type]
+            <= accuracy.expected_error(W, wl.Identity(24), noise=noise) * (1 + 1e-9))  # type: ignore[arg-type]
 
 
 def test_opt_marginals_budget_of_one_evaluation_returns_a_valid_strategy() -> None:
@@ -351,7 +353,8 @@ def test_opt_marginals_budget_of_one_evaluation_returns_a_valid_strategy() -> No
         A = opt_marginals(W, noise=noise, max_evaluations=1)  # type: ignore[arg-type]
         assert A.sensitivity("l1" if noise == "laplace" else "l2") == pytest.approx(1.0, abs=1e-12)
         accuracy.check_support(W, A)
-        assert accuracy.expected_error(W, A, noise=noise) <= accuracy.expected_error(W, wl.Identity(360), noise=noise) * (1 + 1e-9)  # type: ignore[arg-type]
+        assert (accuracy.expected_error(W, A, noise=noise)  # type: ignore[arg-type]
+                <= accuracy.expected_error(W, wl.Identity(360), noise=noise) * (1 + 1e-9))  # type: ignore[arg-type]
 
 
 def test_opt_marginals_bad_input() -> None:

@@ -115,7 +115,8 @@ def test_stacked_strategy_keeps_its_blocks_and_relative_weights_when_rounded() -
     W = workloads.Kron([workloads.AllRange(3), workloads.AllRange(4)])
     # the smallest weight is rounded by at most 1/2 unit, and the error scales at most as weight⁻²
     assert accuracy.expected_error(W, rounded) == pytest.approx(accuracy.expected_error(W, A), rel=1.0 / weights[2])
-    tiny = mechanism.integral_strategy(workloads.VStack([workloads.Identity(4), workloads.Weighted(1e-9, workloads.Total(4))]))
+    tiny = mechanism.integral_strategy(
+        workloads.VStack([workloads.Identity(4), workloads.Weighted(1e-9, workloads.Total(4))]))
     weights = [getattr(b, "weight", 1.0) for b in tiny.blocks]  # type: ignore[attr-defined]
     assert weights[1] == 2.0**20 and weights[0] == pytest.approx(2.0**20 * 1e9, rel=2.0**-50)  # tiny keeps 20 bits
 

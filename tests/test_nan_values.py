@@ -15,9 +15,9 @@ import pyarrow as pa
 import pytest
 
 from dpsql import engine
-from dpsql.engine import residual_route
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.engine import residual_route
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 from dpsql.sql.parse import parse_batch
@@ -98,7 +98,8 @@ def test_residual_planner_route_puts_nan_in_the_outside_cell() -> None:
     assert isinstance(route, residual_route.ResidualPlan)
     scores = []
     for seed in range(RUNS):
-        answers = residual_route.answer(route, backend=DuckDBBackend(con), rng=SeededRandomSource(seed), report=lambda _: None)
+        answers = residual_route.answer(route, backend=DuckDBBackend(con), rng=SeededRandomSource(seed),
+                                        report=lambda _: None)
         found = answers[0, 0]
         scores.append((found.values - 25.0) / np.sqrt(found.variances))
     assert_calibrated(np.array(scores))

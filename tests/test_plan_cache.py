@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from dpsql import accuracy, engine, plan_cache, planner, workloads
-from dpsql.engine import grouping, vector_plans
 from dpsql.accounting import PrivacyCost
+from dpsql.engine import grouping, vector_plans
 from dpsql.schema import Schema
 
 
@@ -102,6 +102,7 @@ def test_each_blocks_expected_error_is_computed_once(monkeypatch: pytest.MonkeyP
     first = engine.prepare(batch, schema, PrivacyCost(epsilon=1.0))
     plan_cache.clear_memory()
     _no_scoring(monkeypatch)
-    monkeypatch.setattr(vector_plans, "pinv_gram", lambda *args: (_ for _ in ()).throw(AssertionError("computed again")))
+    monkeypatch.setattr(vector_plans, "pinv_gram",
+                        lambda *args: (_ for _ in ()).throw(AssertionError("computed again")))
     again = engine.prepare(batch, schema, PrivacyCost(epsilon=1.0))
     assert [m.block_totals for m in again.groups.measurements] == [m.block_totals for m in first.groups.measurements]

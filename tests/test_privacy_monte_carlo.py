@@ -37,10 +37,10 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
-from _helpers import ScansOnce
 from scipy import stats
 
 import dpsql
+from _helpers import ScansOnce
 from dpsql import accounting, engine
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.noise import SeededRandomSource

@@ -12,8 +12,8 @@ import pytest
 import scipy.linalg as sla
 
 from dpsql import noise
-from dpsql.noise import wide as wide_sampler
 from dpsql.errors import DataError, DomainTooLargeError, PrivacyParameterError, ShapeError
+from dpsql.noise import wide as wide_sampler
 from dpsql.residual import planner as residual
 from dpsql.residual import solver
 
@@ -56,7 +56,8 @@ def dense_mechanism(
 ) -> tuple[np.ndarray, np.ndarray]:
     """B (stacked residuals) and Σ⁻¹ (block diagonal σ_S² ⊗ Sub Subᵀ, inverted)."""
     B = np.vstack([residual_matrix(sizes, s) for s in closure])
-    blocks = [np.linalg.inv(v * kron_all([sub(sizes[i]) @ sub(sizes[i]).T for i in s])) for s, v in zip(closure, sigma2)]
+    blocks = [np.linalg.inv(v * kron_all([sub(sizes[i]) @ sub(sizes[i]).T for i in s]))
+              for s, v in zip(closure, sigma2)]
     return B, sla.block_diag(*blocks)
 
 
@@ -238,13 +239,15 @@ ADULT_WORKLOADS = {
 }
 
 
-@pytest.mark.parametrize(("name", "paper"), [("1-way", 3.047), ("2-way", 6.359), ("3-way", 10.515), ("<=3-way", 10.665)])
+@pytest.mark.parametrize(("name", "paper"),
+                         [("1-way", 3.047), ("2-way", 6.359), ("3-way", 10.515), ("<=3-way", 10.665)])
 def test_table_4_adult_rmse(name: str, paper: float) -> None:
     sel = residual.select(ADULT, ADULT_WORKLOADS[name], objective="sum_variance", rho=0.5)
     assert sel.rmse() == pytest.approx(paper, abs=1e-3)
 
 
-@pytest.mark.parametrize(("name", "paper"), [("1-way", 12.047), ("2-way", 67.802), ("3-way", 236.843), ("<=3-way", 253.605)])
+@pytest.mark.parametrize(("name", "paper"),
+                         [("1-way", 12.047), ("2-way", 67.802), ("3-way", 236.843), ("<=3-way", 253.605)])
 def test_table_5_adult_max_variance(name: str, paper: float) -> None:
     sel = residual.select(ADULT, ADULT_WORKLOADS[name], objective="max_variance", rho=0.5)
     assert sel.max_variance() == pytest.approx(paper, abs=1e-3)
@@ -473,7 +476,8 @@ def test_measure_accepts_integral_floats(small: tuple[residual.Selection, dict])
     assert residual.measure(sel, floats, rng=noise.SeededRandomSource(0)).rho == sel.rho
 
 
-def test_reconstruct_and_covariance_errors(small: tuple[residual.Selection, dict], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reconstruct_and_covariance_errors(small: tuple[residual.Selection, dict],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     sel, tables = small
     m = residual.measure(sel, tables, rng=noise.SeededRandomSource(0))
     other = residual.select([2, 3, 4], [(0, 1), (1, 2)], rho=1.0)

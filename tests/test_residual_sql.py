@@ -12,6 +12,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import ClassVar
 
 import duckdb
 import numpy as np
@@ -117,11 +118,12 @@ def test_excluded_outside_cells_are_not_attributes_and_visible_totals_agree() ->
 def test_the_batch_is_scanned_once_and_beats_the_statement_groups() -> None:
     con = wide_table()
     prepared = engine.prepare(two_way(range(8)), wide_schema(other=False), PrivacyCost(rho=0.5))
-    assert (prepared.chosen is prepared.residual) and isinstance(prepared.residual, engine.ResidualPlan) and not prepared.residual.optimal
+    assert ((prepared.chosen is prepared.residual) and isinstance(prepared.residual, engine.ResidualPlan)
+            and not prepared.residual.optimal)
     assert prepared.residual.total_variance < 0.8 * prepared.groups.expected_total  # joint answering pays at 8 columns
 
     class Counting(DuckDBBackend):
-        calls: list[str] = []
+        calls: ClassVar[list[str]] = []
 
         def marginal_counts(self, *args, **kwargs):  # type: ignore[no-untyped-def]
             self.calls.append("marginals")
@@ -150,7 +152,8 @@ def test_when_every_cell_is_reported_residual_planner_meets_the_svd_bound_and_sk
     sql = two_way(range(1, 4)) + "; SELECT a2, COUNT(*) AS n FROM t GROUP BY a2"
     prepared = engine.prepare(sql, wide_schema(), PrivacyCost(rho=0.5))
     route = prepared.residual
-    assert route is not None and route.optimal and (prepared.chosen is prepared.residual) and isinstance(prepared.groups, engine.NotApplicable)
+    assert (route is not None and route.optimal and (prepared.chosen is prepared.residual)
+            and isinstance(prepared.groups, engine.NotApplicable))
     blocks = route.compiled.groups[0].blocks
     assert route.block_weights == tuple(1 / b.workload.shape[0] for b in blocks)
     W = VStack([Weighted(math.sqrt(c), b.workload) for c, b in zip(route.block_weights, blocks)])
@@ -158,11 +161,14 @@ def test_when_every_cell_is_reported_residual_planner_meets_the_svd_bound_and_sk
     assert route.weighted_variance == pytest.approx(accuracy.svd_bound(W), rel=1e-8)  # ρ = 1/2 is the bound's unit
     assert "statement groups were not planned" in engine.explain(prepared)
     both = engine.prepare(sql, wide_schema(), PrivacyCost(rho=0.5), plan_all_routes=True)
-    assert (both.chosen is both.residual) and both.groups.measurements and isinstance(both.residual, engine.ResidualPlan)
+    assert ((both.chosen is both.residual) and both.groups.measurements
+            and isinstance(both.residual, engine.ResidualPlan))
     assert both.residual.total_variance <= both.groups.expected_total * (1 + 1e-9)  # the certificate, checked
     filtered = engine.prepare(sql + "; SELECT a1, COUNT(*) AS n FROM t WHERE a3 = 2 GROUP BY a1", wide_schema(),
                               PrivacyCost(rho=0.5))
-    assert isinstance(filtered.residual, engine.ResidualPlan) and not filtered.residual.optimal and filtered.groups.measurements  # compared
+    # compared
+    assert (isinstance(filtered.residual, engine.ResidualPlan) and not filtered.residual.optimal
+            and filtered.groups.measurements)
 
 
 @pytest.mark.parametrize(("sql", "cost", "reason"), [
@@ -178,7 +184,8 @@ def test_residual_planner_declines_with_a_reason(sql: str, cost: dict[str, float
 
 def test_a_single_marginal_stays_with_the_statement_groups() -> None:
     """One GROUP BY: identity is already optimal, and ties go to the standard route."""
-    prepared = engine.prepare("SELECT a1, a2, COUNT(*) AS n FROM t GROUP BY a1, a2", wide_schema(), PrivacyCost(rho=1.0))
+    prepared = engine.prepare("SELECT a1, a2, COUNT(*) AS n FROM t GROUP BY a1, a2", wide_schema(),
+                              PrivacyCost(rho=1.0))
     assert isinstance(prepared.residual, engine.ResidualPlan) and prepared.chosen is not prepared.residual
     assert prepared.residual.total_variance == pytest.approx(prepared.groups.expected_total, rel=1e-6)
 
@@ -221,11 +228,13 @@ def test_answers_are_unbiased_with_the_reported_variance() -> None:
     reported one; the 81 answers make a chance failure about 1 in 1,000."""
     con, runs = wide_table(rows=800, seed=5), 300
     planned = engine.prepare(STAT_SQL, wide_schema(other=False), PrivacyCost(rho=0.05))
-    assert isinstance(planned.residual, engine.ResidualPlan)  # the routes' objectives are within 1 %: answer with ResidualPlanner, under test here
+    # the routes' objectives are within 1 %: answer with ResidualPlanner, under test here
+    assert isinstance(planned.residual, engine.ResidualPlan)
     prepared = replace(planned, chosen=planned.residual)
     assert prepared.chosen is prepared.residual
     backend = DuckDBBackend(con)
-    expected = [{tuple(row[:groups]): int(row[groups]) for row in con.execute(sql).fetchall()} for sql, groups in truth_queries()]
+    expected = [{tuple(row[:groups]): int(row[groups]) for row in con.execute(sql).fetchall()}
+                for sql, groups in truth_queries()]
     errors, stddevs = [], None
     for seed in range(runs):
         tables = engine.run(prepared, backend=backend, budget=Budget(rho=100.0), rng=SeededRandomSource(seed))
@@ -253,7 +262,8 @@ def test_a_privacy_unit_of_k_rows_measures_at_rho_over_k_squared() -> None:
     sql = two_way(range(5))
     single = engine.prepare(sql, wide_schema(), PrivacyCost(rho=0.5))
     units = engine.prepare(sql, wide_schema(unit_rows=3), PrivacyCost(rho=0.5))
-    assert (units.chosen is units.residual) and isinstance(single.residual, engine.ResidualPlan) and isinstance(units.residual, engine.ResidualPlan)
+    assert ((units.chosen is units.residual) and isinstance(single.residual, engine.ResidualPlan)
+            and isinstance(units.residual, engine.ResidualPlan))
     assert float(units.residual.selection.rho) == pytest.approx(0.5 / 9, rel=1e-9)
     assert units.residual.total_variance == pytest.approx(9 * single.residual.total_variance, rel=1e-6)
     assert "ρ/3² for privacy units of up to 3 rows" in engine.explain(units)

@@ -188,7 +188,8 @@ def test_answers_are_unbiased_and_their_standard_errors_are_calibrated(data: duc
     prepared = engine.prepare(STATS_BATCH, SCHEMA, PrivacyCost(**cost))
     backend, budget, rng = _ScanOnce(data), Budget(rho=1e9), SeededRandomSource(4242)
     runs = [engine.run(prepared, backend=backend, budget=budget, rng=rng) for _ in range(RUNS)]
-    assert len(prepared.groups.compiled.groups) == 2 and len(backend.scans) == 1  # one scan serves both statement groups
+    # one scan serves both statement groups
+    assert len(prepared.groups.compiled.groups) == 2 and len(backend.scans) == 1
     assert budget.spent == pytest.approx(RUNS * budget.price(PrivacyCost(**cost)))
     names = ["n", "older_women", "total", "mean"]
     values = [np.stack([run[i].column(name).to_numpy(zero_copy_only=False) for run in runs])
@@ -226,7 +227,8 @@ def _predicted_stddevs(prepared: engine.Prepared) -> list[dict[str, np.ndarray]]
             variance = discrete_gaussian_variance((A.sensitivity("l2") * m.row_scale) ** 2 / (2 * m.share))
         for b, block in enumerate(group.blocks):
             if block.data == m.vector:
-                shape = accuracy.per_query_variance(block.workload, A, noise=m.plan.noise) / accuracy.unit_noise_variance(A, m.plan.noise)
+                shape = (accuracy.per_query_variance(block.workload, A, noise=m.plan.noise)
+                         / accuracy.unit_noise_variance(A, m.plan.noise))
                 per_block[m.group, b] = np.sqrt(variance * shape) * m.quantum
     return [{out.aggregate.alias: per_block[s.group, out.blocks[0]][s.block_rows] for out in s.aggregates
              if out.aggregate.function != "avg"} for s in compiled.statements]

@@ -17,11 +17,11 @@ import pytest
 
 import dpsql
 from dpsql import accuracy, engine
-from dpsql.engine.guard import guard_notes, measured_sums
-from dpsql.engine.metadata import statement_metadata
 from dpsql import weights as weighting
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.engine.guard import guard_notes, measured_sums
+from dpsql.engine.metadata import statement_metadata
 from dpsql.errors import ProgrammingError
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
@@ -68,7 +68,8 @@ def test_a_sum_total_beside_a_big_group_by_is_no_worse_than_answering_it_alone(c
     laplace = cost.family == "epsilon"
     alone = 2 * (99 * 2 / cost.value) ** 2 if laplace else 99**2 * 2 / (2 * cost.value)
     assert sum_variance(prepared) <= alone * (1 + 1e-9)
-    errors = engine.statement_errors(prepared.groups.compiled, measured_sums(prepared.groups.compiled, prepared.groups.measurements), cost)
+    errors = engine.statement_errors(prepared.groups.compiled,
+                                     measured_sums(prepared.groups.compiled, prepared.groups.measurements), cost)
     assert [e.ratio <= 1 + 1e-3 for e in errors] == [True, True] and prepared.chosen.guard_notes == ()
     assert errors[1].parts[0][2] == pytest.approx(math.sqrt(alone))
 
@@ -79,7 +80,8 @@ def test_weights_move_accuracy_toward_the_heavier_statement() -> None:
     figures = {}
     for weights in ([4.0, 1.0], None, [1.0, 4.0]):
         prepared = engine.prepare(BATCH, schema(), PrivacyCost(epsilon=1.0), weights=weights)
-        errors = engine.statement_errors(prepared.groups.compiled, measured_sums(prepared.groups.compiled, prepared.groups.measurements),
+        errors = engine.statement_errors(prepared.groups.compiled,
+                                         measured_sums(prepared.groups.compiled, prepared.groups.measurements),
                                          prepared.cost)
         figures[str(weights)] = (errors[0].ratio, errors[1].ratio, sum_variance(prepared))
     heavy_counts, default, heavy_sum = figures["[4.0, 1.0]"], figures["None"], figures["[1.0, 4.0]"]
@@ -131,9 +133,10 @@ def test_the_guard_names_a_statement_left_worse_than_alone() -> None:
     assert index == 1 and note.startswith("expected mean squared error 4× that of answering this statement alone")
     assert "after 3 rounds" in note and "s RMSE 20 against 10 alone" in note
     prepared = engine.prepare(BATCH, schema(), PrivacyCost(epsilon=1.0))
-    assert f"    note: {note}" in engine.explain(replace(prepared, chosen=replace(prepared.chosen, guard_notes=((1, note),))))
-    (metadata, _) = [m.to_json() for m in statement_metadata([error, engine.StatementError(parts=(("n", 1.0, 2.0),), ratio=0.25)],
-                                                             prepared.chosen.weights, 4)]
+    assert f"    note: {note}" in engine.explain(
+        replace(prepared, chosen=replace(prepared.chosen, guard_notes=((1, note),))))
+    (metadata, _) = [m.to_json() for m in statement_metadata(
+        [error, engine.StatementError(parts=(("n", 1.0, 2.0),), ratio=0.25)], prepared.chosen.weights, 4)]
     assert metadata["statement_error"]["note"].startswith("expected mean squared error 4×")  # type: ignore[index]
 
 
@@ -142,7 +145,8 @@ def test_the_guard_raises_a_losing_statements_weight_until_it_is_no_worse() -> N
     the guard raises its weight and splits again until it is no worse than alone, and reports the
     weight it used."""
     prepared = engine.prepare(BATCH, schema(), PrivacyCost(epsilon=1.0), weights=[1.0, 1e-4])
-    errors = engine.statement_errors(prepared.groups.compiled, measured_sums(prepared.groups.compiled, prepared.groups.measurements),
+    errors = engine.statement_errors(prepared.groups.compiled,
+                                     measured_sums(prepared.groups.compiled, prepared.groups.measurements),
                                      prepared.cost)
     assert errors[1].ratio <= 1 + 1e-3 and prepared.chosen.weights[1] > 1e-4 and prepared.chosen.guard_notes == ()
 

@@ -45,7 +45,8 @@ def test_worked_example_truncation_bias_and_sensitivities() -> None:
     ("identity", None, None, 26800.0),
     ("workload", None, None, 80000.0),
 ])
-def test_worked_example_variances(mechanism: sum_truncation.Mechanism, theta: float | None, strategy: str | None, total: float) -> None:
+def test_worked_example_variances(mechanism: sum_truncation.Mechanism, theta: float | None, strategy: str | None,
+                                  total: float) -> None:
     A = {"I": Explicit(np.eye(4)), "H2": H2, None: None}[strategy]
     v = sum_truncation.variances(mechanism, W, VALUES, theta, A)
     assert float(v.sum()) == pytest.approx(total, rel=1e-12)

@@ -13,9 +13,9 @@ import pyarrow as pa
 import pytest
 
 from dpsql import engine
-from dpsql.engine import thresholds
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.engine import thresholds
 from dpsql.errors import SchemaError
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema, measure_quantum

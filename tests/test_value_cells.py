@@ -14,16 +14,16 @@ import pyarrow as pa
 import pytest
 
 from dpsql import engine, mechanism
-from dpsql.engine import postprocess
-from dpsql.engine.scan import batch_vector
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.engine import postprocess
+from dpsql.engine.scan import batch_vector
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 from dpsql.sql.compile import CompiledBatch, compile_group
+from dpsql.sql.parse import parse_batch
 from dpsql.sql.value_cells import ValueCells, value_cells_problem
 from dpsql.sql.vectors import COUNTS
-from dpsql.sql.parse import parse_batch
 from dpsql.workloads import Explicit, Kron, Sum
 
 ROWS = 3000
@@ -111,12 +111,14 @@ def test_the_planner_reads_count_and_sum_as_one_vector_when_that_is_more_accurat
     beats two separate ones; EXPLAIN and the note say so, with the per-row rounding (none here)."""
     prepared = engine.prepare("SELECT COUNT(*) AS n, SUM(x) AS s FROM t", schema(), cost)
     ((group, note),) = prepared.groups.answering_notes
-    assert group == 0 and note.startswith("answered from one count vector (TaMM)") and "x exact (one value per cell" in note
+    assert (group == 0 and note.startswith("answered from one count vector (TaMM)")
+            and "x exact (one value per cell" in note)
     assert [m.vector for m in prepared.groups.measurements] == [("count", None)]
     assert note in engine.explain(prepared)
     apart = engine.prepare("SELECT g, COUNT(*) AS n, SUM(x) AS s FROM t GROUP BY g", schema(), cost)
     assert {m.vector for m in apart.groups.measurements} == {("count", None), ("sum", "x")}
-    assert "measured apart (TiMM)" in apart.groups.answering_notes[0][1]  # a tie: [1; r/s] per group costs what two measurements do
+    # a tie: [1; r/s] per group costs what two measurements do
+    assert "measured apart (TiMM)" in apart.groups.answering_notes[0][1]
 
 
 @pytest.mark.slow
@@ -126,7 +128,8 @@ def test_grouped_count_and_avg_share_the_value_basis_and_match_the_predicted_var
     releases: every group's COUNT, SUM-based AVG z-scores have mean within 4.5/√R of 0 and
     variance within 1.6·6·√(2/R) of 1."""
     con, runs = table(4), 30
-    prepared = engine.prepare("SELECT g, COUNT(*) AS n, AVG(x) AS a FROM t GROUP BY g", schema(), PrivacyCost(epsilon=1.0))
+    prepared = engine.prepare("SELECT g, COUNT(*) AS n, AVG(x) AS a FROM t GROUP BY g", schema(),
+                              PrivacyCost(epsilon=1.0))
     ((_, note),) = prepared.groups.answering_notes
     (measurement,) = prepared.groups.measurements
     assert note.startswith("answered from one count vector (TaMM)") and measurement.plan.name == "value basis"
@@ -151,7 +154,8 @@ def test_shared_measurement_answers_match_the_predicted_variance_and_avg_uses_th
     6·√(2/R)·1.6 of 1 (discrete Laplace noise has kurtosis up to 6); the AVG standard error, which
     subtracts 2·S·Cov(S, C)/C³, matches the spread of the AVG answers the same way."""
     con, runs = table(3), 40
-    prepared = engine.prepare("SELECT COUNT(*) AS n, SUM(x) AS s, AVG(x) AS a FROM t", schema(), PrivacyCost(epsilon=1.0))
+    prepared = engine.prepare("SELECT COUNT(*) AS n, SUM(x) AS s, AVG(x) AS a FROM t", schema(),
+                              PrivacyCost(epsilon=1.0))
     assert [m.vector for m in prepared.groups.measurements] == [("count", None)]
     ((n, s, c),) = con.execute("SELECT COUNT(*), SUM(CASE WHEN x IS NULL THEN 0 ELSE LEAST(GREATEST(x, 0), 20) END), "
                                "COUNT(x) FROM t").fetchall()

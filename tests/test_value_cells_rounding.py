@@ -78,7 +78,8 @@ def test_rounding_scores_its_squared_bias_bound() -> None:
                "g": {"type": "categorical", "values": list(range(50))}}
     declared = Schema.load({"tables": {"people": {"columns": columns}}})
     sql = "SELECT g, COUNT(*) AS n, SUM(income) AS s FROM people GROUP BY g"
-    notes = [engine.prepare(sql, declared, PrivacyCost(epsilon=epsilon)).groups.answering_notes[0][1] for epsilon in (10.0, 100.0)]
+    notes = [engine.prepare(sql, declared, PrivacyCost(epsilon=epsilon)).groups.answering_notes[0][1]
+             for epsilon in (10.0, 100.0)]
     assert notes[0].startswith("answered from one count vector (TaMM)") and notes[1].startswith("measured apart (TiMM)")
 
 

@@ -159,7 +159,8 @@ class Backend(Protocol):
         ...
 
     def cell_data_sets(self, table: Table, cell_sets: Sequence[Sequence[Column]], *,
-                       sum_columns: Mapping[Column, float] = ..., count_columns: Sequence[Column] = ()) -> list[CellData]:
+                       sum_columns: Mapping[Column, float] = ...,
+                       count_columns: Sequence[Column] = ()) -> list[CellData]:
         """:meth:`cell_data` for each entry of ``cell_sets``, in order, over the same capped rows (one scan
         where the backend can): a unit's kept rows are chosen once for every set. Raises as cell_data."""
         ...

@@ -21,5 +21,5 @@ from dpsql.engine.routes import Prepared, Route, RoutePlan
 from dpsql.engine.run import run
 from dpsql.engine.vocabulary import AnswerKey, AnswerSet, NotApplicable
 
-__all__ = ["AnswerKey", "AnswerSet", "GroupsPlan", "NotApplicable", "PlannedVector", "Prepared", "ResidualPlan", "Route",
-           "RoutePlan", "StatementError", "explain", "prepare", "run", "statement_errors"]
+__all__ = ["AnswerKey", "AnswerSet", "GroupsPlan", "NotApplicable", "PlannedVector", "Prepared", "ResidualPlan",
+           "Route", "RoutePlan", "StatementError", "explain", "prepare", "run", "statement_errors"]

@@ -95,12 +95,14 @@ def _statements(prepared: Prepared) -> list[str]:
     errors = chosen.statement_errors()
     unit = "ε" if prepared.cost.family == "epsilon" else "ρ"
     lines = ["", f"Statements: expected RMSE per answer, and answering each alone ({unit}/{len(errors)} per statement, "
-                 "split evenly over its aggregate parts); ratio = mean squared error / alone's (at most 1 unless noted):"]
+                 "split evenly over its aggregate parts); "
+                 "ratio = mean squared error / alone's (at most 1 unless noted):"]
     notes = dict(chosen.guard_notes)
     for s, e in enumerate(errors):
         weight = chosen.weights[s] if chosen.weights else 1.0
         figures = "; ".join(f"{label} {rmse:.4g} (alone {alone:.4g})" for label, rmse, alone in e.parts)
-        lines.append(f"  statement {s + 1}: {figures}; ratio {e.ratio:.3f}" + (f"; weight {weight:.4g}" if weight != 1 else ""))
+        lines.append(f"  statement {s + 1}: {figures}; ratio {e.ratio:.3f}"
+                     + (f"; weight {weight:.4g}" if weight != 1 else ""))
         if s in notes:
             lines.append(f"    note: {notes[s]}")
     return lines

@@ -14,7 +14,6 @@ and the cells come from the schema only.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from dpsql.accounting import PrivacyCost
@@ -31,8 +30,8 @@ from dpsql.engine.guard import (
 from dpsql.engine.measure import measure_groups
 from dpsql.engine.measurements import PlannedVector, check_calibrations, split
 from dpsql.engine.metadata import ReleaseMetadata
-from dpsql.engine.thresholds import ThresholdPlan, choose_thresholds, final_answering, measured_columns, threshold_plans
 from dpsql.engine.sum_answering import answering_groups, bias_bounds
+from dpsql.engine.thresholds import ThresholdPlan, choose_thresholds, final_answering, measured_columns, threshold_plans
 from dpsql.engine.vocabulary import AnswerSet, Report, noise_of
 from dpsql.engine.weighing import Weighing
 from dpsql.noise import RandomSource
@@ -131,7 +130,8 @@ class GroupsPlan:
             bias_bound=bias_bounds(final.compiled),
             truncation_threshold=chosen,
             truncation={plan.column.name: plan.describe() for plan in self.thresholds} if chosen else {})
-        return Release(compiled=final.compiled, answers=answers, errors=errors, metadata=metadata, guard_rounds=GUARD_ROUNDS)
+        return Release(compiled=final.compiled, answers=answers, errors=errors, metadata=metadata,
+                       guard_rounds=GUARD_ROUNDS)
 
 
 def plan_route(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: tuple[float, ...],
@@ -171,7 +171,7 @@ def plan_groups(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weighing: We
     notes = tuple(sorted(choice.notes + pending))
     guarded = guard(choice.compiled, split(choice.drafts, budget, noise), weighing, cost, budget)
     check_calibrations(guarded.measurements)  # every noise scale is representable: checked before anything is charged
-    plan = GroupsPlan(cost=cost, batch=batch, separate=separate, compiled=choice.compiled, measurements=guarded.measurements,
-                      thresholds=tuple(selections), answering_notes=notes, weights=guarded.kept.weights,
-                      guard_notes=guarded.notes)
+    plan = GroupsPlan(cost=cost, batch=batch, separate=separate, compiled=choice.compiled,
+                      measurements=guarded.measurements, thresholds=tuple(selections), answering_notes=notes,
+                      weights=guarded.kept.weights, guard_notes=guarded.notes)
     return plan, guarded.raised

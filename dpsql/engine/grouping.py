@@ -11,7 +11,7 @@ from __future__ import annotations
 from dpsql import plan_cache, planner
 from dpsql import weights as weighting
 from dpsql.engine.weighing import Weighing
-from dpsql.planner import Noise
+from dpsql.noise import Noise
 from dpsql.schema import Ordered, Table
 from dpsql.sql import ir
 from dpsql.sql.compile import MERGE_CELLS, column_set, compile_group, group_cells, initial_partition
@@ -52,8 +52,8 @@ def search_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weig
             for vector in group.data_kinds():
                 positions = [p for p, block in enumerate(group.blocks) if block.data == vector]
                 top, scales = weighting.normalized([weights[p] for p in positions])
-                W = weighting.scaled_stack(group.workload(vector), [group.blocks[p].workload.shape[0] for p in positions],
-                                           scales)
+                W = weighting.scaled_stack(group.workload(vector),
+                                           [group.blocks[p].workload.shape[0] for p in positions], scales)
                 found.append(top * planner.expected_error(W, noise=noise, sizes=sizes, ordered=ordered, quick=True))
             errors[members] = found
         return errors[members]

@@ -130,14 +130,16 @@ def guard(compiled: CompiledBatch, measurements: tuple[PlannedVector, ...], weig
     assert best is not None
     _, kept, final, errors = best
     return Guarded(measurements=kept, kept=Weighing(weights=final, noise=weighing.noise),
-                   notes=guard_notes(errors, GUARD_ROUNDS), raised=Weighing(weights=tuple(weights), noise=weighing.noise))
+                   notes=guard_notes(errors, GUARD_ROUNDS),
+                   raised=Weighing(weights=tuple(weights), noise=weighing.noise))
 
 
 def guard_notes(errors: Sequence[StatementError], rounds: int) -> tuple[tuple[int, str], ...]:
     """(statement, note) for each statement expected to do worse than answering it alone."""
     notes = []
     for s in weighting.worse_than_alone([e.ratio for e in errors]):
-        figures = "; ".join(f"{label} RMSE {rmse:.4g} against {alone:.4g} alone" for label, rmse, alone in errors[s].parts)
+        figures = "; ".join(f"{label} RMSE {rmse:.4g} against {alone:.4g} alone"
+                            for label, rmse, alone in errors[s].parts)
         tried = f" after {rounds} rounds of raising its weight and splitting the budget again" if rounds else ""
         note = (f"expected mean squared error {errors[s].ratio:.4g}× that of answering this statement alone at the "
                 f"same share{tried} ({figures}); give it a larger weights= entry, or send it in its own batch.")

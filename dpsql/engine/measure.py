@@ -47,7 +47,8 @@ def measure_groups(compiled: CompiledBatch, measurements: Sequence[PlannedVector
             x = batch_vector(group, data, m.vector)
             planned = m.measured()
             release = mechanism.measure(planned.strategy, x, epsilon=planned.epsilon, rho=planned.rho,
-                                        max_contribution=planned.max_contribution, cell_bounds=planned.cell_bounds, rng=rng)
+                                        max_contribution=planned.max_contribution,
+                                        cell_bounds=planned.cell_bounds, rng=rng)
             positions = [p for p, block in enumerate(group.blocks) if block.data == m.vector]
             stacked = mechanism.answer(group.workload(m.vector), release)
             ends = np.cumsum([group.blocks[p].workload.shape[0] for p in positions])
@@ -81,4 +82,5 @@ def add_covariances(compiled: CompiledBatch, index: int, positions: Sequence[int
             covariance = mechanism.answer_covariance(blocks[total].workload, blocks[count].workload, release)
             unit = blocks[total].scale * blocks[count].scale * quantum**2
             found = answers[AnswerKey(index, total)]
-            answers[AnswerKey(index, total)] = replace(found, covariances={**found.covariances, count: covariance * unit})
+            answers[AnswerKey(index, total)] = replace(
+                found, covariances={**found.covariances, count: covariance * unit})

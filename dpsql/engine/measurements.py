@@ -17,7 +17,7 @@ from fractions import Fraction
 from dpsql import mechanism, planner
 from dpsql.accounting import PrivacyCost, price, sequential
 from dpsql.errors import InternalError
-from dpsql.planner import Noise
+from dpsql.noise import Noise
 from dpsql.sql.vectors import DataVector
 from dpsql.workloads import Workload
 
@@ -68,7 +68,9 @@ class PlannedVector(DraftVector):
         """Variance of one unit error at this share: (k·B/ε)² (Laplace) or (k·B)²/(2ρ) (Gaussian)."""
         if self.share == 0:
             return 0.0
-        return (self.row_scale / self.share) ** 2 if self.plan.noise == "laplace" else self.row_scale**2 / (2 * self.share)
+        if self.plan.noise == "laplace":
+            return (self.row_scale / self.share) ** 2
+        return self.row_scale**2 / (2 * self.share)
 
     @property
     def name(self) -> str:
@@ -93,8 +95,8 @@ class PlannedVector(DraftVector):
 
     def draft(self, block_weights: tuple[float, ...] | None = None) -> DraftVector:
         """The same plan before a split (with other block weights, when given)."""
-        return DraftVector(group=self.group, vector=self.vector, plan=self.plan, row_scale=self.row_scale, quantum=self.quantum,
-                           block_totals=self.block_totals,
+        return DraftVector(group=self.group, vector=self.vector, plan=self.plan, row_scale=self.row_scale,
+                           quantum=self.quantum, block_totals=self.block_totals,
                            block_weights=self.block_weights if block_weights is None else block_weights,
                            cell_bounds=self.cell_bounds)
 
@@ -157,5 +159,6 @@ def check_plan_cost(parts: Sequence[PrivacyCost], cost: PrivacyCost) -> None:
     """
     planned = price(sequential(parts), cost.family) if parts else 0
     if planned > cost.exact * (1 + 1e-9):
-        raise InternalError(f"the plan spends {cost.family}={float(planned):.9g}, more than the batch's {cost.describe()}; "
+        raise InternalError(f"the plan spends {cost.family}={float(planned):.9g}, "
+                            f"more than the batch's {cost.describe()}; "
                             "nothing was run or charged. Please report this.")

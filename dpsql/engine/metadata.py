@@ -61,7 +61,9 @@ class StatementMetadata:
         return {"statement_error": entry}
 
 
-def statement_metadata(errors: Sequence[StatementError], weights: Sequence[float], rounds: int) -> list[StatementMetadata]:
+def statement_metadata(errors: Sequence[StatementError], weights: Sequence[float],
+                       rounds: int) -> list[StatementMetadata]:
     """Each statement's :class:`StatementMetadata` (``rounds``: the guard's rounds, for its notes)."""
     notes = dict(guard_notes(errors, rounds))
-    return [StatementMetadata(error=e, weight=weights[s] if weights else 1.0, note=notes.get(s)) for s, e in enumerate(errors)]
+    return [StatementMetadata(error=e, weight=weights[s] if weights else 1.0, note=notes.get(s))
+            for s, e in enumerate(errors)]

@@ -12,8 +12,9 @@ metadata says so).
     isotonic     single-answer statements of one aggregate whose non-negative query rows are
                  nested (each row is at most the next one, cell by cell, e.g. prefix sums
                  ``WHERE income <= 800``, ``<= 1600``, …, also when read as value cells) have
-                 non-decreasing true answers when the data are non-negative; their answers are replaced by the inverse-variance weighted
-                 isotonic regression along the chain (PAVA). The paper finds it helps answers
+                 non-decreasing true answers when the data are non-negative; their answers are
+                 replaced by the inverse-variance weighted isotonic regression along the chain
+                 (PAVA). The paper finds it helps answers
                  that share one bias and can hurt when biases differ.
 """
 
@@ -21,12 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from itertools import pairwise
 
 import numpy as np
 
 from dpsql import sum_truncation
-from dpsql.mechanism import Answers
 from dpsql.engine.vocabulary import AnswerKey, AnswerSet
+from dpsql.mechanism import Answers
 from dpsql.sql.compile import CompiledBatch
 from dpsql.sql.vectors import DataVector
 
@@ -82,7 +84,7 @@ def _isotonic(compiled: CompiledBatch, answers: dict[AnswerKey, Answers]) -> int
             rows = {b: group.blocks[b].workload.dense()[0] for b in single}
             rows = {b: row for b, row in rows.items() if np.all(row >= 0)}
             order = sorted(rows, key=lambda b: rows[b].sum())
-            if len(order) < 2 or not all(np.all(rows[a] <= rows[c]) for a, c in zip(order, order[1:])):
+            if len(order) < 2 or not all(np.all(rows[a] <= rows[c]) for a, c in pairwise(order)):
                 continue  # not one nested chain: on non-negative data each row's answer is at most the next one's
             values = np.array([answers[AnswerKey(g, b)].values[0] for b in order])
             weights = np.array([1.0 / max(answers[AnswerKey(g, b)].variances[0], 1e-300) for b in order])

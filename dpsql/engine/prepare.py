@@ -39,8 +39,8 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
     ``guard_notes`` say so (EXPLAIN and the statement's result metadata show it).
     """
     batch = parse_batch(text, parameters)
-    request = PlanRequest(batch=batch, schema=schema, cost=cost, weights=statement_weights_of(weights, len(batch.statements)),
-                          progress=progress)
+    request = PlanRequest(batch=batch, schema=schema, cost=cost,
+                          weights=statement_weights_of(weights, len(batch.statements)), progress=progress)
     table = batch_table(batch, schema)
     residual = ResidualPlanner().plan(request)
     certified = isinstance(residual, ResidualPlan) and residual.optimal and len(initial_partition(batch, table)) > 1

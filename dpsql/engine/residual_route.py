@@ -46,6 +46,7 @@ from dpsql.mechanism import Answers
 from dpsql.noise import RandomSource
 from dpsql.residual import planner as residual
 from dpsql.residual import queries as mq
+from dpsql.residual.lattice import Marginal
 from dpsql.schema import Schema
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, compile_batch
@@ -87,8 +88,9 @@ class ResidualPlan:
         True when every block reports each cell of its marginal once, with one weight (GROUP BY
         with every group reported, or an excluded outside cell): then FᵀF = c·I per block, the
         batch's Gram is the weighted marginal Gram ResidualPlanner optimizes, and its
-        sum-of-variances optimum is that Gram's SVD lower bound (He, Xiao, Toksoz, Ding, Zhang, Kifer, "ResidualPlanner+: a Scalable Matrix Mechanism
-        for Marginals and Beyond", arXiv 2305.08175, Lemma 2).
+        sum-of-variances optimum is that Gram's SVD lower bound (He, Xiao, Toksoz, Ding, Zhang, Kifer,
+        "ResidualPlanner+: a Scalable Matrix Mechanism for Marginals and Beyond", arXiv 2305.08175,
+        Lemma 2).
         """
         return self.bound_ratio <= 1 + 1e-9 and all(q is None or _reports_each_cell_once(q) for q in self.queries)
 
@@ -147,13 +149,15 @@ class ResidualPlan:
         shown = ", ".join(names[:8]) + (f", … ({len(names) - 8} more)" if len(names) > 8 else "")
         objective = selection.objective_value()
         if math.isclose(objective, self.weighted_variance, rel_tol=1e-9):  # GROUP BY blocks: the objective is the error
-            certificate = (f"  SVD lower bound for these marginals (of the statement-weighted error {selection.bound:.6g}): "
+            certificate = ("  SVD lower bound for these marginals "
+                           f"(of the statement-weighted error {selection.bound:.6g}): "
                            f"ResidualPlanner's error / bound = {self.bound_ratio:.3f}")
         else:
-            certificate = (f"  weighted marginal objective {objective:.6g} = {self.bound_ratio:.3f} × its SVD lower bound "
-                           f"{selection.bound:.6g} (the weights approximate the filtered statements; the RMSE above is "
-                           "their exact error)")
-        per_unit = f" (ρ/{self.unit_rows}² for privacy units of up to {self.unit_rows} rows)" if self.unit_rows > 1 else ""
+            certificate = (f"  weighted marginal objective {objective:.6g} = {self.bound_ratio:.3f} "
+                           f"× its SVD lower bound {selection.bound:.6g} "
+                           "(the weights approximate the filtered statements; the RMSE above is their exact error)")
+        per_unit = (f" (ρ/{self.unit_rows}² for privacy units of up to {self.unit_rows} rows)"
+                    if self.unit_rows > 1 else "")
         return [
             f"ResidualPlanner: {self.describe()}; measured at ρ = {float(selection.rho):.6g} per row{per_unit}.",
             f"  marginals over {len(axes)} columns: {shown}",
@@ -179,7 +183,8 @@ def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: Sequence[f
     selection minimises Σ_b c_b·Σ Var over the blocks, still a weighted marginal objective.
     """
     if cost.family != "rho":
-        return NotApplicable("ResidualPlanner was not considered: it is a Gaussian (zCDP) mechanism and this batch is charged in ε.")
+        return NotApplicable("ResidualPlanner was not considered: it is a Gaussian (zCDP) mechanism "
+                             "and this batch is charged in ε.")
     compiled = compile_batch(batch, schema, [list(range(len(batch.statements)))])
     group = compiled.groups[0]
     if any(block.data != COUNTS for block in group.blocks):
@@ -196,12 +201,13 @@ def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: Sequence[f
     live = [q for q in queries if q is not None]
     if not live:
         return NotApplicable("every statement's WHERE clause is never TRUE.")
-    statement_of = {p: statement for statement in compiled.statements for output in statement.aggregates for p in output.blocks}
+    statement_of = {p: statement for statement in compiled.statements
+                    for output in statement.aggregates for p in output.blocks}
     index_of = {id(statement): i for i, statement in enumerate(compiled.statements)}
     block_weights = tuple(
         block_weight(float(weights[index_of[id(statement_of[b])]]), block.workload.shape[0], 1, "gaussian")
         for b, block in enumerate(group.blocks))
-    selection_weights: dict[mq.Marginal, float] = {}
+    selection_weights: dict[Marginal, float] = {}
     for q, c in zip(queries, block_weights):
         if q is not None:
             selection_weights[q.marginal] = selection_weights.get(q.marginal, 0.0) + c * mq.selection_weight(q)
@@ -209,14 +215,16 @@ def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: Sequence[f
     marginals = sorted(selection_weights, key=lambda a: (len(a), a))
     try:
         selection = residual.select(sizes, marginals, objective="sum_variance",
-                                    rho=Fraction(cost.value) / rows_per_unit**2, weights=[selection_weights[a] for a in marginals])
+                                    rho=Fraction(cost.value) / rows_per_unit**2,
+                                    weights=[selection_weights[a] for a in marginals])
     except (DomainTooLargeError, ShapeError) as err:
         return NotApplicable(f"ResidualPlanner was not used ({type(err).__name__}: {err}).")
     scale = _sigma2_lookup(selection.closure, selection.sigma2)
     variances = tuple(np.zeros(block.workload.shape[0]) if q is None else mq.variances(q, scale)
                       for q, block in zip(queries, group.blocks))
-    return ResidualPlan(cost=cost, compiled=compiled, queries=tuple(queries), selection=selection, unit_rows=rows_per_unit,
-                        variances=variances, weights=tuple(weights), block_weights=block_weights)
+    return ResidualPlan(cost=cost, compiled=compiled, queries=tuple(queries), selection=selection,
+                        unit_rows=rows_per_unit, variances=variances, weights=tuple(weights),
+                        block_weights=block_weights)
 
 
 def answer(route: ResidualPlan, *, backend: Backend, rng: RandomSource | None, report: Report) -> AnswerSet:
@@ -243,11 +251,12 @@ def answer(route: ResidualPlan, *, backend: Backend, rng: RandomSource | None, r
             rows = block.workload.shape[0]
             answers[AnswerKey(0, b)] = Answers(values=np.zeros(rows), variances=np.zeros(rows))
         else:
-            answers[AnswerKey(0, b)] = Answers(values=mq.answer(q, estimates[q.marginal]), variances=mq.variances(q, scale))
+            answers[AnswerKey(0, b)] = Answers(values=mq.answer(q, estimates[q.marginal]),
+                                               variances=mq.variances(q, scale))
     return AnswerSet(answers)
 
 
-def _marginal_queries(workload: Workload, sizes: Sequence[int]) -> mq.MarginalQueries | None | NotApplicable:
+def _marginal_queries(workload: Workload, sizes: Sequence[int]) -> mq.MarginalQueries | NotApplicable | None:
     """A compiled block as queries on the marginal of the axes it does not simply sum over
     (restricted to each attribute's first ``sizes[i]`` cells: the others are always empty)."""
     terms = workload.terms if isinstance(workload, Sum) else (workload,)
@@ -275,12 +284,12 @@ def _reports_each_cell_once(queries: mq.MarginalQueries) -> bool:
     return True
 
 
-def _sigma2_lookup(closure: tuple[mq.Marginal, ...], sigma2: FloatArray) -> Callable[[mq.Marginal], float]:
+def _sigma2_lookup(closure: tuple[Marginal, ...], sigma2: FloatArray) -> Callable[[Marginal], float]:
     table = dict(zip(closure, sigma2.tolist()))
     return table.__getitem__
 
 
-def _maximal(marginals: tuple[mq.Marginal, ...]) -> list[mq.Marginal]:
+def _maximal(marginals: tuple[Marginal, ...]) -> list[Marginal]:
     """The marginals no other requested marginal contains: the only tables the scan needs."""
     sets = [frozenset(a) for a in marginals]
     return [a for a, s in zip(marginals, sets) if not any(s < other for other in sets)]

@@ -36,13 +36,14 @@ def run(prepared: Prepared, *, backend: Backend, budget: PrivacyBudget, rng: Ran
     """
     report = progress or (lambda message: None)
     if rng is not None and budget.durable:  # a known seed replays the noise (see dbapi.connect)
-        raise ProgrammingError("rng= (a chosen random source) is for tests on in-memory data with an in-memory Budget; a "
-                               "release charged to a ledger draws its noise from the operating system. Nothing was run or "
-                               "charged.")
+        raise ProgrammingError("rng= (a chosen random source) is for tests on in-memory data with an in-memory "
+                               "Budget; a release charged to a ledger draws its noise from the operating system. "
+                               "Nothing was run or charged.")
     chosen = prepared.chosen
     unknown = sorted(set(postprocess) - set(postprocessing.STEPS))
     if unknown:
-        raise ProgrammingError(f"unknown post-processing step(s) {', '.join(unknown)}; use {' or '.join(postprocessing.STEPS)}. "
+        raise ProgrammingError(f"unknown post-processing step(s) {', '.join(unknown)}; "
+                               f"use {' or '.join(postprocessing.STEPS)}. "
                                "Nothing was run or charged.")
     budget.check(prepared.cost)
     backend.check_table(chosen.compiled.table)

@@ -64,7 +64,8 @@ def scan(compiled: CompiledBatch, measurements: Sequence[PlannedVector], truncat
         name, cells = compiled.table.name, sum(compiled.groups[r.index].cells for r in shared)
         report(f"scanning '{name}' once for {len(shared)} statement group(s) ({cells:,} cells)")
         nonnull = list(dict.fromkeys(c for r in shared for c in r.nonnull))
-        data = backend.cell_data_sets(shared[0].table, [r.cells for r in shared], sum_columns=sums, count_columns=nonnull)
+        data = backend.cell_data_sets(shared[0].table, [r.cells for r in shared], sum_columns=sums,
+                                      count_columns=nonnull)
         found.update({r.index: d for r, d in zip(shared, data)})
     for r in alone:
         report(f"scanning '{compiled.table.name}' for group {r.index + 1} of {len(compiled.groups)} "

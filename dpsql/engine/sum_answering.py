@@ -23,7 +23,8 @@ import numpy as np
 from dpsql.engine.measurements import DraftVector
 from dpsql.engine.vector_plans import group_drafts
 from dpsql.engine.weighing import Weighing
-from dpsql.planner import Noise, Plan, Progress
+from dpsql.noise import Noise
+from dpsql.planner import Plan, Progress
 from dpsql.schema import Column
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, CompiledGroup, compile_group
@@ -80,7 +81,8 @@ def answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping[
         group = separate.groups[index]
         members = [i for i, s in enumerate(separate.statements) if s.group == index]
         chosen = group_drafts(index, group, columns, unit_rows, noise, progress, known,
-                              block_weights=weighing.blocks(group, [separate.statements[m] for m in members], members, columns))
+                              block_weights=weighing.blocks(group, [separate.statements[m] for m in members],
+                                                            members, columns))
         sums = sorted({vector.summed for vector in group.data_kinds() if vector.is_sum})
         touched = {axis.column.name for axis in group.axes}
         usable = {}
@@ -180,7 +182,8 @@ def value_basis(group: CompiledGroup, cells: Mapping[str, ValueCells]) -> Worklo
         if axis.column.name in cells:
             outside = np.zeros(axis.size)
             outside[-1] = 1.0 if axis.has_outside else 0.0
-            rows = np.vstack([outside, 1.0 - outside, cells[axis.column.name].weights(axis)])[0 if axis.has_outside else 1:]
+            first = 0 if axis.has_outside else 1
+            rows = np.vstack([outside, 1.0 - outside, cells[axis.column.name].weights(axis)])[first:]
             rows = rows * 2**WEIGHT_BITS
             factors.append(Explicit(rows))
         else:
@@ -193,5 +196,6 @@ def rounding_note(name: str, cells: ValueCells, column: Column) -> str:
     most = cells.rounding(column.ordered_domain)
     if cells.bias(column.ordered_domain) == 0:  # only the weights' binary rounding
         return f"{name} exact (one value per cell, weights to 2^-{WEIGHT_BITS})"
-    return (f"{name} rounded to cell midpoints, at most ±{most:.6g} per row (bias_bound: SUM ±{most:.6g} × rows summed, "
+    return (f"{name} rounded to cell midpoints, at most ±{most:.6g} per row "
+            f"(bias_bound: SUM ±{most:.6g} × rows summed, "
             f"AVG ±{most:.6g}; not in the standard errors)")

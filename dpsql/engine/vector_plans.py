@@ -16,12 +16,13 @@ import numpy as np
 
 from dpsql import mechanism, plan_cache, planner
 from dpsql import weights as weighting
+from dpsql.accuracy import check_support, unit_noise_variance
 from dpsql.engine.measurements import CellBounds, DraftVector
 from dpsql.engine.weighing import value_scale
-from dpsql.accuracy import check_support, unit_noise_variance
 from dpsql.errors import DomainTooLargeError, ShapeError, UnsupportedStrategyError
 from dpsql.linalg import pinv_gram, quadratic_diag, trace_of_product
-from dpsql.planner import Noise, Progress
+from dpsql.noise import Noise
+from dpsql.planner import Progress
 from dpsql.schema import Column, Ordered
 from dpsql.sql.compile import CompiledGroup
 from dpsql.sql.vectors import COUNTS, DataVector
@@ -35,7 +36,8 @@ CELL_BOUND_RANGE = 16
 def group_drafts(index: int, group: CompiledGroup, columns: Mapping[str, Column], unit_rows: int,
                  noise: Noise, progress: Progress | None,
                  known: Mapping[tuple[int, DataVector], planner.Plan] | None = None, quick: bool = False,
-                 extra: Mapping[str, Workload] | None = None, block_weights: Sequence[float] | None = None) -> list[DraftVector]:
+                 extra: Mapping[str, Workload] | None = None,
+                 block_weights: Sequence[float] | None = None) -> list[DraftVector]:
     """Plan each data vector of one group (``known``: plans already made, by (group, vector);
     ``quick``: only the planner's quick templates; ``extra``: more candidate strategies for its counts;
     ``block_weights``: c_b of each block, default 1). The planner sees the workload with block b's
@@ -55,7 +57,8 @@ def group_drafts(index: int, group: CompiledGroup, columns: Mapping[str, Column]
                                                                    extra=extra if vector == COUNTS else None)
         quantum, bound = value_scale(columns[vector.summed]) if vector.is_sum else (1.0, 1)
         draft = DraftVector(group=index, vector=vector, plan=plan, row_scale=unit_rows * bound, quantum=quantum,
-                            block_totals=block_totals(workload, rows, plan), block_weights=tuple(weights[p] for p in positions))
+                            block_totals=block_totals(workload, rows, plan),
+                            block_weights=tuple(weights[p] for p in positions))
         if vector.is_sum:
             draft = cell_bounded(draft, group, columns, unit_rows, noise, progress, rows=rows, scales=scales,
                                  quick=quick or known is not None)
@@ -136,7 +139,8 @@ def cell_bounded(draft: DraftVector, group: CompiledGroup, columns: Mapping[str,
                                        for i, v in enumerate(bounds)))
         plan = planner.plan(weighting.scaled_stack(workload, rows, scales), noise=noise, sizes=sizes, ordered=ordered,
                             quick=quick, progress=progress)
-        scaled = tuple(tuple(unit_rows * v for v in vector) if i == position else vector for i, vector in enumerate(bounds))
+        scaled = tuple(tuple(unit_rows * v for v in vector) if i == position else vector
+                       for i, vector in enumerate(bounds))
         measured = mechanism.cell_bounded_strategy(plan.strategy, scaled)
         check_support(group.workload(draft.vector), measured)  # as mechanism.answer will, after the charge
     except (DomainTooLargeError, ShapeError, UnsupportedStrategyError):

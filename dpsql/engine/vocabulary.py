@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dpsql.accounting import PrivacyCost
-from dpsql.planner import Noise
+from dpsql.noise import Noise
 from dpsql.results import AnswerKey, AnswerSet
 from dpsql.schema import Table
 

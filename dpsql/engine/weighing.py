@@ -10,7 +10,7 @@ from fractions import Fraction
 
 from dpsql import weights as weighting
 from dpsql.errors import ProgrammingError
-from dpsql.planner import Noise
+from dpsql.noise import Noise
 from dpsql.schema import Column, measure_quantum
 from dpsql.sql.compile import Block, CompiledGroup, CompiledStatement
 from dpsql.sql.vectors import DataVector
@@ -24,17 +24,19 @@ def statement_weights_of(weights: Sequence[float] | None, statements: int) -> tu
     if weights is None:
         return (1.0,) * statements
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
-        raise ProgrammingError(f"weights= must be a list of positive numbers, one per statement in statement order; got "
-                               f"{type(weights).__name__}. Nothing was run or charged.")
+        raise ProgrammingError("weights= must be a list of positive numbers, one per statement in statement order; "
+                               f"got {type(weights).__name__}. Nothing was run or charged.")
     if len(weights) != statements:
-        raise ProgrammingError(f"weights= has {len(weights)} number(s) but the batch has {statements} statement(s); give one "
-                               "positive weight per statement, in statement order. Nothing was run or charged.")
+        raise ProgrammingError(f"weights= has {len(weights)} number(s) but the batch has {statements} statement(s); "
+                               "give one positive weight per statement, in statement order. "
+                               "Nothing was run or charged.")
     result = []
     for index, value in enumerate(weights):
         number = float(value) if isinstance(value, (int, float, Fraction)) and not isinstance(value, bool) else math.nan
         if not math.isfinite(number) or number <= 0:
-            raise ProgrammingError(f"weights[{index}] = {value!r} (statement {index + 1}) is not a positive finite number; "
-                                   "each statement's weight must be > 0 (1 is the default). Nothing was run or charged.")
+            raise ProgrammingError(f"weights[{index}] = {value!r} (statement {index + 1}) "
+                                   "is not a positive finite number; each statement's weight must be > 0 "
+                                   "(1 is the default). Nothing was run or charged.")
         result.append(number)
     return tuple(result)
 

@@ -41,8 +41,8 @@ from dpsql.results import AnswerKey, AnswerSet, statement_tables
 from dpsql.schema import Schema, Table
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, batch_cell_totals, batch_table, compile_batch
-from dpsql.sql.vectors import COUNTS
 from dpsql.sql.parse import parse_batch
+from dpsql.sql.vectors import COUNTS
 from dpsql.workloads import Explicit, Workload
 
 SchemaSource = str | Path | Mapping[str, Any] | Schema

@@ -143,7 +143,7 @@ def centred_gram(W: Workload) -> FloatArray:
 def _centre(M: FloatArray) -> FloatArray:
     """C M C for a square M: every row and column mean removed."""
     M = M - M.mean(axis=0, keepdims=True)
-    return M - M.mean(axis=1, keepdims=True)  # type: ignore[no-any-return]
+    return M - M.mean(axis=1, keepdims=True)
 
 
 def _integer_strategy(S: Workload, G: FloatArray, what: str) -> tuple[IntArray, int]:

@@ -108,7 +108,7 @@ _INT64_SAFE = 2**62
 def sub_axis(t: npt.NDArray[_Number], axis: int) -> npt.NDArray[_Number]:
     """Sub_n applied along ``axis`` (length n → n − 1): t[0] − t[1:], exact for integer t."""
     head = np.take(t, [0], axis=axis)
-    return head - np.take(t, np.arange(1, t.shape[axis]), axis=axis)  # type: ignore[no-any-return]
+    return head - np.take(t, np.arange(1, t.shape[axis]), axis=axis)
 
 
 def basis_axis(t: FloatArray, axis: int) -> FloatArray:
@@ -125,7 +125,7 @@ def basis_axis(t: FloatArray, axis: int) -> FloatArray:
 
 def _xi_axis(t: IntArray, axis: int) -> IntArray:
     """(n I − J) applied along ``axis`` of an integer tensor: n t − Σ t."""
-    return t * t.shape[axis] - t.sum(axis=axis, keepdims=True)  # type: ignore[no-any-return]
+    return t * t.shape[axis] - t.sum(axis=axis, keepdims=True)
 
 
 # ============================================================================ selection
@@ -175,7 +175,7 @@ class Selection(base.Selection):
 def _cells(lattice: Lattice) -> FloatArray:
     """cells(A) of every requested marginal."""
     group_cells = np.array([math.prod(shape) for shape in lattice.group_shapes], dtype=np.float64)
-    return group_cells[lattice.group[lattice.marginal_set]]  # type: ignore[no-any-return]
+    return group_cells[lattice.group[lattice.marginal_set]]
 
 
 def _marginal_variances(lattice: Lattice, sigma2: FloatArray) -> FloatArray:
@@ -475,7 +475,7 @@ def _integer_release(counts: IntArray, classes: IntArray, streams: list[_NoiseSt
     z = np.empty(y.shape, dtype=object if wide else np.int64)
     for rows, d in draws:
         z[rows] = d.reshape((rows.size, *shape))
-    return (y.astype(object) + z if wide else y + z)  # type: ignore[no-any-return]
+    return (y.astype(object) + z if wide else y + z)
 
 
 # ============================================================================ reconstruction

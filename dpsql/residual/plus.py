@@ -264,7 +264,7 @@ def _kind_codes(pieces: Sequence[ResidualPiece | None]) -> IntArray:
 def _set_products(lattice: Lattice, values: Sequence[float]) -> FloatArray:
     """Π_{i∈S} values[i] for every closure set S."""
     table = np.append(np.asarray(values, dtype=np.float64), 1.0)
-    return np.prod(table[lattice.sets], axis=1)  # type: ignore[no-any-return]  # −1 padding reads the 1
+    return np.prod(table[lattice.sets], axis=1)  # −1 padding reads the 1
 
 
 def _pair_products(lattice: Lattice, kept: Sequence[float], dropped: Sequence[float]) -> FloatArray:
@@ -510,8 +510,8 @@ def _draw(gamma2: Fraction, count: int, rng: noise.RandomSource) -> IntTensor:
 def _add_exact(x: IntTensor, z: IntTensor) -> IntTensor:
     """x + z exactly (Python integers when int64 could overflow)."""
     if x.dtype == object or z.dtype == object or int(np.abs(x).max(initial=0)) + int(np.abs(z).max(initial=0)) >= 2**63:
-        return x.astype(object) + z.astype(object)  # type: ignore[no-any-return]
-    return x + z  # type: ignore[no-any-return]
+        return x.astype(object) + z.astype(object)
+    return x + z
 
 
 def _along(apply: Callable[[FloatArray], FloatArray], t: FloatArray, axis: int) -> FloatArray:

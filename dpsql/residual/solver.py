@@ -40,7 +40,7 @@ IPM_ITERATIONS = 200
 def normalise(p: FloatArray, count: IntArray, sigma2: FloatArray, c: float) -> FloatArray:
     """σ² rescaled so that Σ count·p/σ² = c to a few ulps (each term positive, summed exactly)."""
     cost = math.fsum((count * p / sigma2).tolist())
-    return sigma2 * (cost / c)  # type: ignore[no-any-return]
+    return sigma2 * (cost / c)
 
 
 def minimise_cost(P: FloatArray, C: sp.csr_array) -> tuple[FloatArray, float]:
@@ -116,10 +116,10 @@ def kkt_solver(C: sp.csr_array, curvature: FloatArray, weight: FloatArray) -> Ca
         H = (scaled.T @ scaled).toarray()
         H[np.diag_indices_from(H)] += curvature
         factor = sla.cho_factor(H * d[:, None] * d[None, :])
-        return lambda x: d * sla.cho_solve(factor, x * d)  # type: ignore[no-any-return]
+        return lambda x: d * sla.cho_solve(factor, x * d)
     operator = spla.LinearOperator(
         (C.shape[1], C.shape[1]), dtype=np.float64, matvec=lambda x: curvature * x + scaled.T @ (scaled @ x),
     )
     jacobi = spla.LinearOperator(operator.shape, dtype=np.float64, matvec=lambda x: x / diagonal)
-    return lambda x: spla.cg(operator, x, rtol=1e-12, maxiter=10 * C.shape[1], M=jacobi)[0]  # type: ignore[no-any-return]
+    return lambda x: spla.cg(operator, x, rtol=1e-12, maxiter=10 * C.shape[1], M=jacobi)[0]
 

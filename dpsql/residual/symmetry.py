@@ -30,7 +30,7 @@ def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     x = x + _MIX[0]
     x = (x ^ (x >> np.uint64(30))) * _MIX[1]
     x = (x ^ (x >> np.uint64(27))) * _MIX[2]
-    return x ^ (x >> np.uint64(31))  # type: ignore[no-any-return]
+    return x ^ (x >> np.uint64(31))
 
 
 def _pair_hash(a: IntArray, b: IntArray) -> npt.NDArray[np.uint64]:
@@ -38,7 +38,7 @@ def _pair_hash(a: IntArray, b: IntArray) -> npt.NDArray[np.uint64]:
 
 
 def _segment_sums(values: npt.NDArray[np.uint64], order: IntArray, starts: IntArray) -> npt.NDArray[np.uint64]:
-    return np.add.reduceat(values[order], starts)  # type: ignore[no-any-return]
+    return np.add.reduceat(values[order], starts)
 
 
 def _refine(colour: IntArray, sums: npt.NDArray[np.uint64]) -> IntArray:

@@ -133,7 +133,8 @@ class CompiledGroup:
 _INT64_SUMS = 2**62
 
 
-def batch_cell_totals(cell_maps: Sequence[npt.ArrayLike], base_index: npt.NDArray[np.int64], base_shape: tuple[int, ...],
+def batch_cell_totals(cell_maps: Sequence[npt.ArrayLike], base_index: npt.NDArray[np.int64],
+                      base_shape: tuple[int, ...],
                       values: npt.ArrayLike) -> npt.NDArray[np.int64] | npt.NDArray[np.object_]:
     """Sparse base-cell values (flat ``base_index`` over ``base_shape``) summed into batch cells,
     each axis mapping its base cells by ``cell_of_base``; no axes: one total.
@@ -191,7 +192,8 @@ MAX_PREDICATE_BOXES = 64
 MAX_PREDICATE_WORK = 2**16
 
 
-def compile_batch(batch: ir.Batch, schema: sch.Schema, partition: Sequence[Sequence[int]] | None = None) -> CompiledBatch:
+def compile_batch(batch: ir.Batch, schema: sch.Schema,
+                  partition: Sequence[Sequence[int]] | None = None) -> CompiledBatch:
     """IR + Schema → groups of statements with their axes, query blocks and output plan.
 
     ``partition`` lists the statement indices of each group (default: one group per column set).
@@ -203,7 +205,8 @@ def compile_batch(batch: ir.Batch, schema: sch.Schema, partition: Sequence[Seque
         group, statements = compile_group(batch, table, members, len(groups))
         groups.append(group)
         compiled.update(zip(members, statements))
-    return CompiledBatch(table=table, groups=tuple(groups), statements=tuple(compiled[i] for i in range(len(batch.statements))))
+    return CompiledBatch(table=table, groups=tuple(groups),
+                         statements=tuple(compiled[i] for i in range(len(batch.statements))))
 
 
 def batch_table(batch: ir.Batch, schema: sch.Schema) -> sch.Table:
@@ -296,7 +299,8 @@ def _value_column(column: sch.Column) -> sch.Column:
     return replace(column, domain=replace(column.domain, clamp=True))
 
 
-def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Table, values: ValueCells | None = None) -> Axis:
+def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Table,
+          values: ValueCells | None = None) -> Axis:
     """Batch cells of one column: contiguous runs of base cells for ordered domains, and classes
     of values no statement tells apart for categorical ones; value cells keep apart every
     representative value."""
@@ -347,7 +351,8 @@ def _base_mask(column: sch.Column, atom: ir.Comparison | ir.Between | ir.InList)
     return ~member if atom.negated else member
 
 
-def _categorical_mask(column: sch.Column, domain: sch.Categorical, atom: ir.Comparison | ir.Between | ir.InList) -> BoolArray:
+def _categorical_mask(column: sch.Column, domain: sch.Categorical,
+                      atom: ir.Comparison | ir.Between | ir.InList) -> BoolArray:
     if isinstance(atom, ir.Between) or (isinstance(atom, ir.Comparison) and atom.operator not in ("=", "<>")):
         raise UnsupportedQueryError(
             f"ordering comparison on the categorical column '{column.name}' is not supported ({atom.span.describe()}). "
@@ -376,7 +381,8 @@ def _ordered_interval(column: sch.Column, domain: sch.Ordered, operator: str, li
     try:
         number = domain.to_number(literal.value)
     except (ValueError, TypeError) as err:
-        raise SchemaError(f"{literal.value!r} is not a valid {domain.kind} for {column.key} ({literal.span.describe()}).") from err
+        raise SchemaError(f"{literal.value!r} is not a valid {domain.kind} for {column.key} "
+                          f"({literal.span.describe()}).") from err
     number = _snap(domain, number)
     low, low_closed, high, high_closed = _true_interval(operator, number)
     left, right = domain.value_bounds()  # whole values: cell k holds left..right; numbers: [left, right)
@@ -428,7 +434,8 @@ class _Truth:
 
 
 class _StatementCompiler:
-    def __init__(self, *, table: sch.Table, axes: tuple[Axis, ...], group: int, values: Mapping[str, ValueCells]) -> None:
+    def __init__(self, *, table: sch.Table, axes: tuple[Axis, ...], group: int,
+                 values: Mapping[str, ValueCells]) -> None:
         self.table, self.axes, self.group, self.values = table, axes, group, values
         self.position = {axis.column.name: index for index, axis in enumerate(axes)}
         self.blocks: list[Block] = []
@@ -440,14 +447,16 @@ class _StatementCompiler:
                  else _Truth(true=[self._everywhere()], false=[]))
         group_axes = tuple(self.position[_resolve(self.table, c).name] for c in statement.group_by)
         if len(set(group_axes)) != len(group_axes):
-            raise UnsupportedQueryError(f"a column appears twice in GROUP BY ({statement.span.describe()}); list each column once.")
+            raise UnsupportedQueryError(f"a column appears twice in GROUP BY ({statement.span.describe()}); "
+                                        "list each column once.")
         rows_in_axis_order, group_rows = self._group_order(group_axes)
-        aggregates = tuple(self._aggregate(statement, aggregate, truth.true, group_axes) for aggregate in statement.aggregates)
+        aggregates = tuple(self._aggregate(statement, aggregate, truth.true, group_axes)
+                           for aggregate in statement.aggregates)
         _check_order_by(statement)
         _check_output_names(statement, self.table)
         labels = tuple(self._labels(self.axes[a]) for a in group_axes)
-        return CompiledStatement(statement=statement, group=self.group, group_axes=group_axes, group_labels=labels, group_rows=group_rows,
-                                 block_rows=rows_in_axis_order, aggregates=aggregates)
+        return CompiledStatement(statement=statement, group=self.group, group_axes=group_axes, group_labels=labels,
+                                 group_rows=group_rows, block_rows=rows_in_axis_order, aggregates=aggregates)
 
     def _everywhere(self) -> Box:
         return tuple(np.ones(axis.size, dtype=bool) for axis in self.axes)
@@ -497,7 +506,8 @@ class _StatementCompiler:
 
     @staticmethod
     def _group_count(axis: Axis) -> int:
-        bins = axis.column.domain.size if isinstance(axis.column.domain, sch.Categorical) else len(axis.column.domain.bin_starts)
+        domain = axis.column.domain
+        bins = domain.size if isinstance(domain, sch.Categorical) else len(domain.bin_starts)
         return bins + (1 if axis.column.other else 0)
 
     def _labels(self, axis: Axis) -> list[object]:
@@ -514,7 +524,8 @@ class _StatementCompiler:
             matrix[groups - 1, axis.size - 1] = 1.0
         return matrix
 
-    def _block(self, true: list[Box], group_axes: tuple[int, ...], weights: tuple[int, npt.NDArray[np.float64]] | None = None) -> Workload:
+    def _block(self, true: list[Box], group_axes: tuple[int, ...],
+               weights: tuple[int, npt.NDArray[np.float64]] | None = None) -> Workload:
         """Σ_boxes ⊗_axes (membership · diag(mask) on grouped axes, maskᵀ elsewhere); ``weights``
         (axis, per-cell weight) multiplies that axis's factor column-wise."""
         grouped = set(group_axes)
@@ -526,7 +537,8 @@ class _StatementCompiler:
                        for i, (axis, mask) in enumerate(zip(self.axes, masks))]
             terms.append(Kron(factors) if factors else Explicit(np.ones((1, 1))))
         if not terms:  # the WHERE clause is never TRUE: rows of zeros
-            factors = [Explicit(np.zeros((self._group_count(a) if i in grouped else 1, a.size))) for i, a in enumerate(self.axes)]
+            factors = [Explicit(np.zeros((self._group_count(a) if i in grouped else 1, a.size)))
+                       for i, a in enumerate(self.axes)]
             terms.append(Kron(factors) if factors else Explicit(np.zeros((1, 1))))
         return terms[0] if len(terms) == 1 else DisjointSum(terms)
 
@@ -537,7 +549,8 @@ class _StatementCompiler:
             name = aggregate.column.name if aggregate.column else "*"
             raise SchemaError(
                 f"{aggregate.function.upper()}({name}) needs a numeric column with declared bounds "
-                f"({aggregate.span.describe()}); declare {self.table.name}.{name} as integer or numeric with lower/upper."
+                f"({aggregate.span.describe()}); "
+                f"declare {self.table.name}.{name} as integer or numeric with lower/upper."
             )
         kinds: list[DataVector]
         if column is None:
@@ -585,7 +598,8 @@ def _check_output_names(statement: ir.Statement, table: sch.Table) -> None:
         if name.lower() in seen:
             raise InvalidQueryError(
                 f"the output column name '{name}' would appear twice in the statement at {statement.span.describe()} "
-                "(dpsql adds <alias>_stddev beside each aggregate and <column>_upper beside wide bins); choose another alias."
+                "(dpsql adds <alias>_stddev beside each aggregate and <column>_upper beside wide bins); "
+                "choose another alias."
             )
         seen.add(name.lower())
 

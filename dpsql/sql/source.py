@@ -481,7 +481,8 @@ def _check_parameter(index: int, value: object) -> ir.Value:
     if isinstance(value, float) and not math.isfinite(value):
         raise ParameterError(f"parameters[{index}] is {value}; a float parameter must be finite.")
     if isinstance(value, int) and not isinstance(value, bool) and not representable(value):
-        raise ParameterError(f"parameters[{index}] is an integer outside the range of a double (±{sys.float_info.max:.4g}); "
+        raise ParameterError(f"parameters[{index}] is an integer outside the range of a double "
+                             f"(±{sys.float_info.max:.4g}); "
                              "pass a number within the column's bounds.")
     if isinstance(value, (int, float, str, dt.date)) and not isinstance(value, (bool, dt.datetime)):
         return value
