@@ -29,10 +29,10 @@ from dpsql.engine.guard import (
 )
 from dpsql.engine.measure import measure_groups
 from dpsql.engine.measurements import PlannedVector, check_calibrations, split
-from dpsql.engine.metadata import ReleaseMetadata
+from dpsql.engine.metadata import Release, ReleaseMetadata, family_name
 from dpsql.engine.sum_answering import answering_groups, bias_bounds
 from dpsql.engine.thresholds import ThresholdPlan, choose_thresholds, final_answering, measured_columns, threshold_plans
-from dpsql.engine.vocabulary import AnswerSet, Report, noise_of
+from dpsql.engine.vocabulary import Report, noise_of
 from dpsql.engine.weighing import Weighing
 from dpsql.noise import RandomSource
 from dpsql.planner import Progress
@@ -44,22 +44,6 @@ from dpsql.sql.value_cells import ValueCells
 #: Times the statement groups may be planned again with the guard's raised weights (each is a full
 #: planning pass: a count of work, not time).
 GUARD_REPLANS = 2
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Release:
-    """What a route's answering returns: the compiled batch as answered, the answers, each
-    statement's expected error, and the batch metadata (budget entries filled in by ``run``)."""
-
-    compiled: CompiledBatch
-    answers: AnswerSet
-    errors: list[StatementError]
-    metadata: ReleaseMetadata
-    guard_rounds: int
-
-
-def family_name(cost: PrivacyCost) -> str:
-    return "discrete Laplace (pure ε-DP)" if cost.family == "epsilon" else "discrete Gaussian (ρ-zCDP)"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False, weakref_slot=True)

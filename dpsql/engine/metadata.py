@@ -1,12 +1,16 @@
 """What a release says about itself: the result metadata every statement's Arrow table carries
-(``dpsql`` key, JSON), as dataclasses with ``to_json()``."""
+(``dpsql`` key, JSON), as dataclasses with ``to_json()``, and the :class:`Release` a route's answering
+returns."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from dpsql.accounting import PrivacyCost
 from dpsql.engine.guard import StatementError, guard_notes
+from dpsql.results import AnswerSet
+from dpsql.sql.compile import CompiledBatch
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,3 +71,20 @@ def statement_metadata(errors: Sequence[StatementError], weights: Sequence[float
     notes = dict(guard_notes(errors, rounds))
     return [StatementMetadata(error=e, weight=weights[s] if weights else 1.0, note=notes.get(s))
             for s, e in enumerate(errors)]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Release:
+    """What a route's answering returns: the compiled batch as answered, the answers, each
+    statement's expected error, and the batch metadata (budget entries filled in by ``run``)."""
+
+    compiled: CompiledBatch
+    answers: AnswerSet
+    errors: list[StatementError]
+    metadata: ReleaseMetadata
+    guard_rounds: int
+
+
+def family_name(cost: PrivacyCost) -> str:
+    """The noise family a cost is answered with, as the metadata names it."""
+    return "discrete Laplace (pure ε-DP)" if cost.family == "epsilon" else "discrete Gaussian (ρ-zCDP)"

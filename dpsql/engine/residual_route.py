@@ -37,9 +37,8 @@ import numpy.typing as npt
 
 from dpsql.accounting import PrivacyCost
 from dpsql.backends import Backend
-from dpsql.engine.group_route import Release, family_name
 from dpsql.engine.guard import StatementError, guard_notes, statement_errors
-from dpsql.engine.metadata import ReleaseMetadata
+from dpsql.engine.metadata import Release, ReleaseMetadata, family_name
 from dpsql.engine.vocabulary import AnswerKey, AnswerSet, NotApplicable, Report, unit_rows
 from dpsql.errors import DomainTooLargeError, ShapeError
 from dpsql.mechanism import Answers

@@ -16,8 +16,9 @@ from typing import Protocol
 from dpsql.accounting import PrivacyCost
 from dpsql.backends import Backend
 from dpsql.engine import group_route, residual_route
-from dpsql.engine.group_route import GroupsPlan, Release
+from dpsql.engine.group_route import GroupsPlan
 from dpsql.engine.guard import StatementError
+from dpsql.engine.metadata import Release
 from dpsql.engine.residual_route import ResidualPlan
 from dpsql.engine.vocabulary import NotApplicable, Report
 from dpsql.noise import RandomSource
