@@ -170,7 +170,8 @@ def _check_rng(rng: RandomSource | None, books: Budget | Account, backend: Backe
     """
     if rng is not None and not (isinstance(books, Budget) and backend.in_memory):
         raise ProgrammingError("rng= is for tests on in-memory data: it is accepted only with budget=dpsql.Budget(...) "
-                               "on ':memory:' or an in-memory DuckDB connection. A chosen random source would let its "
+                               "on in-memory data (':memory:', an in-memory DuckDB connection, or a backend whose "
+                               "in_memory is true). A chosen random source would let its "
                                "holder replay and subtract the noise, so it is refused here; nothing was charged. "
                                "Drop rng= (noise then comes from the operating system).")
 
