@@ -9,6 +9,7 @@ its square / (2 × the share) (Gaussian), rounded up by at most a relative 2^-18
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
 from fractions import Fraction
@@ -57,14 +58,29 @@ class Recorder:
             assert float(sum(shares)) == pytest.approx(cost.value, rel=1e-12)
         for (kwargs, release), share in zip(self.calls, shares):
             c = kwargs["max_contribution"]
+            bounds = kwargs.get("cell_bounds")
             if release.noise == "laplace":
-                wanted = Fraction(mechanism.integer_sensitivity(release.strategy.max_column_power_sum(1)) * c) / share
+                delta1 = (mechanism.integer_sensitivity(release.strategy.max_column_power_sum(1)) if bounds is None
+                          else _bounded_power_sum(release.strategy, 1, bounds))
+                wanted = Fraction(delta1 * c) / share
                 assert release.epsilon is not None and release.epsilon <= share
             else:
-                delta2_squared = mechanism.integer_sensitivity(release.strategy.max_column_power_sum(2))
+                delta2_squared = (mechanism.integer_sensitivity(release.strategy.max_column_power_sum(2))
+                                  if bounds is None else _bounded_power_sum(release.strategy, 2, bounds))
                 wanted = Fraction(delta2_squared * c * c) / (2 * share)
                 assert release.rho is not None and release.rho <= share
             assert wanted <= release.noise_scale <= wanted * (1 + Fraction(ROUNDING))
+
+
+def _bounded_power_sum(strategy: Any, p: int, bounds: Any) -> int:
+    """max_j b_j^p·Σ_i |A_ij|^p over the cells j of an integer strategy, b_j the product of the per-axis
+    cell bounds (row-major), in exact integers: the sensitivity of a cell-bounded measurement, computed
+    densely and independently of ``mechanism.calibrate``."""
+    dense = np.asarray(strategy.dense())
+    columns = [sum(abs(int(v)) ** p for v in dense[:, j]) for j in range(dense.shape[1])]
+    cells = [math.prod(int(b) for b in combo) for combo in itertools.product(*bounds)]
+    assert len(cells) == len(columns)
+    return max(b**p * column for b, column in zip(cells, columns))
 
 
 def _answer(table: Any, name: str) -> tuple[list[float], list[float]]:
