@@ -96,7 +96,7 @@ class Prepared:
     cost: PrivacyCost
     groups: GroupsPlan | NotApplicable
     residual: ResidualPlan | NotApplicable
-    chosen: GroupsPlan | ResidualPlan
+    chosen: RoutePlan
 
     @property
     def routes(self) -> tuple[GroupsPlan | NotApplicable, ResidualPlan | NotApplicable]:

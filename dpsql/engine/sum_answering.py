@@ -22,6 +22,7 @@ import numpy as np
 
 from dpsql.engine.measurements import DraftVector
 from dpsql.engine.vector_plans import group_drafts
+from dpsql.engine.vocabulary import unit_rows
 from dpsql.engine.weighing import Weighing
 from dpsql.noise import Noise
 from dpsql.planner import Plan, Progress
@@ -71,7 +72,7 @@ def answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping[
     ``weighing`` gives each statement's weight in the scores (default: all 1).
     """
     table = separate.table
-    unit_rows = table.privacy_unit.max_rows if table.privacy_unit.column else 1
+    rows_per_unit = unit_rows(table)
     weighing = weighing or Weighing(weights=(1.0,) * len(separate.statements), noise=noise)
     base = start or separate
     compiled_groups, statements = list(base.groups), list(base.statements)
@@ -80,7 +81,7 @@ def answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping[
     for index in range(len(separate.groups)) if groups is None else groups:
         group = separate.groups[index]
         members = [i for i, s in enumerate(separate.statements) if s.group == index]
-        chosen = group_drafts(index, group, columns, unit_rows, noise, progress, known,
+        chosen = group_drafts(index, group, columns, rows_per_unit, noise, progress, known,
                               block_weights=weighing.blocks(group, [separate.statements[m] for m in members],
                                                             members, columns))
         sums = sorted({vector.summed for vector in group.data_kinds() if vector.is_sum})
@@ -107,7 +108,7 @@ def answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping[
                 # and after θ is released (each θ is a new workload; optimizing would delay every release)
                 basis = {} if touched & set(usable) else {"value basis": value_basis(cells_group, usable)}
                 cell_weights = weighing.blocks(cells_group, cells_statements, members, columns)
-                alternative = group_drafts(index, cells_group, columns, unit_rows, noise, progress,
+                alternative = group_drafts(index, cells_group, columns, rows_per_unit, noise, progress,
                                            {} if known is not None else None,
                                            quick=len(cells_group.axes) > 1 or known is not None,
                                            extra=basis, block_weights=cell_weights)

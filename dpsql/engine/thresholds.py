@@ -35,7 +35,7 @@ from dpsql import sum_truncation
 from dpsql.backends import Backend
 from dpsql.engine.measurements import PlannedVector, check_calibrations, split
 from dpsql.engine.sum_answering import answering_groups
-from dpsql.engine.vocabulary import Report, noise_of
+from dpsql.engine.vocabulary import Report, noise_of, unit_rows
 from dpsql.engine.weighing import Weighing
 from dpsql.errors import PrivacyParameterError
 from dpsql.noise import RandomSource
@@ -96,7 +96,7 @@ def choose(plan: ThresholdPlan, *, backend: Backend, table: Table, rng: RandomSo
     column, bound = plan.column, plan.bound
     quantum = measure_quantum(column)
     units = max(1, int(bound / quantum))
-    rows = table.privacy_unit.max_rows if table.privacy_unit.column else 1
+    rows = unit_rows(table)
     if plan.method == "svt":
         grid = sum_truncation.geometric_grid(bound, SVT_RATIO, SVT_POINTS).tolist()
         profile = backend.measure_profile(table, column, quantum, grid, [])
