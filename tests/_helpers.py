@@ -9,6 +9,18 @@ from hypothesis import strategies as st
 
 from dpsql.backends.duckdb import DuckDBBackend
 
+#: A mixed table's columns (counts, ranges, a numeric measure, rounded value cells, a truncated measure),
+#: shared by the pinned-answers test and the second backend's test.
+MIXED_COLUMNS: dict[str, dict[str, object]] = {
+    "age": {"type": "integer", "lower": 0, "upper": 19},
+    "sex": {"type": "categorical", "values": ["F", "M"]},
+    "region": {"type": "categorical", "values": ["N", "E", "S", "W"]},
+    "rooms": {"type": "integer", "lower": 1, "upper": 4},
+    "income": {"type": "numeric", "lower": 0, "upper": 100, "bin_width": 25, "resolution": 1},
+    "score": {"type": "numeric", "lower": 0, "upper": 3, "bin_width": 1, "resolution": 0.5, "value_cells": "rounded"},
+    "wealth": {"type": "integer", "lower": 0, "upper": 1_000_000, "bin_width": 100_000, "truncate": "svt"},
+}
+
 
 def groupings(dims: tuple[int, ...]) -> st.SearchStrategy[tuple[int, ...]]:
     """Coarsenings of a domain's factorisation: (2,3,2) -> (2,3,2), (6,2), (2,6) or (12,)."""

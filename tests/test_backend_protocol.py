@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 import dpsql
+from _helpers import MIXED_COLUMNS
 from dpsql.accounting import PrivacyCost
 from dpsql.backends import Backend, file_identity
 from dpsql.backends.base import BACKEND_MEMBERS, CellData, IntArray, MeasureProfile, missing_members
@@ -264,15 +265,7 @@ class ArrayBackend:
 
 
 ROWS = 2000
-COLUMNS: dict[str, dict[str, object]] = {
-    "age": {"type": "integer", "lower": 0, "upper": 19},
-    "sex": {"type": "categorical", "values": ["F", "M"]},
-    "region": {"type": "categorical", "values": ["N", "E", "S", "W"]},
-    "rooms": {"type": "integer", "lower": 1, "upper": 4},
-    "income": {"type": "numeric", "lower": 0, "upper": 100, "bin_width": 25, "resolution": 1},
-    "score": {"type": "numeric", "lower": 0, "upper": 3, "bin_width": 1, "resolution": 0.5, "value_cells": "rounded"},
-    "wealth": {"type": "integer", "lower": 0, "upper": 1_000_000, "bin_width": 100_000, "truncate": "svt"},
-}
+COLUMNS = MIXED_COLUMNS
 BATCHES: dict[str, tuple[str, dict[str, float], set[str]]] = {
     "statement groups": ("""
         SELECT sex, COUNT(*) AS n FROM t GROUP BY sex;

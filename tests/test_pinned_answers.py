@@ -26,6 +26,7 @@ import duckdb
 import pytest
 
 import dpsql
+from _helpers import MIXED_COLUMNS
 from dpsql.accounting import Budget
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
@@ -34,15 +35,7 @@ PINS = Path(__file__).parent / "fixtures" / "pinned_answers.json"
 ROWS = 3000
 
 COLUMNS: dict[str, dict[str, object]] = {
-    "person": {"type": "integer", "lower": 0, "upper": 999, "bin_width": 1000},
-    "age": {"type": "integer", "lower": 0, "upper": 19},
-    "sex": {"type": "categorical", "values": ["F", "M"]},
-    "region": {"type": "categorical", "values": ["N", "E", "S", "W"]},
-    "rooms": {"type": "integer", "lower": 1, "upper": 4},
-    "income": {"type": "numeric", "lower": 0, "upper": 100, "bin_width": 25, "resolution": 1},
-    "score": {"type": "numeric", "lower": 0, "upper": 3, "bin_width": 1, "resolution": 0.5, "value_cells": "rounded"},
-    "wealth": {"type": "integer", "lower": 0, "upper": 1_000_000, "bin_width": 100_000, "truncate": "svt"},
-}
+    "person": {"type": "integer", "lower": 0, "upper": 999, "bin_width": 1000}, **MIXED_COLUMNS}
 UNIT = {"column": "person", "max_rows": 3}
 
 BATCHES: dict[str, tuple[str, dict[str, float], bool]] = {

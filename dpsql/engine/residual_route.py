@@ -78,7 +78,6 @@ class ResidualPlan:
 
     name = "ResidualPlanner"
     measures_nothing = False
-    guard_rounds = 0
 
     @property
     def optimal(self) -> bool:

@@ -98,10 +98,6 @@ class Prepared:
     residual: ResidualPlan | NotApplicable
     chosen: RoutePlan
 
-    @property
-    def routes(self) -> tuple[GroupsPlan | NotApplicable, ResidualPlan | NotApplicable]:
-        return self.groups, self.residual
-
 
 def choose(groups: GroupsPlan | NotApplicable, residual: ResidualPlan | NotApplicable) -> GroupsPlan | ResidualPlan:
     """The plan with the lower batch objective (both weigh every statement's answers by the same c_b;
