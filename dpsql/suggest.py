@@ -19,8 +19,8 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
-from dpsql.backends.cell_sql import type_family
 from dpsql.backends.duckdb import DuckDBBackend, arrow_table, describe
+from dpsql.backends.sql_dialects import DUCKDB
 from dpsql.errors import OperationalError, SchemaError
 
 WARNING = """\
@@ -83,7 +83,7 @@ def _suggest(connection: duckdb.DuckDBPyConnection, table: str, max_categories: 
 def _column_section(connection: duckdb.DuckDBPyConnection, table: str, name: str, type_name: str,
                     max_categories: int) -> tuple[bool, str]:
     """(whether the section is active, its TOML text) for one column."""
-    family = type_family(type_name)
+    family = DUCKDB.type_family(type_name)
     try:
         if family in ("text", "boolean"):
             settings = _categorical(connection, table, name, type_name, max_categories)
@@ -104,7 +104,7 @@ def _column_section(connection: duckdb.DuckDBPyConnection, table: str, name: str
 
 def _categorical(connection: duckdb.DuckDBPyConnection, table: str, name: str, type_name: str,
                  max_categories: int) -> str:
-    if type_family(type_name) == "boolean":
+    if DUCKDB.type_family(type_name) == "boolean":
         return 'type = "categorical"\nvalues = ["false", "true"]  # every BOOLEAN value'
     declared = _enum_values(connection, table, name)
     if declared is not None and len(declared) <= max_categories:

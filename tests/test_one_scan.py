@@ -10,7 +10,8 @@ import numpy as np
 
 from dpsql import engine
 from dpsql.accounting import Budget, PrivacyCost
-from dpsql.backends.duckdb import CellData, DuckDBBackend
+from dpsql.backends.base import CellData
+from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Column, Schema, Table
 

@@ -18,20 +18,16 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.backends.base import CellData, IntArray
+from dpsql.backends.sql_dialects import SqlDialect, TypeFamily, call, integer
 from dpsql.errors import DomainTooLargeError, InternalError, ProgrammingError, SchemaError
 from dpsql.schema import EPOCH, Categorical, Column, Ordered, Table
 
-TypeFamily = Literal["integer", "decimal", "float", "boolean", "date", "timestamp", "text", "other"]
-
-_INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT",
-                            "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT"})
 _NUMBER_FAMILIES = frozenset({"integer", "decimal", "float"})
 #: Largest per-row |measure| / quantum: beyond 2**53 doubles no longer hold every integer.
 _MAX_SCALED_MEASURE = 2.0**53
@@ -41,38 +37,21 @@ _MAX_EDGES = 2**16
 
 @dataclass(frozen=True, slots=True)
 class DatabaseColumn:
-    """A column as the database has it: its real name and DuckDB type."""
+    """A column as the database has it: its real name, its type's name and the family of that type."""
 
     name: str
     type_name: str
-
-    @property
-    def family(self) -> TypeFamily:
-        return type_family(self.type_name)
+    family: TypeFamily
 
 
-def type_family(type_name: str) -> TypeFamily:
-    """The kind of values a DuckDB type holds.
+@dataclass(frozen=True, slots=True)
+class SourceTable:
+    """Where a declared table's rows are read: the database's reference to it, its columns
+    (keyed by lower-case name) and the dialect the queries over it are rendered in."""
 
-    >>> type_family("DECIMAL(10,2)"), type_family("TIMESTAMP WITH TIME ZONE"), type_family("ENUM('a', 'b')")
-    ('decimal', 'timestamp', 'text')
-    """
-    name = type_name.upper()
-    if name in _INTEGER_TYPES:
-        return "integer"
-    if name.startswith("DECIMAL"):
-        return "decimal"
-    if name in ("FLOAT", "DOUBLE", "REAL"):
-        return "float"
-    if name == "BOOLEAN":
-        return "boolean"
-    if name == "DATE":
-        return "date"
-    if name.startswith("TIMESTAMP"):
-        return "timestamp"
-    if name.startswith(("VARCHAR", "ENUM")):
-        return "text"
-    return "other"
+    reference: exp.Table
+    columns: Mapping[str, DatabaseColumn]
+    dialect: SqlDialect
 
 
 def raise_problems(table: Table, catalog: Mapping[str, DatabaseColumn], binned: Sequence[Column],
@@ -138,20 +117,17 @@ def check_quantum(column: Column, quantum: float) -> None:
 
 # ================================================================================ SQL generation
 def table_ref(name: str) -> exp.Table:
-    return exp.Table(this=exp.to_identifier(name, quoted=True))
+    """A table reference from a dotted name (``people``, ``db.people``, ``catalog.db.people``), each part
+    quoted as an identifier (so it is matched as a name, never read as SQL)."""
+    parts = [exp.to_identifier(part, quoted=True) for part in name.split(".")]
+    if len(parts) > 3 or any(not part.name for part in parts):
+        raise SchemaError(f"'{name}' is not a table name: give NAME, DATABASE.NAME or CATALOG.DATABASE.NAME.")
+    return exp.Table(this=parts[-1], db=parts[-2] if len(parts) > 1 else None,
+                     catalog=parts[-3] if len(parts) > 2 else None)
 
 
 def _ref(name: str) -> exp.Column:
     return exp.column(name, quoted=True)
-
-
-def _call(name: str, *args: exp.Expression) -> exp.Expression:
-    """A DuckDB function call, rendered verbatim (no dialect rewriting)."""
-    return exp.Anonymous(this=name, expressions=list(args))
-
-
-def _int(value: int) -> exp.Expression:
-    return exp.Literal.number(int(value))
 
 
 def _double(value: float) -> exp.Expression:
@@ -163,11 +139,11 @@ def _date(day_number: float) -> exp.Expression:
     return exp.cast(exp.Literal.string((EPOCH + dt.timedelta(days=int(day_number))).isoformat()), "DATE")
 
 
-def _cell_index(column: Column, db: DatabaseColumn) -> exp.Expression:
+def _cell_index(column: Column, db: DatabaseColumn, dialect: SqlDialect) -> exp.Expression:
     """The BIGINT cell index of a row for ``column``: 0..size-1, or size for the outside cell."""
     if isinstance(column.domain, Categorical):
-        return _categorical_index(column.domain, db)
-    return _ordered_index(column.domain, db)
+        return _categorical_index(column.domain, db, dialect)
+    return _ordered_index(column.domain, db, dialect)
 
 
 def _category_literals(domain: Categorical, db: DatabaseColumn) -> list[exp.Expression]:
@@ -189,7 +165,7 @@ def _category_literals(domain: Categorical, db: DatabaseColumn) -> list[exp.Expr
                              "Declare values of that type, or create a view that casts the column.")
         if family == "integer":
             integers = [int(v) for v in domain.values]
-            converted, literals = list(integers), [_int(v) for v in integers]
+            converted, literals = list(integers), [integer(v) for v in integers]
         else:
             numbers = [float(v) for v in domain.values]
             converted, literals = list(numbers), [_double(v) for v in numbers]
@@ -202,16 +178,16 @@ def _category_literals(domain: Categorical, db: DatabaseColumn) -> list[exp.Expr
     return literals
 
 
-def _categorical_index(domain: Categorical, db: DatabaseColumn) -> exp.Expression:
+def _categorical_index(domain: Categorical, db: DatabaseColumn, dialect: SqlDialect) -> exp.Expression:
     value: exp.Expression = _ref(db.name)
-    if db.family not in ("boolean", "integer") and not db.type_name.upper().startswith("VARCHAR"):
+    if db.family not in ("boolean", "integer") and not dialect.is_plain_text(db.type_name):
         value = exp.cast(value, "DOUBLE" if db.family in _NUMBER_FAMILIES else "VARCHAR")
-    position = _call("list_position", exp.Array(expressions=_category_literals(domain, db)), value)
-    found = exp.Nullif(this=position, expression=_int(0))  # 0 or NULL when absent, depending on the version
-    return exp.Sub(this=exp.Coalesce(this=found, expressions=[_int(domain.size + 1)]), expression=_int(1))
+    position = dialect.position(_category_literals(domain, db), value)
+    found = exp.Nullif(this=position, expression=integer(0))  # 0 or NULL when absent, depending on the engine
+    return exp.Sub(this=exp.Coalesce(this=found, expressions=[integer(domain.size + 1)]), expression=integer(1))
 
 
-def _ordered_index(domain: Ordered, db: DatabaseColumn) -> exp.Expression:
+def _ordered_index(domain: Ordered, db: DatabaseColumn, dialect: SqlDialect) -> exp.Expression:
     outside, last = domain.size, domain.size - 1
     if domain.kind == "date":
         value = exp.cast(_ref(db.name), "DATE")
@@ -221,17 +197,17 @@ def _ordered_index(domain: Ordered, db: DatabaseColumn) -> exp.Expression:
         lower, top = _double(domain.lower), _double(domain.upper)
     inclusive = domain.kind == "numeric" or (domain.kind == "integer" and domain.uniform_step is None)
     beyond = exp.GT if inclusive else exp.GTE
-    case = exp.Case().when(exp.Not(this=_has_value(db)), _int(outside))
-    return (case.when(exp.LT(this=value.copy(), expression=lower), _int(0 if domain.clamp else outside))
-            .when(beyond(this=value.copy(), expression=top), _int(last if domain.clamp else outside))
-            .else_(_index_in_range(domain, value, db.family), copy=False))
+    case = exp.Case().when(exp.Not(this=_has_value(db, dialect)), integer(outside))
+    return (case.when(exp.LT(this=value.copy(), expression=lower), integer(0 if domain.clamp else outside))
+            .when(beyond(this=value.copy(), expression=top), integer(last if domain.clamp else outside))
+            .else_(_index_in_range(domain, value, db.family, dialect), copy=False))
 
 
-def _index_in_range(domain: Ordered, value: exp.Expression, family: TypeFamily) -> exp.Expression:
+def _index_in_range(domain: Ordered, value: exp.Expression, family: TypeFamily,
+                    dialect: SqlDialect) -> exp.Expression:
     """The base cell of a value known to lie in [lower, upper]."""
     if domain.kind == "date":
-        unit = domain.unit or "day"
-        return _call("date_diff", exp.Literal.string(unit), _date(domain.lower), value)
+        return dialect.date_difference(domain.unit or "day", _date(domain.lower), value)
     if domain.uniform_step is not None and _grid_is_arithmetic(domain):
         exact = family == "integer" and all(float(b).is_integer() for b in (domain.lower, domain.uniform_step))
         return _grid_index(domain, value, corrected=not exact)
@@ -261,38 +237,39 @@ def _grid_index(domain: Ordered, value: exp.Expression, *, corrected: bool) -> e
 
     def boundary(k: exp.Expression) -> exp.Expression:
         offset = exp.Mul(this=step.copy(), expression=exp.cast(k, "DOUBLE"))
-        return _call("least", exp.Add(this=lower.copy(), expression=offset), top.copy())
+        return call("least", exp.Add(this=lower.copy(), expression=offset), top.copy())
 
     quotient = exp.Div(this=exp.paren(exp.Sub(this=value.copy(), expression=lower.copy())), expression=step.copy())
-    k0 = _call("least", exp.cast(_call("floor", quotient), "BIGINT"), _int(last))
+    k0 = call("least", exp.cast(call("floor", quotient), "BIGINT"), integer(last))
     if not corrected:
         return k0
-    down = exp.Case().when(exp.LT(this=value.copy(), expression=boundary(k0.copy())), _int(1)).else_(_int(0))
-    above_next = exp.GTE(this=value.copy(), expression=boundary(exp.Add(this=k0.copy(), expression=_int(1))))
-    up = exp.Case().when(exp.and_(exp.LT(this=k0.copy(), expression=_int(last)), above_next), _int(1)).else_(_int(0))
+    down = exp.Case().when(exp.LT(this=value.copy(), expression=boundary(k0.copy())), integer(1)).else_(integer(0))
+    above_next = exp.GTE(this=value.copy(), expression=boundary(exp.Add(this=k0.copy(), expression=integer(1))))
+    up = (exp.Case().when(exp.and_(exp.LT(this=k0.copy(), expression=integer(last)), above_next), integer(1))
+          .else_(integer(0)))
     return exp.Add(this=exp.Sub(this=k0, expression=down), expression=up)
 
 
 def _bisect(value: exp.Expression, boundaries: Sequence[float], low: int, high: int) -> exp.Expression:
     """A CASE tree finding k in [low, high) with boundaries[k] <= value < boundaries[k+1]."""
     if high - low == 1:
-        return _int(low)
+        return integer(low)
     middle = (low + high) // 2  # the subtrees are new, so they are attached without sqlglot's default deep copy
     return (exp.Case().when(exp.LT(this=value.copy(), expression=_double(boundaries[middle])),
                             _bisect(value, boundaries, low, middle), copy=False)
             .else_(_bisect(value, boundaries, middle, high), copy=False))
 
 
-def _measure_value(column: Column, db: DatabaseColumn, quantum: float) -> exp.Expression:
+def _measure_value(column: Column, db: DatabaseColumn, quantum: float, dialect: SqlDialect) -> exp.Expression:
     """round(clamp(v, lo, hi) / quantum) as BIGINT; NULL (adding nothing) where the row has no value."""
     lo, hi = column.measure_bounds or (0.0, 0.0)  # checked by _measure_problem
     value = exp.cast(_ref(db.name), "DOUBLE")
-    clamped = _call("least", _call("greatest", value, _double(lo)), _double(hi))
-    scaled = exp.cast(exp.Round(this=exp.Div(this=clamped, expression=_double(quantum))), "BIGINT")
-    return exp.Case().when(_has_value(db), scaled).else_(exp.null())
+    clamped = call("least", call("greatest", value, _double(lo)), _double(hi))
+    scaled = exp.cast(dialect.round_half_away(exp.Div(this=clamped, expression=_double(quantum))), "BIGINT")
+    return exp.Case().when(_has_value(db, dialect), scaled).else_(exp.null())
 
 
-def _has_value(db: DatabaseColumn) -> exp.Expression:
+def _has_value(db: DatabaseColumn, dialect: SqlDialect) -> exp.Expression:
     """Whether a row has a value in the column: not NULL and, in a floating-point column, not NaN.
 
     The one definition every generated query uses. NaN is not a value, like NULL: COUNT(col)
@@ -302,30 +279,37 @@ def _has_value(db: DatabaseColumn) -> exp.Expression:
     """
     present = exp.Not(this=_ref(db.name).is_(exp.null()))
     if db.family == "float":  # parenthesised: NOT and AND must not re-associate around it
-        return exp.paren(exp.and_(present, exp.Not(this=_call("isnan", _ref(db.name)))))
+        return exp.paren(exp.and_(present, exp.Not(this=dialect.is_nan(_ref(db.name)))))
     return exp.paren(present)
 
 
-def _rows(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Sequence[Column],
-          sums: Mapping[Column, float], counts: Sequence[Column]) -> tuple[exp.Select, list[str], list[str], list[str]]:
+def _rows(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapping[Column, float],
+          counts: Sequence[Column]) -> tuple[exp.Select, list[str], list[str], list[str]]:
     """(rows, cell names, sum names, count names): one row per (capped) table row with its cell
     indices, scaled measures and has-a-value flags — the input of every aggregate query."""
+    catalog, dialect = source.columns, source.dialect
     cell_names = [f"dpsql_cell_{i}" for i in range(len(cells))]
     sum_names = [f"dpsql_sum_{i}" for i in range(len(sums))]
     count_names = [f"dpsql_nonnull_{i}" for i in range(len(counts))]
-    projections = ([exp.alias_(_cell_index(c, catalog[c.name]), n, quoted=True) for c, n in zip(cells, cell_names)]
-                   + [exp.alias_(_measure_value(c, catalog[c.name], q), n, quoted=True)
+    projections = ([exp.alias_(_cell_index(c, catalog[c.name], dialect), n, quoted=True)
+                    for c, n in zip(cells, cell_names)]
+                   + [exp.alias_(_measure_value(c, catalog[c.name], q, dialect), n, quoted=True)
                       for (c, q), n in zip(sums.items(), sum_names)]
-                   + [exp.alias_(_has_value(catalog[c.name]), n, quoted=True) for c, n in zip(counts, count_names)])
+                   + [exp.alias_(_has_value(catalog[c.name], dialect), n, quoted=True)
+                      for c, n in zip(counts, count_names)])
     unit = table.privacy_unit.column
-    projections = projections or [exp.alias_(_int(0), "dpsql_row", quoted=True)]  # COUNT(*) alone touches no column
-    kept: list[exp.Expression] = [exp.NEQ(this=_cell_index(c, catalog[c.name]), expression=_int(c.domain.size))
+    projections = projections or [exp.alias_(integer(0), "dpsql_row", quoted=True)]  # COUNT(*) alone reads no column
+    kept: list[exp.Expression] = [exp.NEQ(this=_cell_index(c, catalog[c.name], dialect),
+                                          expression=integer(c.domain.size))
                                   for c in table.columns.values() if c.outside_excluded]
     if unit is None:
-        rows = exp.select(*projections).from_(table_ref(table.name))
+        rows = exp.select(*projections).from_(source.reference.copy())
     else:  # rows without a unit are dropped: no one's contribution bound covers them
-        unit_ref = _ref(catalog[unit].name)
-        rows = exp.select(*projections, exp.alias_(unit_ref, "dpsql_unit", quoted=True)).from_(table_ref(table.name))
+        unit_column = catalog[unit]
+        unit_ref = _ref(unit_column.name)
+        rows = exp.select(*projections, exp.alias_(unit_ref, "dpsql_unit", quoted=True),
+                          exp.alias_(_unit_salt(unit_column, dialect), "dpsql_salt", quoted=True))
+        rows = rows.from_(source.reference.copy())
         kept.append(unit_ref.copy().is_(exp.null()).not_())
     if kept:
         rows = rows.where(exp.and_(*kept))
@@ -334,17 +318,17 @@ def _rows(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Sequence[C
     return rows, cell_names, sum_names, count_names
 
 
-def build_query(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Sequence[Column],
-                 sums: Mapping[Column, float], counts: Sequence[Column],
-                 grouping: Sequence[tuple[int, ...]] | None = None) -> exp.Select:
+def build_query(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapping[Column, float],
+                counts: Sequence[Column], grouping: Sequence[tuple[int, ...]] | None = None) -> exp.Select:
     """SELECT cell indices, COUNT(*), SUMs and COUNTs ... GROUP BY the cell indices (or, given
     ``grouping``, by GROUPING SETS of cell column positions), over the capped rows."""
-    rows, cell_names, sum_names, count_names = _rows(table, catalog, cells, sums, counts)
+    rows, cell_names, sum_names, count_names = _rows(table, source, cells, sums, counts)
     aggregates = [exp.alias_(exp.Count(this=exp.Star()), "dpsql_rows", quoted=True)]
-    # SUM over BIGINT is HUGEINT (128 bits; |sum| < 2^53 per row · 2^63 rows fits): fetched exactly, never cast down
-    aggregates += [exp.alias_(exp.Coalesce(this=exp.Sum(this=_ref(n)), expressions=[_int(0)]), n,
+    # exact sums (|sum| < 2^53 per row · 2^63 rows): HUGEINT, NUMERIC or DECIMAL(38, 0), never cast down
+    aggregates += [exp.alias_(exp.Coalesce(this=source.dialect.exact_sum(_ref(n)), expressions=[integer(0)]), n,
                               quoted=True) for n in sum_names]
-    aggregates += [exp.alias_(exp.Count(this=exp.Case().when(_ref(n), _int(1))), n, quoted=True) for n in count_names]
+    aggregates += [exp.alias_(exp.Count(this=exp.Case().when(_ref(n), integer(1))), n, quoted=True)
+                   for n in count_names]
     query = exp.select(*[_ref(n) for n in cell_names], *aggregates).from_(rows.subquery("dpsql_rows", copy=False))
     if grouping is not None:
         sets = [exp.Tuple(expressions=[_ref(cell_names[i]) for i in positions]) for positions in grouping]
@@ -353,13 +337,13 @@ def build_query(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Sequ
     return query.group_by(*[_ref(n) for n in cell_names]) if cell_names else query
 
 
-def marginals_query(table: Table, catalog: Mapping[str, DatabaseColumn], cells: Sequence[Column],
-                     marginals: Sequence[tuple[int, ...]]) -> exp.Select:
+def marginals_query(table: Table, source: SourceTable, cells: Sequence[Column],
+                    marginals: Sequence[tuple[int, ...]]) -> exp.Select:
     """SELECT cell indices, COUNT(*) ... GROUP BY GROUPING SETS (one per marginal), over the capped rows.
 
     Cell indices are never NULL, so a result row's NULL pattern names its grouping set.
     """
-    rows, cell_names, _, _ = _rows(table, catalog, cells, {}, ())
+    rows, cell_names, _, _ = _rows(table, source, cells, {}, ())
     sets = [exp.Tuple(expressions=[_ref(cell_names[i]) for i in marginal]) for marginal in marginals]
     rows_count = exp.alias_(exp.Count(this=exp.Star()), "dpsql_rows", quoted=True)
     query = exp.select(*[_ref(n) for n in cell_names], rows_count)
@@ -368,14 +352,71 @@ def marginals_query(table: Table, catalog: Mapping[str, DatabaseColumn], cells: 
     return query
 
 
+# ============================================================================ privacy-unit cap
+#: The row-choice hash works modulo this prime (2^31 - 1): every product of two residues is below
+#: 2^62, so BIGINT arithmetic never overflows on any engine.
+HASH_PRIME = 2**31 - 1
+#: Multiplier of the polynomial hash over a row's values, and the offsets of its two squaring rounds.
+_HASH_MULTIPLIER = 1_000_003
+_HASH_OFFSETS = (723_471_715, 1_368_812_503)
+
+
+def _residue(value: exp.Expression) -> exp.Expression:
+    """((v mod P) + P) mod P: a residue in [0, P) whatever the sign (% truncates on every engine)."""
+    prime = integer(HASH_PRIME)
+    return exp.Mod(this=exp.paren(exp.Add(this=exp.Mod(this=value, expression=prime),
+                                          expression=prime.copy())), expression=prime.copy())
+
+
+def _unit_salt(unit: DatabaseColumn, dialect: SqlDialect) -> exp.Expression:
+    """A residue of the row's unit: the integer itself, else the MD5 prefix of its text (:meth:`SqlDialect.text_hash`).
+
+    Salting the row order with the unit makes each unit order its rows differently; with one order
+    for everyone, the rows kept under ``max_rows`` would favour the same values in every unit.
+    """
+    value = _ref(unit.name)
+    if unit.family == "integer":
+        return _residue(exp.cast(exp.paren(exp.Mod(this=value, expression=integer(HASH_PRIME))), "BIGINT"))
+    return exp.Mod(this=dialect.text_hash(exp.cast(value, "VARCHAR")), expression=integer(HASH_PRIME))
+
+
+def _row_hash(names: Sequence[str]) -> exp.Expression:
+    """h = salt, then h = (h·M + residue(v)) mod P over the row's values (a flag as 0/1, NULL as 0)."""
+    hashed: exp.Expression = _ref("dpsql_salt")
+    for name in names:
+        term = exp.Coalesce(this=_residue(exp.cast(_ref(name), "BIGINT")), expressions=[integer(0)])
+        step = exp.Add(this=exp.Mul(this=exp.paren(hashed), expression=integer(_HASH_MULTIPLIER)), expression=term)
+        hashed = exp.Mod(this=exp.paren(step), expression=integer(HASH_PRIME))
+    return hashed
+
+
+def _mixed(order: exp.Expression) -> exp.Expression:
+    """Two rounds of h -> (h·h + c) mod P: a polynomial hash is only shifted by the salt; squaring
+    makes the order of a unit's rows depend on it."""
+    for offset in _HASH_OFFSETS:
+        square = exp.Mul(this=order.copy(), expression=order.copy())
+        order = exp.paren(exp.Mod(this=exp.paren(exp.Add(this=square, expression=integer(offset))),
+                                  expression=integer(HASH_PRIME)))
+    return order
+
+
 def _cap_per_unit(rows: exp.Select, names: Sequence[str], max_rows: int) -> exp.Select:
-    """Keep at most ``max_rows`` rows per unit, chosen by hash(values) then the values themselves."""
-    order = ([exp.Ordered(this=_call("hash", *[_ref(n) for n in names]))] if names else []) + [
-        exp.Ordered(this=_ref(n)) for n in names]
-    window = exp.Window(this=exp.RowNumber(), partition_by=[_ref("dpsql_unit")],
-                        order=exp.Order(expressions=order) if order else None)
-    capped = exp.select(*[_ref(n) for n in names] or [_ref("dpsql_unit")]).from_(rows.subquery("dpsql_unit_rows"))
-    return capped.qualify(exp.LTE(this=window, expression=_int(max_rows)))
+    """Keep at most ``max_rows`` rows per unit: ROW_NUMBER over the unit's rows in the order of a
+    salted hash of their values, ties broken by the values themselves (NULLs last).
+
+    The hash uses only BIGINT ``+``, ``*`` and ``%``, so every engine keeps the same rows; rows
+    that tie on every value are interchangeable, so which of them is kept changes nothing.
+    """
+    kept = [_ref(n) for n in names] or [_ref("dpsql_unit")]
+    hashed = exp.select(*kept, _ref("dpsql_unit"), exp.alias_(_row_hash(names), "dpsql_order", quoted=True))
+    hashed = hashed.from_(rows.subquery("dpsql_unit_rows"))
+    order = [exp.Ordered(this=_mixed(_ref("dpsql_order")), nulls_first=False)]
+    order += [exp.Ordered(this=_ref(n), nulls_first=False) for n in names]
+    window = exp.Window(this=exp.RowNumber(), partition_by=[_ref("dpsql_unit")], order=exp.Order(expressions=order))
+    ranked = exp.select(*[k.copy() for k in kept], exp.alias_(window, "dpsql_rank", quoted=True))
+    ranked = ranked.from_(hashed.subquery("dpsql_hashed"))
+    capped = exp.select(*[k.copy() for k in kept]).from_(ranked.subquery("dpsql_ranked"))
+    return capped.where(exp.LTE(this=_ref("dpsql_rank"), expression=integer(max_rows)))
 
 
 # ======================================================================================== result
@@ -434,34 +475,46 @@ def decode_marginal_tables(result: pa.Table, shapes: Sequence[int], marginals: S
 
 
 def _int_column(result: pa.Table, name: str) -> IntArray:
-    """An integer result column exactly: int64 when every value fits, else Python integers
-    (HUGEINT sums arrive as decimal128(38, 0))."""
+    """An integer result column exactly: int64 when every value fits, else Python integers. Exact sums
+    arrive as int64, as decimal128(38, 0) (DuckDB's HUGEINT, Spark's DECIMAL) or as decimal text
+    (PostgreSQL's NUMERIC through ADBC, an extension type stored as strings)."""
     column = result.column(name)
     if column.null_count:
         raise InternalError(f"The cell query returned NULL in '{name}'.")
+    if isinstance(column.type, pa.BaseExtensionType):
+        column = pa.chunked_array([chunk.storage for chunk in column.chunks], type=column.type.storage_type)
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        return _fitted([int(v) for v in column.to_pylist()])
     if not pa.types.is_decimal(column.type):
         return np.asarray(column.to_numpy(), dtype=np.int64)
     try:  # Arrow's safe cast is exact and refuses any value outside int64
         return np.asarray(column.cast(pa.int64()).to_numpy(), dtype=np.int64)
     except pa.ArrowInvalid:
-        values = [int(v) for v in column.to_pylist()]
-        return np.array(values, dtype=object).reshape(len(values))
+        return _fitted([int(v) for v in column.to_pylist()])
 
-def profile_query(table: Table, catalog: Mapping[str, DatabaseColumn], column: Column, quantum: float,
-                  below: Sequence[float], clip: Sequence[int]) -> exp.Select:
+
+def _fitted(values: Sequence[int]) -> IntArray:
+    """int64 when every value fits, else an object array of Python integers."""
+    if all(-(2**63) <= v < 2**63 for v in values):
+        return np.array(values, dtype=np.int64).reshape(len(values))
+    return np.array(values, dtype=object).reshape(len(values))
+
+
+def profile_query(table: Table, source: SourceTable, column: Column, quantum: float, below: Sequence[float],
+                  clip: Sequence[int]) -> exp.Select:
     """The one-scan query of the truncation-threshold selectors' statistics (columns ``dpsql_rows``,
     ``dpsql_below_k``, ``dpsql_clip_j``): see ``Backend.measure_profile``."""
-    rows, _, (value,), _ = _rows(table, catalog, [], {column: quantum}, ())
+    rows, _, (value,), _ = _rows(table, source, [], {column: quantum}, ())
     magnitude = exp.Abs(this=_ref(value))
     aggregates = [exp.alias_(exp.Count(this=_ref(value)), "dpsql_rows", quoted=True)]
     aggregates += [exp.alias_(exp.Count(this=exp.Case().when(
-                       exp.LTE(this=magnitude.copy(), expression=_double(u / quantum)), _int(1))),
+                       exp.LTE(this=magnitude.copy(), expression=_double(u / quantum)), integer(1))),
                               f"dpsql_below_{k}", quoted=True)
                    for k, u in enumerate(below)]
     present = exp.Not(this=_ref(value).is_(exp.null()))  # LEAST skips NULLs, so guard them explicitly
-    # HUGEINT sums, read exactly as Python integers
-    aggregates += [exp.alias_(exp.Coalesce(this=exp.Sum(this=exp.Case().when(present.copy(), _call(
-                       "least", magnitude.copy(), _int(int(t))))), expressions=[_int(0)]),
+    # exact sums, read as Python integers
+    aggregates += [exp.alias_(exp.Coalesce(this=source.dialect.exact_sum(exp.Case().when(present.copy(), call(
+                       "least", magnitude.copy(), integer(int(t))))), expressions=[integer(0)]),
                               f"dpsql_clip_{j}", quoted=True)
                    for j, t in enumerate(clip)]
     return exp.select(*aggregates).from_(rows.subquery("dpsql_rows", copy=False))

@@ -1,79 +1,32 @@
-"""The DuckDB backend: one GROUP BY scan turns a table into row counts (and sums) per base cell.
+"""The DuckDB adapter: the embedded default engine of the cell queries (:mod:`dpsql.backends.sql_backend`).
 
-The data vector x of the matrix mechanism is the number of rows in each cell of the product of
-the declared domains. :meth:`DuckDBBackend.cell_data` computes its non-empty entries with a
-single ``GROUP BY`` query and returns them sparsely as :class:`CellData`; the dense product
-domain is never built here.
-
-Where a row goes (per cell column, shape ``domain.size + 1``):
-
-- categorical: the position of its value in the declared ``values``;
-- ordered: the base cell [b_k, b_{k+1}) holding it, compared as DOUBLE (numbers) or DATE
-  (dates; TIMESTAMP columns are cast to DATE, TIMESTAMPTZ in the session's time zone). The last
-  boundary is included for numeric domains and explicit integer ``edges``; a uniform integer
-  grid's last cell is [upper, upper + 1); dates end at the start of the unit after ``upper``;
-- the *outside* cell (last index, ``domain.size``): NULL, NaN, an undeclared category, or a
-  value outside [lower, upper]. Outside cells are counted, so the counts always add up to the
-  rows kept. With ``out_of_domain = "clamp"`` a value below ``lower`` (or above ``upper``) goes
-  to the first (or last) cell instead; NULL and NaN still go outside. Rows whose value in a
-  column declared ``out_of_domain = "exclude"`` would go outside are filtered out of every
-  query on the table (before the privacy-unit cap), so those outside cells are always empty.
-
-Measures: SUM columns add ``round(clamp(value, lo, hi) / quantum)`` per row as a BIGINT (round
-half away from zero, bounds from ``Column.measure_bounds``); NULL and NaN add 0. COUNT(col)
-columns count the rows with a value. NaN is not a value, exactly like NULL, everywhere (one
-definition, in :mod:`dpsql.backends.cell_sql`): not counted, not summed, in the outside cell.
-
-Privacy unit: with ``privacy_unit = { column = "u", max_rows = k }`` the generated SQL drops rows
-whose unit is NULL (they belong to no one we can bound) and keeps at most k rows per unit,
-chosen by a hash of the row's cell and measure values (ties broken by the values). The choice
-depends only on that unit's own rows, so adding or removing one unit changes the kept rows by
-at most k: the stability the noise calibration assumes. (Which rows are kept may differ
-between queries over different columns; how many per unit does not.)
-
-Why the SQL comes from the schema only: the query text is built (:mod:`dpsql.backends.cell_sql`)
-with sqlglot expressions from the declared table and column names (quoted, matched
-case-insensitively to the names in the database catalog) and from the declared boundaries and
-values as literals. No user SQL, no value read from the data, reaches it, so what the query
-computes is fixed before any data is read. Error messages name columns and types, never data values.
+DuckDB computes the data vector x of the matrix mechanism, the number of rows in each cell of
+the product of the declared domains, with one ``GROUP BY`` (or ``GROUPING SETS``) scan; where rows
+go, how measures are clamped and how the privacy-unit cap picks rows is described in
+:mod:`dpsql.backends.sql_backend`, and is the same on every engine. This module adds what is
+DuckDB's own: opening a database file read-only and locked, the catalog check that keeps every
+scan on the database's own tables and views, and running a query to Arrow on DuckDB 1.x and 2.x.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from types import MappingProxyType, TracebackType
-from typing import Any, Self
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.backends.base import CellData, IntArray, MeasureProfile, file_identity
-from dpsql.backends.cell_sql import (
-    DatabaseColumn,
-    build_query,
-    check_quantum,
-    decode_cell_data,
-    decode_marginal_tables,
-    marginals_query,
-    profile_query,
-    raise_problems,
-    table_ref,
-)
-from dpsql.errors import (
-    InterfaceError,
-    OperationalError,
-    SchemaError,
-    ShapeError,
-)
-from dpsql.schema import Column, Table
+from dpsql.backends.base import file_identity
+from dpsql.backends.cell_sql import DatabaseColumn, table_ref
+from dpsql.backends.sql_backend import SqlBackend
+from dpsql.backends.sql_dialects import DUCKDB
+from dpsql.errors import InterfaceError, OperationalError, SchemaError
 
 #: The sqlglot dialect every generated query is rendered in.
-DIALECT = "duckdb"
-
-_NO_SUMS: Mapping[Column, float] = MappingProxyType({})
+DIALECT = DUCKDB.name
 #: DuckDB errors whose text describes the catalog or the SQL, never data values.
 _QUIET_ERRORS = (duckdb.CatalogException, duckdb.BinderException, duckdb.ParserException,
                  duckdb.IOException, duckdb.ConnectionException, duckdb.PermissionException)
@@ -84,8 +37,8 @@ _LOCKED: Mapping[str, bool] = MappingProxyType({"enable_external_access": False,
 
 
 # ====================================================================================== backend
-class DuckDBBackend:
-    """Runs the one data-vector query of a table in DuckDB.
+class DuckDBBackend(SqlBackend):
+    """Runs the data-vector queries of a table in DuckDB.
 
     A database path is opened read-only (dpsql never writes, so other readers are never locked
     out) with external access and extension autoloading/autoinstalling disabled and the
@@ -105,10 +58,10 @@ class DuckDBBackend:
             configuration).
     """
 
-    #: The dialect of the generated SQL (Backend protocol).
-    dialect = DIALECT
+    sql_dialect = DUCKDB
 
     def __init__(self, database: str | os.PathLike[str] | duckdb.DuckDBPyConnection = ":memory:") -> None:
+        super().__init__()
         self._path: str | None = None
         if isinstance(database, duckdb.DuckDBPyConnection):
             self._connection: duckdb.DuckDBPyConnection | None = database
@@ -142,156 +95,11 @@ class DuckDBBackend:
             self._connection.close()
         self._connection = None
 
-    def __enter__(self) -> Self:
-        return self
+    def describe(self, reference: exp.Table) -> dict[str, DatabaseColumn]:
+        """The table's columns from DuckDB's catalog (see :func:`describe`)."""
+        return describe(self.connection, reference.name)
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 trace: TracebackType | None) -> None:
-        self.close()
-
-    def check_table(self, table: Table) -> None:
-        """Check that the table, every declared column and the privacy-unit column exist with fitting types.
-
-        Reads only the catalog, never the data.
-
-        Raises:
-            SchemaError: the table or columns are missing, or a column's type cannot hold its
-                declared domain; the message lists every problem.
-        """
-        catalog = describe(self.connection, table.name)
-        raise_problems(table, catalog, list(table.columns.values()), [])
-
-    def sql_for(self, table: Table, cell_columns: Sequence[Column], *, sum_columns: Mapping[Column, float] = _NO_SUMS,
-                count_columns: Sequence[Column] = ()) -> str:
-        """The SQL text :meth:`cell_data` runs for these arguments (for EXPLAIN, debugging and tests)."""
-        return self._query(table, cell_columns, sum_columns, count_columns).sql(self.dialect, pretty=True)
-
-    def cell_data(self, table: Table, cell_columns: Sequence[Column], *, sum_columns: Mapping[Column, float] = _NO_SUMS,
-                  count_columns: Sequence[Column] = ()) -> CellData:
-        """Count rows (and sum measures) per cell of the product of ``cell_columns``' domains, in one scan.
-
-        Args:
-            table: the declared table.
-            cell_columns: declared columns of ``table`` whose domains span the cells (may be empty:
-                one cell holding every row).
-            sum_columns: measure column -> quantum (a public positive number; use
-                :func:`dpsql.schema.measure_quantum`). Each row adds round(clamp(value, lo, hi) / quantum).
-            count_columns: columns whose values (not NULL, not NaN) are counted per cell.
-
-        Returns:
-            The non-empty cells, sorted by flat index.
-
-        Raises:
-            SchemaError: a column is not in ``table``, missing from the database, of a type that
-                cannot hold its domain, or summed without measure bounds.
-            ProgrammingError: a quantum is not a positive finite number, or is so small that
-                values would no longer be exact integers.
-            OperationalError: DuckDB failed (the message omits anything that may quote data).
-        """
-        query = self._query(table, cell_columns, sum_columns, count_columns)
-        result = self._run(query.sql(self.dialect))
-        shape = tuple(c.domain.size + 1 for c in cell_columns)
-        return decode_cell_data(result, shape, [c.name for c in sum_columns], [c.name for c in count_columns])
-
-    def cell_data_sets(self, table: Table, cell_sets: Sequence[Sequence[Column]], *,
-                       sum_columns: Mapping[Column, float] = _NO_SUMS,
-                       count_columns: Sequence[Column] = ()) -> list[CellData]:
-        """:meth:`cell_data` for several sets of cell columns, in one scan (GROUP BY GROUPING SETS).
-
-        Every set gets the row counts, every sum and every non-NULL count, over the same rows: a
-        privacy unit's rows are capped once, chosen by all the columns together, so each set's
-        vectors still hold at most ``max_rows`` rows of any unit. Returns one CellData per entry
-        of ``cell_sets``, in order (sets listing the same columns share one grouping set).
-
-        Raises:
-            SchemaError, ProgrammingError, OperationalError: as for :meth:`cell_data`.
-        """
-        columns = list(dict.fromkeys(c for cells in cell_sets for c in cells))
-        catalog = self._checked_catalog(table, columns, sum_columns, count_columns)
-        positions = [tuple(columns.index(c) for c in cells) for cells in cell_sets]
-        grouping = list(dict.fromkeys(tuple(sorted(p)) for p in positions))
-        result = self._run(build_query(table, catalog, columns, sum_columns, count_columns, grouping).sql(self.dialect))
-        present = (np.stack([~np.asarray(result.column(f"dpsql_cell_{i}").is_null()) for i in range(len(columns))],
-                            axis=1)
-                   if columns else np.zeros((result.num_rows, 0), dtype=bool))
-        sums = [f"dpsql_sum_{i}" for i in range(len(sum_columns))]
-        counts = [f"dpsql_nonnull_{i}" for i in range(len(count_columns))]
-        found = []
-        for position, cells in zip(positions, cell_sets):
-            pattern = np.zeros(len(columns), dtype=bool)
-            pattern[list(position)] = True
-            mine = result.filter(pa.array(np.all(present == pattern, axis=1)))
-            renamed = pa.table({**{f"dpsql_cell_{k}": mine.column(f"dpsql_cell_{p}") for k, p in enumerate(position)},
-                                **{name: mine.column(name) for name in ["dpsql_rows", *sums, *counts]}})
-            shape = tuple(c.domain.size + 1 for c in cells)
-            found.append(decode_cell_data(renamed, shape, [c.name for c in sum_columns],
-                                          [c.name for c in count_columns]))
-        return found
-
-    def measure_profile(self, table: Table, column: Column, quantum: float, below: Sequence[float],
-                        clip: Sequence[int]) -> MeasureProfile:
-        """What the truncation-threshold selectors read, in one scan over the (capped) rows.
-
-        Each row's value is clamped to the column's outer measure bounds and counted in quanta,
-        a = |round(clamp(v) / quantum)| (NULL and NaN rows are left out). Returns the number of
-        such rows, #{a ≤ below[k]/quantum} per point and Σ min(a, clip[j]) per integer clip level.
-        """
-        catalog = self._checked_catalog(table, [], {column: quantum}, [])
-        query = profile_query(table, catalog, column, quantum, below, clip)
-        result = self._run(query.sql(self.dialect)).to_pylist()[0]
-        return MeasureProfile(rows=int(result["dpsql_rows"]),
-                              below=tuple(int(result[f"dpsql_below_{k}"]) for k in range(len(below))),
-                              clipped_sums=tuple(int(result[f"dpsql_clip_{j}"]) for j in range(len(clip))))
-
-    def marginal_counts(self, table: Table, cell_columns: Sequence[Column],
-                        marginals: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], IntArray]:
-        """Row counts of several marginals of the cell columns' product, in one scan (GROUPING SETS).
-
-        Args:
-            table: the declared table.
-            cell_columns: declared columns of ``table``; a marginal lists indices into this sequence.
-            marginals: distinct, sorted tuples of column indices (``()`` is the total count).
-
-        Returns:
-            Per marginal, a dense int64 array of shape ``(domain.size + 1 for each of its columns)``
-            (the last index of each axis is the outside cell), after the privacy-unit cap. Only the
-            marginals are ever formed, never the product of all the columns' domains.
-
-        Raises:
-            ShapeError: a marginal is not a sorted tuple of distinct valid indices, or is repeated.
-            SchemaError, OperationalError: as for :meth:`cell_data`.
-        """
-        keys = [tuple(m) for m in marginals]
-        for marginal in keys:
-            if list(marginal) != sorted(set(marginal)) or any(not 0 <= i < len(cell_columns) for i in marginal):
-                raise ShapeError(f"marginal {marginal!r} must be a sorted tuple of distinct column indices below "
-                                 f"{len(cell_columns)}.")
-        if len(set(keys)) != len(keys) or not keys:
-            raise ShapeError(f"marginals must be a non-empty list without repeats; got {keys!r}.")
-        catalog = self._checked_catalog(table, cell_columns, _NO_SUMS, ())
-        result = self._run(marginals_query(table, catalog, cell_columns, keys).sql(self.dialect))
-        return decode_marginal_tables(result, [c.domain.size + 1 for c in cell_columns], keys)
-
-    # ------------------------------------------------------------------------------- internals
-    def _query(self, table: Table, cells: Sequence[Column], sums: Mapping[Column, float],
-               counts: Sequence[Column]) -> exp.Select:
-        return build_query(table, self._checked_catalog(table, cells, sums, counts), cells, sums, counts)
-
-    def _checked_catalog(self, table: Table, cells: Sequence[Column], sums: Mapping[Column, float],
-                         counts: Sequence[Column]) -> dict[str, DatabaseColumn]:
-        """The table's database columns, after checking that every column can serve its role."""
-        for column in [*cells, *sums, *counts]:
-            if column.table != table.name or table.columns.get(column.name) != column:
-                raise SchemaError(f"Column '{column.name}' ({column.key}) is not a column of table '{table.name}'; "
-                                  f"pass columns from Schema.table('{table.name}').columns.")
-        catalog = describe(self.connection, table.name)
-        excluded = [c for c in table.columns.values() if c.outside_excluded and c not in cells]
-        raise_problems(table, catalog, [*cells, *counts, *excluded], list(sums))
-        for column, quantum in sums.items():
-            check_quantum(column, quantum)
-        return catalog
-
-    def _run(self, sql: str) -> pa.Table:
+    def run(self, sql: str) -> pa.Table:
         """Run generated SQL. Sums are HUGEINT and every per-row value is clamped and bounded by the
         schema (below 2^53 quanta), so no aggregate can overflow; errors that may quote data values
         are reported without their message and not chained."""
@@ -397,6 +205,7 @@ def describe(connection: duckdb.DuckDBPyConnection, table_name: str) -> dict[str
     except duckdb.Error as err:
         raise OperationalError(f"DuckDB could not describe table '{table_name}' ({type(err).__name__}); its message "
                                "is withheld because it may quote data values.") from None
-    return {str(row[0]).lower(): DatabaseColumn(str(row[0]), str(row[1])) for row in rows}
+    return {str(row[0]).lower(): DatabaseColumn(str(row[0]), str(row[1]), DUCKDB.type_family(str(row[1])))
+            for row in rows}
 
 
