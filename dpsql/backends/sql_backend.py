@@ -133,8 +133,10 @@ class SqlBackend(ABC):
 
     # ------------------------------------------------------------------------ the shared part
     def table_reference(self, table_name: str) -> exp.Table:
-        """Where the declared table ``table_name`` is in the engine (the ``tables`` mapping, else its name)."""
-        return table_ref(self._tables.get(table_name.lower(), table_name))
+        """Where the declared table ``table_name`` is in the engine: its ``tables`` entry (a dotted
+        reference, each part an identifier), else its declared name as one quoted identifier."""
+        mapped = self._tables.get(table_name.lower())
+        return table_ref(mapped) if mapped is not None else exp.Table(this=exp.to_identifier(table_name, quoted=True))
 
     def source(self, table: Table) -> SourceTable:
         """The declared table's reference, database columns and dialect (reads the catalog only)."""
