@@ -21,8 +21,9 @@ import pyarrow as pa
 
 from dpsql import engine
 from dpsql.accounting import Budget, PrivacyBudget, PrivacyCost
-from dpsql.backends.base import Backend, missing_members
-from dpsql.backends.duckdb import DuckDBBackend, attached_files
+from dpsql.backends.base import Backend
+from dpsql.backends.choose import choose_backend, is_address
+from dpsql.backends.duckdb import attached_files
 from dpsql.errors import InterfaceError, LedgerError, NotSupportedError, ProgrammingError
 from dpsql.ledger import Account, BatchRecord, Binding, Ledger, default_path
 from dpsql.noise import RandomSource
@@ -35,7 +36,7 @@ Database = str | os.PathLike[str] | duckdb.DuckDBPyConnection
 
 
 def connect(
-    database: Database | Backend = ":memory:",
+    database: Database | Backend | Any = ":memory:",
     *,
     schema: str | os.PathLike[str] | Mapping[str, Any] | Schema,
     budget: Budget | None = None,
@@ -43,9 +44,13 @@ def connect(
     dataset: str | None = None,
     analyst: str | None = None,
     rng: RandomSource | None = None,
+    tables: Mapping[str, Any] | None = None,
+    dialect: str | None = None,
 ) -> Connection:
-    """Open a private connection to a DuckDB database (a path, ":memory:" or a connection) or to any
-    object implementing the ``dpsql.backends.Backend`` protocol.
+    """Open a private connection to a DuckDB database (a path, ":memory:" or a connection, the embedded
+    default), to Apache Spark (a ``SparkSession``, or ``"sc://host:port"`` for Spark Connect), to
+    PostgreSQL (``"postgresql://..."``, or a PEP 249 connection with ``dialect="postgres"``), or to any
+    object implementing the ``dpsql.backends.Backend`` protocol (``dpsql.backends.choose``).
 
     A database path is always opened read-only, with DuckDB's external access and extension
     loading disabled and its configuration locked (``dpsql.backends.duckdb``): dpsql never writes,
@@ -72,17 +77,25 @@ def connect(
         analyst: charge this analyst's sub-budget too, if the owner set one.
         rng: a seeded random source, for tests on in-memory data only (with ``budget=``); everything
             else draws from the operating system. A chosen seed lets its holder replay the noise.
+        tables: Spark and PostgreSQL only: where each declared table is, by declared name
+            (``{"people": "catalog.db.people"}``; for Spark also a DataFrame); default: its declared name.
+        dialect: ``"postgres"`` for a PEP 249 connection to PostgreSQL (other engines are recognised).
 
     Raises:
-        OperationalError: there is no file at the database path, or DuckDB cannot open it. PEP 249
-            puts "the data source name is not found" under OperationalError; nothing is created.
-        ProgrammingError: ``database`` is neither a DuckDB database nor a Backend, budget= and
+        OperationalError: there is no file at the database path, DuckDB cannot open it, or the Spark or
+            PostgreSQL address cannot be reached. PEP 249 puts "the data source name is not found" under
+            OperationalError; nothing is created.
+        ProgrammingError: ``database`` is none of the forms above (or tables=/dialect= do not fit it), budget= and
             ledger= together, a budget that is not a Budget, budget= for stored data, rng= without
             an in-memory budget on in-memory data, or no budget source for anything but a database
             file. Nothing dpsql opened stays open and nothing is charged.
     """
     source = schema if isinstance(schema, (str, Mapping, Schema)) else Path(os.fspath(schema))
-    backend = _backend(database)
+    if is_address(database) and (ledger is None or dataset is None):  # checked before a server is contacted
+        raise ProgrammingError(f"a connection to {str(database).split('://')[0]}://... reads data stored on a server: "
+                               "its budget is kept in a ledger, so pass ledger=PATH and dataset='name' (the owner "
+                               "sets its total with `dpsql budget set --db ADDRESS --ledger PATH --dataset NAME`).")
+    backend = choose_backend(database, dialect=dialect, tables=tables)
     try:
         books = _books(database, backend, budget, ledger, dataset, analyst)
         loaded = Schema.load(source)
@@ -95,24 +108,14 @@ def connect(
         raise
 
 
-def _backend(database: Database | Backend) -> Backend:
-    """The backend over ``database``: a DuckDBBackend for a path or DuckDB connection, else the Backend itself."""
-    if isinstance(database, (str, os.PathLike, duckdb.DuckDBPyConnection)):
-        return DuckDBBackend(database)
-    missing = missing_members(database)
-    if missing:
-        raise ProgrammingError(f"connect() takes a DuckDB database (a path, ':memory:' or a duckdb connection) or a "
-                               f"dpsql.backends.Backend; a {type(database).__name__} lacks {', '.join(missing)}.")
-    return database
-
-
 def _books(database: Database | Backend, backend: Backend, budget: Budget | None,
            ledger: str | os.PathLike[str] | None, dataset: str | None, analyst: str | None) -> Budget | Account:
     """The connection's budget: the in-memory Budget (in-memory data only), or an Account in a ledger."""
     if budget is not None and ledger is not None:
         raise ProgrammingError("pass either budget= (an in-memory budget for this connection) or ledger= (a durable "
                                "ledger file), not both.")
-    path = Path(os.fspath(database)) if isinstance(database, (str, os.PathLike)) and database != ":memory:" else None
+    path = (Path(os.fspath(database)) if isinstance(database, (str, os.PathLike)) and database != ":memory:"
+            and not is_address(database) else None)
     if budget is not None:
         _check_budget(budget, _stored_at(database, backend, path), dataset, analyst)
         return budget
@@ -123,7 +126,8 @@ def _books(database: Database | Backend, backend: Backend, budget: Budget | None
         return Account(ledger=Ledger(default_path(path) if ledger is None else ledger), dataset=dataset or path.name,
                        analyst=analyst)
     if ledger is None:
-        where = ("':memory:' or to an open DuckDB connection" if backend is not database
+        where = ("':memory:' or to an open DuckDB connection"
+                 if database == ":memory:" or isinstance(database, duckdb.DuckDBPyConnection)
                  else f"a {type(backend).__name__} backend")
         raise ProgrammingError(f"a connection to {where} needs budget=dpsql.Budget(epsilon=...) (in memory, for this "
                                "connection only) or ledger=PATH (a durable ledger file).")
@@ -139,7 +143,7 @@ def _stored_at(database: Database | Backend, backend: Backend, path: Path | None
         return [str(path)]
     if isinstance(database, duckdb.DuckDBPyConnection):
         return attached_files(database)
-    if backend is not database or backend.in_memory:  # ':memory:'
+    if backend.in_memory:  # ':memory:', in-memory Spark DataFrames, PostgreSQL temporary tables, ...
         return []
     return [backend.identity or f"the storage of a {type(backend).__name__}"]
 

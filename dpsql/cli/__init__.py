@@ -1,7 +1,8 @@
 """The ``dpsql`` command line: run, explain, budget, local (local DP), schema suggest, demo — over the Python API only.
 
-``run`` and ``explain`` draw from the privacy ledger next to ``--db`` (or ``--ledger PATH``), whose
-total the data owner sets with ``dpsql budget set``; a run is charged durably before it reads data.
+``run`` and ``explain`` draw from the privacy ledger next to ``--db`` (or ``--ledger PATH``, which a
+Spark Connect or PostgreSQL address needs, with ``--dataset``), whose total the data owner sets with
+``dpsql budget set``; a run is charged durably before it reads data.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
                                 ("explain", _explain, "show the plan and cost of a batch without spending")):
         command = commands.add_parser(name, help=text)
         command.add_argument("queries", type=Path, help="a .sql file with one or more statements")
-        command.add_argument("--db", required=True, help="the DuckDB database file")
+        command.add_argument("--db", required=True, help=budget_cli.DB_HELP)
+        command.add_argument("--tables", type=budget_cli.table_map, help=budget_cli.TABLES_HELP)
         command.add_argument("--schema", required=True, type=Path, help="the public schema (TOML)")
         cost = command.add_mutually_exclusive_group(required=True)
         cost.add_argument("--epsilon", type=float, help="the batch's cost in pure ε-DP (discrete Laplace noise)")
@@ -81,7 +83,7 @@ def _open(arguments: argparse.Namespace):  # type: ignore[no-untyped-def]
     import dpsql
 
     return dpsql.connect(arguments.db, schema=arguments.schema, ledger=arguments.ledger, dataset=arguments.dataset,
-                         analyst=arguments.analyst)
+                         analyst=arguments.analyst, tables=arguments.tables)
 
 
 def _run(arguments: argparse.Namespace) -> int:

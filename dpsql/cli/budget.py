@@ -12,7 +12,8 @@ from fractions import Fraction
 from pathlib import Path
 
 from dpsql.accounting import UNIT, PrivacyCost, epsilon_from_rho
-from dpsql.errors import OperationalError
+from dpsql.backends.choose import choose_backend, is_address
+from dpsql.errors import OperationalError, ProgrammingError
 from dpsql.ledger import (
     KEY_ENV,
     Account,
@@ -26,6 +27,21 @@ from dpsql.ledger import (
 from dpsql.schema import Schema
 
 DEFAULT_DELTA = 1e-6
+
+
+DB_HELP = ("the data: a DuckDB database file, sc://HOST:PORT (Spark Connect) or postgresql://... (PostgreSQL; "
+           "these two need --ledger and --dataset)")
+TABLES_HELP = ("Spark and PostgreSQL: where each declared table is, NAME=REFERENCE[,NAME=REFERENCE...] "
+               "(e.g. people=analytics.people); default: the declared name")
+
+
+def table_map(text: str) -> dict[str, str]:
+    """--tables people=db.people,visits=db.visits → {"people": "db.people", "visits": "db.visits"}."""
+    pairs = [part.split("=", 1) for part in text.split(",") if part.strip()]
+    if not pairs or any(len(pair) != 2 or not pair[0].strip() or not pair[1].strip() for pair in pairs):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=REFERENCE[,NAME=REFERENCE...] "
+                                         "(e.g. people=analytics.people)")
+    return {name.strip(): where.strip() for name, where in pairs}
 
 
 def add_ledger_options(command: argparse.ArgumentParser) -> None:
@@ -46,7 +62,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
                                 ("show", _show, "print the total, spent and left, and the charges"),
                                 ("history", _history, "list every charge and every owner action")):
         action = actions.add_parser(name, help=text)
-        action.add_argument("--db", required=True, help="the DuckDB database file the budget protects")
+        action.add_argument("--db", required=True, help=DB_HELP)
+        action.add_argument("--tables", type=table_map, help=TABLES_HELP)
         add_ledger_options(action)
         action.add_argument("--key-file", type=Path, help=f"the ledger's key (default: ${KEY_ENV}, else LEDGER.key)")
         action.set_defaults(handler=handler)
@@ -64,19 +81,39 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
 
 def account(arguments: argparse.Namespace) -> Account:
     """The Account named by --db, --ledger, --key-file, --dataset and --analyst."""
+    if is_address(arguments.db):
+        if arguments.ledger is None or arguments.dataset is None:
+            raise ProgrammingError(f"--db {arguments.db.split('://')[0]}://... is a server, not a file: pass --ledger "
+                                   "PATH (the ledger file) and --dataset NAME (the budget's name in it).")
+        return Account(ledger=Ledger(arguments.ledger, key_file=getattr(arguments, "key_file", None)),
+                       dataset=arguments.dataset, analyst=arguments.analyst)
     database = Path(arguments.db)
     ledger = Ledger(arguments.ledger if arguments.ledger is not None else default_path(database),
                     key_file=getattr(arguments, "key_file", None))
     return Account(ledger=ledger, dataset=arguments.dataset or database.name, analyst=arguments.analyst)
 
 
+def _binding(arguments: argparse.Namespace) -> Binding | None:
+    """What --schema binds the dataset to: the schema, and the data's identity (a file's, or the backend's)."""
+    if arguments.schema is None:
+        return None
+    schema = Schema.load(arguments.schema)
+    if not is_address(arguments.db):
+        return Binding.of(schema, arguments.db)
+    backend = choose_backend(arguments.db, tables=arguments.tables)
+    try:
+        return Binding(schema=schema.canonical(), database=backend.identity)
+    finally:
+        backend.close()
+
+
 def _set(arguments: argparse.Namespace) -> int:
-    if not Path(arguments.db).is_file():
+    if not is_address(arguments.db) and not Path(arguments.db).is_file():
         raise OperationalError(f"no database file at '{arguments.db}'; pass the data file to "
                                "--db (its budget is kept in a ledger next to it, or in --ledger). Nothing was set.")
     books = account(arguments)
     total = PrivacyCost(epsilon=arguments.epsilon) if arguments.epsilon is not None else PrivacyCost(rho=arguments.rho)
-    binding = None if arguments.schema is None else Binding.of(Schema.load(arguments.schema), arguments.db)
+    binding = _binding(arguments)
     balance = books.ledger.set_total(books.dataset, total, analyst=books.analyst, binding=binding,
                                      rebind=arguments.rebind)
     print(f"ledger: {books.ledger.path} (key {books.ledger.key_path})")

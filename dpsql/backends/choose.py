@@ -1,0 +1,108 @@
+"""Which backend a ``dpsql.connect`` argument means: DuckDB by default, Spark, PostgreSQL, or any Backend.
+
+- a path, ``":memory:"`` or a duckdb connection: ``DuckDBBackend``, the embedded default;
+- ``"sc://host:port"``: Spark Connect (``SparkBackend.remote``; install ``dpsql[spark-connect]``);
+- a ``SparkSession``, classic or Connect: ``SparkBackend`` (``dpsql[spark]``);
+- ``"postgresql://..."``: PostgreSQL through ADBC (``PostgresBackend.from_uri``; ``dpsql[postgres]``);
+- a PEP 249 connection with ``dialect="postgres"``: ``PostgresBackend``;
+- an object with the Backend protocol's members: itself.
+
+The Spark and PostgreSQL modules, and their drivers, are imported only when asked for, so the core
+install needs neither.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from dpsql.backends.base import Backend, missing_members
+from dpsql.errors import ProgrammingError
+
+#: URI prefixes of the engines reached by address.
+SPARK_CONNECT = "sc://"
+POSTGRES_URIS = ("postgresql://", "postgres://")
+#: Values of ``dialect=`` naming an engine for a PEP 249 connection.
+DIALECTS = ("duckdb", "postgres", "spark")
+
+
+def is_address(database: object) -> bool:
+    """Whether ``database`` is an engine's address (Spark Connect or PostgreSQL URI), not a file path."""
+    return isinstance(database, str) and database.startswith((SPARK_CONNECT, *POSTGRES_URIS))
+
+
+def choose_backend(database: Any, *, dialect: str | None = None, tables: Mapping[str, Any] | None = None) -> Backend:
+    """The backend over ``database`` (see the module table); a backend opened here is closed by its ``close``.
+
+    Raises:
+        ProgrammingError: ``dialect`` is not one dpsql knows, does not fit ``database``, ``tables`` is given for
+            DuckDB or for a Backend passed in, or ``database`` is none of the forms above.
+        OperationalError: the database cannot be reached or opened.
+    """
+    if dialect is not None and dialect not in DIALECTS:
+        raise ProgrammingError(f"dialect={dialect!r} is not one dpsql generates SQL for; use one of "
+                               f"{', '.join(DIALECTS)}.")
+    if isinstance(database, str) and database.startswith(SPARK_CONNECT):
+        _check_dialect(dialect, "spark", "an sc:// address")
+        from dpsql.backends.spark import SparkBackend
+
+        return SparkBackend.remote(database, tables=tables)
+    if isinstance(database, str) and database.startswith(POSTGRES_URIS):
+        _check_dialect(dialect, "postgres", "a postgresql:// address")
+        from dpsql.backends.postgres import PostgresBackend
+
+        return PostgresBackend.from_uri(database, tables=tables)
+    if _is_spark_session(database):
+        _check_dialect(dialect, "spark", "a SparkSession")
+        from dpsql.backends.spark import SparkBackend
+
+        return SparkBackend(database, tables=tables)
+    if isinstance(database, (str, os.PathLike)) or _is_duckdb_connection(database):
+        _check_dialect(dialect, "duckdb", "a DuckDB database")
+        if tables:
+            raise ProgrammingError("tables= maps declared tables to Spark or PostgreSQL references; a DuckDB database "
+                                   "reads each declared table by its name: create a view with that name instead.")
+        from dpsql.backends.duckdb import DuckDBBackend
+
+        return DuckDBBackend(database)
+    if dialect == "postgres":
+        if not (hasattr(database, "cursor") and hasattr(database, "close")):
+            raise ProgrammingError(f"dialect='postgres' takes a PEP 249 connection to PostgreSQL (ADBC or psycopg); "
+                                   f"got a {type(database).__name__}.")
+        from dpsql.backends.postgres import PostgresBackend
+
+        return PostgresBackend(database, tables=tables)
+    missing = missing_members(database)
+    if missing:
+        raise ProgrammingError(
+            f"connect() takes a DuckDB database (a path, ':memory:' or a duckdb connection), an sc:// or postgresql:// "
+            f"address, a SparkSession, a PostgreSQL connection with dialect='postgres', or a dpsql.backends.Backend; "
+            f"a {type(database).__name__} is none of these, and as a Backend a {type(database).__name__} lacks "
+            f"{', '.join(missing)}.")
+    if tables or dialect is not None:
+        raise ProgrammingError("tables= and dialect= are for the backends dpsql opens; a Backend passed in is used "
+                               "as it is. Drop them.")
+    backend: Backend = database
+    return backend
+
+
+def _check_dialect(dialect: str | None, expected: str, what: str) -> None:
+    if dialect is not None and dialect != expected:
+        raise ProgrammingError(f"dialect={dialect!r} does not fit {what}, whose dialect is {expected!r}; "
+                               "drop dialect=.")
+
+
+def _class_names(value: object) -> set[str]:
+    """Fully qualified names of the classes of ``value`` (no package is imported to recognise one)."""
+    return {f"{kind.__module__}.{kind.__qualname__}" for kind in type(value).__mro__}
+
+
+def _is_spark_session(value: object) -> bool:
+    """A classic or Spark Connect ``SparkSession``."""
+    return bool(_class_names(value) & {"pyspark.sql.session.SparkSession", "pyspark.sql.connect.session.SparkSession"})
+
+
+def _is_duckdb_connection(value: object) -> bool:
+    return any(name.startswith(("duckdb.", "_duckdb.")) and name.endswith("DuckDBPyConnection")
+               for name in _class_names(value))
