@@ -157,16 +157,16 @@ def main() -> None:
         work = Path(folder)
         for rows in (int(r) for r in arguments.rows.split(",")):
             parquet = build(work, rows)
-            runs: dict[str, Callable[[], Backend]] = {"duckdb": lambda: _duckdb(work, parquet)}
+            runs: dict[str, Callable[[Path], Backend]] = {"duckdb": lambda file: _duckdb(work, file)}
             if spark is not None:
-                runs["spark local[2]"] = lambda: _spark(spark, parquet)
+                runs["spark local[2]"] = lambda file: _spark(spark, file)
             if arguments.postgres:
-                runs["postgresql"] = lambda: _postgres(arguments.postgres, parquet)
+                runs["postgresql"] = lambda file: _postgres(arguments.postgres, file)
             print(f"\n{rows:,} rows ({parquet.stat().st_size / 1e6:.0f} MB Parquet)")
             print(f"{'backend':<16}{'scan s':>9}{'plan s':>9}{'scan / DuckDB':>15}  = DuckDB")
             reference: Timed | None = None
             for name, opened in runs.items():
-                timed, total = answer(opened(), work / f"{name}-{rows}.ledger", f"people-{rows}")
+                timed, total = answer(opened(parquet), work / f"{name}-{rows}.ledger", f"people-{rows}")
                 reference = reference or timed
                 equal = same_vectors(timed.results, reference.results)
                 print(f"{name:<16}{timed.seconds:>9.2f}{total - timed.seconds:>9.2f}"

@@ -194,6 +194,12 @@ class Connection:
         return self._books if isinstance(self._books, Budget) else self._books.budget()
 
     @property
+    def backend_name(self) -> str:
+        """Which backend reads the data, and in which SQL dialect (for EXPLAIN; public facts only)."""
+        dialect = self._backend.dialect
+        return f"Data read by: {type(self._backend).__name__}" + (f" ({dialect} SQL)" if dialect else "")
+
+    @property
     def account(self) -> Account | None:
         """The ledger account the connection charges, or None with an in-memory budget."""
         return self._books if isinstance(self._books, Account) else None
@@ -301,11 +307,13 @@ class Cursor:
         self._check_open()
         prepared = engine.prepare(operation, self.connection.schema, PrivacyCost(epsilon=epsilon, rho=rho), parameters,
                                   weights=weights)
+        backend = self.connection.backend_name
         try:
             budget = self.connection.budget
         except LedgerError as err:
-            return f"{engine.explain(prepared)}\nBudget: unknown, so every query fails until this is fixed: {err}"
-        return engine.explain(prepared, budget)
+            return (f"{engine.explain(prepared)}\n{backend}\n"
+                    f"Budget: unknown, so every query fails until this is fixed: {err}")
+        return f"{engine.explain(prepared, budget)}\n{backend}"
 
     def callproc(self, procname: str, parameters: Sequence[object] = ()) -> None:
         raise NotSupportedError("dpsql has no stored procedures; send SELECT statements to execute().")

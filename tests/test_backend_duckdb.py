@@ -25,6 +25,7 @@ from sqlglot import exp
 from dpsql.backends.base import CellData
 from dpsql.backends.duckdb import DuckDBBackend, arrow_table
 from dpsql.errors import (
+    DataError,
     InterfaceError,
     OperationalError,
     ProgrammingError,
@@ -671,3 +672,12 @@ def test_one_scan_caps_each_unit_once_for_every_set() -> None:
     assert dict(per_unit) == {0: 1, 1: 2, 2: 3, 3: 3}
     assert int(by_kind.counts.sum()) == int(total.counts.sum()) == 9
     assert sum(int(v) for v in by_kind.sums["amount"]) == sum(int(v) for v in total.sums["amount"])
+
+
+def test_an_overflow_while_reading_is_a_data_error_without_its_message() -> None:
+    """The generated SQL cannot overflow (clamped values, 128-bit sums); an engine's overflow still maps to
+    DataError, with the engine's message (which may quote a value) withheld and not chained."""
+    backend = DuckDBBackend(duckdb.connect())
+    with pytest.raises(DataError, match="arithmetic overflow") as caught:
+        backend.run("SELECT CAST(9223372036854775807 AS BIGINT) + CAST(987654321 AS BIGINT) AS x")
+    assert "987654321" not in str(caught.value) and caught.value.__cause__ is None

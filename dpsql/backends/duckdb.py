@@ -23,7 +23,7 @@ from dpsql.backends.base import file_identity
 from dpsql.backends.cell_sql import DatabaseColumn, table_ref
 from dpsql.backends.sql_backend import SqlBackend
 from dpsql.backends.sql_dialects import DUCKDB
-from dpsql.errors import InterfaceError, OperationalError, SchemaError
+from dpsql.errors import DataError, InterfaceError, OperationalError, SchemaError
 
 #: The sqlglot dialect every generated query is rendered in.
 DIALECT = DUCKDB.name
@@ -107,6 +107,9 @@ class DuckDBBackend(SqlBackend):
             return arrow_table(self.connection.sql(sql))
         except _QUIET_ERRORS as err:
             raise OperationalError(f"DuckDB failed to run the cell query: {err}") from err
+        except duckdb.OutOfRangeException:
+            raise DataError("DuckDB reported an arithmetic overflow in the cell query (its message is withheld "
+                            "because it may quote data values).") from None
         except duckdb.Error as err:
             raise OperationalError(f"DuckDB failed to run the cell query ({type(err).__name__}); its message is "
                                    "withheld because it may quote data values.") from None
