@@ -3,6 +3,8 @@ pyproject.toml declares, and the command line in one package."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -62,3 +64,20 @@ def test_the_slow_marker_is_registered_and_markers_are_strict() -> None:
     options = _project()["tool"]["pytest"]["ini_options"]
     assert "--strict-markers" in options["addopts"].split()
     assert any(marker.startswith("slow:") for marker in options["markers"])
+
+
+def test_the_core_install_has_five_dependencies_and_the_engines_are_extras() -> None:
+    project = _project()["project"]
+    assert [d.split(">")[0] for d in project["dependencies"]] == ["sqlglot", "duckdb", "numpy", "scipy", "pyarrow"]
+    extras = project["optional-dependencies"]
+    assert extras["spark"] == ["pyspark>=4"] and extras["spark-connect"] == ["pyspark-client>=4"]
+    assert extras["postgres"] == ["adbc-driver-postgresql>=1.0"]
+
+
+def test_importing_dpsql_and_its_backends_imports_no_engine_driver() -> None:
+    """The Spark and PostgreSQL modules import pyspark, ADBC or psycopg only when a backend is opened."""
+    code = ("import sys, dpsql, dpsql.backends.choose, dpsql.backends.spark, dpsql.backends.postgres; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'pyspark', 'adbc_driver_postgresql', "
+            "'adbc_driver_manager', 'psycopg', 'py4j', 'grpc', 'pandas'}))")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert found.stdout.strip() == "[]", found.stdout + found.stderr
