@@ -314,7 +314,7 @@ def _rows(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapp
     if kept:
         rows = rows.where(exp.and_(*kept))
     if unit is not None:
-        rows = _cap_per_unit(rows, cell_names + sum_names + count_names, table.privacy_unit.max_rows)
+        rows = _cap_per_unit(rows, cell_names + sum_names + count_names, table.privacy_unit.max_rows, count_names)
     return rows, cell_names, sum_names, count_names
 
 
@@ -380,11 +380,17 @@ def _unit_salt(unit: DatabaseColumn, dialect: SqlDialect) -> exp.Expression:
     return exp.Mod(this=dialect.text_hash(exp.cast(value, "VARCHAR")), expression=integer(HASH_PRIME))
 
 
-def _row_hash(names: Sequence[str]) -> exp.Expression:
-    """h = salt, then h = (h·M + residue(v)) mod P over the row's values (a flag as 0/1, NULL as 0)."""
+def _row_hash(names: Sequence[str], flags: Sequence[str] = ()) -> exp.Expression:
+    """h = salt, then h = (h·M + residue(v)) mod P over the row's values (a flag as 0/1, NULL as 0).
+
+    A flag (one of ``flags``, a BOOLEAN) is read by CASE: PostgreSQL has no cast from BOOLEAN to BIGINT
+    (and the cast keeps its residue arithmetic in BIGINT: 1 + P overflows PostgreSQL's INTEGER).
+    """
     hashed: exp.Expression = _ref("dpsql_salt")
     for name in names:
-        term = exp.Coalesce(this=_residue(exp.cast(_ref(name), "BIGINT")), expressions=[integer(0)])
+        value = exp.cast(exp.Case().when(_ref(name), integer(1)).else_(integer(0)) if name in flags else _ref(name),
+                         "BIGINT")
+        term = exp.Coalesce(this=_residue(value), expressions=[integer(0)])
         step = exp.Add(this=exp.Mul(this=exp.paren(hashed), expression=integer(_HASH_MULTIPLIER)), expression=term)
         hashed = exp.Mod(this=exp.paren(step), expression=integer(HASH_PRIME))
     return hashed
@@ -400,7 +406,7 @@ def _mixed(order: exp.Expression) -> exp.Expression:
     return order
 
 
-def _cap_per_unit(rows: exp.Select, names: Sequence[str], max_rows: int) -> exp.Select:
+def _cap_per_unit(rows: exp.Select, names: Sequence[str], max_rows: int, flags: Sequence[str] = ()) -> exp.Select:
     """Keep at most ``max_rows`` rows per unit: ROW_NUMBER over the unit's rows in the order of a
     salted hash of their values, ties broken by the values themselves (NULLs last).
 
@@ -408,7 +414,7 @@ def _cap_per_unit(rows: exp.Select, names: Sequence[str], max_rows: int) -> exp.
     that tie on every value are interchangeable, so which of them is kept changes nothing.
     """
     kept = [_ref(n) for n in names] or [_ref("dpsql_unit")]
-    hashed = exp.select(*kept, _ref("dpsql_unit"), exp.alias_(_row_hash(names), "dpsql_order", quoted=True))
+    hashed = exp.select(*kept, _ref("dpsql_unit"), exp.alias_(_row_hash(names, flags), "dpsql_order", quoted=True))
     hashed = hashed.from_(rows.subquery("dpsql_unit_rows"))
     order = [exp.Ordered(this=_mixed(_ref("dpsql_order")), nulls_first=False)]
     order += [exp.Ordered(this=_ref(n), nulls_first=False) for n in names]
