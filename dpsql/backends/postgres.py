@@ -157,10 +157,12 @@ class PostgresBackend(SqlBackend):
         so a seeded source accepted for them can never reach stored data."""
         if not self._mapped or not self._tables:
             return False
-        if all(self._resolve(self.table_reference(name), name).temporary for name in self._tables):
-            self._temporary_only = True
-            return True
-        return False
+        try:
+            temporary = all(self._resolve(self.table_reference(name), name).temporary for name in self._tables)
+        except SchemaError:  # a table that is not there is not shown to be temporary; check_table reports it
+            return False
+        self._temporary_only = temporary
+        return temporary
 
     @property
     def identity(self) -> str:
@@ -175,10 +177,17 @@ class PostgresBackend(SqlBackend):
                                         expressions=[exp.Literal.string("localhost")]),
                            call("current_setting", exp.Literal.string("port")), call("current_database"))
         host, port, database = self._execute(query.sql(DIALECT)).to_pylist()[0].values()
-        mapped = sorted(f"{name}={relation.schema}.{relation.name}"
-                        for name in self._tables
-                        for relation in [self._resolve(self.table_reference(name), name)])
+        mapped = sorted(f"{name}={self._resolved_name(name)}" for name in self._tables)
         return f"postgresql://{host}:{port}/{database} tables={','.join(mapped)}"
+
+    def _resolved_name(self, declared: str) -> str:
+        """``schema.table`` of the mapped table, or its reference as given while it does not resolve."""
+        reference = self.table_reference(declared)
+        try:
+            relation = self._resolve(reference, declared)
+        except SchemaError:
+            return ".".join(part.name for part in reference.parts)
+        return f"{relation.schema}.{relation.name}"
 
     def source(self, table: Table) -> SourceTable:
         """The resolved relation's real ``"schema"."table"``, its columns and the dialect (catalog only)."""

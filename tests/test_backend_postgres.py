@@ -1,0 +1,350 @@
+"""The PostgreSQL backend against the DuckDB oracle (``tests/_portable.py``), on a throw-away server.
+
+The portable table is loaded into TEMPORARY tables ``people`` and ``visits`` of one session per
+driver (ADBC by ``adbc_ingest``, psycopg by COPY), so NaN stays NaN, NULL stays NULL, DECIMAL
+is NUMERIC and dates are DATE. The server comes from ``tests/_postgres_server.py`` (skipped
+without PostgreSQL or the drivers, unless ``DPSQL_REQUIRE_POSTGRES=1``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import re
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import dpsql
+from dpsql.accounting import PrivacyCost
+from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.backends.postgres import PostgresBackend, is_dbapi_connection, public_uri
+from dpsql.errors import DataError, InterfaceError, OperationalError, ProgrammingError, SchemaError
+from dpsql.ledger import Binding, Ledger
+from dpsql.noise import SeededRandomSource
+from dpsql.schema import Schema
+from tests import _portable
+from tests._postgres_server import postgres_uri, require_driver  # noqa: F401  (a session-scoped fixture)
+
+TABLES = {"people": "people", "visits": "visits"}
+_PG_TYPES = {"person": "bigint", "visitor": "text", "age": "integer", "sex": "text", "region": "text",
+             "rooms": "bigint", "income": "double precision", "wealth": "bigint", "day": "date",
+             "score": "numeric(10, 2)", "member": "boolean"}
+
+
+# ====================================================================================== fixtures
+def _adbc(uri: str, **options: Any) -> Any:
+    require_driver("adbc_driver_postgresql")
+    from adbc_driver_postgresql import dbapi
+    return dbapi.connect(uri, **options)
+
+
+def _psycopg(uri: str, **options: Any) -> Any:
+    require_driver("psycopg")
+    import psycopg
+    return psycopg.connect(uri, **options)
+
+
+def _load_adbc(connection: Any, names: tuple[str, ...] = ("people", "visits"), *, temporary: bool = True) -> None:
+    cursor = connection.cursor()
+    for name in names:
+        cursor.adbc_ingest(name, _portable.arrow_table(), mode="create", temporary=temporary)
+    cursor.close()
+    connection.commit()
+
+
+def _load_psycopg(connection: Any) -> None:
+    """CREATE TEMPORARY TABLE and COPY the portable rows (Python values: NaN, None, Decimal, date)."""
+    rows = _portable.arrow_table().to_pylist()
+    columns = ", ".join(f'"{name}" {kind}' for name, kind in _PG_TYPES.items())
+    with connection.cursor() as cursor:
+        for name in ("people", "visits"):
+            cursor.execute(f'CREATE TEMPORARY TABLE "{name}" ({columns})')
+            with cursor.copy(f'COPY "{name}" FROM STDIN') as copy:
+                for row in rows:
+                    copy.write_row([row[c] for c in _PG_TYPES])
+    connection.commit()
+
+
+@pytest.fixture(scope="module")
+def adbc_connection(postgres_uri: str) -> Iterator[Any]:  # noqa: F811
+    """An ADBC connection (default: no autocommit) holding the portable table as temporary tables."""
+    connection = _adbc(postgres_uri)
+    _load_adbc(connection)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture(scope="module")
+def psycopg_connection(postgres_uri: str) -> Iterator[Any]:  # noqa: F811
+    """A psycopg 3 connection (default: no autocommit) holding the portable table as temporary tables."""
+    connection = _psycopg(postgres_uri)
+    _load_psycopg(connection)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture(params=["adbc", "psycopg"])
+def connection(request: pytest.FixtureRequest) -> Any:
+    return request.getfixturevalue(f"{request.param}_connection")
+
+
+@pytest.fixture(scope="module")
+def oracle() -> dict[str, Any]:
+    return {"vectors": _portable.data_vectors(DuckDBBackend(_portable.duckdb_database())),
+            "answers": _portable.answers(lambda **kw: dpsql.connect(_portable.duckdb_database(), **kw))}
+
+
+class Recording:
+    """A PEP 249 connection that records every statement its cursors execute."""
+
+    def __init__(self, connection: Any) -> None:
+        self.inner, self.statements = connection, []
+
+    def cursor(self) -> Any:
+        return _RecordingCursor(self.inner.cursor(), self.statements)
+
+    def __getattr__(self, name: str) -> Any:  # close, commit, rollback, info
+        return getattr(self.inner, name)
+
+
+class _RecordingCursor:
+    def __init__(self, cursor: Any, statements: list[str]) -> None:
+        self.inner, self.statements = cursor, statements
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        self.statements.append(sql)
+        return self.inner.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+# ===================================================================================== the oracle
+def test_data_vectors_equal_duckdb(connection: Any, oracle: dict[str, Any]) -> None:
+    found = _portable.data_vectors(PostgresBackend(connection, tables=TABLES))
+    assert found.keys() == oracle["vectors"].keys()
+    for key, value in oracle["vectors"].items():
+        assert _portable.same(found[key], value), key
+
+
+def test_answers_are_bit_identical_to_duckdb(connection: Any, oracle: dict[str, Any]) -> None:
+    def connect(**options: Any) -> dpsql.Connection:
+        return dpsql.connect(PostgresBackend(connection, tables=TABLES), **options)
+
+    found = _portable.answers(connect)
+    assert len(found) == len(oracle["answers"]) == 9
+    assert _portable.same(found, oracle["answers"])
+    with connection.cursor() as cursor:  # the connection passed in outlives dpsql's connection
+        cursor.execute("SELECT count(*) FROM people")
+        assert cursor.fetchall() == [(_portable.ROWS,)]
+
+
+def test_the_loaded_table_keeps_nan_null_numeric_and_dates(connection: Any) -> None:
+    backend = PostgresBackend(connection, tables=TABLES)
+    found = backend.run('SELECT count(*) FILTER (WHERE income = \'NaN\'::float8) AS nan, count(*) FILTER (WHERE income '
+                        'IS NULL) AS null, sum(score) AS score, min("day") AS day FROM people')
+    data = _portable.arrow_table()
+    incomes = data.column("income").to_pylist()
+    assert found.column("nan").to_pylist() == [sum(1 for v in incomes if v is not None and v != v)]
+    assert found.column("null").to_pylist() == [data.column("income").null_count]
+    scores = [v for v in data.column("score").to_pylist() if v is not None]
+    assert decimal.Decimal(str(found.column("score")[0].as_py())) == sum(scores)
+    assert found.column("day").to_pylist() == [min(v for v in data.column("day").to_pylist() if v)]
+    columns = backend.source(_portable.tables()["people"]).columns
+    assert {k: c.family for k, c in columns.items()} == {
+        "person": "integer", "visitor": "text", "age": "integer", "sex": "text", "region": "text", "rooms": "integer",
+        "income": "float", "wealth": "integer", "day": "date", "score": "decimal", "member": "boolean"}
+
+
+# ================================================================================ catalog checks
+def test_missing_table_or_column_is_refused_before_any_row_is_read(adbc_connection: Any) -> None:
+    recording = Recording(adbc_connection)
+    age = {"type": "integer", "lower": 0, "upper": 99}
+    schema = {"tables": {"people": {"columns": {"age": age, "height": {"type": "integer", "lower": 0, "upper": 250}}}}}
+    with dpsql.connect(PostgresBackend(recording, tables={"people": "people"}), schema=schema,
+                       budget=dpsql.Budget(epsilon=1.0)) as connection:
+        with pytest.raises(SchemaError, match=r"'height' of table 'people' are declared .* missing"):
+            connection.cursor().execute("SELECT COUNT(*) AS n FROM people WHERE height > 10", epsilon=0.5)
+        assert connection.budget.left == 1
+    nowhere = Schema.load({"tables": {"nowhere": {"columns": {"age": age}}}}).table("nowhere")
+    backend = PostgresBackend(recording, tables={"nowhere": "nowhere"})
+    assert not backend.in_memory  # not shown to be a temporary table
+    with pytest.raises(SchemaError, match=r"Table 'nowhere' is declared .* no table or view named \"nowhere\""):
+        backend.check_table(nowhere)  # what the engine calls before the charge
+    data_reads = [s for s in recording.statements if "pg_catalog" not in s and "SAVEPOINT" not in s
+                  and "READ ONLY" not in s and s != "ROLLBACK"]
+    assert recording.statements and data_reads == []
+
+
+def test_names_resolve_case_insensitively_by_search_path_and_schema(postgres_uri: str) -> None:  # noqa: F811
+    connection = _psycopg(postgres_uri, autocommit=True)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute('CREATE SCHEMA "Other"; CREATE TABLE "Other"."Hidden" ("x" integer);'
+                           'CREATE TEMPORARY TABLE "People" ("Age" integer, "pe\'o\\\\ple" text)')
+        backend = PostgresBackend(connection)
+        schema = Schema.load({"tables": {"people": {"columns": {"age": {"type": "integer", "lower": 0, "upper": 9}}}}})
+        source = backend.source(schema.table("people"))
+        assert source.reference.sql("postgres").startswith('"pg_temp_') and source.reference.name == "People"
+        assert source.columns["age"].name == "Age" and "pe'o\\\\ple" in source.columns
+        from dpsql.backends.cell_sql import table_ref
+        assert list(backend.describe(table_ref("other.hidden"))) == ["x"]  # a schema-qualified name
+        with pytest.raises(SchemaError, match="on the connection's search path"):
+            backend.describe(table_ref("hidden"))  # "Other" is not on the search path
+        with pytest.raises(SchemaError, match=r"in database 'elsewhere'.* connection is to database 'postgres'"):
+            backend.describe(table_ref("elsewhere.other.hidden"))
+        assert list(backend.describe(table_ref("postgres.other.hidden"))) == ["x"]
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute('DROP SCHEMA "Other" CASCADE')
+        connection.close()
+
+
+# ======================================================================= in memory, identity, ledger
+def test_in_memory_only_for_temporary_tables(adbc_connection: Any, postgres_uri: str) -> None:  # noqa: F811
+    assert PostgresBackend(adbc_connection, tables=TABLES).in_memory
+    assert PostgresBackend(adbc_connection, tables=TABLES).identity == ""
+    assert not PostgresBackend(adbc_connection).in_memory  # no mapping: any table of the search path may be read
+    with _stored(postgres_uri) as stored:
+        backend = PostgresBackend(adbc_connection, tables={"people": "public.stored_people", "visits": "visits"})
+        assert not backend.in_memory  # one stored table is enough
+        port = postgres_uri.rsplit(":", 1)[1].split("/")[0]
+        assert re.fullmatch(rf"postgresql://127\.0\.0\.1:{port}/postgres tables=people=public\.stored_people,"
+                            r"visits=pg_temp_\d+\.visits", backend.identity), backend.identity
+        with adbc_connection.cursor() as cursor:  # a temporary VIEW over stored data is not in memory
+            cursor.execute(f"CREATE TEMPORARY VIEW people_view AS SELECT * FROM {stored}")
+        try:
+            assert not PostgresBackend(adbc_connection, tables={"people": "people_view"}).in_memory
+        finally:
+            adbc_connection.rollback()  # drops the view (and its lock on the stored table)
+
+
+def test_rng_and_budget_are_refused_on_stored_tables(adbc_connection: Any, postgres_uri: str,  # noqa: F811
+                                                     tmp_path: Path) -> None:
+    with _stored(postgres_uri) as stored:
+        backend = PostgresBackend(adbc_connection, tables={"people": stored, "visits": stored})
+        with pytest.raises(ProgrammingError, match=r"in-memory budget for data in memory.*stored_people"):
+            dpsql.connect(backend, schema=_portable.SCHEMA, budget=dpsql.Budget(epsilon=1.0))
+        with pytest.raises(ProgrammingError, match="rng= is for tests"):
+            dpsql.connect(backend, schema=_portable.SCHEMA, ledger=tmp_path / "l", dataset="people",
+                          rng=SeededRandomSource(1))
+
+
+def test_a_stored_table_through_a_ledger_is_charged(postgres_uri: str, tmp_path: Path) -> None:  # noqa: F811
+    with _stored(postgres_uri) as stored:
+        backend = PostgresBackend.from_uri(postgres_uri, tables={"people": stored})
+        schema = {"tables": {"people": _portable.SCHEMA["tables"]["people"]}}
+        ledger = Ledger(tmp_path / "pg.dpsql-ledger")
+        ledger.set_total("people", PrivacyCost(epsilon=1.0),
+                         binding=Binding(schema=Schema.load(schema).canonical(), database=backend.identity))
+        with pytest.raises(ProgrammingError, match="in-memory budget for data in memory"):
+            dpsql.connect(backend, schema=schema, budget=dpsql.Budget(epsilon=1.0))
+        with dpsql.connect(backend, schema=schema, ledger=ledger.path, dataset="people") as connection:
+            rows = connection.cursor().execute("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex",
+                                               epsilon=0.25).fetchall()
+        assert [row[0] for row in rows] == ["F", "M"]
+        assert ledger.balance("people").left == Fraction(3, 4)
+        with pytest.raises(InterfaceError, match="closed"):
+            backend.run("SELECT 1")  # the connection from_uri opened was closed with the backend
+
+
+# ====================================================================== errors, read only, lifetime
+def test_errors_leave_the_connection_usable(connection: Any) -> None:
+    backend = PostgresBackend(connection, tables=TABLES)
+    with pytest.raises(OperationalError, match=r"SQLSTATE 22012\); its message is withheld") as failed:
+        backend.run("SELECT 1 / (count(*) - count(*)) FROM people")
+    assert failed.value.__cause__ is None and "division" not in str(failed.value)
+    with pytest.raises(DataError, match="numeric overflow"):
+        backend.run("SELECT max(person) + 9223372036854775807 FROM people")
+    with pytest.raises(OperationalError, match=r"SQLSTATE 42P01\): .*no_such_table"):
+        backend.run("SELECT * FROM no_such_table")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM visits")
+        assert cursor.fetchall() == [(_portable.ROWS,)]
+    assert backend.run("SELECT count(*) AS n FROM people").column("n").to_pylist() == [_portable.ROWS]
+
+
+def test_an_open_transaction_survives_an_error_with_psycopg(psycopg_connection: Any) -> None:
+    """Inside the caller's transaction dpsql works in a savepoint: the caller's uncommitted rows stay."""
+    with psycopg_connection.cursor() as cursor:
+        cursor.execute("CREATE TEMPORARY TABLE scratch (a integer); INSERT INTO scratch VALUES (1)")
+    with pytest.raises(OperationalError):
+        PostgresBackend(psycopg_connection).run("SELECT 1 / 0")
+    with psycopg_connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM scratch")
+        assert cursor.fetchall() == [(1,)]
+    psycopg_connection.rollback()
+
+
+def test_queries_run_read_only(connection: Any, postgres_uri: str) -> None:  # noqa: F811
+    with _stored(postgres_uri) as stored:
+        with pytest.raises(OperationalError, match="SQLSTATE 25006"):
+            PostgresBackend(connection).run(f"DELETE FROM {stored}")
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT count(*) FROM {stored}")
+            assert cursor.fetchall() == [(_portable.ROWS,)]
+        connection.rollback()
+
+
+def test_a_connection_passed_in_stays_open_after_close(connection: Any) -> None:
+    backend = PostgresBackend(connection, tables=TABLES)
+    backend.close()
+    with pytest.raises(InterfaceError, match="closed"):
+        backend.run("SELECT 1")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        assert cursor.fetchall() == [(1,)]
+
+
+def test_what_is_not_a_connection_or_a_uri_is_refused() -> None:
+    assert not is_dbapi_connection(object()) and is_dbapi_connection(Recording(_Closed()))
+    with pytest.raises(InterfaceError, match="PEP 249 connection"):
+        PostgresBackend("postgresql://localhost/x")
+    with pytest.raises(InterfaceError, match="starts with postgresql://"):
+        PostgresBackend.from_uri("mysql://localhost/x")
+    assert public_uri("postgresql://alice:secret@db.example:5433/sales?sslmode=require") == \
+        "postgresql://db.example:5433/sales"
+
+
+def test_rows_become_exact_arrow_columns() -> None:
+    from dpsql.backends.postgres import _arrow_column
+    assert _arrow_column([1, None, decimal.Decimal("2")]).type == pa.int64()
+    assert _arrow_column([decimal.Decimal(2**70)]).to_pylist() == [str(2**70)]
+    assert _arrow_column([dt.date(2020, 1, 1), None]).type == pa.date32()
+    assert _arrow_column([True, None]).type == pa.bool_()
+
+
+# ======================================================================================= helpers
+class _Closed:
+    """The four methods a PEP 249 connection has (none does anything)."""
+
+    def cursor(self) -> None: ...
+    def close(self) -> None: ...
+    def commit(self) -> None: ...
+    def rollback(self) -> None: ...
+
+
+class _stored:  # noqa: N801 - used as a context manager, like a function
+    """A persistent table ``public.stored_people`` holding the portable rows, dropped on exit."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+
+    def __enter__(self) -> str:
+        self.owner = _adbc(self.uri, autocommit=True)
+        cursor = self.owner.cursor()
+        cursor.adbc_ingest("stored_people", _portable.arrow_table(), mode="replace")
+        cursor.close()
+        return "public.stored_people"
+
+    def __exit__(self, *exc: object) -> None:
+        cursor = self.owner.cursor()
+        cursor.execute("DROP TABLE IF EXISTS public.stored_people CASCADE")
+        cursor.close()
+        self.owner.close()
+
