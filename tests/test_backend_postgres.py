@@ -16,6 +16,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pytest
 
@@ -159,6 +160,69 @@ def test_the_loaded_table_keeps_nan_null_numeric_and_dates(connection: Any) -> N
     assert {k: c.family for k, c in columns.items()} == {
         "person": "integer", "visitor": "text", "age": "integer", "sex": "text", "region": "text", "rooms": "integer",
         "income": "float", "wealth": "integer", "day": "date", "score": "decimal", "member": "boolean"}
+
+
+TYPED_SCHEMA = {"tables": {"typed": {"columns": {
+    "i": {"type": "categorical", "values": [1, 2, 3]},
+    "b": {"type": "categorical", "values": ["true", "false"]},
+    "d": {"type": "categorical", "values": ["0.5", "1.5"]},
+    "r": {"type": "categorical", "values": ["0.5", "0.25"]},
+    "t": {"type": "categorical", "values": ["a", "b"]},
+    "v": {"type": "categorical", "values": ["a", "b"]},
+    "e": {"type": "categorical", "values": ["a", "b", "c"]},
+    "n": {"type": "numeric", "lower": 0, "upper": 10, "bin_width": 2.5, "resolution": 0.25, "out_of_domain": "clamp"},
+    "days": {"type": "date", "lower": "2020-01-01", "upper": "2021-12-31", "unit": "day", "bin_width": 7},
+    "years": {"type": "date", "lower": "2010-01-01", "upper": "2030-12-31", "unit": "year"},
+}}}}
+_TYPED_PG = {"i": "integer", "b": "boolean", "d": "double precision", "r": "real", "t": "text", "v": "varchar(5)",
+             "e": "dpsql_mood", "n": "numeric", "days": "date", "years": "date"}
+_TYPED_DUCKDB = {"i": "INTEGER", "b": "BOOLEAN", "d": "DOUBLE", "r": "REAL", "t": "VARCHAR", "v": "VARCHAR",
+                 "e": "ENUM('a', 'b', 'c', 'd')", "n": "DECIMAL(18, 2)", "days": "DATE", "years": "DATE"}
+
+
+def _typed_rows() -> list[dict[str, Any]]:
+    """Every value kind per type: NULL, NaN (doubles; NUMERIC 'NaN' in PostgreSQL only), undeclared values,
+    values beyond the bounds (NUMERIC ±Infinity)."""
+    rows = []
+    for k in range(240):
+        n: object = [None, "NaN", "Infinity", "-Infinity"][k % 4] if k % 7 == 0 else decimal.Decimal(k % 53) / 4 - 1
+        rows.append({"i": None if k % 11 == 0 else k % 5, "b": None if k % 13 == 0 else k % 3 == 0,
+                     "d": float("nan") if k % 9 == 0 else [0.5, 1.5, 2.5, None][k % 4],
+                     "r": [0.5, 0.25, 0.1, None, float("nan")][k % 5], "t": [None, "a", "b", "c", "A"][k % 5],
+                     "v": ["a", "b", "a ", None][k % 4], "e": [None, "a", "b", "c", "d"][k % 5], "n": n,
+                     "days": None if k % 17 == 0 else dt.date(2019, 12, 1) + dt.timedelta(days=k * 3),
+                     "years": dt.date(2005 + k % 30, 1 + k % 12, 1 + k % 28)})
+    return rows
+
+
+def test_every_column_type_bins_as_in_duckdb(psycopg_connection: Any) -> None:
+    """Categorical CASE over integer, boolean, double, real, text, varchar and enum columns; NaN; day and
+    year differences; FLOOR rounding and exact NUMERIC sums. PostgreSQL's NUMERIC 'NaN' is no value (as
+    NULL is in DuckDB) and ±Infinity lies beyond the bounds (as 1e9 does in DuckDB)."""
+    rows = _typed_rows()
+    with psycopg_connection.cursor() as cursor:
+        cursor.execute("DROP TYPE IF EXISTS pg_temp.dpsql_mood CASCADE; "
+                       "CREATE TYPE pg_temp.dpsql_mood AS ENUM ('a', 'b', 'c', 'd')")
+        cursor.execute(f"CREATE TEMPORARY TABLE typed ({', '.join(f'{c} {t}' for c, t in _TYPED_PG.items())})")
+        with cursor.copy("COPY typed FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row([str(row[c]) if c == "n" and row[c] is not None else row[c] for c in _TYPED_PG])
+    psycopg_connection.commit()
+    duck = duckdb.connect()
+    duck.execute(f"CREATE TABLE typed ({', '.join(f'{c} {t}' for c, t in _TYPED_DUCKDB.items())})")
+    nan_free = {"NaN": None, "Infinity": 1e9, "-Infinity": -1e9}
+    duck.executemany(f"INSERT INTO typed VALUES ({', '.join('?' for _ in _TYPED_DUCKDB)})",
+                     [[nan_free.get(row[c], row[c]) if c == "n" else row[c] for c in _TYPED_DUCKDB] for row in rows])
+    table = Schema.load(TYPED_SCHEMA).table("typed")
+    postgres, oracle = PostgresBackend(psycopg_connection, tables={"typed": "typed"}), DuckDBBackend(duck)
+    assert postgres.source(table).columns["e"].family == "text"
+    columns = table.columns
+    for name, column in columns.items():
+        sums = {columns["n"]: 0.25}
+        found = postgres.cell_data(table, [column], sum_columns=sums, count_columns=[columns["n"], columns["d"]])
+        want = oracle.cell_data(table, [column], sum_columns=sums, count_columns=[columns["n"], columns["d"]])
+        assert _portable.same(_portable._plain(found), _portable._plain(want)), name
+    psycopg_connection.rollback()
 
 
 # ================================================================================ catalog checks

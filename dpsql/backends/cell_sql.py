@@ -272,13 +272,14 @@ def _measure_value(column: Column, db: DatabaseColumn, quantum: float, dialect: 
 def _has_value(db: DatabaseColumn, dialect: SqlDialect) -> exp.Expression:
     """Whether a row has a value in the column: not NULL and, in a floating-point column, not NaN.
 
-    The one definition every generated query uses. NaN is not a value, like NULL: COUNT(col)
+    The one definition every generated query uses. NaN (in a float column, or in any column of a family
+    in ``dialect.nan_families``, e.g. PostgreSQL's NUMERIC) is not a value, like NULL: COUNT(col)
     does not count it, SUM and AVG leave it out, and its cell is the outside cell (predicates are
     UNKNOWN on it, GROUP BY shows it only with ``other``, ``out_of_domain`` = "exclude" drops it).
     Never NULL itself, so it can be projected as a flag.
     """
     present = exp.Not(this=_ref(db.name).is_(exp.null()))
-    if db.family == "float":  # parenthesised: NOT and AND must not re-associate around it
+    if db.family in dialect.nan_families:  # parenthesised: NOT and AND must not re-associate around it
         return exp.paren(exp.and_(present, exp.Not(this=dialect.is_nan(_ref(db.name)))))
     return exp.paren(present)
 
