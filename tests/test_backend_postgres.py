@@ -29,6 +29,7 @@ from dpsql.ledger import Binding, Ledger
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 from tests import _portable
+from tests import _postgres_server as _server
 from tests._postgres_server import postgres_uri, require_driver  # noqa: F401  (a session-scoped fixture)
 
 TABLES = {"people": "people", "visits": "visits"}
@@ -345,6 +346,21 @@ def test_an_open_transaction_survives_an_error_with_psycopg(psycopg_connection: 
     psycopg_connection.rollback()
 
 
+def test_a_transaction_dpsql_began_is_ended_and_an_autocommit_connection_recovers(
+        psycopg_connection: Any, postgres_uri: str) -> None:  # noqa: F811
+    import psycopg
+    psycopg_connection.rollback()
+    backend = PostgresBackend(psycopg_connection, tables=TABLES)
+    assert backend.run("SELECT count(*) AS n FROM people").column("n").to_pylist() == [_portable.ROWS]
+    assert psycopg_connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # psycopg's BEGIN undone
+    with PostgresBackend.from_uri(postgres_uri) as own:  # ADBC in autocommit: BEGIN READ ONLY ... ROLLBACK
+        with pytest.raises(OperationalError, match="SQLSTATE 22012"):
+            own.run("SELECT 1 / 0")
+        assert own.run("SELECT 2 AS two").column("two").to_pylist() == [2]
+    with pytest.raises(OperationalError, match=r"Cannot connect to PostgreSQL at postgresql://127\.0\.0\.1:1/x"):
+        PostgresBackend.from_uri("postgresql://someone:secret@127.0.0.1:1/x")
+
+
 def test_queries_run_read_only(connection: Any, postgres_uri: str) -> None:  # noqa: F811
     with _stored(postgres_uri) as stored:
         with pytest.raises(OperationalError, match="SQLSTATE 25006"):
@@ -373,6 +389,17 @@ def test_what_is_not_a_connection_or_a_uri_is_refused() -> None:
         PostgresBackend.from_uri("mysql://localhost/x")
     assert public_uri("postgresql://alice:secret@db.example:5433/sales?sslmode=require") == \
         "postgresql://db.example:5433/sales"
+
+
+def test_missing_pieces_skip_or_fail_when_postgres_is_required(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(_server.REQUIRE_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no initdb"):
+        _server.unavailable("no initdb")
+    monkeypatch.setenv(_server.REQUIRE_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match=r"no initdb .*DPSQL_REQUIRE_POSTGRES=1"):
+        _server.unavailable("no initdb")
+    with pytest.raises(pytest.fail.Exception, match="no_such_driver is not installed"):
+        _server.require_driver("no_such_driver")
 
 
 def test_rows_become_exact_arrow_columns() -> None:

@@ -8,14 +8,15 @@ The cell queries are built by :mod:`dpsql.backends.cell_sql` in the PostgreSQL d
   ``cursor.description``, turned into Arrow with exact integers). Neither driver is imported until
   :meth:`PostgresBackend.from_uri` is called. A connection passed in stays open after ``close()``.
 - **Read only.** Every statement dpsql runs (catalog reads included) runs in a READ ONLY
-  transaction or subtransaction, which :func:`_read_only` opens and undoes: ``BEGIN READ ONLY`` ...
-  ``ROLLBACK`` on an autocommit connection; inside the caller's open transaction ``SAVEPOINT`` +
-  ``SET TRANSACTION READ ONLY`` ... ``ROLLBACK TO SAVEPOINT`` + ``RELEASE``; and a transaction the
-  driver began for dpsql (no transaction was open before) is rolled back at the end. So the
-  connection is left as it was, also after an error. (PostgreSQL lets a read-only transaction
-  write TEMPORARY tables only; dpsql's generated queries write nothing.) One exception: the ADBC
-  driver without autocommit accepts nothing but a full ``rollback()`` after an error, so there an
-  error rolls back the caller's open transaction, and the error message says so.
+  transaction or subtransaction, which :func:`_read_only` opens and undoes, so the connection is
+  left as it was found, also after an error: on an autocommit connection ``BEGIN READ ONLY`` ...
+  ``ROLLBACK``; inside an open transaction ``SAVEPOINT`` + ``SET TRANSACTION READ ONLY`` ...
+  ``ROLLBACK TO SAVEPOINT`` + ``RELEASE`` (which also releases the locks taken); and when the
+  driver began the transaction for dpsql's statements (psycopg reports it was idle) it is rolled
+  back at the end. PostgreSQL lets a read-only transaction write TEMPORARY tables only; dpsql's
+  generated queries write nothing. One exception: the ADBC driver without autocommit accepts only
+  a full ``rollback()`` after an error, so there an error rolls back the connection's open
+  transaction, and the error message says so (``from_uri`` opens its connection in autocommit).
 - **Catalog.** :meth:`PostgresBackend.describe` reads ``pg_catalog`` only (no row of the table):
   tables, partitioned tables, views, materialized views and foreign tables. Names are matched
   case-insensitively (an exact match first) and the real names are used; names reach the catalog
