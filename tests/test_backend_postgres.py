@@ -264,6 +264,9 @@ def test_names_resolve_case_insensitively_by_search_path_and_schema(postgres_uri
         with pytest.raises(SchemaError, match=r"in database 'elsewhere'.* connection is to database 'postgres'"):
             backend.describe(table_ref("elsewhere.other.hidden"))
         assert list(backend.describe(table_ref("postgres.other.hidden"))) == ["x"]
+        with connection.cursor() as cursor:  # names reach the catalog SQL hex-encoded: quotes and backslashes are inert
+            cursor.execute('CREATE TEMPORARY TABLE "we\'ird\\""" ("y" integer)')
+        assert list(backend.describe(table_ref("WE'IRD\\\""))) == ["y"]
     finally:
         with connection.cursor() as cursor:
             cursor.execute('DROP SCHEMA "Other" CASCADE')
@@ -287,6 +290,25 @@ def test_in_memory_only_for_temporary_tables(adbc_connection: Any, postgres_uri:
             assert not PostgresBackend(adbc_connection, tables={"people": "people_view"}).in_memory
         finally:
             adbc_connection.rollback()  # drops the view (and its lock on the stored table)
+
+
+def test_once_in_memory_only_temporary_tables_are_read(postgres_uri: str) -> None:  # noqa: F811
+    """A backend accepted as in-memory (where rng= is allowed) never reads a stored table that later takes the name."""
+    connection = _psycopg(postgres_uri, autocommit=True)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("CREATE TEMPORARY TABLE swapped (age integer)")
+        backend = PostgresBackend(connection, tables={"people": "swapped"})
+        schema = Schema.load({"tables": {"people": {"columns": {"age": {"type": "integer", "lower": 0, "upper": 9}}}}})
+        assert backend.in_memory and backend.source(schema.table("people")).columns["age"].name == "age"
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE swapped; CREATE TABLE public.swapped (age integer)")
+        with pytest.raises(SchemaError, match=r"now public\.swapped, not a TEMPORARY table"):
+            backend.check_table(schema.table("people"))
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE IF EXISTS public.swapped")
+        connection.close()
 
 
 def test_rng_and_budget_are_refused_on_stored_tables(adbc_connection: Any, postgres_uri: str,  # noqa: F811
