@@ -186,7 +186,9 @@ class PostgresDialect(SqlDialect):
     NaN by equality (NaN = NaN is true there), dates subtract to days, ``::bit(60)::bigint``
     reads hex; SUM of BIGINT is NUMERIC; ROUND on a double is half to even, so FLOOR-based here.
     NUMERIC holds NaN too (and ±Infinity, beyond any bound), so NaN is tested there as well; an ENUM
-    column (``type_family("enum")``, as the adapter names enum types) holds text."""
+    column (``type_family("enum")``, as the adapter names enum types) holds text. ``md5`` hashes the
+    text in the database's encoding: the text-unit salt equals DuckDB's (UTF-8) in UTF8 databases;
+    in another encoding non-ASCII units keep other (equally valid) rows under ``max_rows``."""
 
     name = "postgres"
     nan_families: frozenset[TypeFamily] = frozenset({"float", "decimal"})
