@@ -425,11 +425,11 @@ def test_missing_pieces_skip_or_fail_when_postgres_is_required(monkeypatch: pyte
 
 
 def test_rows_become_exact_arrow_columns() -> None:
-    from dpsql.backends.postgres import _arrow_column
-    assert _arrow_column([1, None, decimal.Decimal("2")]).type == pa.int64()
-    assert _arrow_column([decimal.Decimal(2**70)]).to_pylist() == [str(2**70)]
-    assert _arrow_column([dt.date(2020, 1, 1), None]).type == pa.date32()
-    assert _arrow_column([True, None]).type == pa.bool_()
+    from dpsql.backends.postgres import arrow_column
+    assert arrow_column([1, None, decimal.Decimal("2")]).type == pa.int64()
+    assert arrow_column([decimal.Decimal(2**70)]).to_pylist() == [str(2**70)]
+    assert arrow_column([dt.date(2020, 1, 1), None]).type == pa.date32()
+    assert arrow_column([True, None]).type == pa.bool_()
 
 
 # ======================================================================================= helpers

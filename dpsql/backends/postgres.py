@@ -406,10 +406,10 @@ def _fetch(cursor: Any) -> pa.Table:
         return table
     names = [str(column[0]) for column in cursor.description or ()]
     rows = cursor.fetchall() if names else []
-    return pa.table({name: _arrow_column([row[i] for row in rows]) for i, name in enumerate(names)})
+    return pa.table({name: arrow_column([row[i] for row in rows]) for i, name in enumerate(names)})
 
 
-def _arrow_column(values: list[Any]) -> pa.Array:
+def arrow_column(values: list[Any]) -> pa.Array:
     """Integers (and integral decimals, e.g. NUMERIC sums) exactly: int64 when all fit, else decimal text."""
     present = [v for v in values if v is not None]
     if all(_is_integer(v) for v in present):
