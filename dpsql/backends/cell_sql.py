@@ -272,13 +272,14 @@ def _measure_value(column: Column, db: DatabaseColumn, quantum: float, dialect: 
 def _has_value(db: DatabaseColumn, dialect: SqlDialect) -> exp.Expression:
     """Whether a row has a value in the column: not NULL and, in a floating-point column, not NaN.
 
-    The one definition every generated query uses. NaN is not a value, like NULL: COUNT(col)
+    The one definition every generated query uses. NaN (in a float column, or in any column of a family
+    in ``dialect.nan_families``, e.g. PostgreSQL's NUMERIC) is not a value, like NULL: COUNT(col)
     does not count it, SUM and AVG leave it out, and its cell is the outside cell (predicates are
     UNKNOWN on it, GROUP BY shows it only with ``other``, ``out_of_domain`` = "exclude" drops it).
     Never NULL itself, so it can be projected as a flag.
     """
     present = exp.Not(this=_ref(db.name).is_(exp.null()))
-    if db.family == "float":  # parenthesised: NOT and AND must not re-associate around it
+    if db.family in dialect.nan_families:  # parenthesised: NOT and AND must not re-associate around it
         return exp.paren(exp.and_(present, exp.Not(this=dialect.is_nan(_ref(db.name)))))
     return exp.paren(present)
 
@@ -314,7 +315,7 @@ def _rows(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapp
     if kept:
         rows = rows.where(exp.and_(*kept))
     if unit is not None:
-        rows = _cap_per_unit(rows, cell_names + sum_names + count_names, table.privacy_unit.max_rows)
+        rows = _cap_per_unit(rows, cell_names + sum_names + count_names, table.privacy_unit.max_rows, count_names)
     return rows, cell_names, sum_names, count_names
 
 
@@ -380,11 +381,17 @@ def _unit_salt(unit: DatabaseColumn, dialect: SqlDialect) -> exp.Expression:
     return exp.Mod(this=dialect.text_hash(exp.cast(value, "VARCHAR")), expression=integer(HASH_PRIME))
 
 
-def _row_hash(names: Sequence[str]) -> exp.Expression:
-    """h = salt, then h = (h·M + residue(v)) mod P over the row's values (a flag as 0/1, NULL as 0)."""
+def _row_hash(names: Sequence[str], flags: Sequence[str] = ()) -> exp.Expression:
+    """h = salt, then h = (h·M + residue(v)) mod P over the row's values (a flag as 0/1, NULL as 0).
+
+    A flag (one of ``flags``, a BOOLEAN) is read by CASE: PostgreSQL has no cast from BOOLEAN to BIGINT
+    (and the cast keeps its residue arithmetic in BIGINT: 1 + P overflows PostgreSQL's INTEGER).
+    """
     hashed: exp.Expression = _ref("dpsql_salt")
     for name in names:
-        term = exp.Coalesce(this=_residue(exp.cast(_ref(name), "BIGINT")), expressions=[integer(0)])
+        value = exp.cast(exp.Case().when(_ref(name), integer(1)).else_(integer(0)) if name in flags else _ref(name),
+                         "BIGINT")
+        term = exp.Coalesce(this=_residue(value), expressions=[integer(0)])
         step = exp.Add(this=exp.Mul(this=exp.paren(hashed), expression=integer(_HASH_MULTIPLIER)), expression=term)
         hashed = exp.Mod(this=exp.paren(step), expression=integer(HASH_PRIME))
     return hashed
@@ -400,7 +407,7 @@ def _mixed(order: exp.Expression) -> exp.Expression:
     return order
 
 
-def _cap_per_unit(rows: exp.Select, names: Sequence[str], max_rows: int) -> exp.Select:
+def _cap_per_unit(rows: exp.Select, names: Sequence[str], max_rows: int, flags: Sequence[str] = ()) -> exp.Select:
     """Keep at most ``max_rows`` rows per unit: ROW_NUMBER over the unit's rows in the order of a
     salted hash of their values, ties broken by the values themselves (NULLs last).
 
@@ -408,7 +415,7 @@ def _cap_per_unit(rows: exp.Select, names: Sequence[str], max_rows: int) -> exp.
     that tie on every value are interchangeable, so which of them is kept changes nothing.
     """
     kept = [_ref(n) for n in names] or [_ref("dpsql_unit")]
-    hashed = exp.select(*kept, _ref("dpsql_unit"), exp.alias_(_row_hash(names), "dpsql_order", quoted=True))
+    hashed = exp.select(*kept, _ref("dpsql_unit"), exp.alias_(_row_hash(names, flags), "dpsql_order", quoted=True))
     hashed = hashed.from_(rows.subquery("dpsql_unit_rows"))
     order = [exp.Ordered(this=_mixed(_ref("dpsql_order")), nulls_first=False)]
     order += [exp.Ordered(this=_ref(n), nulls_first=False) for n in names]

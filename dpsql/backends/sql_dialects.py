@@ -55,6 +55,8 @@ class SqlDialect:
     """
 
     name = ""
+    #: Type families whose columns can hold NaN (tested by :meth:`is_nan`; NaN is no value, like NULL).
+    nan_families: frozenset[TypeFamily] = frozenset({"float"})
     _INTEGER_TYPES: frozenset[str] = frozenset()
     _TEXT_PREFIXES: tuple[str, ...] = ()
 
@@ -182,9 +184,14 @@ class SparkDialect(SqlDialect):
 class PostgresDialect(SqlDialect):
     """PostgreSQL: categories by CASE (``array_position`` needs the array's exact element type),
     NaN by equality (NaN = NaN is true there), dates subtract to days, ``::bit(60)::bigint``
-    reads hex; SUM of BIGINT is NUMERIC; ROUND on a double is half to even, so FLOOR-based here."""
+    reads hex; SUM of BIGINT is NUMERIC; ROUND on a double is half to even, so FLOOR-based here.
+    NUMERIC holds NaN too (and ±Infinity, beyond any bound), so NaN is tested there as well; an ENUM
+    column (``type_family("enum")``, as the adapter names enum types) holds text. ``md5`` hashes the
+    text in the database's encoding: the text-unit salt equals DuckDB's (UTF-8) in UTF8 databases;
+    in another encoding non-ASCII units keep other (equally valid) rows under ``max_rows``."""
 
     name = "postgres"
+    nan_families: frozenset[TypeFamily] = frozenset({"float", "decimal"})
     _INTEGER_TYPES = frozenset({"SMALLINT", "INTEGER", "BIGINT", "INT2", "INT4", "INT8", "INT"})
     _TEXT_PREFIXES = ("TEXT", "CHARACTER", "VARCHAR", "CHAR", "BPCHAR", "NAME", "CITEXT")
 
@@ -209,6 +216,9 @@ class PostgresDialect(SqlDialect):
         below = exp.Sub(this=up, expression=_flag(exp.GTE(this=exp.Sub(this=up.copy(), expression=value.copy()),
                                                           expression=half.copy())))
         return exp.Case().when(exp.GTE(this=value.copy(), expression=integer(0)), above).else_(below)
+
+    def type_family(self, type_name: str) -> TypeFamily:
+        return "text" if type_name.strip().upper() == "ENUM" else super().type_family(type_name)
 
     def is_plain_text(self, type_name: str) -> bool:
         return bool(re.fullmatch(r"(TEXT|CHARACTER VARYING.*|VARCHAR.*)", type_name.strip().upper()))
