@@ -116,6 +116,7 @@ def data_vectors(backend: Backend) -> dict[str, Any]:
         sums = {columns["income"]: 1.0, columns["wealth"]: 1.0, columns["score"]: 0.25}
         one = backend.cell_data(table, cells, sum_columns=sums, count_columns=[columns["income"], columns["score"]])
         found[f"{name} cells"] = _plain(one)
+        found[f"{name} total"] = _plain(backend.cell_data(table, []))  # COUNT(*) alone reads no column
         sets = backend.cell_data_sets(table, [[columns["sex"]], [columns["region"], columns["day"]], []],
                                       sum_columns={columns["wealth"]: 1.0}, count_columns=[columns["score"]])
         found[f"{name} sets"] = [_plain(data) for data in sets]

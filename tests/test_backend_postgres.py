@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import json
 import re
 from collections.abc import Iterator
 from fractions import Fraction
@@ -340,6 +341,39 @@ def test_a_stored_table_through_a_ledger_is_charged(postgres_uri: str, tmp_path:
             backend.run("SELECT 1")  # the connection from_uri opened was closed with the backend
 
 
+def test_connect_and_the_cli_open_postgres_by_address_or_dialect(postgres_uri: str, tmp_path: Path,  # noqa: F811
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """``dpsql.connect("postgresql://...")``, ``dpsql.connect(connection, dialect="postgres")`` and
+    ``dpsql budget set`` / ``dpsql run --db postgresql://...`` all reach the same stored table and charge one ledger."""
+    from dpsql.cli import main
+
+    schema = {"tables": {"people": _portable.SCHEMA["tables"]["people"]}}
+    (tmp_path / "schema.toml").write_text(_toml("people", schema["tables"]["people"]))
+    (tmp_path / "q.sql").write_text("SELECT region, COUNT(*) AS n FROM people GROUP BY region")
+    ledger = tmp_path / "pg.dpsql-ledger"
+    where = ["--db", postgres_uri, "--tables", "people=public.stored_people", "--ledger", str(ledger),
+             "--dataset", "people"]
+    with _stored(postgres_uri):
+        assert main(["budget", "set", *where, "--schema", str(tmp_path / "schema.toml"), "--epsilon", "2"]) == 0
+        with dpsql.connect(postgres_uri, schema=schema, tables={"people": "public.stored_people"}, ledger=ledger,
+                           dataset="people") as connection:
+            assert "Data read by: PostgresBackend (postgres SQL)" in connection.cursor().explain(
+                "SELECT COUNT(*) AS n FROM people", epsilon=0.5)
+            assert connection.cursor().execute("SELECT COUNT(*) AS n FROM people", epsilon=0.5).rowcount == 1
+        user = _adbc(postgres_uri, autocommit=True)
+        try:
+            with dpsql.connect(user, dialect="postgres", schema=schema, tables={"people": "public.stored_people"},
+                               ledger=ledger, dataset="people") as connection:
+                connection.cursor().execute("SELECT COUNT(*) AS n FROM people", epsilon=0.5)
+            capsys.readouterr()
+            assert main(["run", str(tmp_path / "q.sql"), *where, "--schema", str(tmp_path / "schema.toml"),
+                         "--epsilon", "0.5"]) == 0
+        finally:
+            user.close()
+    assert "-- statement 1" in capsys.readouterr().out
+    assert Ledger(ledger).balance("people").left == Fraction(1, 2)
+
+
 # ====================================================================== errors, read only, lifetime
 def test_errors_leave_the_connection_usable(connection: Any) -> None:
     backend = PostgresBackend(connection, tables=TABLES)
@@ -440,6 +474,16 @@ class _Closed:
     def close(self) -> None: ...
     def commit(self) -> None: ...
     def rollback(self) -> None: ...
+
+
+def _toml(name: str, table: dict[str, Any]) -> str:
+    """A schema table as TOML (strings, numbers and lists of strings are all the portable schema uses)."""
+    unit = table["privacy_unit"]
+    lines = [f'[tables.{name}]', f'privacy_unit = {{ column = "{unit["column"]}", max_rows = {unit["max_rows"]} }}']
+    for column, spec in table["columns"].items():
+        lines.append(f"[tables.{name}.columns.{column}]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in spec.items()]
+    return "\n".join(lines) + "\n"
 
 
 class _stored:  # noqa: N801 - used as a context manager, like a function

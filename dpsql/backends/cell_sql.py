@@ -414,7 +414,7 @@ def _cap_per_unit(rows: exp.Select, names: Sequence[str], max_rows: int, flags: 
     The hash uses only BIGINT ``+``, ``*`` and ``%``, so every engine keeps the same rows; rows
     that tie on every value are interchangeable, so which of them is kept changes nothing.
     """
-    kept = [_ref(n) for n in names] or [_ref("dpsql_unit")]
+    kept = [_ref(n) for n in names] or [_ref("dpsql_row")]  # COUNT(*) alone: the constant column of _rows
     hashed = exp.select(*kept, _ref("dpsql_unit"), exp.alias_(_row_hash(names, flags), "dpsql_order", quoted=True))
     hashed = hashed.from_(rows.subquery("dpsql_unit_rows"))
     order = [exp.Ordered(this=_mixed(_ref("dpsql_order")), nulls_first=False)]
