@@ -213,8 +213,9 @@ def test_only_the_dataframes_given_when_all_are_in_memory(spark: Any, frame: Any
 def test_in_memory_only_for_driver_data(spark: Any, frame: Any, parquet_dir: str) -> None:
     frame.write.mode("overwrite").saveAsTable("default.people_saved")
     spark.read.parquet(parquet_dir).createOrReplaceTempView("people_files_view")
-    with SparkBackend(spark, both(frame)) as local:
-        assert local.in_memory and local.identity == ""
+    for local_data in (both(frame), {"people": _portable.arrow_table()}):
+        with SparkBackend(spark, local_data) as local:
+            assert local.in_memory and local.identity == ""
     stored = {"catalog table": "people_saved", "view over files": "people_files_view",
               "DataFrame over files": spark.read.parquet(parquet_dir), "projection": frame.select("*")}
     for label, where in stored.items():
@@ -259,6 +260,8 @@ def test_detection_needs_no_pyspark_import(spark: Any, frame: Any) -> None:
         SparkBackend(object())
     with pytest.raises(ProgrammingError, match="DataFrame"):
         SparkBackend(spark, {"people": 3})
+    with pytest.raises(ProgrammingError, match="another SparkSession"):
+        SparkBackend(spark.newSession(), {"people": frame})
     code = ("import sys, dpsql, dpsql.backends, dpsql.backends.spark; "
             "assert not [m for m in sys.modules if m.startswith('pyspark')], 'pyspark imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1],

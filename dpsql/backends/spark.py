@@ -77,9 +77,10 @@ class SparkBackend(SqlBackend):
         session: a classic ``pyspark.sql.SparkSession`` or a Spark Connect session. It stays the
             caller's: :meth:`close` does not stop it (a session opened by :meth:`remote` is stopped).
         tables: declared table name -> a catalog reference (``"people"``, ``"db.people"``,
-            ``"catalog.db.people"``) or a DataFrame of ``session`` (registered as a temporary
-            view until :meth:`close`). A declared table not listed is looked up by its name,
-            except when every listed table is an in-memory DataFrame: then only those are read.
+            ``"catalog.db.people"``), a DataFrame of ``session``, or a ``pyarrow.Table`` (made a
+            DataFrame with ``createDataFrame``, so NaN stays NaN). DataFrames are registered as
+            temporary views until :meth:`close`. A declared table not listed is looked up by its
+            name, except when every listed table is in memory: then only those are read.
 
     Raises:
         ProgrammingError: ``session`` is not a SparkSession, or a table is neither a name nor a
@@ -98,32 +99,37 @@ class SparkBackend(SqlBackend):
         self._views: dict[str, str] = {}  # declared name -> generated temporary view
         self._frames: dict[str, Any] = {}  # declared name -> DataFrame
         references: dict[str, str] = {}
+        local = []
         for name, where in (tables or {}).items():
+            key = str(name).lower()
             if isinstance(where, str):
                 references[str(name)] = where
+            elif isinstance(where, pa.Table):
+                self._frames[key] = _from_arrow(session, where)
+                local.append(True)
             elif is_spark_dataframe(where):
-                self._frames[str(name).lower()] = where
+                if where.sparkSession is not session:
+                    raise ProgrammingError(f"tables['{name}'] is a DataFrame of another SparkSession; build it with "
+                                           "the session passed to SparkBackend (or pass a pyarrow.Table).")
+                self._frames[key] = where
+                local.append(_is_local(where))
             else:
-                raise ProgrammingError(f"tables['{name}'] must be a table name ('db.people') or a Spark DataFrame; "
-                                       f"got {type(where).__name__}.")
-        for name, frame in self._frames.items():
-            if frame.sparkSession is not session:
-                raise ProgrammingError(f"tables['{name}'] is a DataFrame of another SparkSession; build it with the "
-                                       "session passed to SparkBackend.")
+                raise ProgrammingError(f"tables['{name}'] must be a table name ('db.people'), a Spark DataFrame or a "
+                                       f"pyarrow.Table; got {type(where).__name__}.")
         for name, frame in self._frames.items():
             view = f"dpsql_{re.sub(r'[^a-z0-9_]', '_', name)}_{uuid.uuid4().hex}"
             frame.createOrReplaceTempView(view)
             self._views[name] = view
         super().__init__({**references, **self._views})
-        self._local = bool(self._frames) and not references and all(_is_local(f) for f in self._frames.values())
+        self._local = bool(local) and not references and all(local)
 
     @classmethod
     def remote(cls, url: str, tables: Mapping[str, Any] | None = None) -> SparkBackend:
         """A backend over a new Spark Connect session to ``url`` (``sc://host:port``), stopped by :meth:`close`.
 
         Needs the Spark Connect client (``pip install "dpsql[spark-connect]"``, or pyspark with
-        its ``connect`` extra). Tables given as DataFrames must be built on the session of the
-        returned backend, so give names here.
+        its ``connect`` extra). Tables are catalog names or ``pyarrow.Table`` data (sent to the
+        server as a local relation); a DataFrame would belong to another session.
 
         Raises:
             ProgrammingError: ``url`` is not an ``sc://`` URL, or the client is not installed.
@@ -157,12 +163,13 @@ class SparkBackend(SqlBackend):
 
     @property
     def in_memory(self) -> bool:
-        """True only when every table is a DataFrame of data held on the driver.
+        """True only when every table is data held by this process: a ``pyarrow.Table`` passed in, or a
+        DataFrame whose analysed plan is a ``LocalRelation`` (``DataFrame.isLocal()``) reading no
+        file (``inputFiles()`` empty), as classic ``createDataFrame`` from Arrow or pandas builds.
 
-        Such a DataFrame's analysed plan is a ``LocalRelation`` (``DataFrame.isLocal()``) and reads
-        no file (``inputFiles()`` is empty): ``createDataFrame`` from Arrow, pandas or rows sent
-        as a local relation. Catalog tables, views over files, and any DataFrame whose plan is more
-        than a local relation (a projection, a join, an RDD) are not: their budget is the ledger's.
+        Catalog tables, views over files, and any DataFrame whose plan is more than a local
+        relation (a projection, a join, an RDD; on Spark Connect every DataFrame, whose local
+        relations arrive renamed) are not: their budget is the ledger's.
         """
         return self._local
 
@@ -276,6 +283,14 @@ class SparkBackend(SqlBackend):
         identifiers = [exp.to_identifier(p, quoted=True) for p in parts]
         return exp.Table(this=identifiers[-1], db=identifiers[-2] if len(parts) > 1 else None,
                          catalog=identifiers[-3] if len(parts) > 2 else None)
+
+
+def _from_arrow(session: Any, table: pa.Table) -> Any:
+    """A DataFrame of the session holding ``table``'s rows (Arrow in, so NaN is kept)."""
+    try:
+        return session.createDataFrame(table)
+    except Exception as err:
+        raise _failure(err, "load the Arrow table") from None
 
 
 def _is_local(frame: Any) -> bool:
