@@ -177,12 +177,15 @@ def test_overflow_is_a_data_error_even_with_ansi_off(spark: Any, frame: Any) -> 
     assert "9223372036854775807" not in str(caught.value)
 
 
-def test_other_failures_withhold_the_message(spark: Any, frame: Any) -> None:
-    """A runtime failure (here a cast of a text value) may quote data: its message is withheld."""
+def test_other_failures_withhold_the_message(spark: Any, frame: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    """A runtime failure (here a cast of a text value) may quote data: its message is withheld, from the
+    error and from PySpark's own log of failed queries."""
     with SparkBackend(spark, both(frame)) as backend, pytest.raises(dpsql.OperationalError) as caught:
         backend.run("SELECT CAST(`y` AS INT) AS `z` FROM VALUES ('secret-value') AS `v`(`y`)")
     assert "secret-value" not in str(caught.value) and "withheld" in str(caught.value)
     assert caught.value.__cause__ is None
+    printed = capfd.readouterr()
+    assert "secret-value" not in printed.out + printed.err
 
 
 def jobs(spark: Any) -> list[int]:

@@ -233,10 +233,11 @@ class SparkBackend(SqlBackend):
                 sums are DECIMAL(38, 0) over values below 2^53 and cannot reach it).
             OperationalError: the session refused ANSI mode (nothing was run), or Spark failed.
                 Analysis and parse errors (about the SQL and the catalog) are shown; any other
-                message may quote data and is withheld; nothing is chained.
+                message may quote data and is withheld; nothing is chained. PySpark's own loggers
+                of failed queries (which print the whole message) are silenced while it runs.
         """
         session = self.session
-        with _settings(session, _QUERY_SETTINGS):
+        with _settings(session, _QUERY_SETTINGS), _quiet_query_logs():
             try:
                 return session.sql(sql).toArrow()
             except Exception as err:
@@ -326,6 +327,29 @@ def _condition(err: BaseException) -> str:
     """Spark's error condition (e.g. TABLE_OR_VIEW_NOT_FOUND), a name that quotes nothing."""
     get = getattr(err, "getCondition", None) or getattr(err, "getErrorClass", None)
     return str(get() if get is not None else type(err).__name__)
+
+
+#: The loggers PySpark writes a failed query's whole message to (with its SQL context) when it raises.
+_QUERY_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+
+
+@contextmanager
+def _quiet_query_logs() -> Iterator[None]:
+    """Disable PySpark's query-context loggers for the block: their messages may quote data values."""
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:  # a PySpark without them logs nothing of the kind
+        yield
+        return
+    loggers = [PySparkLogger.getLogger(name) for name in _QUERY_LOGGERS]
+    before = [logger.disabled for logger in loggers]
+    for logger in loggers:
+        logger.disabled = True
+    try:
+        yield
+    finally:
+        for logger, disabled in zip(loggers, before):
+            logger.disabled = disabled
 
 
 def _is_analysis(err: BaseException) -> bool:
