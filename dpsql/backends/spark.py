@@ -101,25 +101,19 @@ class SparkBackend(SqlBackend):
         references: dict[str, str] = {}
         local = []
         for name, where in (tables or {}).items():
-            key = str(name).lower()
             if isinstance(where, str):
                 references[str(name)] = where
-            elif isinstance(where, pa.Table):
-                self._frames[key] = _from_arrow(session, where)
-                local.append(True)
-            elif is_spark_dataframe(where):
-                if where.sparkSession is not session:
-                    raise ProgrammingError(f"tables['{name}'] is a DataFrame of another SparkSession; build it with "
-                                           "the session passed to SparkBackend (or pass a pyarrow.Table).")
-                self._frames[key] = where
-                local.append(_is_local(where))
             else:
-                raise ProgrammingError(f"tables['{name}'] must be a table name ('db.people'), a Spark DataFrame or a "
-                                       f"pyarrow.Table; got {type(where).__name__}.")
-        for name, frame in self._frames.items():
-            view = f"dpsql_{re.sub(r'[^a-z0-9_]', '_', name)}_{uuid.uuid4().hex}"
-            frame.createOrReplaceTempView(view)
-            self._views[name] = view
+                self._frames[str(name).lower()], is_local = _frame(session, str(name), where)
+                local.append(is_local)
+        try:
+            for name, frame in self._frames.items():
+                view = f"dpsql_{re.sub(r'[^a-z0-9_]', '_', name)}_{uuid.uuid4().hex}"
+                frame.createOrReplaceTempView(view)
+                self._views[name] = view
+        except BaseException:
+            self.close()
+            raise
         super().__init__({**references, **self._views})
         self._local = bool(local) and not references and all(local)
 
@@ -286,12 +280,25 @@ class SparkBackend(SqlBackend):
                          catalog=identifiers[-3] if len(parts) > 2 else None)
 
 
-def _from_arrow(session: Any, table: pa.Table) -> Any:
-    """A DataFrame of the session holding ``table``'s rows (Arrow in, so NaN is kept)."""
-    try:
-        return session.createDataFrame(table)
-    except Exception as err:
-        raise _failure(err, "load the Arrow table") from None
+def _frame(session: Any, name: str, where: object) -> tuple[Any, bool]:
+    """(the DataFrame of ``session`` for ``tables[name]``, whether its rows are held by this process).
+
+    A ``pyarrow.Table`` is loaded with ``createDataFrame`` (Arrow in, so NaN is kept): in memory
+    by construction. A DataFrame must belong to ``session``; it is in memory when :func:`_is_local`.
+    """
+    if isinstance(where, pa.Table):
+        try:
+            return session.createDataFrame(where), True
+        except Exception as err:
+            raise _failure(err, f"load tables['{name}'] from Arrow") from None
+    if not is_spark_dataframe(where):
+        raise ProgrammingError(f"tables['{name}'] must be a table name ('db.people'), a Spark DataFrame or a "
+                               f"pyarrow.Table; got {type(where).__name__}.")
+    frame: Any = where
+    if frame.sparkSession is not session:
+        raise ProgrammingError(f"tables['{name}'] is a DataFrame of another SparkSession; build it with the session "
+                               "passed to SparkBackend (or pass a pyarrow.Table).")
+    return frame, _is_local(frame)
 
 
 def _is_local(frame: Any) -> bool:
