@@ -117,11 +117,17 @@ def test_answers_over_spark_connect_equal_duckdb(server: str) -> None:
         assert opened[0].session is None
 
 
-def test_remote_session_is_a_spark_session_and_is_stopped(server: str) -> None:
+def test_remote_session_forces_ansi_and_is_stopped(server: str) -> None:
+    """Over Connect too, an ANSI-off session's overflow is a DataError and the setting is restored; the
+    session remote() opened is stopped by close()."""
     backend = SparkBackend.remote(server)
     session = backend.session
     assert is_spark_session(session) and not backend.in_memory
     assert backend.identity == "spark:current=spark_catalog.default"
+    session.conf.set("spark.sql.ansi.enabled", "false")
+    with pytest.raises(dpsql.DataError, match="overflow"):
+        backend.run("SELECT SUM(`x`) AS `s` FROM VALUES (9223372036854775807L), (1L) AS `v`(`x`)")
+    assert session.conf.get("spark.sql.ansi.enabled") == "false"
     backend.close()
     with pytest.raises(Exception):  # noqa: B017 - pyspark's own error for a stopped session
         session.sql("SELECT 1").collect()
