@@ -278,3 +278,24 @@ def test_types_map_to_families() -> None:
              "date": "date", "timestamp": "timestamp", "timestamp_ntz": "timestamp", "string": "text",
              "varchar(10)": "text", "char(3)": "text", "binary": "other", "array<int>": "other"}
     assert {name: spark_dialect.type_family(name) for name in names} == names
+
+
+class RefusingConf:
+    """A session configuration that is ANSI-off and refuses changes (as a managed service may)."""
+
+    def get(self, key: str) -> str:
+        return "false"
+
+    def set(self, key: str, value: str) -> None:
+        raise RuntimeError(f"cannot modify {key}")
+
+
+def test_a_session_refusing_ansi_mode_runs_nothing() -> None:
+    """Where ANSI mode cannot be set, the query is refused (OperationalError naming the setting) unrun."""
+    ran: list[str] = []
+    stand_in = type("SparkSession", (), {"__module__": "pyspark.sql.session", "conf": RefusingConf(),
+                                         "sql": lambda self, text: ran.append(text)})
+    backend = SparkBackend(stand_in())
+    with pytest.raises(dpsql.OperationalError, match=r"spark\.sql\.ansi\.enabled=true.*refused"):
+        backend.run(OVERFLOW)
+    assert ran == []
