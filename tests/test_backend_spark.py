@@ -23,11 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-
-pytest.importorskip("pyspark", reason="the Spark backend needs pyspark >= 4 (pip install \"dpsql[spark]\")")
-if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-    pytest.skip("Spark needs a Java runtime >= 17 (e.g. apt-get install -y openjdk-17-jre-headless); none is on "
-                "PATH or in JAVA_HOME", allow_module_level=True)
+from _required import module, unavailable
 
 import dpsql
 from dpsql.backends.duckdb import DuckDBBackend
@@ -35,6 +31,11 @@ from dpsql.backends.spark import SparkBackend, is_spark_dataframe, is_spark_sess
 from dpsql.errors import DataError, InterfaceError, ProgrammingError, SchemaError
 from dpsql.schema import Schema
 from tests import _portable
+
+module("pyspark", "the Spark backend needs pyspark >= 4 (pip install \"dpsql[spark]\")")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    unavailable("Spark needs a Java runtime >= 17 (e.g. apt-get install -y openjdk-17-jre-headless); none is on "
+                "PATH or in JAVA_HOME")
 
 ANSI = "spark.sql.ansi.enabled"
 

@@ -54,9 +54,10 @@ TOUCHING: dict[str, frozenset[str]] = {
     "dpsql.engine.measure": frozenset({RANDOMNESS}),        # ... and its measurements (mechanism.measure)
     "dpsql.engine.residual_route": frozenset({DATA, RANDOMNESS}),  # the ResidualPlanner route: marginal_counts, measure
     "dpsql.engine.thresholds": frozenset({DATA}),           # measure_profile; the selectors draw in sum_truncation
-    "dpsql.dbapi": frozenset({DATA}),                       # connect opens the DuckDBBackend (rng= only passed along)
+    "dpsql.dbapi": frozenset({DATA}),                       # connect opens the chosen backend (rng= only passed along)
     # --- the backends: run the generated queries (exact aggregates; no noise)
     "dpsql.backends.duckdb": frozenset({DATA}),
+    "dpsql.backends.choose": frozenset({DATA}),             # opens the backend a connect() argument names
     # --- the noise: exact samplers with OS randomness, and the mechanisms that draw from them
     "dpsql.noise": frozenset({RANDOMNESS}),                 # the package re-exports the samplers
     "dpsql.noise.sources": frozenset({RANDOMNESS}),         # os.urandom / a seeded generator: the random words

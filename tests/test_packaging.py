@@ -70,7 +70,7 @@ def test_the_core_install_has_five_dependencies_and_the_engines_are_extras() -> 
     project = _project()["project"]
     assert [d.split(">")[0] for d in project["dependencies"]] == ["sqlglot", "duckdb", "numpy", "scipy", "pyarrow"]
     extras = project["optional-dependencies"]
-    assert extras["spark"] == ["pyspark>=4"] and extras["spark-connect"] == ["pyspark-client>=4"]
+    assert extras["spark"] == ["pyspark>=4"] and extras["spark-connect"] == ["pyspark-client>=4", "pandas>=2.2,<3"]
     assert extras["postgres"] == ["adbc-driver-postgresql>=1.0"]
 
 

@@ -21,24 +21,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _required import module, unavailable
 
-pyspark = pytest.importorskip("pyspark", reason="the Spark Connect server needs pyspark >= 4 with its jars "
-                              "(pip install \"pyspark[connect]\")")
-for module in ("grpc", "grpc_status", "google.rpc", "pandas", "zstandard"):
-    pytest.importorskip(module, reason=f"the Spark Connect client needs {module} (pip install \"dpsql[spark-connect]\" "
-                        "or \"pyspark[connect]\")")
+import dpsql
+from dpsql.backends.spark import SparkBackend, is_spark_session
+from tests import _portable
+
+pyspark = module("pyspark", "the Spark Connect server needs pyspark >= 4 with its jars "
+                 "(pip install \"pyspark[connect]\")")
+for name in ("grpc", "grpc_status", "google.rpc", "pandas", "zstandard"):
+    module(name, f"the Spark Connect client needs {name} "
+           "(pip install \"dpsql[spark-connect]\" or \"pyspark[connect]\")")
 SPARK_HOME = Path(pyspark.__file__).parent
 CONNECT_JARS = glob.glob(str(SPARK_HOME / "jars" / "spark-connect_*.jar"))
 if not (SPARK_HOME / "bin" / "spark-submit").exists() or not CONNECT_JARS:
-    pytest.skip("this pyspark has no jars or spark-submit (pyspark-client?): no local Connect server can start",
-                allow_module_level=True)
+    unavailable("this pyspark has no jars or spark-submit (pyspark-client?): no local Connect server can start")
 if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-    pytest.skip("the Spark Connect server needs a Java runtime >= 17 (e.g. apt-get install -y "
-                "openjdk-17-jre-headless); none is on PATH or in JAVA_HOME", allow_module_level=True)
-
-import dpsql  # noqa: E402
-from dpsql.backends.spark import SparkBackend, is_spark_session  # noqa: E402
-from tests import _portable  # noqa: E402
+    unavailable("the Spark Connect server needs a Java runtime >= 17 (e.g. apt-get install -y "
+                "openjdk-17-jre-headless); none is on PATH or in JAVA_HOME")
 
 #: Seconds to wait for the server to listen (the JVM and Spark start in 10-40 s on 2 cores).
 START_TIMEOUT = 240.0
