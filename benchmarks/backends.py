@@ -152,16 +152,19 @@ def main() -> None:
     arguments = parser.parse_args()
     print(header("backends: one private batch on DuckDB, Spark local[2] and PostgreSQL"))
     spark = None if arguments.no_spark else _spark_session()
-    spark_per_row = []
+    spark_scans: dict[int, float] = {}
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
+        runs: dict[str, Callable[[Path], Backend]] = {"duckdb": lambda file: _duckdb(work, file)}
+        if spark is not None:
+            runs["spark local[2]"] = lambda file: _spark(spark, file)
+        if arguments.postgres:
+            runs["postgresql"] = lambda file: _postgres(arguments.postgres, file)
+        warm_up = build(work, 100_000)  # JIT and caches warmed on every backend before anything is timed
+        for name, opened in runs.items():
+            answer(opened(warm_up), work / f"{name}-warm-up.ledger", "warm-up")
         for rows in (int(r) for r in arguments.rows.split(",")):
             parquet = build(work, rows)
-            runs: dict[str, Callable[[Path], Backend]] = {"duckdb": lambda file: _duckdb(work, file)}
-            if spark is not None:
-                runs["spark local[2]"] = lambda file: _spark(spark, file)
-            if arguments.postgres:
-                runs["postgresql"] = lambda file: _postgres(arguments.postgres, file)
             print(f"\n{rows:,} rows ({parquet.stat().st_size / 1e6:.0f} MB Parquet)")
             print(f"{'backend':<16}{'scan s':>9}{'plan s':>9}{'scan / DuckDB':>15}  = DuckDB")
             reference: Timed | None = None
@@ -172,15 +175,28 @@ def main() -> None:
                 print(f"{name:<16}{timed.seconds:>9.2f}{total - timed.seconds:>9.2f}"
                       f"{timed.seconds / reference.seconds:>15.2f}  {'yes' if equal else 'NO'}")
                 if name.startswith("spark"):
-                    spark_per_row.append(timed.seconds / rows)
+                    spark_scans[rows] = timed.seconds
     if spark is not None:
         spark.stop()
-    if spark_per_row:
-        per_core_row = min(spark_per_row) * 2  # local[2]: two cores scanned in parallel
-        for cores in (64, 256):
-            print(f"\npaper estimate, 10^9 rows on {cores} executor cores: {1e9 * per_core_row / cores:,.0f} s of scan "
-                  f"({per_core_row * 1e9:.0f} ns per row per core measured here; assumes the scan and the unit "
-                  "cap's shuffle scale linearly, plus job start-up of a few seconds)")
+    if spark_scans:
+        _estimate(spark_scans)
+
+
+def _estimate(scans: dict[int, float]) -> None:
+    """10⁹ rows on a cluster from Spark's marginal cost per row here: the slope between the two largest runs
+    (fixed job costs cancel), times the two local cores, spread over a cluster's executor cores."""
+    sizes = sorted(scans)
+    if len(sizes) > 1:
+        small, large = sizes[-2], sizes[-1]
+        per_row = (scans[large] - scans[small]) / (large - small)
+        fixed = scans[large] - per_row * large
+    else:
+        per_row, fixed = scans[sizes[0]] / sizes[0], 0.0
+    per_core_row = per_row * 2  # local[2]: two cores scanned in parallel
+    print(f"\nSpark here: {per_core_row * 1e9:,.0f} ns per row per core, {fixed:.1f} s fixed per batch")
+    for cores in (64, 256, 1024):
+        print(f"paper estimate, 10^9 rows on {cores:>4} executor cores: {1e9 * per_core_row / cores + fixed:,.0f} s "
+              "of scan (linear scaling of the scan and of the unit cap's shuffle assumed)")
 
 
 def _duckdb(folder: Path, parquet: Path) -> Backend:
