@@ -3,7 +3,7 @@
 Shows that Spark computes the same data vectors as DuckDB (both privacy units, every aggregate
 the engine asks for, and the dialect's edge cases: integer, double and decimal categories, NaN,
 -0.0, year/month/day date units, timestamps, negative halves), that answers through
-``dpsql.connect(SparkBackend(...))`` are bit-identical to DuckDB's under the same seeded source,
+``dpsql.connect(spark_session, tables=...)`` are bit-identical to DuckDB's under the same seeded source,
 and Spark's own rules: ANSI mode forced on per query and the user's setting restored, overflow as
 DataError, catalog-only table references (no ``parquet.`/path```), ``in_memory`` only for driver
 data, temporary views dropped on close.
@@ -85,8 +85,8 @@ def test_data_vectors_equal_duckdb(spark: Any, frame: Any) -> None:
 
 
 def test_answers_bit_identical_to_duckdb(spark: Any, frame: Any) -> None:
-    def on_spark(**options: Any) -> dpsql.Connection:
-        return dpsql.connect(SparkBackend(spark, both(frame)), **options)
+    def on_spark(**options: Any) -> dpsql.Connection:  # the session itself: connect() opens the SparkBackend
+        return dpsql.connect(spark, tables=both(frame), **options)
 
     def on_duckdb(**options: Any) -> dpsql.Connection:
         return dpsql.connect(_portable.duckdb_database(), **options)

@@ -7,7 +7,7 @@
 - a PEP 249 connection with ``dialect="postgres"``: ``PostgresBackend``;
 - an object with the Backend protocol's members: itself.
 
-The Spark and PostgreSQL modules, and their drivers, are imported only when asked for, so the core
+The Spark and PostgreSQL modules import their drivers only when a backend is opened, so the core
 install needs neither.
 """
 
@@ -17,7 +17,12 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import duckdb
+
 from dpsql.backends.base import Backend, missing_members
+from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.backends.postgres import PostgresBackend
+from dpsql.backends.spark import SparkBackend, is_spark_session
 from dpsql.errors import ProgrammingError
 
 #: URI prefixes of the engines reached by address.
@@ -45,33 +50,23 @@ def choose_backend(database: Any, *, dialect: str | None = None, tables: Mapping
                                f"{', '.join(DIALECTS)}.")
     if isinstance(database, str) and database.startswith(SPARK_CONNECT):
         _check_dialect(dialect, "spark", "an sc:// address")
-        from dpsql.backends.spark import SparkBackend
-
         return SparkBackend.remote(database, tables=tables)
     if isinstance(database, str) and database.startswith(POSTGRES_URIS):
         _check_dialect(dialect, "postgres", "a postgresql:// address")
-        from dpsql.backends.postgres import PostgresBackend
-
         return PostgresBackend.from_uri(database, tables=tables)
-    if _is_spark_session(database):
+    if is_spark_session(database):
         _check_dialect(dialect, "spark", "a SparkSession")
-        from dpsql.backends.spark import SparkBackend
-
         return SparkBackend(database, tables=tables)
-    if isinstance(database, (str, os.PathLike)) or _is_duckdb_connection(database):
+    if isinstance(database, (str, os.PathLike, duckdb.DuckDBPyConnection)):
         _check_dialect(dialect, "duckdb", "a DuckDB database")
         if tables:
             raise ProgrammingError("tables= maps declared tables to Spark or PostgreSQL references; a DuckDB database "
                                    "reads each declared table by its name: create a view with that name instead.")
-        from dpsql.backends.duckdb import DuckDBBackend
-
         return DuckDBBackend(database)
     if dialect == "postgres":
         if not (hasattr(database, "cursor") and hasattr(database, "close")):
             raise ProgrammingError(f"dialect='postgres' takes a PEP 249 connection to PostgreSQL (ADBC or psycopg); "
                                    f"got a {type(database).__name__}.")
-        from dpsql.backends.postgres import PostgresBackend
-
         return PostgresBackend(database, tables=tables)
     missing = missing_members(database)
     if missing:
@@ -91,18 +86,3 @@ def _check_dialect(dialect: str | None, expected: str, what: str) -> None:
     if dialect is not None and dialect != expected:
         raise ProgrammingError(f"dialect={dialect!r} does not fit {what}, whose dialect is {expected!r}; "
                                "drop dialect=.")
-
-
-def _class_names(value: object) -> set[str]:
-    """Fully qualified names of the classes of ``value`` (no package is imported to recognise one)."""
-    return {f"{kind.__module__}.{kind.__qualname__}" for kind in type(value).__mro__}
-
-
-def _is_spark_session(value: object) -> bool:
-    """A classic or Spark Connect ``SparkSession``."""
-    return bool(_class_names(value) & {"pyspark.sql.session.SparkSession", "pyspark.sql.connect.session.SparkSession"})
-
-
-def _is_duckdb_connection(value: object) -> bool:
-    return any(name.startswith(("duckdb.", "_duckdb.")) and name.endswith("DuckDBPyConnection")
-               for name in _class_names(value))
