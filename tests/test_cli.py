@@ -4,6 +4,7 @@ on stderr."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import duckdb
@@ -75,6 +76,14 @@ def test_run_prints_each_statement_with_standard_errors(files: dict[str, str],
     assert [band[2] for band in bands[:2]] == ["NULL", "NULL"]  # WHERE age >= 20 leaves no row in them: AVG is NULL
     assert all("±" in " ".join(band) for band in bands[2:])
     assert "answered 2 statement(s)" in err and "Traceback" not in err  # progress goes to stderr, results to stdout
+
+
+def test_run_reads_the_batch_from_standard_input(files: dict[str, str], capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(QUERIES))
+    assert main(["run", "-", "--db", files["db"], "--schema", files["schema"], "--epsilon", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "-- statement 1" in out and "-- statement 2" in out and "-- statement 3" not in out
 
 
 def test_run_with_rho(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:

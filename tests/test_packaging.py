@@ -81,3 +81,15 @@ def test_importing_dpsql_and_its_backends_imports_no_engine_driver() -> None:
             "'adbc_driver_manager', 'psycopg', 'py4j', 'grpc', 'pandas'}))")
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert found.stdout.strip() == "[]", found.stdout + found.stderr
+
+
+def test_every_exception_class_is_on_the_dpsql_module() -> None:
+    """What the README names as an error can be caught as ``dpsql.<Name>``, and is exported."""
+    import inspect
+
+    from dpsql import errors
+
+    classes = {name for name, value in vars(errors).items()
+               if inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == errors.__name__}
+    assert classes and all(getattr(dpsql, name) is getattr(errors, name) for name in classes)
+    assert classes <= set(dpsql.__all__)

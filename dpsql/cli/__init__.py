@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     for name, handler, text in (("run", _run, "answer a batch of SQL privately"),
                                 ("explain", _explain, "show the plan and cost of a batch without spending")):
         command = commands.add_parser(name, help=text)
-        command.add_argument("queries", type=Path, help="a .sql file with one or more statements")
+        command.add_argument("queries", type=Path, help="a .sql file with one or more statements (- reads standard "
+                             "input)")
         command.add_argument("--db", required=True, help=budget_cli.DB_HELP)
         command.add_argument("--tables", type=budget_cli.table_map, help=budget_cli.TABLES_HELP)
         command.add_argument("--schema", required=True, type=Path, help="the public schema (TOML)")

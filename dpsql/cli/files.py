@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,7 +14,9 @@ from dpsql.errors import InterfaceError
 
 
 def read_queries(path: Path) -> str:
-    """The text of a .sql file; InterfaceError naming the file if it cannot be read."""
+    """The text of a .sql file, or of standard input for ``-``; InterfaceError naming the file if it cannot be read."""
+    if str(path) == "-":
+        return sys.stdin.read()
     try:
         return path.read_text()
     except OSError as err:
