@@ -24,7 +24,7 @@ from dpsql.accounting import Budget, PrivacyBudget, PrivacyCost
 from dpsql.backends.base import Backend
 from dpsql.backends.choose import choose_backend, is_address
 from dpsql.backends.duckdb import attached_files
-from dpsql.errors import InterfaceError, LedgerError, NotSupportedError, ProgrammingError
+from dpsql.errors import InterfaceError, LedgerError, NotSupportedError, PrivacyParameterError, ProgrammingError
 from dpsql.ledger import Account, BatchRecord, Binding, Ledger, default_path
 from dpsql.noise import RandomSource
 from dpsql.schema import Schema
@@ -46,6 +46,8 @@ def connect(
     rng: RandomSource | None = None,
     tables: Mapping[str, Any] | None = None,
     dialect: str | None = None,
+    epsilon_per_batch: float | None = None,
+    rho_per_batch: float | None = None,
 ) -> Connection:
     """Open a private connection to a DuckDB database (a path, ":memory:" or a connection, the embedded
     default), to Apache Spark (a ``SparkSession``, or ``"sc://host:port"`` for Spark Connect), to
@@ -80,6 +82,9 @@ def connect(
         tables: Spark and PostgreSQL only: where each declared table is, by declared name
             (``{"people": "catalog.db.people"}``; for Spark also a DataFrame); default: its declared name.
         dialect: ``"postgres"`` for a PEP 249 connection to PostgreSQL (other engines are recognised).
+        epsilon_per_batch, rho_per_batch: the cost of a batch executed without ``epsilon=``/``rho=``, so that
+            ``cursor.execute(sql)`` and tools that speak only PEP 249 (``pandas.read_sql``) work; each call is
+            still one batch, charged before it reads data. At most one of the two.
 
     Raises:
         OperationalError: there is no file at the database path, DuckDB cannot open it, or the Spark or
@@ -90,6 +95,8 @@ def connect(
             an in-memory budget on in-memory data, or no budget source for anything but a database
             file. Nothing dpsql opened stays open and nothing is charged.
     """
+    default_cost = (None if epsilon_per_batch is None and rho_per_batch is None
+                    else PrivacyCost(epsilon=epsilon_per_batch, rho=rho_per_batch))  # checked before anything opens
     source = schema if isinstance(schema, (str, Mapping, Schema)) else Path(os.fspath(schema))
     if is_address(database) and (ledger is None or dataset is None):  # checked before a server is contacted
         raise ProgrammingError(f"a connection to {str(database).split('://')[0]}://... reads data stored on a server: "
@@ -101,7 +108,7 @@ def connect(
         loaded = Schema.load(source)
         if isinstance(books, Account):  # charges check the data and schema the owner bound the dataset to
             books = books.bound_to(Binding(schema=loaded.canonical(), database=backend.identity))
-        return Connection(backend, loaded, books, rng)
+        return Connection(backend, loaded, books, rng, default_cost)
     except BaseException:
         if backend is not database:  # a Backend passed in stays its caller's until the connection exists
             backend.close()
@@ -183,9 +190,12 @@ def _check_rng(rng: RandomSource | None, books: Budget | Account, backend: Backe
 class Connection:
     """A PEP 249 connection holding the backend, the schema and where its budget is kept."""
 
-    def __init__(self, backend: Backend, schema: Schema, books: Budget | Account, rng: RandomSource | None) -> None:
+    def __init__(self, backend: Backend, schema: Schema, books: Budget | Account, rng: RandomSource | None,
+                 default_cost: PrivacyCost | None = None) -> None:
         _check_rng(rng, books, backend)
         self._backend, self.schema, self._books, self._rng = backend, schema, books, rng
+        #: The cost of a batch executed without epsilon= or rho= (``connect(epsilon_per_batch=...)``), or None.
+        self.default_cost = default_cost
         self._closed = False
 
     @property
@@ -276,7 +286,7 @@ class Cursor:
         is read), so a missing ledger or a spent budget is reported before the batch is planned.
         """
         self._check_open()
-        cost = PrivacyCost(epsilon=epsilon, rho=rho)
+        cost = self._cost(epsilon, rho)
         self.connection.budget.check(cost)  # an unreadable ledger or a spent budget fails before the planning work
         prepared = engine.prepare(operation, self.connection.schema, cost, parameters, progress=progress,
                                   weights=weights)
@@ -305,7 +315,7 @@ class Cursor:
         a line saying the budget state is unknown and why: ``execute`` fails until it is fixed.
         """
         self._check_open()
-        prepared = engine.prepare(operation, self.connection.schema, PrivacyCost(epsilon=epsilon, rho=rho), parameters,
+        prepared = engine.prepare(operation, self.connection.schema, self._cost(epsilon, rho), parameters,
                                   weights=weights)
         backend = self.connection.backend_name
         try:
@@ -314,6 +324,17 @@ class Cursor:
             return (f"{engine.explain(prepared)}\n{backend}\n"
                     f"Budget: unknown, so every query fails until this is fixed: {err}")
         return f"{engine.explain(prepared, budget)}\n{backend}"
+
+    def _cost(self, epsilon: float | None, rho: float | None) -> PrivacyCost:
+        """The batch's cost: the one given, else the connection's default; PrivacyParameterError if neither."""
+        if epsilon is None and rho is None:
+            if self.connection.default_cost is not None:
+                return self.connection.default_cost
+            raise PrivacyParameterError("give the batch's cost as epsilon= (pure ε-DP) or rho= (ρ-zCDP), or open the "
+                                        "connection with dpsql.connect(..., epsilon_per_batch=...) (or rho_per_batch=) "
+                                        "so that execute(sql) without a cost, and PEP 249 tools such as "
+                                        "pandas.read_sql, charge that cost per call. Nothing was charged.")
+        return PrivacyCost(epsilon=epsilon, rho=rho)
 
     def callproc(self, procname: str, parameters: Sequence[object] = ()) -> None:
         raise NotSupportedError("dpsql has no stored procedures; send SELECT statements to execute().")

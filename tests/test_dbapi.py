@@ -248,6 +248,26 @@ def test_execute_needs_exactly_one_privacy_cost(cursor: dpsql.Cursor) -> None:
         with pytest.raises(dpsql.PrivacyParameterError):
             cursor.execute(BATCH, **cost)
     assert cursor.connection.budget.spent == 0.0
+    with pytest.raises(dpsql.PrivacyParameterError, match="epsilon_per_batch="):  # the message names the default
+        cursor.execute(BATCH)
+
+
+def test_a_connection_default_cost_lets_execute_run_without_one(data: duckdb.DuckDBPyConnection) -> None:
+    """``connect(epsilon_per_batch=...)``: each ``execute(sql)`` without a cost is one batch charged that cost
+    (what pandas.read_sql and other PEP 249 tools call); a cost given to execute still wins."""
+    with dpsql.connect(data, schema=SCHEMA, budget=dpsql.Budget(epsilon=3.0), epsilon_per_batch=0.5) as connection:
+        cursor = connection.cursor()
+        assert cursor.execute("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex").rowcount == 2
+        assert connection.budget.spent == 0.5
+        cursor.execute("SELECT COUNT(*) AS n FROM people", epsilon=1.0)
+        assert connection.budget.spent == 1.5
+        assert "Cost: ε=0.5" in cursor.explain("SELECT COUNT(*) AS n FROM people")
+        cursor.executemany("SELECT COUNT(*) AS n FROM people WHERE age >= ?", [[10], [20]])
+        assert connection.budget.spent == 2.5
+    for costs in ({"epsilon_per_batch": 1.0, "rho_per_batch": 0.1}, {"epsilon_per_batch": -1.0},
+                  {"rho_per_batch": float("inf")}):
+        with pytest.raises(dpsql.PrivacyParameterError):
+            dpsql.connect(data, schema=SCHEMA, budget=dpsql.Budget(epsilon=3.0), **costs)
 
 
 def test_executemany_runs_one_charged_batch_per_parameter_set(cursor: dpsql.Cursor) -> None:
