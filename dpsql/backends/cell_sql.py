@@ -5,9 +5,10 @@ for several cell sets or marginals) with the privacy-unit cap, the truncation se
 and the checks that the database's column types can hold each declared use. The expressions are
 rendered in the backend's dialect (``exp.sql(dialect)``); their Arrow results are decoded here into
 :class:`~dpsql.backends.base.CellData` and dense marginal tables. Nothing here opens a database:
-:mod:`dpsql.backends.duckdb` runs these queries on DuckDB, and another SQL engine can run them in
-its own dialect. Where rows go (cells, the outside cell, measures, the cap) is described in
-:mod:`dpsql.backends.duckdb`; no user SQL and no value read from the data reaches a query.
+the adapters of :mod:`dpsql.backends.sql_backend` (DuckDB, Spark, PostgreSQL) run these queries, each
+in its own :class:`~dpsql.backends.sql_dialects.SqlDialect`. Where rows go (cells, the outside cell,
+measures, the cap) is described in :mod:`dpsql.backends.sql_backend`; no user SQL and no value read
+from the data reaches a query.
 """
 
 from __future__ import annotations

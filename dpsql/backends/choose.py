@@ -23,13 +23,12 @@ from dpsql.backends.base import Backend, missing_members
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.backends.postgres import PostgresBackend
 from dpsql.backends.spark import SparkBackend, is_spark_session
+from dpsql.backends.sql_dialects import DIALECTS, DUCKDB, POSTGRES, SPARK
 from dpsql.errors import ProgrammingError
 
 #: URI prefixes of the engines reached by address.
 SPARK_CONNECT = "sc://"
 POSTGRES_URIS = ("postgresql://", "postgres://")
-#: Values of ``dialect=`` naming an engine for a PEP 249 connection.
-DIALECTS = ("duckdb", "postgres", "spark")
 
 
 def is_address(database: object) -> bool:
@@ -47,23 +46,23 @@ def choose_backend(database: Any, *, dialect: str | None = None, tables: Mapping
     """
     if dialect is not None and dialect not in DIALECTS:
         raise ProgrammingError(f"dialect={dialect!r} is not one dpsql generates SQL for; use one of "
-                               f"{', '.join(DIALECTS)}.")
+                               f"{', '.join(sorted(DIALECTS))}.")
     if isinstance(database, str) and database.startswith(SPARK_CONNECT):
-        _check_dialect(dialect, "spark", "an sc:// address")
+        _check_dialect(dialect, SPARK.name, "an sc:// address")
         return SparkBackend.remote(database, tables=tables)
     if isinstance(database, str) and database.startswith(POSTGRES_URIS):
-        _check_dialect(dialect, "postgres", "a postgresql:// address")
+        _check_dialect(dialect, POSTGRES.name, "a postgresql:// address")
         return PostgresBackend.from_uri(database, tables=tables)
     if is_spark_session(database):
-        _check_dialect(dialect, "spark", "a SparkSession")
+        _check_dialect(dialect, SPARK.name, "a SparkSession")
         return SparkBackend(database, tables=tables)
     if isinstance(database, (str, os.PathLike, duckdb.DuckDBPyConnection)):
-        _check_dialect(dialect, "duckdb", "a DuckDB database")
+        _check_dialect(dialect, DUCKDB.name, "a DuckDB database")
         if tables:
             raise ProgrammingError("tables= maps declared tables to Spark or PostgreSQL references; a DuckDB database "
                                    "reads each declared table by its name: create a view with that name instead.")
         return DuckDBBackend(database)
-    if dialect == "postgres":
+    if dialect == POSTGRES.name:
         if not (hasattr(database, "cursor") and hasattr(database, "close")):
             raise ProgrammingError(f"dialect='postgres' takes a PEP 249 connection to PostgreSQL (ADBC or psycopg); "
                                    f"got a {type(database).__name__}.")
