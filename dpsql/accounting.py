@@ -181,6 +181,25 @@ def delta_from_rho(rho: float, *, epsilon: float) -> float:
     return min(1.0, math.exp(log_delta))
 
 
+def rho_for_epsilon_delta(epsilon: float, *, delta: float) -> float:
+    """The largest ρ whose ρ-zCDP guarantee implies (ε, δ)-DP by :func:`epsilon_from_rho` (Canonne,
+    Kamath & Steinke 2020, Cor. 13): ε(ρ) increases in ρ and ε(ρ) ≥ ρ, so bisection on (0, ε].
+
+    >>> rho = rho_for_epsilon_delta(1.0, delta=1e-6)
+    >>> round(rho, 4), epsilon_from_rho(rho, delta=1e-6) <= 1.0
+    (0.0244, True)
+    """
+    _check("epsilon", epsilon)
+    _check_delta(delta)
+    low, high = 0.0, float(epsilon)
+    for _ in range(200):
+        middle = (low + high) / 2
+        if middle in (low, high):
+            break
+        low, high = (middle, high) if epsilon_from_rho(middle, delta=delta) <= epsilon else (low, middle)
+    return low
+
+
 def epsilon_from_rho_simple(rho: float, *, delta: float) -> float:
     """The simple conversion ε = ρ + 2√(ρ·ln(1/δ)) (Bun & Steinke 2016, Prop. 1.3); looser than CKS."""
     _check("rho", rho, zero=True)

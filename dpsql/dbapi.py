@@ -28,6 +28,7 @@ from dpsql.errors import InterfaceError, LedgerError, NotSupportedError, Privacy
 from dpsql.ledger import Account, BatchRecord, Binding, Ledger, default_path
 from dpsql.noise import RandomSource
 from dpsql.schema import Schema
+from dpsql.sql.dp_options import StatementOptions, batch_cost, read_options
 
 _ARROW_TYPE_CODES = {pa.string(): "STRING", pa.int64(): "NUMBER", pa.float64(): "NUMBER", pa.date32(): "DATETIME"}
 
@@ -258,6 +259,18 @@ def _mechanism(prepared: engine.Prepared) -> str:
     return f"{route}, {'discrete Laplace' if prepared.cost.family == 'epsilon' else 'discrete Gaussian'}"
 
 
+def _check_unit_options(options: Sequence[StatementOptions], prepared: engine.Prepared) -> None:
+    """A ``privacy_unit_column`` option must name the table's declared privacy unit (the bound is the schema's)."""
+    unit = prepared.chosen.compiled.table.privacy_unit
+    for option in options:
+        named = option.privacy_unit_column
+        if named is not None and (unit.column is None or named.lower() != unit.column.lower()):
+            declared = f"'{unit.column}' (max_rows = {unit.max_rows})" if unit.column else "each row (no unit column)"
+            raise ProgrammingError(f"privacy_unit_column = {named} ({option.where}) is not the table's declared "
+                                   f"privacy unit, which is {declared}. dpsql protects the unit the schema declares; "
+                                   "drop the option or name that column. Nothing was charged.")
+
+
 class Cursor:
     """A PEP 249 cursor over the result sets of the last executed batch."""
 
@@ -286,10 +299,11 @@ class Cursor:
         is read), so a missing ledger or a spent budget is reported before the batch is planned.
         """
         self._check_open()
-        cost = self._cost(epsilon, rho)
+        text, cost, units = self._cost_of(operation, epsilon, rho)
         self.connection.budget.check(cost)  # an unreadable ledger or a spent budget fails before the planning work
-        prepared = engine.prepare(operation, self.connection.schema, cost, parameters, progress=progress,
+        prepared = engine.prepare(text, self.connection.schema, cost, parameters, progress=progress,
                                   weights=weights)
+        _check_unit_options(units, prepared)
         budget = self.connection._budget_for(operation, parameters, prepared)
         results = engine.run(prepared, backend=self.connection._backend, budget=budget,
                              rng=self.connection._rng, progress=progress, postprocess=postprocess)
@@ -315,8 +329,9 @@ class Cursor:
         a line saying the budget state is unknown and why: ``execute`` fails until it is fixed.
         """
         self._check_open()
-        prepared = engine.prepare(operation, self.connection.schema, self._cost(epsilon, rho), parameters,
-                                  weights=weights)
+        text, cost, units = self._cost_of(operation, epsilon, rho)
+        prepared = engine.prepare(text, self.connection.schema, cost, parameters, weights=weights)
+        _check_unit_options(units, prepared)
         backend = self.connection.backend_name
         try:
             budget = self.connection.budget
@@ -324,6 +339,21 @@ class Cursor:
             return (f"{engine.explain(prepared)}\n{backend}\n"
                     f"Budget: unknown, so every query fails until this is fixed: {err}")
         return f"{engine.explain(prepared, budget)}\n{backend}"
+
+    def _cost_of(self, operation: str, epsilon: float | None,
+                 rho: float | None) -> tuple[str, PrivacyCost, list[StatementOptions]]:
+        """The text to parse, the batch's cost and the statements' differential privacy options: a
+        BigQuery ``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (...)`` clause (:mod:`dpsql.sql.dp_options`)
+        is the cost, blanked out of the text; else the cost given, else the connection's default."""
+        if not isinstance(operation, str):
+            return operation, self._cost(epsilon, rho), []
+        text, options = read_options(operation)
+        if not options:
+            return operation, self._cost(epsilon, rho), []
+        if epsilon is not None or rho is not None:
+            raise ProgrammingError("the batch gives its cost twice: WITH DIFFERENTIAL_PRIVACY OPTIONS "
+                                   f"({options[0].where}) and execute(epsilon=/rho=). Keep one. Nothing was charged.")
+        return text, batch_cost(options), options
 
     def _cost(self, epsilon: float | None, rho: float | None) -> PrivacyCost:
         """The batch's cost: the one given, else the connection's default; PrivacyParameterError if neither."""

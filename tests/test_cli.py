@@ -181,10 +181,24 @@ def test_the_queries_file_may_hold_unicode_and_comments(files: dict[str, str], t
     assert capsys.readouterr().out.count("±") == 1
 
 
-def test_a_usage_error_exits_2_through_argparse(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_batch_without_a_cost_exits_2_naming_the_three_ways_to_give_one(files: dict[str, str],
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", files["queries"], "--db", files["db"], "--schema", files["schema"]]) == 2
+    error = capsys.readouterr().err
+    assert "--epsilon" in error and "--rho" in error and "WITH DIFFERENTIAL_PRIVACY OPTIONS" in error
     with pytest.raises(SystemExit) as caught:
-        main(["run", files["queries"], "--db", files["db"], "--schema", files["schema"]])  # no --epsilon / --rho
-    assert caught.value.code == 2 and "one of the arguments --epsilon --rho is required" in capsys.readouterr().err
+        main(["run", files["queries"], "--db", files["db"], "--schema", files["schema"], "--epsilon", "1",
+              "--rho", "1"])
+    assert caught.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_run_takes_the_cost_from_bigquerys_clause_in_the_sql(files: dict[str, str], tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.25) COUNT(*) AS n FROM people;\n"
+                            "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5) sex, COUNT(*) AS n FROM people "
+                            "GROUP BY sex\n")
+    assert main(["run", path, "--db", files["db"], "--schema", files["schema"]]) == 0
+    assert "charged ε=0.75" in capsys.readouterr().err
 
 
 def test_out_naming_an_existing_file_is_a_clear_error(files: dict[str, str], tmp_path: Path,

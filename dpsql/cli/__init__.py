@@ -18,8 +18,9 @@ from dpsql import __version__
 from dpsql.cli import budget as budget_cli
 from dpsql.cli import local as local_cli
 from dpsql.cli.files import read_queries, result_folder, write_tables
-from dpsql.errors import Error
+from dpsql.errors import Error, PrivacyParameterError
 from dpsql.results import format_table
+from dpsql.sql.dp_options import read_options
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -45,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--db", required=True, help=budget_cli.DB_HELP)
         command.add_argument("--tables", type=budget_cli.table_map, help=budget_cli.TABLES_HELP)
         command.add_argument("--schema", required=True, type=Path, help="the public schema (TOML)")
-        cost = command.add_mutually_exclusive_group(required=True)
+        cost = command.add_mutually_exclusive_group()  # or WITH DIFFERENTIAL_PRIVACY OPTIONS in the SQL
         cost.add_argument("--epsilon", type=float, help="the batch's cost in pure ε-DP (discrete Laplace noise)")
         cost.add_argument("--rho", type=float, help="the batch's cost in ρ-zCDP (discrete Gaussian noise)")
         command.add_argument("--weights", type=_weights, help="each statement's weight in the planning objective, "
@@ -87,9 +88,19 @@ def _open(arguments: argparse.Namespace):  # type: ignore[no-untyped-def]
                          analyst=arguments.analyst, tables=arguments.tables)
 
 
+def _queries(arguments: argparse.Namespace) -> str:
+    """The batch's text; without --epsilon/--rho its statements must carry their cost in the SQL."""
+    text = read_queries(arguments.queries)
+    if arguments.epsilon is None and arguments.rho is None and not read_options(text)[1]:
+        raise PrivacyParameterError("give the batch's cost: --epsilon (pure ε-DP) or --rho (ρ-zCDP), or write it into "
+                                    "each statement as SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = ...) ...; "
+                                    "nothing was run or charged.")
+    return text
+
+
 def _run(arguments: argparse.Namespace) -> int:
     started = time.perf_counter()
-    text = read_queries(arguments.queries)
+    text = _queries(arguments)
     if arguments.out is not None:  # checked before anything is spent
         result_folder(arguments.out, consequence="Nothing was run or charged.")
     with _open(arguments) as connection:
@@ -130,7 +141,7 @@ def _weights(text: str) -> list[float]:
 
 def _explain(arguments: argparse.Namespace) -> int:
     with _open(arguments) as connection:
-        print(connection.cursor().explain(read_queries(arguments.queries), epsilon=arguments.epsilon, rho=arguments.rho,
+        print(connection.cursor().explain(_queries(arguments), epsilon=arguments.epsilon, rho=arguments.rho,
                                           weights=arguments.weights))
     return 0
 
