@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
-from dpsql.backends.duckdb import DuckDBBackend, arrow_table, describe
+from dpsql.backends.duckdb import DuckDBBackend, arrow_table, describe, in_catalog
 from dpsql.backends.sql_dialects import DUCKDB
 from dpsql.errors import OperationalError, SchemaError
 
@@ -67,6 +67,7 @@ def suggest_schema(connection_or_path: duckdb.DuckDBPyConnection | str | os.Path
 
 
 def _suggest(connection: duckdb.DuckDBPyConnection, table: str, max_categories: int) -> str:
+    _check_table(connection, table)
     catalog = describe(connection, table)
     sections = [_column_section(connection, table, column.name, column.type_name, max_categories)
                 for column in catalog.values()]
@@ -78,6 +79,23 @@ def _suggest(connection: duckdb.DuckDBPyConnection, table: str, max_categories: 
               '# privacy_unit = { column = "<person id column>", max_rows = <public limit> }',
               'privacy_unit = "row"']
     return "\n".join(header + [text for _, text in sections]) + "\n"
+
+
+_CATALOG_NAMES = " UNION ALL ".join(
+    f"SELECT {kind}_name FROM duckdb_{kind}s() WHERE NOT internal "
+    "AND (temporary OR (database_name = current_database() AND schema_name = current_schema()))"
+    for kind in ("table", "view"))
+
+
+def _check_table(connection: duckdb.DuckDBPyConnection, table: str) -> None:
+    """A --table that names no table or view of the catalog: say which ones there are (catalog names are public)."""
+    if in_catalog(connection, table):
+        return
+    names = sorted(str(row[0]) for row in connection.execute(_CATALOG_NAMES).fetchall())
+    hint = "A schema-qualified name is read as one name: give the bare table name. " if "." in table else ""
+    listed = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+    raise SchemaError(f"there is no table or view '{table}' in the database (its current schema has "
+                      f"{listed or 'none'}). {hint}Pass one of those to --table.")
 
 
 def _column_section(connection: duckdb.DuckDBPyConnection, table: str, name: str, type_name: str,

@@ -91,8 +91,10 @@ def test_suggest_from_a_path_small_ranges_and_many_categories(tmp_path: Path) ->
 
 def test_suggest_errors() -> None:
     con = duckdb.connect()
-    with pytest.raises(SchemaError, match="not a table or view in the database's catalog"):
-        suggest_schema(con, "missing")
+    with pytest.raises(SchemaError, match=r"no table or view 'missing' in the database \(its current schema has none"):
+        suggest_schema(con, "missing")  # there is no schema here: the message must not speak of one
     con.execute("CREATE TABLE blobs (b BLOB)")
+    with pytest.raises(SchemaError, match=r"current schema has blobs.*give the bare table name"):
+        suggest_schema(con, "main.blobs")
     with pytest.raises(SchemaError, match="supported type"):
         suggest_schema(con, "blobs")
