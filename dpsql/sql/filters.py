@@ -127,7 +127,7 @@ def constant_count_argument(node: exp.Expr, scope: Scope) -> bool:
 
     argument = unparen(node.this)
     if isinstance(argument, exp.Null):
-        raise unsupported("COUNT(NULL) (it is 0 on every table)", node, scope,
+        raise unsupported("COUNT(NULL) (it is 0 on every table)", _call_span(node, scope), scope,
                           "Count rows with COUNT(*) or the non-NULL values of a column with COUNT(col).")
     if isinstance(argument, exp.Boolean):
         return True
@@ -135,6 +135,18 @@ def constant_count_argument(node: exp.Expr, scope: Scope) -> bool:
         parse_value(argument, scope, "COUNT()")
         return True
     return False
+
+
+def _call_span(node: exp.Expr, scope: Scope) -> ir.Span:
+    """A call from its name to its closing parenthesis (a child without a token, such as NULL, is not
+    in :func:`node_span`)."""
+    first = scope.source.index(node_span(node, scope).start)
+    depth, last = 0, first
+    for last in range(first, scope.last + 1):
+        depth += {"(": 1, ")": -1}.get(scope.source.word(last), 0)
+        if depth == 0 and scope.source.word(last) == ")":
+            break
+    return scope.source.token_span(first, last)
 
 
 def unwrap_aggregate(node: exp.Expr, scope: Scope) -> tuple[exp.Expr, ir.Predicate | None, float]:
@@ -255,7 +267,7 @@ def parse_timestamp(text: str) -> dt.datetime | None:
 def day_boundaries(day: dt.date) -> str:
     """The advice for a timestamp inside ``day``: the day boundaries around it.
 
-    >>> day_boundaries(dt.date(2021, 1, 1))[-60:]
+    >>> day_boundaries(dt.date(2021, 1, 1)).split(": ")[1]
     "use DATE '2021-01-01' or DATE '2021-01-02' (a midnight TIMESTAMP is the same)."
     """
     return (f"Date columns are compared at day boundaries: use DATE '{day}' or DATE '{day + dt.timedelta(days=1)}' "

@@ -237,10 +237,14 @@ _CLOCK = {"CURRENT_DATE", "CURRENT_TIMESTAMP", "CURRENT_TIME", "NOW", "TODAY", "
           "GET_CURRENT_TIMESTAMP"}
 
 
+_CLOCK_NODES = (exp.CurrentDate, exp.CurrentTimestamp, exp.CurrentTime, exp.CurrentDatetime)
+
+
 def _refuse_clock(node: exp.Expr, scope: Scope) -> None:
     """Refuse CURRENT_DATE, NOW() and the like (also inside arithmetic), pointing at the word: the answer
     must not depend on when the batch runs."""
-    clock = node.find(exp.CurrentDate, exp.CurrentTimestamp, exp.CurrentTime, exp.CurrentDatetime)
+    clock = next((child for child in node.walk() if isinstance(child, _CLOCK_NODES) or (
+        isinstance(child, exp.Anonymous) and str(child.this).upper() in _CLOCK)), None)
     if clock is None:
         return
     start, end = node.meta.get("start"), node.meta.get("end")
