@@ -234,6 +234,16 @@ def test_a_pattern_matching_no_declared_value_is_an_exact_zero(data: duckdb.Duck
     assert table.column("n").to_pylist() == [0.0] * 3 and table.column("n_stddev").to_pylist() == [0.0] * 3
 
 
+def test_explain_notes_a_pattern_matching_no_declared_value(data: duckdb.DuckDBPyConnection) -> None:
+    connection = dpsql.connect(data, schema=SCHEMA, budget=Budget(epsilon=1.0))
+    report = connection.cursor().explain("SELECT COUNT(*) FROM people WHERE sex LIKE 'Oth%'; "
+                                         "SELECT COUNT(*) FILTER (WHERE sex NOT LIKE '%') FROM people; "
+                                         "SELECT COUNT(*) FROM people WHERE sex LIKE 'F%'", epsilon=1.0)
+    assert "note: LIKE 'Oth%' (line 1, col 35) selects no declared value of tables.people.columns.sex" in report
+    assert "note: NOT LIKE '%' (line 1, col 82) selects no declared value" in report
+    assert report.count("selects no declared value") == 2 and connection.budget.spent == 0.0
+
+
 def test_like_on_an_ordered_or_numeric_categorical_column_is_refused() -> None:
     message = refusal("SELECT COUNT(*) FROM people WHERE age LIKE '1%'")
     assert "LIKE on the integer column 'age'" in message and ">=" in message and "line 1, col 35" in message

@@ -44,6 +44,7 @@ import numpy.typing as npt
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
 from dpsql.sql import filters, ir
+from dpsql.sql.filters import Atom, statement_atoms
 from dpsql.sql.value_cells import ValueCells
 from dpsql.sql.vectors import COUNTS, DataVector
 from dpsql.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Workload
@@ -271,31 +272,13 @@ def _touched_columns(statements: Sequence[ir.Statement], table: sch.Table) -> li
     for statement in statements:
         for column in statement.group_by:
             names.add(_resolve(table, column).name)
-        for atom in _statement_atoms(statement):
+        for atom in statement_atoms(statement):
             names.add(_resolve(table, atom.column).name)
     return [column for name, column in table.columns.items() if name in names]
 
 
 def _resolve(table: sch.Table, column: ir.Column) -> sch.Column:
     return table.column(column.name, column.span.describe())
-
-
-Atom = ir.Comparison | ir.Between | ir.InList | ir.IsNull | ir.Like
-
-
-def _statement_atoms(statement: ir.Statement) -> list[Atom]:
-    """The atoms of the WHERE clause and of every aggregate's FILTER."""
-    return _atoms(statement.where) + [atom for a in statement.aggregates for atom in _atoms(a.filter)]
-
-
-def _atoms(predicate: ir.Predicate | None) -> list[Atom]:
-    if predicate is None:
-        return []
-    if isinstance(predicate, (ir.And, ir.Or)):
-        return [atom for operand in predicate.operands for atom in _atoms(operand)]
-    if isinstance(predicate, ir.Not):
-        return _atoms(predicate.operand)
-    return [predicate]
 
 
 def _value_column(column: sch.Column) -> sch.Column:
@@ -322,7 +305,7 @@ def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Tab
     if grouped:
         signature.append(column.domain.bin_of_base())
     for statement in statements:
-        for atom in _statement_atoms(statement):
+        for atom in statement_atoms(statement):
             if _resolve(table, atom.column).name == column.name:
                 signature.append(_base_mask(column, atom).astype(np.int64))
     stacked = np.stack(signature, axis=1)
@@ -388,9 +371,7 @@ def _ordered_interval(column: sch.Column, domain: sch.Ordered, operator: str, li
     integers and dates count whole values). A cell wholly inside the TRUE set is in the mask, one
     wholly outside is not, and a cell partly in both cannot be answered from cell counts.
     """
-    if domain.kind == "date" and isinstance(literal.value, str):
-        day = filters.timestamp_as_date(literal.value, literal.span, column.name)
-        literal = literal if day is None else replace(literal, value=day)
+    literal = filters.date_literal(domain, literal, column.name)
     try:
         number = domain.to_number(literal.value)
     except (ValueError, TypeError) as err:
@@ -473,9 +454,8 @@ class _StatementCompiler:
 
     def _filtered(self, true: list[Box], aggregate: ir.Aggregate) -> list[Box]:
         """The cells an aggregate reads: where WHERE is TRUE, and its FILTER too."""
-        if aggregate.filter is None:
-            return true
-        return _intersect(true, self._truth(aggregate.filter, false=False).true, self.budget)
+        found = None if aggregate.filter is None else self._truth(aggregate.filter, false=False).true
+        return true if found is None else _intersect(true, found, self.budget)
 
     def _everywhere(self) -> Box:
         return tuple(np.ones(axis.size, dtype=bool) for axis in self.axes)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
@@ -42,11 +43,14 @@ from dpsql.sql.source import Scope, describe, is_empty, node_span, unparen, unsu
 from dpsql.workloads import DisjointSum, Explicit, Kron, Workload
 
 __all__ = [
-    "base_mask", "is_null_cells", "like_mask", "parse_is_null", "parse_like", "parse_timestamp", "scaled",
-    "timestamp_as_date", "unwrap_aggregate", "constant_count_argument",
+    "Atom", "atoms", "base_mask", "constant_count_argument", "date_literal", "day_boundaries", "is_null_cells",
+    "like_mask", "like_regex", "parse_is_null", "parse_like", "parse_timestamp", "scaled", "statement_atoms",
+    "statement_notes", "timestamp_as_date", "unwrap_aggregate",
 ]
 
 BoolArray = npt.NDArray[np.bool_]
+#: A WHERE atom: the predicate that reads one column.
+Atom = ir.Comparison | ir.Between | ir.InList | ir.IsNull | ir.Like
 
 FILTER_SUPPORTED = (
     "Write the condition as a FILTER clause: COUNT(*) FILTER (WHERE p), SUM(col) FILTER (WHERE p), "
@@ -274,6 +278,14 @@ def day_boundaries(day: dt.date) -> str:
             "(a midnight TIMESTAMP is the same).")
 
 
+def date_literal(domain: sch.Ordered, literal: ir.Literal, column: str) -> ir.Literal:
+    """A timestamp string compared with a date column as its date (see :func:`timestamp_as_date`)."""
+    if domain.kind != "date" or not isinstance(literal.value, str):
+        return literal
+    day = timestamp_as_date(literal.value, literal.span, column)
+    return literal if day is None else replace(literal, value=day)
+
+
 def timestamp_as_date(text: str, where: ir.Span, column: str) -> dt.date | None:
     """A timestamp string compared with a date column: at midnight, its date (a day boundary: the
     comparison is the same); inside a day, refused naming the day boundaries around it; None if
@@ -339,12 +351,33 @@ def like_mask(column: sch.Column, atom: ir.Like) -> BoolArray:
     return ~member if atom.negated else member
 
 
-def like_note(column: sch.Column, atom: ir.Like) -> str | None:
-    """'LIKE ... matches no declared value' when the expansion is empty (answers are then exact zeros)."""
-    if isinstance(column.domain, sch.Categorical) and not like_mask(column, atom).any():
-        return (f"{'NOT ' if atom.negated else ''}LIKE '{atom.pattern.value}' at {atom.span.describe()} matches "
-                f"{'every' if atom.negated else 'no'} declared value of {column.key}")
-    return None
+def statement_atoms(statement: ir.Statement) -> list[Atom]:
+    """The atoms of the WHERE clause and of every aggregate's FILTER, in order."""
+    return atoms(statement.where) + [atom for aggregate in statement.aggregates for atom in atoms(aggregate.filter)]
+
+
+def atoms(predicate: ir.Predicate | None) -> list[Atom]:
+    """The atoms of a predicate, in order."""
+    if predicate is None:
+        return []
+    if isinstance(predicate, (ir.And, ir.Or)):
+        return [atom for operand in predicate.operands for atom in atoms(operand)]
+    if isinstance(predicate, ir.Not):
+        return atoms(predicate.operand)
+    return [predicate]
+
+
+def statement_notes(statement: ir.Statement, table: sch.Table) -> list[str]:
+    """EXPLAIN notes: each [NOT] LIKE that selects no declared value (FALSE on every row, not an error)."""
+    notes = []
+    for atom in statement_atoms(statement):
+        column = table.column(atom.column.name)
+        if isinstance(atom, ir.Like) and isinstance(column.domain, sch.Categorical) and \
+                not like_mask(column, atom).any():
+            keyword = ("NOT " if atom.negated else "") + ("ILIKE" if atom.case_insensitive else "LIKE")
+            notes.append(f"{keyword} '{atom.pattern.value}' ({atom.span.describe()}) selects no declared value of "
+                         f"{column.key}: it is FALSE on every row")
+    return notes
 
 
 def scaled(workload: Workload, factor: float) -> Workload:
