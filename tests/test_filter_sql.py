@@ -19,14 +19,17 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dpsql
 from dpsql.accounting import Budget
-from dpsql.errors import SchemaError, UnsupportedQueryError
+from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 from dpsql.sql.compile import compile_batch
-from dpsql.sql.parse import parse_batch
+from dpsql.sql.filters import dangling_escape, like_regex
+from dpsql.sql.parse import MAX_PREDICATE_ATOMS, parse_batch
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpsql.errors.DpsqlWarning")  # ε = 1e6: a test, not a release
 
@@ -244,6 +247,11 @@ def test_explain_notes_a_pattern_matching_no_declared_value(data: duckdb.DuckDBP
     assert report.count("selects no declared value") == 2 and connection.budget.spent == 0.0
 
 
+def test_a_pattern_ending_in_its_escape_character_is_refused() -> None:
+    message = refusal("SELECT COUNT(*) FROM people WHERE sex LIKE 'F!' ESCAPE '!'")
+    assert "ending in its escape character" in message and 'col 44: "\'F!\'"' in message
+
+
 def test_like_on_an_ordered_or_numeric_categorical_column_is_refused() -> None:
     message = refusal("SELECT COUNT(*) FROM people WHERE age LIKE '1%'")
     assert "LIKE on the integer column 'age'" in message and ">=" in message and "line 1, col 35" in message
@@ -384,3 +392,27 @@ def test_undeclared_value_in_an_in_list_still_names_the_declared_values() -> Non
 def test_the_where_message_names_the_new_atoms() -> None:
     message = refusal("SELECT COUNT(*) FROM people WHERE sex SIMILAR TO 'F'")
     assert re.search(r"IS \[NOT\] NULL, column \[NOT\] LIKE", message)
+
+
+@settings(max_examples=200, deadline=None)
+@given(pattern=st.text(alphabet="ab%_\\!", max_size=5), value=st.text(alphabet="abAB%_\\!", max_size=5),
+       insensitive=st.booleans(), escape=st.sampled_from([None, "!", "\\"]))
+def test_like_matches_duckdb(pattern: str, value: str, insensitive: bool, escape: str | None) -> None:
+    """The expansion's matcher agrees with DuckDB's LIKE/ILIKE on every pattern DuckDB accepts."""
+    keyword = "ILIKE" if insensitive else "LIKE"
+    clause = "" if escape is None else " ESCAPE ?"
+    try:
+        row = duckdb.execute(f"SELECT ? {keyword} ?{clause}", [value, pattern, *([escape] if escape else [])])\
+            .fetchone()
+    except duckdb.Error:  # DuckDB refuses a pattern ending in the escape character; so does dpsql
+        assert escape is not None and dangling_escape(pattern, escape)
+        return
+    assert row is not None
+    assert (like_regex(pattern, escape, insensitive).fullmatch(value) is not None) == row[0]
+
+
+def test_a_filter_clause_counts_toward_the_atom_limit() -> None:
+    values = ", ".join(str(v % 100) for v in range(MAX_PREDICATE_ATOMS + 1))
+    with pytest.raises(InvalidQueryError, match="MAX_PREDICATE_ATOMS"):
+        parse_batch(f"SELECT COUNT(*) FILTER (WHERE age IN ({values})) FROM people")
+    parse_batch(f"SELECT COUNT(*) FILTER (WHERE age IN ({values.rsplit(', ', 1)[0]})) FROM people")

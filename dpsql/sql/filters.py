@@ -43,9 +43,9 @@ from dpsql.sql.source import Scope, describe, is_empty, node_span, unparen, unsu
 from dpsql.workloads import DisjointSum, Explicit, Kron, Workload
 
 __all__ = [
-    "Atom", "atoms", "base_mask", "constant_count_argument", "date_literal", "day_boundaries", "is_null_cells",
-    "like_mask", "like_regex", "parse_is_null", "parse_like", "parse_timestamp", "scaled", "statement_atoms",
-    "statement_notes", "timestamp_as_date", "unwrap_aggregate",
+    "Atom", "atoms", "base_mask", "constant_count_argument", "dangling_escape", "date_literal", "day_boundaries",
+    "is_null_cells", "like_mask", "like_regex", "parse_is_null", "parse_like", "parse_timestamp", "scaled",
+    "statement_atoms", "statement_notes", "timestamp_as_date", "unwrap_aggregate",
 ]
 
 BoolArray = npt.NDArray[np.bool_]
@@ -93,9 +93,28 @@ def parse_like(node: exp.Like | exp.ILike | exp.Escape, scope: Scope, negated: b
     pattern = parse_value(node.expression, scope, "a LIKE pattern")
     if not isinstance(pattern.value, str):
         raise unsupported("a LIKE pattern that is not a string", node.expression, scope, _LIKE_SUPPORTED)
+    if escape is not None and dangling_escape(pattern.value, escape):
+        raise unsupported("a LIKE pattern ending in its escape character", node.expression, scope,
+                          "Escape the escape character itself, or drop it from the end of the pattern.")
     return ir.Like(column=parse_column(node.this, scope, "before LIKE", _LIKE_SUPPORTED), pattern=pattern,
                    escape=escape, case_insensitive=isinstance(node, exp.ILike),
                    negated=negated != bool(node.args.get("negate")), span=span or node_span(whole, scope))
+
+
+def dangling_escape(pattern: str, escape: str) -> bool:
+    """Whether the pattern ends in an escape character that quotes nothing (DuckDB refuses it).
+
+    >>> dangling_escape("a!", "!"), dangling_escape("a!!", "!"), dangling_escape("a!%", "!")
+    (True, False, False)
+    """
+    index = 0
+    while index < len(pattern):
+        if pattern[index] == escape:
+            if index + 1 == len(pattern):
+                return True
+            index += 1
+        index += 1
+    return False
 
 
 def like_regex(pattern: str, escape: str | None, case_insensitive: bool) -> re.Pattern[str]:

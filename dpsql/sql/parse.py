@@ -263,8 +263,8 @@ def _parse_statement(tree: exp.Expr, scope: Scope) -> ir.Statement:
     group_by = _parse_group_by(select.args.get("group"), scope)
     items = _parse_select_list(select, group_by, scope)
     where = select.args.get("where")
-    if where is not None:
-        _check_atom_count(where, scope)
+    for clause in select.find_all(exp.Where):  # the WHERE clause and each FILTER (WHERE ...)
+        _check_atom_count(clause, scope)
     span = scope.span
     return ir.Statement(
         text=scope.source.text[span.start:span.end],
