@@ -271,6 +271,9 @@ CONDITIONAL = [
     ("COUNT(CASE WHEN age IS NULL THEN income END)", "COUNT(income) FILTER (WHERE age IS NULL)"),
     ("AVG(CASE WHEN day < DATE '2021-02-01' THEN income END)", "AVG(income) FILTER (WHERE day < DATE '2021-02-01')"),
     ("SUM(income) FILTER (WHERE score >= 5)", "SUM(income) FILTER (WHERE score >= 5)"),
+    ("SUM(IF(age > 50, income, 0))", "SUM(income) FILTER (WHERE age > 50)"),
+    ("COUNT(IF(sex = 'M', 1, NULL))", "COUNT(*) FILTER (WHERE sex = 'M')"),
+    ("SUM(CASE WHEN sex = 'M' THEN 0 ELSE 0 END)", "0"),
     ("AVG(CASE WHEN age < 30 THEN income END) FILTER (WHERE sex = 'M')",
      "AVG(income) FILTER (WHERE age < 30 AND sex = 'M')"),
 ]

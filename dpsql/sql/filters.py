@@ -183,7 +183,8 @@ def unwrap_aggregate(node: exp.Expr, scope: Scope) -> tuple[exp.Expr, ir.Predica
     - ``SUM(CASE WHEN p THEN k ELSE 0 END)``: k · COUNT(*) FILTER (WHERE p) (scale k);
     - ``SUM|AVG|COUNT(CASE WHEN p THEN col [ELSE NULL] END)``, ``SUM(CASE WHEN p THEN col ELSE 0 END)``:
       the same aggregate of col FILTER (WHERE p);
-    - ``COUNT(CASE WHEN p THEN <constant> ELSE <constant> END)``: COUNT(*) (no row gives NULL).
+    - ``COUNT(CASE WHEN p THEN <constant> ELSE <constant> END)``: COUNT(*) (no row gives NULL);
+    - ``IF(p, v, e)`` as ``CASE WHEN p THEN v ELSE e END``.
 
     Any other CASE inside an aggregate is refused, naming it, with the FILTER rewrite. Other nodes
     come back unchanged.
@@ -197,7 +198,7 @@ def unwrap_aggregate(node: exp.Expr, scope: Scope) -> tuple[exp.Expr, ir.Predica
     if isinstance(node, exp.CountIf):
         return exp.Count(this=exp.Star()), parse_predicate(node.this, scope), 1.0
     case = unparen(node.this) if isinstance(node, (exp.Count, exp.Sum, exp.Avg)) else None
-    if isinstance(node, (exp.Count, exp.Sum, exp.Avg)) and isinstance(case, exp.Case):
+    if isinstance(node, (exp.Count, exp.Sum, exp.Avg)) and isinstance(case, (exp.Case, exp.If)):
         return _conditional(node, case, scope)
     return node, None, 1.0
 
@@ -207,16 +208,20 @@ def _conjoin(left: ir.Predicate, right: ir.Predicate | None, span: ir.Span) -> i
     return left if right is None else ir.And(operands=(left, right), span=span)
 
 
-def _conditional(node: exp.Count | exp.Sum | exp.Avg, case: exp.Case,
+def _conditional(node: exp.Count | exp.Sum | exp.Avg, case: exp.Case | exp.If,
                  scope: Scope) -> tuple[exp.Expr, ir.Predicate | None, float]:
-    """One ``CASE WHEN p THEN v [ELSE e] END`` inside COUNT/SUM/AVG, as in :func:`unwrap_aggregate`."""
+    """One ``CASE WHEN p THEN v [ELSE e] END`` (or ``IF(p, v, e)``) inside COUNT/SUM/AVG, as in
+    :func:`unwrap_aggregate`."""
     from dpsql.sql.predicates import parse_predicate  # predicates imports this module
 
     name = type(node).__name__.upper()
-    if len(case.args.get("ifs") or []) != 1 or not is_empty(case.args.get("this")):
-        raise _refuse(name, case, scope, "a CASE with several WHEN branches or a CASE operand")
-    branch = case.args["ifs"][0]
-    then, otherwise = unparen(branch.args["true"]), case.args.get("default")
+    if isinstance(case, exp.Case):
+        if len(case.args.get("ifs") or []) != 1 or not is_empty(case.args.get("this")):
+            raise _refuse(name, case, scope, "a CASE with several WHEN branches or a CASE operand")
+        branch, otherwise = case.args["ifs"][0], case.args.get("default")
+    else:
+        branch, otherwise = case, case.args.get("false")
+    then = unparen(branch.args["true"])
     otherwise = None if otherwise is None or isinstance(unparen(otherwise), exp.Null) else unparen(otherwise)
     condition = parse_predicate(branch.this, scope)
     column = isinstance(then, exp.Column) and isinstance(then.this, exp.Identifier)

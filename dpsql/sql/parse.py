@@ -24,6 +24,7 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
                 | COUNT_IF(predicate)              -- = COUNT(*) FILTER (WHERE predicate)
                 | SUM(CASE WHEN predicate THEN column|number [ELSE 0] END)   -- number k: k·COUNT(*) FILTER
                 | COUNT(CASE WHEN predicate THEN column|constant END) | AVG(CASE WHEN predicate THEN column END)
+                                                   -- IF(p, v, e) is CASE WHEN p THEN v ELSE e END
     plain      := COUNT(*) | COUNT(constant) | COUNT(column) | SUM(column) | AVG(column)  -- COUNT(1) = COUNT(*)
     column     := [[main '.'] table_or_alias '.'] name  -- identifiers may be "quoted"; case-insensitive
     predicate  := column op value | value op column -- op: = <> != < <= > >=; `5 < age` is `age > 5`
