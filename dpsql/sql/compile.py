@@ -8,11 +8,11 @@ each statement becomes a block of linear queries over those cells:
 
 - GROUP BY gives one row per declared group (every bin, and the outside group when the column
   declares ``other``), so group keys never come from the data;
-- WHERE follows SQL's three-valued logic: a predicate is held as the disjoint unions of
-  Kronecker boxes on which it is TRUE and FALSE (rows in an axis's outside cell make its atoms
-  UNKNOWN); NOT swaps the two, AND and OR combine them, and a row counts where the WHERE clause
-  is TRUE. The block is then Σ_boxes ⊗_axes (bin membership or mask) — OR becomes a sum of
-  Kronecker terms.
+- WHERE follows SQL's three-valued logic: a predicate is held as the disjoint unions of Kronecker
+  boxes on which it is TRUE and FALSE (an axis's outside cell makes its atoms UNKNOWN, but IS NULL
+  is TRUE there); NOT swaps the two, AND and OR combine them, and a row counts where WHERE (and the
+  aggregate's FILTER) is TRUE. The block is then Σ_boxes ⊗_axes (bin membership or mask) — OR
+  becomes a sum of Kronecker terms. (IS NULL, LIKE, FILTER: :mod:`dpsql.sql.filters`.)
 
 COUNT(*) reads the cell counts; COUNT(col) the per-cell non-NULL counts of col; SUM(col) the
 per-cell sums of col clamped to its measure bounds; AVG(col) is SUM(col) / COUNT(col).
