@@ -12,7 +12,8 @@ cells*, the finest grid a query may cut:
 GROUP BY reports *bins*: ``bin_width`` (or ``edges``) groups of base cells. Predicates may only
 cut at base boundaries, so a range endpoint inside a base cell is an error that names the
 boundaries around it. Every attribute also has one *outside* cell for NULL and out-of-domain
-values: predicates on the attribute never match it (as SQL's NULL never satisfies a comparison),
+values: predicates on the attribute never match it (as SQL's NULL never satisfies a comparison)
+except ``IS NULL``, which matches exactly it (so IS NULL also counts out-of-domain values);
 statements that do not touch the attribute count it, and GROUP BY shows it as a NULL group only
 when the column declares ``other = true``. ``out_of_domain = "clamp"`` (ordered attributes) puts
 values outside [lower, upper] into the first or last bin instead. ``out_of_domain = "exclude"``

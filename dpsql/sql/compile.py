@@ -8,11 +8,11 @@ each statement becomes a block of linear queries over those cells:
 
 - GROUP BY gives one row per declared group (every bin, and the outside group when the column
   declares ``other``), so group keys never come from the data;
-- WHERE follows SQL's three-valued logic: a predicate is held as the disjoint unions of
-  Kronecker boxes on which it is TRUE and FALSE (rows in an axis's outside cell make its atoms
-  UNKNOWN); NOT swaps the two, AND and OR combine them, and a row counts where the WHERE clause
-  is TRUE. The block is then Σ_boxes ⊗_axes (bin membership or mask) — OR becomes a sum of
-  Kronecker terms.
+- WHERE follows SQL's three-valued logic: a predicate is held as the disjoint unions of Kronecker
+  boxes on which it is TRUE and FALSE (an axis's outside cell makes its atoms UNKNOWN, but IS NULL
+  is TRUE there); NOT swaps the two, AND and OR combine them, and a row counts where WHERE (and the
+  aggregate's FILTER) is TRUE. The block is then Σ_boxes ⊗_axes (bin membership or mask) — OR
+  becomes a sum of Kronecker terms. (IS NULL, LIKE, FILTER: :mod:`dpsql.sql.filters`.)
 
 COUNT(*) reads the cell counts; COUNT(col) the per-cell non-NULL counts of col; SUM(col) the
 per-cell sums of col clamped to its measure bounds; AVG(col) is SUM(col) / COUNT(col).
@@ -43,7 +43,8 @@ import numpy.typing as npt
 
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
-from dpsql.sql import ir
+from dpsql.sql import filters, ir
+from dpsql.sql.filters import Atom, statement_atoms
 from dpsql.sql.value_cells import ValueCells
 from dpsql.sql.vectors import COUNTS, DataVector
 from dpsql.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Workload
@@ -271,23 +272,13 @@ def _touched_columns(statements: Sequence[ir.Statement], table: sch.Table) -> li
     for statement in statements:
         for column in statement.group_by:
             names.add(_resolve(table, column).name)
-        for atom in _atoms(statement.where):
+        for atom in statement_atoms(statement):
             names.add(_resolve(table, atom.column).name)
     return [column for name, column in table.columns.items() if name in names]
 
 
 def _resolve(table: sch.Table, column: ir.Column) -> sch.Column:
     return table.column(column.name, column.span.describe())
-
-
-def _atoms(predicate: ir.Predicate | None) -> list[ir.Comparison | ir.Between | ir.InList]:
-    if predicate is None:
-        return []
-    if isinstance(predicate, (ir.And, ir.Or)):
-        return [atom for operand in predicate.operands for atom in _atoms(operand)]
-    if isinstance(predicate, ir.Not):
-        return _atoms(predicate.operand)
-    return [predicate]
 
 
 def _value_column(column: sch.Column) -> sch.Column:
@@ -314,7 +305,7 @@ def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Tab
     if grouped:
         signature.append(column.domain.bin_of_base())
     for statement in statements:
-        for atom in _atoms(statement.where):
+        for atom in statement_atoms(statement):
             if _resolve(table, atom.column).name == column.name:
                 signature.append(_base_mask(column, atom).astype(np.int64))
     stacked = np.stack(signature, axis=1)
@@ -333,8 +324,10 @@ def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Tab
 
 
 # ==================================================================================== atoms
-def _base_mask(column: sch.Column, atom: ir.Comparison | ir.Between | ir.InList) -> BoolArray:
+def _base_mask(column: sch.Column, atom: Atom) -> BoolArray:
     """The base cells (outside excluded) where ``atom`` is TRUE."""
+    if isinstance(atom, (ir.IsNull, ir.Like)):
+        return filters.base_mask(column, atom)
     domain = column.domain
     if isinstance(domain, sch.Categorical):
         return _categorical_mask(column, domain, atom)
@@ -378,6 +371,7 @@ def _ordered_interval(column: sch.Column, domain: sch.Ordered, operator: str, li
     integers and dates count whole values). A cell wholly inside the TRUE set is in the mask, one
     wholly outside is not, and a cell partly in both cannot be answered from cell counts.
     """
+    literal = filters.date_literal(domain, literal, column.name)
     try:
         number = domain.to_number(literal.value)
     except (ValueError, TypeError) as err:
@@ -450,13 +444,18 @@ class _StatementCompiler:
             raise UnsupportedQueryError(f"a column appears twice in GROUP BY ({statement.span.describe()}); "
                                         "list each column once.")
         rows_in_axis_order, group_rows = self._group_order(group_axes)
-        aggregates = tuple(self._aggregate(statement, aggregate, truth.true, group_axes)
+        aggregates = tuple(self._aggregate(statement, aggregate, self._filtered(truth.true, aggregate), group_axes)
                            for aggregate in statement.aggregates)
         _check_order_by(statement)
         _check_output_names(statement, self.table)
         labels = tuple(self._labels(self.axes[a]) for a in group_axes)
         return CompiledStatement(statement=statement, group=self.group, group_axes=group_axes, group_labels=labels,
                                  group_rows=group_rows, block_rows=rows_in_axis_order, aggregates=aggregates)
+
+    def _filtered(self, true: list[Box], aggregate: ir.Aggregate) -> list[Box]:
+        """The cells an aggregate reads: where WHERE is TRUE, and its FILTER too."""
+        found = None if aggregate.filter is None else self._truth(aggregate.filter, false=False).true
+        return true if found is None else _intersect(true, found, self.budget)
 
     def _everywhere(self) -> Box:
         return tuple(np.ones(axis.size, dtype=bool) for axis in self.axes)
@@ -477,10 +476,13 @@ class _StatementCompiler:
             return result
         return self._atom_truth(predicate)
 
-    def _atom_truth(self, atom: ir.Comparison | ir.Between | ir.InList) -> _Truth:
+    def _atom_truth(self, atom: Atom) -> _Truth:
         column = _resolve(self.table, atom.column)
         axis_index = self.position[column.name]
         axis = self.axes[axis_index]
+        if isinstance(atom, ir.IsNull):  # never UNKNOWN: TRUE on the outside cell, FALSE on the declared ones
+            true, false = filters.is_null_cells(axis.size, axis.has_outside, column.outside_excluded, atom.negated)
+            return _Truth(true=[self._on_axis(axis_index, true)], false=[self._on_axis(axis_index, false)])
         base = _base_mask(column, atom)
         true_cells = np.zeros(axis.size, dtype=bool)
         true_cells[axis.cell_of_base[:-1][base]] = True
@@ -563,7 +565,8 @@ class _StatementCompiler:
             kinds = [DataVector("sum", column.name), DataVector("nonnull", column.name)]
         indices = []
         for kind in kinds:
-            self.blocks.append(self._kind_block(kind, true, group_axes))
+            block = self._kind_block(kind, true, group_axes)
+            self.blocks.append(replace(block, workload=filters.scaled(block.workload, aggregate.scale)))
             indices.append(len(self.blocks) - 1)
         return OutputAggregate(aggregate=aggregate, blocks=tuple(indices), column=column)
 

@@ -97,7 +97,30 @@ class Or:
     span: Span
 
 
-Predicate = Comparison | Between | InList | Not | And | Or
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IsNull:
+    """``column IS [NOT] NULL``: TRUE on the column's outside cell (NULL and out-of-domain values, which
+    dpsql reads as NULL), FALSE on its declared cells; never UNKNOWN (:mod:`dpsql.sql.filters`)."""
+
+    column: Column
+    negated: bool
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Like:
+    """``column [NOT] LIKE|ILIKE pattern [ESCAPE e]`` on a categorical column of strings: the IN list
+    of the declared values the pattern matches (:mod:`dpsql.sql.filters`)."""
+
+    column: Column
+    pattern: Literal
+    escape: str | None
+    case_insensitive: bool
+    negated: bool
+    span: Span
+
+
+Predicate = Comparison | Between | InList | Not | And | Or | IsNull | Like
 
 AggregateFunction = TypingLiteral["count", "sum", "avg"]
 
@@ -114,6 +137,12 @@ class Aggregate:
     column: Column | None
     alias: str
     span: Span
+    #: ``FILTER (WHERE p)`` (or a conditional aggregate rewritten to it): the rows counted are those
+    #: where WHERE ∧ p is TRUE.
+    filter: Predicate | None = None
+    #: A constant factor on the answer and its standard error (``SUM(CASE WHEN p THEN k ELSE 0 END)``
+    #: is k·COUNT(*) FILTER (WHERE p)).
+    scale: float = 1.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,21 +13,29 @@ columns and constants in them in :mod:`dpsql.sql.predicates`.
 Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
 
     batch      := statement (';' statement)*        -- -- and /* */ comments; blank statements skipped
-    statement  := SELECT item (',' item)* FROM table [[AS] alias]
+    statement  := SELECT item (',' item)* FROM [main '.'] table [[AS] alias]  -- main: DuckDB's default schema
                   [WHERE predicate]
                   [GROUP BY column (',' column)*]
                   [ORDER BY key [ASC | DESC] (',' key [ASC | DESC])*]
                   [LIMIT count]
     item       := column [[AS] name]                -- the column must be in GROUP BY
                 | aggregate [[AS] name]             -- at least one aggregate per statement
-    aggregate  := COUNT(*) | COUNT(column) | SUM(column) | AVG(column)
-    column     := [table_or_alias '.'] name
+    aggregate  := plain [FILTER '(' WHERE predicate ')']  -- rows where WHERE AND the filter are TRUE
+                | COUNT_IF(predicate)              -- = COUNT(*) FILTER (WHERE predicate)
+                | SUM(CASE WHEN predicate THEN column|number [ELSE 0] END)   -- number k: k·COUNT(*) FILTER
+                | COUNT(CASE WHEN predicate THEN column|constant END) | AVG(CASE WHEN predicate THEN column END)
+                                                   -- IF(p, v, e) is CASE WHEN p THEN v ELSE e END
+    plain      := COUNT(*) | COUNT(constant) | COUNT(column) | SUM(column) | AVG(column)  -- COUNT(1) = COUNT(*)
+    column     := [[main '.'] table_or_alias '.'] name  -- identifiers may be "quoted"; case-insensitive
     predicate  := column op value | value op column -- op: = <> != < <= > >=; `5 < age` is `age > 5`
                 | column [NOT] BETWEEN value AND value
                 | column [NOT] IN (value (',' value)*)
+                | column IS [NOT] NULL             -- the outside cell: NULL and out-of-domain values
+                | column [NOT] LIKE|ILIKE 'pattern' [ESCAPE 'c']  -- categorical: IN (matching declared values)
                 | NOT predicate | predicate AND predicate | predicate OR predicate | '(' predicate ')'
     value      := integer | decimal | '-' value | 'string' | DATE 'yyyy-mm-dd'
                 | CAST('yyyy-mm-dd' AS DATE) | ?    -- ? binds the next parameter, in text order
+                | TIMESTAMP 'yyyy-mm-dd 00:00:00'   -- midnight only (a day boundary); also CAST(... AS TIMESTAMP)
     key        := output name (also <aggregate alias>_stddev) | 1-based select position
     count      := non-negative integer | ?
 
@@ -58,8 +66,8 @@ from sqlglot import exp
 from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # re-exported there
 
 from dpsql.errors import InvalidQueryError, ProgrammingError, SqlSyntaxError
-from dpsql.sql import ir
-from dpsql.sql.predicates import OPERATORS, parse_column, parse_predicate, parse_value
+from dpsql.sql import filters, ir
+from dpsql.sql.predicates import DEFAULT_SCHEMA, OPERATORS, parse_column, parse_predicate, parse_value
 from dpsql.sql.source import (
     SUPPORTED,
     Scope,
@@ -97,7 +105,8 @@ MAX_PREDICATE_ATOMS = 1_000
 #: A LIMIT count (DuckDB's own bound, a signed 64-bit integer).
 MAX_LIMIT = 2**63 - 1
 
-_AGGREGATE_SUPPORTED = "Aggregates are COUNT(*), COUNT(col), SUM(col) and AVG(col) over one plain column."
+_AGGREGATE_SUPPORTED = ("Aggregates are COUNT(*), COUNT(1), COUNT(col), SUM(col) and AVG(col) over one plain column, "
+                        "each optionally with FILTER (WHERE predicate).")
 _GROUP_SUPPORTED = "GROUP BY takes plain column names."
 _ORDER_SUPPORTED = "ORDER BY takes output names or 1-based select positions, each optionally ASC or DESC."
 _LIMIT_SUPPORTED = "LIMIT takes a non-negative integer or a ? bound to one."
@@ -123,7 +132,7 @@ _CLAUSES = frozenset({"expressions", "from_", "from", "where", "group", "order",
 _CLAUSE_NAMES = {"into": "SELECT INTO", "windows": "WINDOW", "sort": "SORT BY", "cluster": "CLUSTER BY",
                  "distribute": "DISTRIBUTE BY", "locks": "FOR UPDATE", "kind": "SELECT AS STRUCT/VALUE",
                  "prewhere": "PREWHERE", "connect": "CONNECT BY", "hint": "a query hint"}
-_TABLE_PARTS = {"db": "a schema-qualified table name", "catalog": "a catalog-qualified table name"}
+_TABLE_PARTS = {"catalog": "a catalog-qualified table name"}
 
 _AGGREGATES: dict[type[exp.Expr], ir.AggregateFunction] = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}
 
@@ -255,8 +264,8 @@ def _parse_statement(tree: exp.Expr, scope: Scope) -> ir.Statement:
     group_by = _parse_group_by(select.args.get("group"), scope)
     items = _parse_select_list(select, group_by, scope)
     where = select.args.get("where")
-    if where is not None:
-        _check_atom_count(where, scope)
+    for clause in select.find_all(exp.Where):  # the WHERE clause and each FILTER (WHERE ...)
+        _check_atom_count(clause, scope)
     span = scope.span
     return ir.Statement(
         text=scope.source.text[span.start:span.end],
@@ -322,8 +331,13 @@ def _parse_from(select: exp.Select, scope: Scope) -> Scope:
     name = table.this
     if not isinstance(name, exp.Identifier) or scope.source.text[name.meta.get("start", 0)] == "'":
         raise unsupported("a table function or file in FROM", table, scope)
+    schema = table.args.get("db")
+    if schema is not None and schema.name.lower() != DEFAULT_SCHEMA:
+        raise unsupported(f"the schema '{schema.name}'", table, scope,
+                          f"dpsql reads the declared tables of DuckDB's default schema: write {name.name} or "
+                          f"main.{name.name}.")
     for key, value in table.args.items():
-        if key not in {"this", "alias"} and not is_empty(value):
+        if key not in {"this", "alias", "db"} and not is_empty(value):
             raise unsupported(_TABLE_PARTS.get(key, f"table {key.upper().strip('_')}"), table, scope)
     alias = table.args.get("alias")
     if alias is not None and alias.columns:
@@ -367,6 +381,7 @@ def _parse_select_item(node: exp.Expr, grouped: set[str], scope: Scope) -> ir.Se
     alias = node.alias if isinstance(node, exp.Alias) else None
     value = unparen(node.this if isinstance(node, exp.Alias) else node)
     span = node_span(node, scope)
+    value, condition, scale = filters.unwrap_aggregate(value, scope)
     if isinstance(value, exp.Column) and isinstance(value.this, exp.Identifier):
         column = parse_column(value, scope, "in SELECT", SUPPORTED)
         if column.name.lower() not in grouped:
@@ -377,7 +392,7 @@ def _parse_select_item(node: exp.Expr, grouped: set[str], scope: Scope) -> ir.Se
         raise unsupported(_describe_item(value, scope), value, scope)
     argument = _parse_aggregate_argument(value, function, scope)
     return ir.Aggregate(function=function, column=argument, alias=alias or _default_alias(function, argument),
-                        span=span)
+                        span=span, filter=condition, scale=scale)
 
 
 def _describe_item(value: exp.Expr, scope: Scope) -> str:
@@ -398,6 +413,8 @@ def _parse_aggregate_argument(node: exp.Expr, function: ir.AggregateFunction,
         if any(not is_empty(value) for value in argument.args.values()):
             raise unsupported("COUNT(* EXCLUDE/REPLACE ...)", node, scope, _AGGREGATE_SUPPORTED)
         return None
+    if function == "count" and argument is not None and filters.constant_count_argument(node, scope):
+        return None  # COUNT(1): every row has the constant, as COUNT(*) counts every row
     if argument is None:
         raise unsupported(f"{function.upper()}() without an argument", node, scope, _AGGREGATE_SUPPORTED)
     return parse_column(argument, scope, f"in {function.upper()}()", _AGGREGATE_SUPPORTED)

@@ -18,18 +18,22 @@ from typing import Any
 
 from sqlglot import exp
 
-from dpsql.errors import InvalidQueryError
-from dpsql.sql import ir
+from dpsql.errors import InvalidQueryError, UnsupportedQueryError
+from dpsql.sql import filters, ir
 from dpsql.sql.source import Scope, describe, invalid, is_empty, located, node_span, representable, unparen, unsupported
 
 _WHERE_SUPPORTED = (
     "WHERE supports column <op> constant (=, <>, !=, <, <=, >, >=), column [NOT] BETWEEN constant AND "
-    "constant, column [NOT] IN (constants), NOT, AND, OR and parentheses."
+    "constant, column [NOT] IN (constants), column IS [NOT] NULL, column [NOT] LIKE|ILIKE 'pattern' "
+    "(categorical columns), NOT, AND, OR and parentheses."
 )
-_VALUE_SUPPORTED = "Constants are numbers, -numbers, 'strings', DATE 'YYYY-MM-DD' and ? parameters."
+_VALUE_SUPPORTED = ("Constants are numbers, -numbers, 'strings', DATE 'YYYY-MM-DD', TIMESTAMP 'YYYY-MM-DD 00:00:00' "
+                    "and ? parameters.")
 OPERATORS: dict[type[exp.Expr], ir.ComparisonOperator] = {
     exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=",
 }
+#: DuckDB's default schema: ``main.people`` is ``people``.
+DEFAULT_SCHEMA = "main"
 _FLIPPED: dict[ir.ComparisonOperator, ir.ComparisonOperator] = {
     "=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<=",
 }
@@ -49,8 +53,9 @@ def parse_column(node: exp.Expr, scope: Scope, context: str, supported: str) -> 
     if not isinstance(node, exp.Column) or not isinstance(node.this, exp.Identifier):
         described = "*" if isinstance(node, exp.Column) else describe(node, scope)
         raise unsupported(f"{described} {context}", node, scope, supported)
-    if not is_empty(node.args.get("db")) or not is_empty(node.args.get("catalog")):
-        raise unsupported("a column qualified by schema or catalog", node, scope, supported)
+    schema = node.args.get("db")
+    if not is_empty(node.args.get("catalog")) or (schema is not None and schema.name.lower() != DEFAULT_SCHEMA):
+        raise unsupported("a column qualified by a schema other than main, or by a catalog", node, scope, supported)
     qualifier = node.table or None
     if qualifier is not None and qualifier.lower() not in {scope.table.lower(), (scope.alias or "").lower()}:
         names = f"neither table '{scope.table}' nor its alias '{scope.alias}'" if scope.alias else \
@@ -79,6 +84,9 @@ def _parse_comparison(node: exp.Binary, scope: Scope) -> ir.Comparison:
     left, right = unparen(node.this), unparen(node.expression)
     operator = OPERATORS[type(node)]
     if isinstance(left, exp.Column) and isinstance(right, exp.Column):
+        quoted = next((side for side in (right, left) if _quoted_name(side) is not None), None)
+        if quoted is not None:
+            raise _double_quoted(quoted, "a comparison", scope)
         raise unsupported("column-to-column comparison", node, scope, _WHERE_SUPPORTED)
     if isinstance(right, exp.Column):
         left, right, operator = right, left, _FLIPPED[operator]
@@ -114,6 +122,10 @@ def _parse_in(node: exp.In, scope: Scope) -> ir.InList:
 def _parse_not(node: exp.Not, scope: Scope) -> ir.Predicate:
     """``NOT p``; ``[NOT] x IN``/``BETWEEN`` under NOT become the negated IR forms."""
     operand, span = node.this, node_span(node, scope)
+    if isinstance(operand, exp.Is):
+        return filters.parse_is_null(operand, scope, negated=True, span=span)
+    if isinstance(operand, (exp.Like, exp.ILike, exp.Escape)):
+        return filters.parse_like(operand, scope, negated=True, span=span)
     if isinstance(operand, exp.In):
         return replace(_parse_in(operand, scope), negated=True, span=span)
     if isinstance(operand, exp.Between):
@@ -147,6 +159,10 @@ _PREDICATES: dict[type[exp.Expr], Callable[[Any, Scope], ir.Predicate]] = {
     exp.And: _parse_connective,
     exp.Or: _parse_connective,
     exp.Paren: _parse_paren,
+    exp.Is: filters.parse_is_null,
+    exp.Like: filters.parse_like,
+    exp.ILike: filters.parse_like,
+    exp.Escape: filters.parse_like,
 }
 
 
@@ -162,6 +178,9 @@ def parse_value(node: exp.Expr, scope: Scope, context: str) -> ir.Literal:
     """
     parse = _VALUES.get(type(node))
     if parse is None:
+        _refuse_clock(node, scope)
+        if _quoted_name(node) is not None:
+            raise _double_quoted(node, context, scope)
         raise unsupported(f"{describe(node, scope)} in {context}", node, scope, _VALUE_SUPPORTED)
     return parse(node, scope, context)
 
@@ -199,8 +218,50 @@ def _parse_negative(node: exp.Neg, scope: Scope, context: str) -> ir.Literal:
     return ir.Literal(value=-inner.value, span=node_span(node, scope))
 
 
+def _quoted_name(node: exp.Expr) -> str | None:
+    """The name of an unqualified double-quoted identifier (``"F"``), else None."""
+    node = unparen(node)
+    if isinstance(node, exp.Column) and isinstance(node.this, exp.Identifier) and node.this.quoted and not node.table:
+        return node.name
+    return None
+
+
+def _double_quoted(node: exp.Expr, context: str, scope: Scope) -> UnsupportedQueryError:
+    """``"F" is an identifier; use 'F'``: SQL strings take single quotes, double quotes name a column."""
+    name = _quoted_name(node) or ""
+    return unsupported(f'the identifier "{name}" in {context}', node, scope,
+                       f"\"{name}\" is an identifier (double quotes name a column); use '{name}' for the string.")
+
+
+_CLOCK = {"CURRENT_DATE", "CURRENT_TIMESTAMP", "CURRENT_TIME", "NOW", "TODAY", "LOCALTIMESTAMP",
+          "GET_CURRENT_TIMESTAMP"}
+
+
+_CLOCK_NODES = (exp.CurrentDate, exp.CurrentTimestamp, exp.CurrentTime, exp.CurrentDatetime)
+
+
+def _refuse_clock(node: exp.Expr, scope: Scope) -> None:
+    """Refuse CURRENT_DATE, NOW() and the like (also inside arithmetic), pointing at the word: the answer
+    must not depend on when the batch runs."""
+    clock = next((child for child in node.walk() if isinstance(child, _CLOCK_NODES) or (
+        isinstance(child, exp.Anonymous) and str(child.this).upper() in _CLOCK)), None)
+    if clock is None:
+        return
+    start, end = node.meta.get("start"), node.meta.get("end")
+    words = [index for index in range(scope.first, scope.last + 1) if scope.source.word(index) in _CLOCK]
+    inside = [i for i in words if start is None or start <= scope.source.token_span(i, i).start <= (end or 0)]
+    where = scope.source.token_span(inside[0], inside[0]) if inside else (
+        scope.source.token_span(words[0], words[0]) if words else node_span(node, scope))
+    raise unsupported(f"{scope.source.text[where.start:where.end].upper()}", where, scope,
+                      "dpsql needs a literal date, because the answer must not depend on the time it runs: "
+                      "write DATE 'yyyy-mm-dd'.")
+
+
 def _parse_date(node: exp.Cast, scope: Scope, context: str) -> ir.Literal:
-    """``DATE 'yyyy-mm-dd'``, ``CAST('yyyy-mm-dd' AS DATE)`` or ``'yyyy-mm-dd'::DATE``."""
+    """``DATE 'yyyy-mm-dd'``, ``CAST('yyyy-mm-dd' AS DATE)`` or ``'yyyy-mm-dd'::DATE``; a TIMESTAMP
+    literal at midnight is its date (see :func:`dpsql.sql.filters.timestamp_as_date`)."""
+    if node.to.is_type(*_TIMESTAMPS) and is_empty(node.args.get("format")):
+        return _parse_timestamp(node, scope, context)
     if not node.to.is_type(exp.DataType.Type.DATE) or not is_empty(node.args.get("format")):
         raise unsupported(f"CAST to {node.to.sql(dialect='duckdb')}", node, scope, _VALUE_SUPPORTED)
     value = parse_value(node.this, scope, context).value
@@ -209,6 +270,26 @@ def _parse_date(node: exp.Cast, scope: Scope, context: str) -> ir.Literal:
     elif not isinstance(value, dt.date):
         raise unsupported("a CAST of a number to DATE", node, scope, _VALUE_SUPPORTED)
     return ir.Literal(value=value, span=node_span(node, scope))
+
+
+_TIMESTAMPS = (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPNTZ, exp.DataType.Type.DATETIME)
+
+
+def _parse_timestamp(node: exp.Cast, scope: Scope, context: str) -> ir.Literal:
+    """``TIMESTAMP 'yyyy-mm-dd hh:mm:ss'`` (or a CAST to TIMESTAMP) at midnight, as its date."""
+    value = parse_value(node.this, scope, context).value
+    span = node_span(node, scope)
+    if isinstance(value, dt.date):
+        return ir.Literal(value=value, span=span)
+    if not isinstance(value, str):
+        raise unsupported("a CAST of a number to TIMESTAMP", node, scope, _VALUE_SUPPORTED)
+    moment = filters.parse_timestamp(value)
+    if moment is None:
+        return ir.Literal(value=_date(value, node, scope), span=span)
+    if moment.time() != dt.time(0):
+        raise unsupported(f"the TIMESTAMP '{value.strip()}' inside the day {moment.date()}", node, scope,
+                          filters.day_boundaries(moment.date()))
+    return ir.Literal(value=moment.date(), span=span)
 
 
 def _date(text: str, node: exp.Expr, scope: Scope) -> dt.date:
