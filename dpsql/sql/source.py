@@ -54,6 +54,7 @@ _PREFIX_WORDS: dict[type[exp.Expr], frozenset[str]] = {
     exp.Qualify: frozenset({"QUALIFY"}),
     exp.Offset: frozenset({"OFFSET"}),
     exp.Case: frozenset({"CASE", "WHEN"}),
+    exp.Extract: frozenset({"EXTRACT", "FROM", "YEAR", "MONTH", "DAY", "QUARTER", "WEEK", "HOUR"}),
     exp.Distinct: frozenset({"DISTINCT"}),
     exp.Subquery: frozenset({"(", "SELECT", "DISTINCT"}),
     exp.Select: frozenset({"SELECT", "DISTINCT"}),
