@@ -18,7 +18,7 @@ import pytest
 
 import dpsql
 from dpsql.accounting import Budget
-from dpsql.errors import SqlSyntaxError, UnsupportedQueryError
+from dpsql.errors import SchemaError, SqlSyntaxError, UnsupportedQueryError
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 
@@ -214,3 +214,121 @@ def test_refusals_name_the_construct_and_position_and_charge_nothing(
         with pytest.raises(error, match=message):
             connection.cursor().execute(sql, rho=1.0)
         assert connection.budget.spent == 0.0
+
+
+# ============================================================================== public dimension tables
+REGIONS = [[1, "North", "A"], [2, "South", "A"], [3, "North", "B"], [4, "East", "B"], [9, "West", "B"]]
+REGIONS_SQL = ("(VALUES " + ", ".join(f"({i}, '{n}', '{a}')" for i, n, a in REGIONS)
+               + ") AS regions(region_id, name, area)")
+PEOPLE = {"age": {"type": "integer", "lower": 0, "upper": 99},
+          "region_id": {"type": "categorical", "values": [1, 2, 3, 4, 5, 6], "references": "regions.region_id"}}
+
+
+def public_schema(regions: object = None, **key: object) -> dict[str, object]:
+    return {"tables": {"regions": {"public": True, "columns": ["region_id", "name", "area"],
+                                   "rows": REGIONS if regions is None else regions},
+                       "people": {"columns": {**PEOPLE, "region_id": {**PEOPLE["region_id"], **key}}}}}
+
+
+@pytest.fixture(scope="module")
+def people() -> Iterator[duckdb.DuckDBPyConnection]:
+    """Region ids 1..6 (5 and 6 have no public row) and NULL; no `regions` table in the database."""
+    rng = np.random.default_rng(4)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE people (age INTEGER, region_id INTEGER)")
+    con.executemany("INSERT INTO people VALUES (?, ?)",
+                    [(int(rng.integers(0, 100)), None if rng.random() < 0.05 else int(rng.integers(1, 7)))
+                     for _ in range(ROWS)])
+    yield con
+    con.close()
+
+
+def public_answer(con: duckdb.DuckDBPyConnection, sql: str, rho: float = 1e6) -> pa.Table:
+    with dpsql.connect(con, schema=Schema.load(public_schema()), budget=Budget(rho=1e9),
+                       rng=SeededRandomSource(3)) as connection:
+        return connection.cursor().execute(sql, rho=rho).fetch_arrow_table()
+
+
+@pytest.mark.parametrize("sql, truth, keys", [
+    ("SELECT r.name, COUNT(*) AS n FROM people JOIN regions r USING (region_id) GROUP BY r.name",
+     "SELECT name, COUNT(*) FROM people JOIN {R} USING (region_id) GROUP BY 1", 1),
+    ("SELECT name, COUNT(*) AS n FROM people p LEFT JOIN regions r ON p.region_id = r.region_id GROUP BY name",
+     "SELECT name, COUNT(*) FROM people LEFT JOIN {R} USING (region_id) GROUP BY 1", 1),
+    ("SELECT area, SUM(age) AS s FROM people INNER JOIN regions ON people.region_id = regions.region_id "
+     "GROUP BY 1", "SELECT area, SUM(age) FROM people JOIN {R} USING (region_id) GROUP BY 1", 1),
+    ("SELECT CASE WHEN age < 50 THEN 'young' ELSE 'old' END AS band, COUNT(*) AS n FROM people "
+     "JOIN regions r USING (region_id) WHERE r.area = 'A' OR r.name IN ('East') GROUP BY band",
+     "SELECT CASE WHEN age < 50 THEN 'young' ELSE 'old' END, COUNT(*) FROM people JOIN {R} USING (region_id) "
+     "WHERE area = 'A' OR name IN ('East') GROUP BY 1", 1),
+    ("SELECT COUNT(*) AS n FROM people LEFT JOIN regions USING (region_id) WHERE name <> 'North' AND age >= 20",
+     "SELECT 0, COUNT(*) FROM people LEFT JOIN {R} USING (region_id) WHERE name <> 'North' AND age >= 20", 0),
+    ("SELECT r.region_id, COUNT(*) AS n FROM people JOIN regions r USING (region_id) GROUP BY 1",
+     "SELECT region_id, COUNT(*) FROM people JOIN {R} USING (region_id) GROUP BY 1", 1),
+])
+def test_public_join_matches_duckdbs_join(sql: str, truth: str, keys: int, people: duckdb.DuckDBPyConnection) -> None:
+    table = public_answer(people, sql)
+    if keys == 0:
+        table = table.add_column(0, "k", pa.array([0]))
+        keys = 1
+    check(table, truth.format(R=REGIONS_SQL), people, keys=keys)
+
+
+def test_public_join_groups_come_from_the_schema(people: duckdb.DuckDBPyConnection) -> None:
+    inner = public_answer(people, "SELECT name, COUNT(*) FROM people JOIN regions USING (region_id) GROUP BY name")
+    left = public_answer(people, "SELECT name, COUNT(*) FROM people LEFT JOIN regions USING (region_id) GROUP BY 1")
+    assert inner.column("name").to_pylist() == ["North", "South", "East"]  # West's key 9 is not a declared value
+    assert left.column("name").to_pylist() == ["North", "South", "East", None]
+
+
+def test_a_public_join_is_charged_what_the_plain_group_by_is(people: duckdb.DuckDBPyConnection) -> None:
+    for sql in ("SELECT name, COUNT(*) FROM people JOIN regions USING (region_id) GROUP BY name",
+                "SELECT region_id, COUNT(*) FROM people GROUP BY region_id"):
+        with dpsql.connect(people, schema=Schema.load(public_schema()), budget=Budget(rho=1.0),
+                           rng=SeededRandomSource(0)) as connection:
+            connection.cursor().execute(sql, rho=0.25)
+            assert connection.budget.spent == 0.25
+
+
+@pytest.mark.parametrize("sql, error, message", [
+    ("SELECT COUNT(*) FROM people JOIN visits USING (region_id)", UnsupportedQueryError,
+     r"JOIN visits \(line 1, col 29\): 'visits' is not a public table of the schema"),
+    ("SELECT COUNT(*) FROM people RIGHT JOIN regions USING (region_id)", UnsupportedQueryError,
+     r"JOIN is not supported \(line 1, col 29"),
+    ("SELECT COUNT(*) FROM people LEFT JOIN regions USING (region_id) WHERE NOT name = 'North'",
+     UnsupportedQueryError, r"NOT around a condition on the public column 'name' of a LEFT JOIN \(line 1, col 75\)"),
+    ("SELECT SUM(r.region_id) FROM people JOIN regions r USING (region_id)", UnsupportedQueryError,
+     r"aggregates a column of a public table"),
+    ("SELECT area, name, COUNT(*) FROM people JOIN regions USING (region_id) GROUP BY 1, 2", UnsupportedQueryError,
+     r"GROUP BY 'area' and 'name' are both read from people\.region_id through the join \(line 1, col 14\)"),
+    ("SELECT region_id, r.name, COUNT(*) FROM people JOIN regions r USING (region_id) GROUP BY 1, 2",
+     UnsupportedQueryError, r"GROUP BY 'region_id' and 'name' are both read from people\.region_id"),
+    ("SELECT COUNT(*) FROM people JOIN regions USING (age)", SchemaError,
+     r"the public table 'regions' has no column 'age'"),
+    ("SELECT r.size, COUNT(*) FROM people JOIN regions r USING (region_id) GROUP BY 1", SchemaError,
+     r"column 'size' \(line 1, col 8\) is not in the public table 'regions'"),
+])
+def test_public_join_refusals(sql: str, error: type[Exception], message: str,
+                              people: duckdb.DuckDBPyConnection) -> None:
+    with dpsql.connect(people, schema=Schema.load(public_schema()), budget=Budget(rho=1.0),
+                       rng=SeededRandomSource(0)) as connection:
+        with pytest.raises(error, match=message):
+            connection.cursor().execute(sql, rho=0.5)
+        assert connection.budget.spent == 0.0
+
+
+@pytest.mark.parametrize("regions, key, message", [
+    (None, {"references": "zones.region_id"}, r"tables\.people\.columns\.region_id\.references must name a public"),
+    (None, {"references": "regions.code"}, r"references: the public table 'regions' has no column 'code'"),
+    ([[1, "North", "A"], [1, "South", "A"]], {}, r"regions\.region_id holds a value twice"),
+    ([["1", "North", "A"]], {}, r"the values of regions\.region_id must be integers"),
+    (None, {"type": "integer", "lower": 0, "upper": 9, "bin_width": 5, "values": None},
+     r"a foreign key must be categorical, or integer with one value per base cell"),
+    ([[1, "North"]], {}, r"tables\.regions\.rows row 1 must be a list of 3"),
+])
+def test_public_table_declarations_are_checked(regions: object, key: dict[str, object], message: str) -> None:
+    spec = public_schema(regions, **key)
+    column = spec["tables"]["people"]["columns"]["region_id"]  # type: ignore[index]
+    if column.get("values", 0) is None:
+        del column["values"]
+    with pytest.raises(SchemaError, match=message):
+        Schema.load(spec)

@@ -81,7 +81,19 @@ class DateKey:
     span: ir.Span
 
 
-GroupKey = CaseKey | DateKey
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LookupKey:
+    """A public table's column read through a foreign key (:mod:`dpsql.sql.public_tables`): ``labels``
+    maps key values to labels, in the public rows' order; ``keep_missing`` (LEFT JOIN) puts the other
+    key values and NULL keys in a NULL group, else (INNER JOIN) in no group."""
+
+    column: ir.Column
+    labels: tuple[tuple[object, object], ...]
+    keep_missing: bool
+    span: ir.Span
+
+
+GroupKey = CaseKey | DateKey | LookupKey
 
 
 # ==================================================================================== parse side
@@ -261,6 +273,8 @@ def key_groups(column: sch.Column, key: GroupKey, atom_mask: AtomMask) -> KeyGro
     refusing one that splits a base cell)."""
     if isinstance(key, CaseKey):
         return _case_groups(column, key, atom_mask)
+    if isinstance(key, LookupKey):
+        return _lookup_groups(column, key)
     return _date_groups(column, key)
 
 
@@ -297,6 +311,24 @@ def _case_groups(column: sch.Column, key: CaseKey, atom_mask: AtomMask) -> KeyGr
     if (group == null).any():
         labels.append(None)
     return KeyGroups(labels=labels, group_of_base=group)
+
+
+def _lookup_groups(column: sch.Column, key: LookupKey) -> KeyGroups:
+    """Each base cell's one key value (categorical value, or integer of a resolution-1 grid) → its label;
+    labels in public row order, those of keys outside the declared domain left out."""
+    domain = column.domain
+    values = list(domain.values) if isinstance(domain, sch.Categorical) else [int(b) for b in domain.boundaries[:-1]]
+    mapping = dict(key.labels)
+    labels: list[object] = []
+    for value, label in key.labels:
+        if value in values and label not in labels:
+            labels.append(label)
+    null = len(labels) if key.keep_missing else -1
+    group = [labels.index(mapping[v]) if v in mapping else null for v in values]
+    group.append(null if not column.outside_excluded else -1)
+    array = np.asarray(group, dtype=np.int64)
+    return KeyGroups(labels=labels + [None] if key.keep_missing and (array == null).any() else labels,
+                     group_of_base=array)
 
 
 def _date_groups(column: sch.Column, key: DateKey) -> KeyGroups:

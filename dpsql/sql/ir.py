@@ -13,6 +13,7 @@ from typing import Literal as TypingLiteral
 
 if TYPE_CHECKING:
     from dpsql.sql.group_keys import GroupKey
+    from dpsql.sql.public_tables import PublicJoin
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -161,6 +162,8 @@ class Statement:
     table_span: Span | None = None
     #: Per GROUP BY entry, its CASE/date-part key on that column (None: the plain column); () when all are plain.
     group_keys: tuple[GroupKey | None, ...] = ()
+    #: JOINs with public tables, rewritten away against the schema by ``public_tables.resolve``.
+    public_joins: tuple[PublicJoin, ...] = ()
 
     @property
     def aggregates(self) -> tuple[Aggregate, ...]:

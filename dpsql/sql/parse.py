@@ -64,7 +64,7 @@ from sqlglot import exp
 from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # re-exported there
 
 from dpsql.errors import InvalidQueryError, ProgrammingError, SqlSyntaxError
-from dpsql.sql import group_keys, ir
+from dpsql.sql import group_keys, ir, public_tables
 from dpsql.sql.predicates import OPERATORS, parse_column, parse_predicate, parse_value
 from dpsql.sql.source import (
     SUPPORTED,
@@ -125,7 +125,7 @@ _FORBIDDEN: tuple[tuple[type[exp.Expr], str], ...] = (
     (exp.Pivot, "PIVOT"),
     (exp.Unnest, "UNNEST"),
 )
-_CLAUSES = frozenset({"expressions", "from_", "from", "where", "group", "order", "limit"})
+_CLAUSES = frozenset({"expressions", "from_", "from", "where", "group", "order", "limit", "joins"})
 _CLAUSE_NAMES = {"into": "SELECT INTO", "windows": "WINDOW", "sort": "SORT BY", "cluster": "CLUSTER BY",
                  "distribute": "DISTRIBUTE BY", "locks": "FOR UPDATE", "kind": "SELECT AS STRUCT/VALUE",
                  "prewhere": "PREWHERE", "connect": "CONNECT BY", "hint": "a query hint"}
@@ -255,9 +255,12 @@ def _check_atom_count(where: exp.Where, scope: Scope) -> None:
 def _parse_statement(tree: exp.Expr, scope: Scope) -> ir.Statement:
     """Translate one parsed statement, checking the statement shape before its parts."""
     select = _require_select(tree, scope)
-    _reject_forbidden(select, scope)
+    joins = public_tables.accepted(select)
+    _reject_forbidden(select, scope, joins)
     _reject_other_clauses(select, scope)
     scope = _parse_from(select, scope)
+    public_joins = public_tables.parse_joins(joins, scope)
+    scope = replace(scope, joined=frozenset(name for join in public_joins for name in join.names()))
     group_by, keyed = _parse_group_by(select, scope)
     items = _parse_select_list(select, group_by, keyed, scope)
     where = select.args.get("where")
@@ -276,6 +279,7 @@ def _parse_statement(tree: exp.Expr, scope: Scope) -> ir.Statement:
         order_by=_parse_order_by(select, items, group_by, scope),
         limit=_parse_limit(select.args.get("limit"), scope),
         span=span,
+        public_joins=public_joins,
     )
 
 
@@ -294,12 +298,13 @@ def _require_select(tree: exp.Expr, scope: Scope) -> exp.Select:
     raise unsupported(f"{scope.source.word(scope.first) or 'this'} statement", scope.span, scope)
 
 
-def _reject_forbidden(select: exp.Select, scope: Scope) -> None:
-    """Reject the first (in text order) join, subquery, CTE, window, DISTINCT, HAVING, ... anywhere."""
+def _reject_forbidden(select: exp.Select, scope: Scope, joins: Sequence[exp.Join] = ()) -> None:
+    """Reject the first (in text order) join, subquery, CTE, window, DISTINCT, HAVING, ... anywhere
+    (``joins``: the public-table joins :mod:`dpsql.sql.public_tables` reads)."""
     found = []
     for node in select.walk():
         name = next((name for kind, name in _FORBIDDEN if isinstance(node, kind)), None)
-        if name is not None and node is not select:
+        if name is not None and node is not select and not any(node is join for join in joins):
             found.append((node_span(node, scope), name, node))
     if not found:
         return

@@ -158,6 +158,7 @@ class Scope:
     table: str = ""
     alias: str | None = None
     table_span: ir.Span | None = None
+    joined: frozenset[str] = frozenset()  # names and aliases of joined public tables (lower case)
 
     @property
     def span(self) -> ir.Span:
