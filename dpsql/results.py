@@ -22,6 +22,7 @@ from dpsql.mechanism import Answers
 from dpsql.schema import Categorical
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, CompiledStatement, OutputAggregate
+from dpsql.sql.group_keys import label_array
 
 
 class AnswerKey(NamedTuple):
@@ -139,6 +140,9 @@ def _group_columns(compiled: CompiledBatch, statement: CompiledStatement, index:
     axis = compiled.groups[statement.group].axes[statement.group_axes[index]]
     labels = statement.group_labels[index]
     picked = [labels[g] for g in statement.group_rows[:, index]]
+    key = statement.statement.group_keys[index] if statement.statement.group_keys else None
+    if key is not None:  # a CASE/date-part key: labels typed by the key, no _upper
+        return {alias: label_array(key, picked)}
     domain = axis.column.domain
     if isinstance(domain, Categorical):
         kind = pa.string() if all(isinstance(v, str) for v in domain.values) else pa.int64()

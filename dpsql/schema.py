@@ -34,12 +34,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from dpsql.errors import SchemaError
+
+if TYPE_CHECKING:
+    from dpsql.sql.public_tables import PublicTable
 
 EPOCH = dt.date(1970, 1, 1)
 DateUnit = Literal["day", "month", "year"]
@@ -196,6 +199,7 @@ class Column:
     outside_excluded: bool = False  # out_of_domain = "exclude": rows outside the domain are filtered out
     truncation: Truncation | None = None  # truncate = ...: SUMs clip at a private threshold θ
     rounded_value_cells: bool = False  # value_cells = "rounded": SUM/AVG may be read as midpoint-rounded value cells
+    references: str | None = None  # "table.column" of a public table (dpsql.sql.public_tables): a foreign key
 
     @property
     def key(self) -> str:
@@ -300,6 +304,8 @@ class Table:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Schema:
     tables: Mapping[str, Table]
+    #: Public tables, rows inline (dpsql.sql.public_tables): joined by lookup, never read from the database.
+    public: Mapping[str, PublicTable] = field(default_factory=dict)
 
     def table(self, name: str, where: str = "") -> Table:
         """The declared table ``name`` (case-insensitive); SchemaError otherwise."""
@@ -381,7 +387,12 @@ def _schema_from_dict(data: Mapping[str, Any]) -> Schema:
     tables = data.get("tables")
     if not isinstance(tables, Mapping) or not tables:
         raise SchemaError("the schema needs a [tables.<name>] section for at least one table.")
-    return Schema(tables={name.lower(): _table(name, spec) for name, spec in tables.items()})
+    from dpsql.sql import public_tables  # public lookup tables (rows inline) and the foreign keys to them
+    public = public_tables.load(tables)
+    schema = Schema(tables={name.lower(): _table(name, spec) for name, spec in tables.items()
+                            if not public_tables.is_public(spec)}, public=public)
+    public_tables.check_references(schema, public)
+    return schema
 
 
 def _table(name: str, spec: Any) -> Table:
@@ -407,7 +418,7 @@ def _privacy_unit(key: str, spec: Any) -> PrivacyUnit:
     raise SchemaError(f'{key}.privacy_unit must be "row" or {{ column = "...", max_rows = N }}; got {spec!r}.')
 
 
-_COMMON = {"type", "other", "out_of_domain"}
+_COMMON = {"type", "other", "out_of_domain", "references"}
 _KEYS = {
     "categorical": _COMMON | {"values"},
     "integer": _COMMON | {"lower", "upper", "bin_width", "edges", "resolution", "measure_lower", "measure_upper",
@@ -445,7 +456,7 @@ def _column(table: str, name: str, spec: Any) -> Column:
     bounds = _measure(key, spec, domain)
     return Column(table=table.lower(), name=name.lower(), domain=domain, other=other, measure_bounds=bounds,
                   outside_excluded=policy == "exclude", truncation=_truncation(key, spec, bounds),
-                  rounded_value_cells=_value_cells(key, spec))
+                  rounded_value_cells=_value_cells(key, spec), references=spec.get("references"))
 
 
 def _value_cells(key: str, spec: Mapping[str, Any]) -> bool:

@@ -14,6 +14,7 @@ from dpsql.engine.vocabulary import NotApplicable
 from dpsql.engine.weighing import statement_weights_of
 from dpsql.planner import Progress
 from dpsql.schema import Schema
+from dpsql.sql import public_tables
 from dpsql.sql.compile import batch_table, initial_partition
 from dpsql.sql.parse import parse_batch
 
@@ -38,7 +39,7 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
     weights (``dpsql.engine.guard``, ``dpsql.engine.group_route``); if it stays worse, the plan's
     ``guard_notes`` say so (EXPLAIN and the statement's result metadata show it).
     """
-    batch = parse_batch(text, parameters)
+    batch = public_tables.resolve(parse_batch(text, parameters), schema)  # public joins → lookups on the key
     request = PlanRequest(batch=batch, schema=schema, cost=cost,
                           weights=statement_weights_of(weights, len(batch.statements)), progress=progress)
     table = batch_table(batch, schema)

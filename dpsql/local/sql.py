@@ -39,7 +39,7 @@ from dpsql.mechanism import Answers
 from dpsql.noise import RandomSource
 from dpsql.results import AnswerKey, AnswerSet, statement_tables
 from dpsql.schema import Schema, Table
-from dpsql.sql import ir
+from dpsql.sql import ir, public_tables
 from dpsql.sql.compile import CompiledBatch, batch_cell_totals, batch_table, compile_batch
 from dpsql.sql.parse import parse_batch
 from dpsql.sql.vectors import COUNTS
@@ -65,7 +65,7 @@ def compile_local(text: str, schema: Schema) -> LocalBatch:
             a privacy unit column or ``out_of_domain = "exclude"``.
         SqlSyntaxError, SchemaError, InvalidQueryError: as for the central path.
     """
-    batch = parse_batch(text)
+    batch = public_tables.resolve(parse_batch(text), schema)  # public joins → lookups on the key
     for statement in batch.statements:
         for aggregate in statement.aggregates:
             if aggregate.function != "count" or aggregate.column is not None:

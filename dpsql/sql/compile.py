@@ -45,6 +45,7 @@ from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
 from dpsql.sql import filters, ir
 from dpsql.sql.filters import Atom, statement_atoms
+from dpsql.sql.group_keys import GroupKey, KeyGroups, key_groups, keys_of, membership, plain_groups
 from dpsql.sql.value_cells import ValueCells
 from dpsql.sql.vectors import COUNTS, DataVector
 from dpsql.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Workload
@@ -301,9 +302,11 @@ def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Tab
         assert isinstance(column.domain, sch.Ordered)  # value cells are checked by value_cells_problem
         ranks = np.unique(values.representatives(column.domain), return_inverse=True)[1]
         signature.append(np.asarray(ranks, dtype=np.int64).ravel())
-    grouped = any(_resolve(table, c).name == column.name for s in statements for c in s.group_by)
+    grouped = any(_resolve(table, c).name == column.name for s in statements for c, k in keys_of(s) if k is None)
     if grouped:
         signature.append(column.domain.bin_of_base())
+    signature += [_key_groups(column, k).group_of_base[:-1] for s in statements for c, k in keys_of(s)
+                  if k is not None and _resolve(table, c).name == column.name]  # a key's groups never share a cell
     for statement in statements:
         for atom in statement_atoms(statement):
             if _resolve(table, atom.column).name == column.name:
@@ -321,6 +324,11 @@ def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Tab
     bin_of_cell = np.full(cells + (outside >= 0), -1, dtype=np.int64)
     bin_of_cell[cell] = bins if grouped else 0
     return Axis(column=column, cell_of_base=np.append(cell, outside), bin_of_cell=bin_of_cell)
+
+
+def _key_groups(column: sch.Column, key: GroupKey | None) -> KeyGroups:
+    """The output groups of a GROUP BY entry on ``column``: its bins, or its key's (group_keys)."""
+    return plain_groups(column) if key is None else key_groups(column, key, _base_mask)
 
 
 # ==================================================================================== atoms
@@ -433,6 +441,7 @@ class _StatementCompiler:
         self.table, self.axes, self.group, self.values = table, axes, group, values
         self.position = {axis.column.name: index for index, axis in enumerate(axes)}
         self.blocks: list[Block] = []
+        self.keys: dict[int, KeyGroups] = {}  # the current statement's groups, by axis
         self.budget = _BoxBudget(ir.Span(line=1, column=1, start=0, end=0))  # one per statement, set by compile
 
     def compile(self, statement: ir.Statement) -> CompiledStatement:
@@ -440,6 +449,8 @@ class _StatementCompiler:
         truth = (self._truth(statement.where, false=False) if statement.where is not None
                  else _Truth(true=[self._everywhere()], false=[]))
         group_axes = tuple(self.position[_resolve(self.table, c).name] for c in statement.group_by)
+        self.keys = {self.position[_resolve(self.table, c).name]: _key_groups(_resolve(self.table, c), k)
+                     for c, k in keys_of(statement)}
         if len(set(group_axes)) != len(group_axes):
             raise UnsupportedQueryError(f"a column appears twice in GROUP BY ({statement.span.describe()}); "
                                         "list each column once.")
@@ -506,25 +517,15 @@ class _StatementCompiler:
         block_rows = np.ravel_multi_index(tuple(output[:, i] for i in order), [counts[i] for i in order])
         return np.asarray(block_rows, dtype=np.int64), output.astype(np.int64)
 
-    @staticmethod
-    def _group_count(axis: Axis) -> int:
-        domain = axis.column.domain
-        bins = domain.size if isinstance(domain, sch.Categorical) else len(domain.bin_starts)
-        return bins + (1 if axis.column.other else 0)
+    def _group_count(self, axis: Axis) -> int:
+        return len(self._labels(axis))
 
     def _labels(self, axis: Axis) -> list[object]:
-        labels = axis.column.domain.bin_labels()
-        return labels + [None] if axis.column.other else labels
+        return self.keys[self.position[axis.column.name]].labels
 
     def _membership(self, axis: Axis) -> npt.NDArray[np.float64]:
         """(groups × batch cells) 0/1 matrix: which cells each GROUP BY group of this axis holds."""
-        groups = self._group_count(axis)
-        matrix = np.zeros((groups, axis.size))
-        inside = axis.bin_of_cell >= 0
-        matrix[axis.bin_of_cell[inside], np.flatnonzero(inside)] = 1.0
-        if axis.column.other:
-            matrix[groups - 1, axis.size - 1] = 1.0
-        return matrix
+        return membership(self.keys[self.position[axis.column.name]], axis.cell_of_base, axis.size)
 
     def _block(self, true: list[Box], group_axes: tuple[int, ...],
                weights: tuple[int, npt.NDArray[np.float64]] | None = None) -> Workload:
@@ -592,7 +593,7 @@ def _check_output_names(statement: ir.Statement, table: sch.Table) -> None:
         names.append(item.alias)
         if isinstance(item, ir.Aggregate):
             names.append(f"{item.alias}_stddev")
-        else:
+        elif item.key is None:
             domain = _resolve(table, item.column).domain
             if isinstance(domain, sch.Ordered) and domain.reports_upper:
                 names.append(f"{item.alias}_upper")

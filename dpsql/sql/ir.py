@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from typing import Literal as TypingLiteral
+
+if TYPE_CHECKING:
+    from dpsql.sql.group_keys import GroupKey
+    from dpsql.sql.public_tables import PublicJoin
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,11 +152,15 @@ class Aggregate:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupColumn:
-    """A selected GROUP BY column, with its output name (the column name, or its AS alias)."""
+    """A selected GROUP BY column, with its output name (the column name, or its AS alias).
+
+    ``key``: a CASE or date-part key on ``column`` (:mod:`dpsql.sql.group_keys`); None: the column itself.
+    """
 
     column: Column
     alias: str
     span: Span
+    key: GroupKey | None = None
 
 
 SelectItem = GroupColumn | Aggregate
@@ -180,6 +189,10 @@ class Statement:
     limit: int | None
     span: Span
     table_span: Span | None = None
+    #: Per GROUP BY entry, its CASE/date-part key on that column (None: the plain column); () when all are plain.
+    group_keys: tuple[GroupKey | None, ...] = ()
+    #: JOINs with public tables, rewritten away against the schema by ``public_tables.resolve``.
+    public_joins: tuple[PublicJoin, ...] = ()
 
     @property
     def aggregates(self) -> tuple[Aggregate, ...]:

@@ -15,10 +15,11 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
     batch      := statement (';' statement)*        -- -- and /* */ comments; blank statements skipped
     statement  := SELECT item (',' item)* FROM [main '.'] table [[AS] alias]  -- main: DuckDB's default schema
                   [WHERE predicate]
-                  [GROUP BY column (',' column)*]
+                  [GROUP BY group (',' group)*]
                   [ORDER BY key [ASC | DESC] (',' key [ASC | DESC])*]
                   [LIMIT count]
     item       := column [[AS] name]                -- the column must be in GROUP BY
+                | case | datepart [[AS] name]       -- the same expression must be in GROUP BY
                 | aggregate [[AS] name]             -- at least one aggregate per statement
     aggregate  := plain [FILTER '(' WHERE predicate ')']  -- rows where WHERE AND the filter are TRUE
                 | COUNT_IF(predicate)              -- = COUNT(*) FILTER (WHERE predicate)
@@ -27,6 +28,11 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
                                                    -- IF(p, v, e) is CASE WHEN p THEN v ELSE e END
     plain      := COUNT(*) | COUNT(constant) | COUNT(column) | SUM(column) | AVG(column)  -- COUNT(1) = COUNT(*)
     column     := [[main '.'] table_or_alias '.'] name  -- identifiers may be "quoted"; case-insensitive
+    group      := column | position | alias | case | datepart  -- position/alias: of a select item (group_keys)
+    case       := CASE WHEN predicate THEN label ... [ELSE label] END  -- every WHEN on one column; label:
+                | CASE column WHEN value THEN label ... [ELSE label] END  --   value or NULL, all of one type
+    datepart   := EXTRACT(YEAR|MONTH FROM column) | year(column) | month(column)
+                | date_trunc('year'|'month', column)  -- on a date column whose base cells fit in one year/month
     predicate  := column op value | value op column -- op: = <> != < <= > >=; `5 < age` is `age > 5`
                 | column [NOT] BETWEEN value AND value
                 | column [NOT] IN (value (',' value)*)
@@ -66,7 +72,7 @@ from sqlglot import exp
 from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # re-exported there
 
 from dpsql.errors import InvalidQueryError, ProgrammingError, SqlSyntaxError
-from dpsql.sql import filters, ir
+from dpsql.sql import filters, group_keys, ir, public_tables
 from dpsql.sql.predicates import DEFAULT_SCHEMA, OPERATORS, parse_column, parse_predicate, parse_value
 from dpsql.sql.source import (
     SUPPORTED,
@@ -107,7 +113,7 @@ MAX_LIMIT = 2**63 - 1
 
 _AGGREGATE_SUPPORTED = ("Aggregates are COUNT(*), COUNT(1), COUNT(col), SUM(col) and AVG(col) over one plain column, "
                         "each optionally with FILTER (WHERE predicate).")
-_GROUP_SUPPORTED = "GROUP BY takes plain column names."
+_GROUP_SUPPORTED = group_keys.KEY_SUPPORTED
 _ORDER_SUPPORTED = "ORDER BY takes output names or 1-based select positions, each optionally ASC or DESC."
 _LIMIT_SUPPORTED = "LIMIT takes a non-negative integer or a ? bound to one."
 
@@ -128,7 +134,7 @@ _FORBIDDEN: tuple[tuple[type[exp.Expr], str], ...] = (
     (exp.Pivot, "PIVOT"),
     (exp.Unnest, "UNNEST"),
 )
-_CLAUSES = frozenset({"expressions", "from_", "from", "where", "group", "order", "limit"})
+_CLAUSES = frozenset({"expressions", "from_", "from", "where", "group", "order", "limit", "joins"})
 _CLAUSE_NAMES = {"into": "SELECT INTO", "windows": "WINDOW", "sort": "SORT BY", "cluster": "CLUSTER BY",
                  "distribute": "DISTRIBUTE BY", "locks": "FOR UPDATE", "kind": "SELECT AS STRUCT/VALUE",
                  "prewhere": "PREWHERE", "connect": "CONNECT BY", "hint": "a query hint"}
@@ -258,11 +264,14 @@ def _check_atom_count(where: exp.Where, scope: Scope) -> None:
 def _parse_statement(tree: exp.Expr, scope: Scope) -> ir.Statement:
     """Translate one parsed statement, checking the statement shape before its parts."""
     select = _require_select(tree, scope)
-    _reject_forbidden(select, scope)
+    joins = public_tables.accepted(select)
+    _reject_forbidden(select, scope, joins)
     _reject_other_clauses(select, scope)
     scope = _parse_from(select, scope)
-    group_by = _parse_group_by(select.args.get("group"), scope)
-    items = _parse_select_list(select, group_by, scope)
+    public_joins = public_tables.parse_joins(joins, scope)
+    scope = replace(scope, joined=frozenset(name for join in public_joins for name in join.names()))
+    group_by, keyed = _parse_group_by(select, scope)
+    items = _parse_select_list(select, group_by, keyed, scope)
     where = select.args.get("where")
     for clause in select.find_all(exp.Where):  # the WHERE clause and each FILTER (WHERE ...)
         _check_atom_count(clause, scope)
@@ -275,9 +284,11 @@ def _parse_statement(tree: exp.Expr, scope: Scope) -> ir.Statement:
         select=items,
         where=None if where is None else parse_predicate(where.this, scope),
         group_by=group_by,
+        group_keys=tuple(key for _, key in keyed) if any(key for _, key in keyed) else (),
         order_by=_parse_order_by(select, items, group_by, scope),
         limit=_parse_limit(select.args.get("limit"), scope),
         span=span,
+        public_joins=public_joins,
     )
 
 
@@ -296,12 +307,13 @@ def _require_select(tree: exp.Expr, scope: Scope) -> exp.Select:
     raise unsupported(f"{scope.source.word(scope.first) or 'this'} statement", scope.span, scope)
 
 
-def _reject_forbidden(select: exp.Select, scope: Scope) -> None:
-    """Reject the first (in text order) join, subquery, CTE, window, DISTINCT, HAVING, ... anywhere."""
+def _reject_forbidden(select: exp.Select, scope: Scope, joins: Sequence[exp.Join] = ()) -> None:
+    """Reject the first (in text order) join, subquery, CTE, window, DISTINCT, HAVING, ... anywhere
+    (``joins``: the public-table joins :mod:`dpsql.sql.public_tables` reads)."""
     found = []
     for node in select.walk():
         name = next((name for kind, name in _FORBIDDEN if isinstance(node, kind)), None)
-        if name is not None and node is not select:
+        if name is not None and node is not select and not any(node is join for join in joins):
             found.append((node_span(node, scope), name, node))
     if not found:
         return
@@ -351,36 +363,55 @@ def _parse_from(select: exp.Select, scope: Scope) -> Scope:
 # SELECT list and GROUP BY
 
 
-def _parse_group_by(group: exp.Group | None, scope: Scope) -> tuple[ir.Column, ...]:
-    """GROUP BY plain columns, a repeated column kept once."""
+Keyed = tuple[tuple[exp.Expr, group_keys.GroupKey | None], ...]
+
+
+def _parse_group_by(select: exp.Select, scope: Scope) -> tuple[tuple[ir.Column, ...], Keyed]:
+    """GROUP BY columns, positions, aliases and keys (:mod:`dpsql.sql.group_keys`), a repeat kept once:
+    the column of each entry, and each entry's expression with its key (None: the plain column)."""
+    group = select.args.get("group")
     if group is None:
-        return ()
+        return (), ()
     for key in ("grouping_sets", "cube", "rollup", "totals", "all"):
         if not is_empty(group.args.get(key)):
             raise unsupported(f"GROUP BY {key.upper().replace('_', ' ')}", group, scope, _GROUP_SUPPORTED)
     columns: list[ir.Column] = []
+    keyed: list[tuple[exp.Expr, group_keys.GroupKey | None]] = []
     for node in group.expressions:
-        column = parse_column(node, scope, "in GROUP BY", _GROUP_SUPPORTED)
-        if all(column.name.lower() != seen.name.lower() for seen in columns):
+        node = group_keys.resolve_reference(node, select, scope)
+        found = group_keys.parse_key(node, scope) if group_keys.is_key_expression(node) else None
+        column = found.column if found is not None else parse_column(node, scope, "in GROUP BY", _GROUP_SUPPORTED)
+        twin = next((i for i, seen in enumerate(columns) if seen.name.lower() == column.name.lower()), None)
+        if twin is None:
             columns.append(column)
-    return tuple(columns)
+            keyed.append((node, found))
+        elif (found is None) != (keyed[twin][1] is None) or (found is not None and keyed[twin][0] != node):
+            raise unsupported(f"two GROUP BY keys on column '{column.name}'", node, scope,
+                              "Group by one key per column (send the other grouping as its own statement).")
+    return tuple(columns), tuple(keyed)
 
 
-def _parse_select_list(select: exp.Select, group_by: tuple[ir.Column, ...],
+def _parse_select_list(select: exp.Select, group_by: tuple[ir.Column, ...], keyed: Keyed,
                        scope: Scope) -> tuple[ir.SelectItem, ...]:
     """The select items, with unique output names; at least one must be an aggregate."""
-    grouped = {column.name.lower() for column in group_by}
-    items = tuple(_parse_select_item(node, grouped, scope) for node in select.expressions)
+    grouped = {column.name.lower() for column, (_, key) in zip(group_by, keyed) if key is None}
+    keys = [(node, key) for node, key in keyed if key is not None]
+    items = tuple(_parse_select_item(node, grouped, keys, scope) for node in select.expressions)
     if not any(isinstance(item, ir.Aggregate) for item in items):
         raise unsupported("a SELECT without COUNT, SUM or AVG", scope.span, scope)
     return _unique_aliases(items)
 
 
-def _parse_select_item(node: exp.Expr, grouped: set[str], scope: Scope) -> ir.SelectItem:
-    """A grouped column or an aggregate, with its AS name or default name."""
+def _parse_select_item(node: exp.Expr, grouped: set[str], keys: list[tuple[exp.Expr, group_keys.GroupKey]],
+                       scope: Scope) -> ir.SelectItem:
+    """A grouped column or key, or an aggregate, with its AS name or default name."""
     alias = node.alias if isinstance(node, exp.Alias) else None
     value = unparen(node.this if isinstance(node, exp.Alias) else node)
     span = node_span(node, scope)
+    key = group_keys.select_key(value, keys, scope)
+    if key is not None:
+        return ir.GroupColumn(column=key.column, alias=alias or group_keys.default_name(value, scope), span=span,
+                              key=key)
     value, condition, scale = filters.unwrap_aggregate(value, scope)
     if isinstance(value, exp.Column) and isinstance(value.this, exp.Identifier):
         column = parse_column(value, scope, "in SELECT", SUPPORTED)
@@ -496,7 +527,7 @@ def _output_name(column: ir.Column, items: tuple[ir.SelectItem, ...], group_by: 
             if output.lower() == name:
                 return output
     for item in items:
-        if isinstance(item, ir.GroupColumn) and item.column.name.lower() == name:
+        if isinstance(item, ir.GroupColumn) and item.key is None and item.column.name.lower() == name:
             return item.alias
     if any(grouped.name.lower() == name for grouped in group_by):
         raise unsupported("ORDER BY a group column that is not selected", node, scope, _ORDER_SUPPORTED)

@@ -57,7 +57,8 @@ def parse_column(node: exp.Expr, scope: Scope, context: str, supported: str) -> 
     if not is_empty(node.args.get("catalog")) or (schema is not None and schema.name.lower() != DEFAULT_SCHEMA):
         raise unsupported("a column qualified by a schema other than main, or by a catalog", node, scope, supported)
     qualifier = node.table or None
-    if qualifier is not None and qualifier.lower() not in {scope.table.lower(), (scope.alias or "").lower()}:
+    if qualifier is not None and qualifier.lower() not in {scope.table.lower(), (scope.alias or "").lower()} | \
+            scope.joined:
         names = f"neither table '{scope.table}' nor its alias '{scope.alias}'" if scope.alias else \
             f"not table '{scope.table}'"
         raise invalid(f"Column qualifier '{qualifier}' is {names}", node, scope,

@@ -54,6 +54,7 @@ _PREFIX_WORDS: dict[type[exp.Expr], frozenset[str]] = {
     exp.Qualify: frozenset({"QUALIFY"}),
     exp.Offset: frozenset({"OFFSET"}),
     exp.Case: frozenset({"CASE", "WHEN"}),
+    exp.Extract: frozenset({"EXTRACT", "FROM", "YEAR", "MONTH", "DAY", "QUARTER", "WEEK", "HOUR"}),
     exp.Distinct: frozenset({"DISTINCT"}),
     exp.Subquery: frozenset({"(", "SELECT", "DISTINCT"}),
     exp.Select: frozenset({"SELECT", "DISTINCT"}),
@@ -157,6 +158,7 @@ class Scope:
     table: str = ""
     alias: str | None = None
     table_span: ir.Span | None = None
+    joined: frozenset[str] = frozenset()  # names and aliases of joined public tables (lower case)
 
     @property
     def span(self) -> ir.Span:

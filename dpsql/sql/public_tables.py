@@ -1,0 +1,373 @@
+"""Joins with a PUBLIC dimension table: a lookup from a foreign key's declared values to labels.
+
+The schema declares a public table with its rows inline, and a foreign key on the private table::
+
+    [tables.regions]
+    public = true
+    columns = ["region_id", "name"]
+    rows = [[1, "North"], [2, "South"], [3, "North"]]
+
+    [tables.people.columns.region_id]
+    type = "categorical"            # or integer with one value per base cell (resolution 1)
+    values = [1, 2, 3, 4]
+    references = "regions.region_id"
+
+Then ``FROM people [INNER | LEFT] JOIN regions [r] USING (region_id)`` (or ``ON people.region_id =
+r.region_id``) may group by and filter on the public table's columns. Each public column is a public
+function of the key: ``GROUP BY r.name`` is a re-binning of ``region_id``'s cells (a
+:class:`~dpsql.sql.group_keys.LookupKey`), a WHERE atom on ``r.name`` is ``region_id IN (the keys
+whose row makes it TRUE)``. INNER JOIN also adds ``region_id IN (every public key)``, a public
+filter; LEFT JOIN keeps the other key values (and NULL keys) in a NULL group. The public rows come
+from the schema and never touch the database: no SQL join is generated, the private table is
+scanned exactly as for the rewritten statement.
+
+Privacy: an exact rewrite to the private table's cells (same queries, same sensitivity, same cost).
+The public rows are public by declaration and the lookup reads nothing from the private data.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+from typing import Literal as TypingLiteral
+
+from sqlglot import exp
+
+from dpsql import schema as sch
+from dpsql.errors import SchemaError, UnsupportedQueryError
+from dpsql.sql import filters, ir
+from dpsql.sql.group_keys import LookupKey
+from dpsql.sql.source import Scope, invalid, node_span, unparen, unsupported
+
+_JOIN_SUPPORTED = ("Joins are [INNER | LEFT] JOIN <public table> [alias] USING (key) or ON <table>.key = "
+                   "<alias>.key, with a public table the schema declares and a key column that references it.")
+
+
+# ==================================================================================== schema side
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublicTable:
+    """A public table: column names and rows, declared in the schema (never read from the database)."""
+
+    name: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[object, ...], ...]
+
+    def values(self, column: str) -> list[object]:
+        index = self.columns.index(column)
+        return [row[index] for row in self.rows]
+
+
+def is_public(spec: object) -> bool:
+    return isinstance(spec, Mapping) and spec.get("public") is True
+
+
+def load(tables: Mapping[str, Any]) -> dict[str, PublicTable]:
+    """The ``public = true`` tables of ``[tables]``, checked: names, rows of the right width, plain values."""
+    return {name.lower(): _load_table(name, spec) for name, spec in tables.items() if is_public(spec)}
+
+
+def _load_table(name: str, spec: Mapping[str, Any]) -> PublicTable:
+    key = f"tables.{name}"
+    unknown = sorted(set(spec) - {"public", "columns", "rows"})
+    if unknown:
+        raise SchemaError(f"{key} has unknown setting(s) {', '.join(unknown)}; a public table has public = true, "
+                          "columns = [names] and rows = [[values], ...].")
+    columns = spec.get("columns")
+    if not isinstance(columns, list) or not columns or not all(isinstance(c, str) for c in columns) or \
+            len({c.lower() for c in columns}) != len(columns):
+        raise SchemaError(f'{key}.columns must be a list of distinct column names, e.g. ["region_id", "name"].')
+    rows = spec.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise SchemaError(f"{key}.rows must be a non-empty list of rows, each a list of {len(columns)} values.")
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row, list) or len(row) != len(columns) or \
+                any(isinstance(v, bool) or not isinstance(v, (str, int, float, dt.date)) for v in row):
+            raise SchemaError(f"{key}.rows row {number} must be a list of {len(columns)} strings, numbers or dates.")
+    return PublicTable(name=name.lower(), columns=tuple(c.lower() for c in columns),
+                       rows=tuple(tuple(row) for row in rows))
+
+
+def check_references(schema: sch.Schema, public: Mapping[str, PublicTable]) -> None:
+    """Every ``references = "table.column"``: a public table and column, a unique key of values of the
+    foreign key's type, and a foreign key whose base cells hold one value each."""
+    for table in schema.tables.values():
+        for column in table.columns.values():
+            if column.references is not None:
+                _check_reference(column, public)
+
+
+def _check_reference(column: sch.Column, public: Mapping[str, PublicTable]) -> None:
+    key = f"{column.key}.references"
+    target, _, name = column.references.lower().partition(".") if isinstance(column.references, str) else ("", "", "")
+    found = public.get(target)
+    if found is None or not name:
+        raise SchemaError(f'{key} must name a public table\'s column as "table.column"; got {column.references!r}. '
+                          f"Public tables: {', '.join(sorted(public)) or 'none'}.")
+    if name not in found.columns:
+        raise SchemaError(f"{key}: the public table '{found.name}' has no column '{name}'; its columns: "
+                          f"{', '.join(found.columns)}.")
+    keys = found.values(name)
+    if len(set(keys)) != len(keys):
+        raise SchemaError(f"{key}: {found.name}.{name} holds a value twice, so it is no key; list each key once in "
+                          f"tables.{found.name}.rows.")
+    domain = column.domain
+    if isinstance(domain, sch.Categorical):
+        wanted: type = str if all(isinstance(v, str) for v in domain.values) else int
+    elif domain.kind == "integer" and all(domain.boundaries[k + 1] - domain.boundaries[k] == 1
+                                          for k in range(domain.size - (1 if domain.closed_top else 0))):
+        wanted = int
+    else:
+        raise SchemaError(f"{key}: a foreign key must be categorical, or integer with one value per base cell "
+                          f"(resolution = 1); {column.key} is not.")
+    if any(isinstance(v, bool) or not isinstance(v, wanted) for v in keys):
+        kind = "strings" if wanted is str else "integers"
+        raise SchemaError(f"{key}: the values of {found.name}.{name} must be {kind}, like the declared values of "
+                          f"{column.key}.")
+
+
+def base_values(column: sch.Column) -> list[object]:
+    """The one value of each base cell of a foreign key (checked by ``check_references``)."""
+    if isinstance(column.domain, sch.Categorical):
+        return list(column.domain.values)
+    return [int(b) for b in column.domain.boundaries[:-1]]
+
+
+# ==================================================================================== parse side
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublicJoin:
+    """``[INNER | LEFT] JOIN table [alias] USING (key)`` or ``ON from.key = alias.key`` (resolved at compile)."""
+
+    table: str
+    alias: str | None
+    kind: TypingLiteral["inner", "left"]
+    key: ir.Column          # the FROM table's column
+    public_column: str      # the joined table's column
+    span: ir.Span
+
+    def names(self) -> set[str]:
+        return {self.table.lower()} | ({self.alias.lower()} if self.alias else set())
+
+
+def accepted(select: exp.Select) -> list[exp.Join]:
+    """The joins of the FROM clause this module reads: INNER or LEFT, on one column, to a plain table."""
+    found = []
+    for join in select.args.get("joins") or []:
+        side, kind = (join.side or "").upper(), (join.kind or "").upper()
+        shape = (side, kind) in {("", ""), ("", "INNER"), ("LEFT", ""), ("LEFT", "OUTER")}
+        using, on = join.args.get("using") or [], join.args.get("on")
+        condition = (len(using) == 1) != (on is not None) and (on is None or _equi(on))
+        extra = [k for k, v in join.args.items() if k not in {"this", "side", "kind", "using", "on", "pivots"} and v]
+        if shape and condition and not extra and isinstance(join.this, exp.Table) and not join.args.get("pivots"):
+            found.append(join)
+    return found
+
+
+def _equi(on: exp.Expr) -> bool:
+    on = unparen(on)
+    sides = [unparen(side) for side in (on.this, on.expression)]
+    return isinstance(on, exp.EQ) and all(isinstance(side, exp.Column) and side.table for side in sides)
+
+
+def parse_joins(joins: list[exp.Join], scope: Scope) -> tuple[PublicJoin, ...]:
+    """The accepted joins as IR (the FROM table already in ``scope``)."""
+    return tuple(_parse_join(join, scope) for join in joins)
+
+
+def _parse_join(join: exp.Join, scope: Scope) -> PublicJoin:
+    table = join.this
+    alias = table.args.get("alias")
+    alias_name = alias.name if alias is not None else None
+    names = {table.name.lower()} | ({alias_name.lower()} if alias_name else set())
+    kind: TypingLiteral["inner", "left"] = "left" if (join.side or "").upper() == "LEFT" else "inner"
+    using = join.args.get("using") or []
+    if using:
+        name = using[0].name
+        key = ir.Column(name=name, qualifier=None, span=node_span(using[0], scope))
+        public_column = name
+    else:
+        on = unparen(join.args["on"])
+        sides: list[exp.Column] = [unparen(on.this), unparen(on.expression)]  # type: ignore[list-item]  # _equi
+        mine = [side for side in sides if side.table.lower() in names]
+        other = [side for side in sides if side.table.lower() in {scope.table.lower(), (scope.alias or "").lower()}]
+        if len(mine) != 1 or len(other) != 1:
+            raise invalid("the JOIN condition must compare a column of the FROM table with one of the joined table",
+                          on, scope, "Write ON <table or alias>.key = <joined alias>.key.")
+        key = ir.Column(name=other[0].name, qualifier=other[0].table, span=node_span(other[0], scope))
+        public_column = mine[0].name
+    return PublicJoin(table=table.name, alias=alias_name, kind=kind, key=key, public_column=public_column.lower(),
+                      span=node_span(join, scope))
+
+
+def refuse_unhandled(join: exp.Join, scope: Scope) -> UnsupportedQueryError:
+    return unsupported("JOIN", join, scope, _JOIN_SUPPORTED)
+
+
+# ==================================================================================== compile side
+def resolve(batch: ir.Batch, schema: sch.Schema) -> ir.Batch:
+    """Every statement with public joins rewritten over the private table's own columns."""
+    if not any(statement.public_joins for statement in batch.statements):
+        return batch
+    return replace(batch, statements=tuple(_rewrite(s, schema) if s.public_joins else s for s in batch.statements))
+
+
+@dataclass(frozen=True, slots=True)
+class _Lookup:
+    join: PublicJoin
+    key: sch.Column
+    public: PublicTable
+
+
+def _rewrite(statement: ir.Statement, schema: sch.Schema) -> ir.Statement:
+    table = schema.table(statement.table, (statement.table_span or statement.span).describe())
+    lookups = [_lookup(join, table, schema) for join in statement.public_joins]
+    keys = list(statement.group_keys or [None] * len(statement.group_by))
+    group_by = list(statement.group_by)
+    for index, column in enumerate(group_by):
+        found = _owner(column, lookups, table)
+        if found is not None:
+            group_by[index], keys[index] = _key_column(found, column), _lookup_key(found, column)
+    _check_one_key_per_column(statement.group_by, group_by, table)
+    select = tuple(_rewrite_item(item, lookups, table) for item in statement.select)
+    where = None if statement.where is None else _rewrite_predicate(statement.where, lookups, table, False)
+    for lookup in lookups:
+        if lookup.join.kind == "inner":
+            where = _and(where, _member(lookup, set(lookup.public.values(lookup.join.public_column)),
+                                        lookup.join.span))
+    return replace(statement, select=select, where=where, group_by=tuple(group_by),
+                   group_keys=tuple(keys) if any(k is not None for k in keys) else (), public_joins=())
+
+
+def _check_one_key_per_column(written: Sequence[ir.Column], keys: Sequence[ir.Column], table: sch.Table) -> None:
+    """Two GROUP BY entries read from one foreign key (two public columns, or the key and a public column)
+    would need the pairs of their values as groups: refused, with the rewrite."""
+    for index, column in enumerate(keys):
+        earlier = next((i for i in range(index) if keys[i].name.lower() == column.name.lower()), None)
+        if earlier is not None:
+            first, second = written[earlier], written[index]
+            raise UnsupportedQueryError(
+                f"GROUP BY '{first.name}' and '{second.name}' are both read from {table.name}.{column.name} through "
+                f"the join ({second.span.describe()}), and one column groups by one key. Group by one of them, "
+                f"with a WHERE on the other in one statement per value.")
+
+
+def _lookup(join: PublicJoin, table: sch.Table, schema: sch.Schema) -> _Lookup:
+    public = schema.public.get(join.table.lower())
+    if public is None:
+        raise UnsupportedQueryError(
+            f"JOIN {join.table} ({join.span.describe()}): '{join.table}' is not a public table of the schema. "
+            "Declare it with [tables.<name>] public = true, columns and rows, or query one table per statement.")
+    if join.public_column not in public.columns:
+        raise SchemaError(f"JOIN {join.table} ({join.span.describe()}): the public table '{public.name}' has no column "
+                          f"'{join.public_column}'; its columns: {', '.join(public.columns)}.")
+    key = table.column(join.key.name, join.key.span.describe())
+    if key.references != f"{public.name}.{join.public_column}":
+        raise SchemaError(f"JOIN {join.table} ({join.span.describe()}) joins on {table.name}.{key.name}, which does "
+                          f'not reference {public.name}.{join.public_column}; declare references = '
+                          f'"{public.name}.{join.public_column}" in {key.key}.')
+    return _Lookup(join=join, key=key, public=public)
+
+
+def _owner(column: ir.Column, lookups: list[_Lookup], table: sch.Table) -> _Lookup | None:
+    """The join whose public table holds ``column`` (None: the FROM table's own column)."""
+    if column.qualifier is not None:
+        return next((lookup for lookup in lookups if column.qualifier.lower() in lookup.join.names()), None)
+    holders = [lookup for lookup in lookups if column.name.lower() in lookup.public.columns]
+    if not holders or column.name.lower() in table.columns:
+        return None  # the FROM table's column (a USING key is the same value on every joined row)
+    if len(holders) > 1:
+        raise UnsupportedQueryError(f"column '{column.name}' ({column.span.describe()}) is in several joined tables; "
+                                    "qualify it by the table or its alias.")
+    return holders[0]
+
+
+def _key_column(lookup: _Lookup, column: ir.Column) -> ir.Column:
+    return ir.Column(name=lookup.key.name, qualifier=None, span=column.span)
+
+
+def _labels(lookup: _Lookup, column: ir.Column) -> dict[object, object]:
+    """Key value → the public column's value, for the keys of the FROM column's declared domain."""
+    name = column.name.lower()
+    if name not in lookup.public.columns:
+        raise SchemaError(f"column '{column.name}' ({column.span.describe()}) is not in the public table "
+                          f"'{lookup.public.name}'; its columns: {', '.join(lookup.public.columns)}.")
+    return dict(zip(lookup.public.values(lookup.join.public_column), lookup.public.values(name)))
+
+
+def _lookup_key(lookup: _Lookup, column: ir.Column) -> LookupKey:
+    return LookupKey(column=_key_column(lookup, column), labels=tuple(_labels(lookup, column).items()),
+                     keep_missing=lookup.join.kind == "left", span=column.span)
+
+
+def _rewrite_item(item: ir.SelectItem, lookups: list[_Lookup], table: sch.Table) -> ir.SelectItem:
+    if isinstance(item, ir.Aggregate):
+        if item.column is not None and _owner(item.column, lookups, table) is not None:
+            raise UnsupportedQueryError(f"{item.function.upper()}({item.column.name}) at {item.span.describe()} "
+                                        "aggregates a column of a public table; aggregate the FROM table's columns.")
+        return item
+    found = _owner(item.column, lookups, table) if item.key is None else None
+    if found is None:
+        return item
+    return replace(item, column=_key_column(found, item.column), key=_lookup_key(found, item.column))
+
+
+def _rewrite_predicate(predicate: ir.Predicate, lookups: list[_Lookup], table: sch.Table,
+                       negated: bool) -> ir.Predicate:
+    """Atoms on a public column become ``key IN (keys where the atom is TRUE)``."""
+    if isinstance(predicate, ir.Not):
+        return replace(predicate, operand=_rewrite_predicate(predicate.operand, lookups, table, not negated))
+    if isinstance(predicate, (ir.And, ir.Or)):
+        return replace(predicate, operands=tuple(_rewrite_predicate(p, lookups, table, negated)
+                                                 for p in predicate.operands))
+    found = _owner(predicate.column, lookups, table)
+    if found is None:
+        return predicate
+    if negated and found.join.kind == "left":
+        raise UnsupportedQueryError(
+            f"NOT around a condition on the public column '{predicate.column.name}' of a LEFT JOIN "
+            f"({predicate.span.describe()}): keys with no public row make it UNKNOWN, which NOT keeps UNKNOWN. "
+            "Write the negation inside the condition (<>, NOT IN, NOT BETWEEN) or use an INNER JOIN.")
+    if isinstance(predicate, ir.IsNull) and found.join.kind == "left":
+        raise UnsupportedQueryError(
+            f"IS NULL on the public column '{predicate.column.name}' of a LEFT JOIN ({predicate.span.describe()}): "
+            "keys without a public row would need a cell of their own. Use an INNER JOIN, or GROUP BY the "
+            "public column (a LEFT JOIN reports those keys as its NULL group).")
+    labels = _labels(found, predicate.column)
+    return _member(found, {k for k, v in labels.items() if _holds(predicate, v)}, predicate.span)
+
+
+def _holds(atom: filters.Atom, value: object) -> bool:
+    """SQL truth of ``atom`` on one public value (types as compared by Python; mismatches never hold)."""
+    if isinstance(atom, ir.IsNull):
+        return (value is None) != atom.negated
+    if isinstance(atom, ir.Like):
+        pattern = filters.like_regex(str(atom.pattern.value), atom.escape, atom.case_insensitive)
+        return value is not None and (pattern.fullmatch(str(value)) is not None) != atom.negated
+    try:
+        if isinstance(atom, ir.Comparison):
+            other: Any = atom.value.value
+            return {"=": value == other, "<>": value != other, "<": value < other, "<=": value <= other,
+                    ">": value > other, ">=": value >= other}[atom.operator]
+        if isinstance(atom, ir.Between):
+            inside = atom.low.value <= value <= atom.high.value  # type: ignore[operator]
+            return inside != atom.negated
+        return (value in [literal.value for literal in atom.values]) != atom.negated
+    except TypeError:
+        raise UnsupportedQueryError(f"the condition at {atom.span.describe()} compares a public column with a "
+                                    "constant of another type.") from None
+
+
+def _member(lookup: _Lookup, keys: set[object], span: ir.Span) -> ir.InList:
+    """``key IN (keys)``, restricted to the key column's declared values (others have no cells)."""
+    declared = [value for value in base_values(lookup.key) if value in keys]
+    return ir.InList(column=ir.Column(name=lookup.key.name, qualifier=None, span=span),
+                     values=tuple(ir.Literal(value=v, span=span) for v in declared),  # type: ignore[arg-type]
+                     negated=False, span=span)
+
+
+def _and(left: ir.Predicate | None, right: ir.Predicate) -> ir.Predicate:
+    if left is None:
+        return right
+    operands = left.operands if isinstance(left, ir.And) else (left,)
+    return ir.And(operands=(*operands, right), span=left.span)
