@@ -13,7 +13,7 @@ columns and constants in them in :mod:`dpsql.sql.predicates`.
 Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
 
     batch      := statement (';' statement)*        -- -- and /* */ comments; blank statements skipped
-    statement  := SELECT item (',' item)* FROM table [[AS] alias]
+    statement  := SELECT item (',' item)* FROM table [[AS] alias] join*
                   [WHERE predicate]
                   [GROUP BY group (',' group)*]
                   [ORDER BY key [ASC | DESC] (',' key [ASC | DESC])*]
@@ -23,6 +23,8 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
                 | aggregate [[AS] name]             -- at least one aggregate per statement
     aggregate  := COUNT(*) | COUNT(column) | SUM(column) | AVG(column)
     column     := [table_or_alias '.'] name
+    join       := [INNER | LEFT [OUTER]] JOIN table [[AS] alias] (USING (name) | ON column = column)
+                                                    -- a public table of the schema (public_tables): a lookup
     group      := column | position | alias | case | datepart  -- position/alias: of a select item (group_keys)
     case       := CASE WHEN predicate THEN label ... [ELSE label] END  -- every WHEN on one column; label:
                 | CASE column WHEN value THEN label ... [ELSE label] END  --   value or NULL, all of one type
