@@ -7,7 +7,8 @@ declared ``out_of_domain = "exclude"``, whose such rows no scan reads). Each agg
 each statement becomes a block of linear queries over those cells:
 
 - GROUP BY gives one row per declared group (every bin, and the outside group when the column
-  declares ``other``), so group keys never come from the data;
+  declares ``other``; for a CASE, date-part or public-lookup key, each of the key's labels, read
+  from the schema and the SQL by :mod:`dpsql.sql.group_keys`), so group keys never come from the data;
 - WHERE follows SQL's three-valued logic: a predicate is held as the disjoint unions of Kronecker
   boxes on which it is TRUE and FALSE (an axis's outside cell makes its atoms UNKNOWN, but IS NULL
   is TRUE there); NOT swaps the two, AND and OR combine them, and a row counts where WHERE (and the

@@ -13,7 +13,7 @@ columns and constants in them in :mod:`dpsql.sql.predicates`.
 Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
 
     batch      := statement (';' statement)*        -- -- and /* */ comments; blank statements skipped
-    statement  := SELECT item (',' item)* FROM [main '.'] table [[AS] alias]  -- main: DuckDB's default schema
+    statement  := SELECT item (',' item)* FROM [main '.'] table [[AS] alias] join*  -- main: DuckDB's default schema
                   [WHERE predicate]
                   [GROUP BY group (',' group)*]
                   [ORDER BY key [ASC | DESC] (',' key [ASC | DESC])*]
@@ -28,6 +28,8 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
                                                    -- IF(p, v, e) is CASE WHEN p THEN v ELSE e END
     plain      := COUNT(*) | COUNT(constant) | COUNT(column) | SUM(column) | AVG(column)  -- COUNT(1) = COUNT(*)
     column     := [[main '.'] table_or_alias '.'] name  -- identifiers may be "quoted"; case-insensitive
+    join       := [INNER | LEFT [OUTER]] JOIN table [[AS] alias] (USING (name) | ON column = column)
+                                                    -- a public table of the schema (public_tables): a lookup
     group      := column | position | alias | case | datepart  -- position/alias: of a select item (group_keys)
     case       := CASE WHEN predicate THEN label ... [ELSE label] END  -- every WHEN on one column; label:
                 | CASE column WHEN value THEN label ... [ELSE label] END  --   value or NULL, all of one type
