@@ -123,6 +123,10 @@ def test_case_key_by_alias_position_or_repeated_expression(sql: str, data: duckd
     ("CASE WHEN sex = 'F' THEN 'woman' ELSE 'other' END", "AVG(income)", " WHERE age >= 20"),
     ("CASE sex WHEN 'M' THEN 0 WHEN 'F' THEN 1 END", "COUNT(income)", ""),
     ("CASE WHEN d < DATE '2020-03-01' THEN 'before' ELSE 'after' END", "COUNT(*)", " WHERE age < 70"),
+    # IS NULL is TRUE on the outside cell, so NULL ages reach its WHEN, not ELSE (Kleene logic for the rest)
+    ("CASE WHEN age IS NULL THEN 'missing' WHEN age < 50 THEN 'young' ELSE 'old' END", "COUNT(*)", ""),
+    ("CASE WHEN age < 50 OR age IS NULL THEN 'young or missing' ELSE 'old' END", "COUNT(*)", ""),
+    ("CASE WHEN NOT (age IS NOT NULL AND age >= 50) THEN 'a' ELSE 'b' END", "COUNT(*)", ""),
 ])
 def test_case_key_matches_duckdb(key: str, aggregate: str, where: str, data: duckdb.DuckDBPyConnection) -> None:
     table = answer(data, f"SELECT {key} AS k, {aggregate} AS v FROM t{where} GROUP BY k")
