@@ -21,8 +21,8 @@ from dpsql.errors import (
     UnsupportedQueryError,
 )
 from dpsql.schema import Schema
+from dpsql.sql import boxes, ir
 from dpsql.sql import compile as sql_compile
-from dpsql.sql import ir
 from dpsql.sql import parse as sql_parse
 from dpsql.sql.compile import compile_batch
 from dpsql.sql.parse import parse_batch
@@ -112,7 +112,7 @@ def test_twelve_and_ed_three_way_ors_plan_within_the_work_limits(values: int, se
     and every planning step densified the N × N sum of boxes. Now the box algebra stays within a
     small work budget, the block is exact, and no N × N matrix is formed (N = cells)."""
     sql = _twelve_ors(values, seed)
-    monkeypatch.setattr(sql_compile, "MAX_PREDICATE_WORK", 1_000)
+    monkeypatch.setattr(boxes, "MAX_PREDICATE_WORK", 1_000)
     compiled = compile_batch(parse_batch(sql), SCHEMA)
     group = compiled.groups[0]
     block = group.blocks[0].workload
@@ -131,7 +131,7 @@ def test_twelve_and_ed_three_way_ors_plan_within_the_work_limits(values: int, se
 
 
 def test_a_predicate_beyond_the_box_limit_names_it(connection: dpsql.Connection) -> None:
-    pairs = " OR ".join(f"(a = {i % 10} AND b = {i // 10})" for i in range(sql_compile.MAX_PREDICATE_BOXES + 1))
+    pairs = " OR ".join(f"(a = {i % 10} AND b = {i // 10})" for i in range(boxes.MAX_PREDICATE_BOXES + 1))
     with pytest.raises(UnsupportedQueryError, match=r"WHERE clause at line 1, col 30 splits the cells into more than "
                                                     r"MAX_PREDICATE_BOXES = 64 disjoint boxes"):
         connection.cursor().explain(COUNT + pairs, epsilon=0.5)

@@ -45,6 +45,7 @@ import numpy.typing as npt
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
 from dpsql.sql import filters, ir
+from dpsql.sql.boxes import Box, BoxBudget, intersect, merge, union
 from dpsql.sql.filters import Atom, statement_atoms
 from dpsql.sql.group_keys import GroupKey, KeyGroups, key_groups, keys_of, membership, plain_groups
 from dpsql.sql.value_cells import ValueCells
@@ -52,7 +53,6 @@ from dpsql.sql.vectors import COUNTS, DataVector
 from dpsql.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Workload
 
 BoolArray = npt.NDArray[np.bool_]
-Box = tuple[BoolArray, ...]  # one mask per axis over the axis's batch cells (outside cell last)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,12 +187,6 @@ MERGE_CELLS = 2**18
 DENSE_STACK = 2**23
 #: No statement may span more cells than this.
 MAX_CELLS = 2**24
-#: A WHERE clause's TRUE and FALSE sets are each held as at most this many disjoint Kronecker
-#: boxes, at every step of the box algebra (a block's Gram has boxes² Kronecker cross terms).
-MAX_PREDICATE_BOXES = 64
-#: Box pairs the box algebra may visit for one WHERE clause (each intersection of m and n boxes
-#: visits m·n pairs; each union subtracts every left box from every remaining right piece).
-MAX_PREDICATE_WORK = 2**16
 
 
 def compile_batch(batch: ir.Batch, schema: sch.Schema,
@@ -443,10 +437,10 @@ class _StatementCompiler:
         self.position = {axis.column.name: index for index, axis in enumerate(axes)}
         self.blocks: list[Block] = []
         self.keys: dict[int, KeyGroups] = {}  # the current statement's groups, by axis
-        self.budget = _BoxBudget(ir.Span(line=1, column=1, start=0, end=0))  # one per statement, set by compile
+        self.budget = BoxBudget(ir.Span(line=1, column=1, start=0, end=0))  # one per statement, set by compile
 
     def compile(self, statement: ir.Statement) -> CompiledStatement:
-        self.budget = _BoxBudget(statement.where.span if statement.where is not None else statement.span)
+        self.budget = BoxBudget(statement.where.span if statement.where is not None else statement.span)
         truth = (self._truth(statement.where, false=False) if statement.where is not None
                  else _Truth(true=[self._everywhere()], false=[]))
         group_axes = tuple(self.position[_resolve(self.table, c).name] for c in statement.group_by)
@@ -467,7 +461,7 @@ class _StatementCompiler:
     def _filtered(self, true: list[Box], aggregate: ir.Aggregate) -> list[Box]:
         """The cells an aggregate reads: where WHERE is TRUE, and its FILTER too."""
         found = None if aggregate.filter is None else self._truth(aggregate.filter, false=False).true
-        return true if found is None else _intersect(true, found, self.budget)
+        return true if found is None else intersect(true, found, self.budget)
 
     def _everywhere(self) -> Box:
         return tuple(np.ones(axis.size, dtype=bool) for axis in self.axes)
@@ -479,7 +473,7 @@ class _StatementCompiler:
             inner = self._truth(predicate.operand, true=false, false=true)
             return _Truth(true=inner.false, false=inner.true)
         if isinstance(predicate, (ir.And, ir.Or)):
-            meet, join = (_intersect, _union) if isinstance(predicate, ir.And) else (_union, _intersect)
+            meet, join = (intersect, union) if isinstance(predicate, ir.And) else (union, intersect)
             parts = [self._truth(operand, true, false) for operand in predicate.operands]
             result = parts[0]
             for part in parts[1:]:
@@ -534,7 +528,7 @@ class _StatementCompiler:
         (axis, per-cell weight) multiplies that axis's factor column-wise."""
         grouped = set(group_axes)
         terms: list[Workload] = []
-        for box in _merge(true):
+        for box in merge(true):
             masks = [mask * weights[1] if weights is not None and i == weights[0] else mask.astype(np.float64)
                      for i, mask in enumerate(box)]
             factors = [Explicit(self._membership(axis) * mask[None, :]) if i in grouped else Explicit(mask[None, :])
@@ -619,80 +613,6 @@ def _check_order_by(statement: ir.Statement) -> None:
                 f"ORDER BY {item.key} ({item.span.describe()}) names no output column; use one of {', '.join(outputs)} "
                 "or a 1-based position."
             )
-
-
-# ==================================================================================== box algebra
-@dataclass(slots=True)
-class _BoxBudget:
-    """The box algebra's work for one WHERE clause: box pairs visited and boxes held (limits above)."""
-
-    span: ir.Span
-    work: int = 0
-
-    def spend(self, pairs: int) -> None:
-        self.work += pairs
-        if self.work > MAX_PREDICATE_WORK:
-            self._refuse(f"needs more than MAX_PREDICATE_WORK = {MAX_PREDICATE_WORK:,} box operations")
-
-    def hold(self, boxes: list[Box]) -> list[Box]:
-        if len(boxes) > MAX_PREDICATE_BOXES:
-            self._refuse(f"splits the cells into more than MAX_PREDICATE_BOXES = {MAX_PREDICATE_BOXES} disjoint boxes")
-        return boxes
-
-    def _refuse(self, problem: str) -> None:
-        raise UnsupportedQueryError(
-            f"the WHERE clause at {self.span.describe()} {problem} (ORs across different columns multiply). "
-            "Split the statement into several, or write conditions on one column as IN lists or ranges."
-        )
-
-
-def _intersect(left: Sequence[Box], right: Sequence[Box], budget: _BoxBudget) -> list[Box]:
-    """Pairwise intersections of two disjoint unions: still disjoint; empty boxes dropped."""
-    budget.spend(len(left) * len(right))
-    boxes = [tuple(a & b for a, b in zip(x, y)) for x in left for y in right]
-    return budget.hold([box for box in boxes if all(mask.any() for mask in box)])
-
-
-def _subtract(box: Box, cut: Box) -> list[Box]:
-    """box \\ cut as disjoint boxes: peel one axis at a time."""
-    pieces, kept = [], list(box)
-    for axis, (mask, other) in enumerate(zip(box, cut)):
-        outside = mask & ~other
-        if outside.any():
-            pieces.append(tuple(kept[:axis]) + (outside,) + tuple(box[axis + 1:]))
-        kept[axis] = mask & other
-        if not kept[axis].any():
-            return pieces
-    return pieces
-
-
-def _union(left: Sequence[Box], right: Sequence[Box], budget: _BoxBudget) -> list[Box]:
-    """left ∪ right as a disjoint union: left plus the parts of right outside left."""
-    extra = list(right)
-    for box in left:
-        budget.spend(len(extra))
-        extra = budget.hold([piece for candidate in extra for piece in _subtract(candidate, box)])
-    return budget.hold(list(left) + extra)
-
-
-def _merge(boxes: list[Box]) -> list[Box]:
-    """Join disjoint boxes that differ on a single axis (their masks there are disjoint)."""
-    merged = list(boxes)
-    changed = True
-    while changed and len(merged) > 1:
-        changed = False
-        for i in range(len(merged)):
-            for j in range(i + 1, len(merged)):
-                differ = [k for k, (a, b) in enumerate(zip(merged[i], merged[j])) if not np.array_equal(a, b)]
-                if len(differ) == 1:
-                    k = differ[0]
-                    joined = tuple(m | n if axis == k else m for axis, (m, n) in enumerate(zip(merged[i], merged[j])))
-                    merged = [b for index, b in enumerate(merged) if index not in (i, j)] + [joined]
-                    changed = True
-                    break
-            if changed:
-                break
-    return merged
 
 
 def label_value(label: object) -> object:
