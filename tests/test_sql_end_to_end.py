@@ -342,7 +342,7 @@ def test_a_batch_that_cannot_be_answered_spends_nothing(data: duckdb.DuckDBPyCon
     ("SELECT COUNT(*) FROM t\nWHERE age IN (SELECT 1)", NotSupportedError, "line 2, col 14"),
     ("SELECT sex,\n  SUM(age) OVER (PARTITION BY sex) FROM t GROUP BY sex", NotSupportedError, "line 2, col 3"),
     ("SELECT COUNT(DISTINCT age) FROM t", NotSupportedError, "line 1, col 14"),
-    ("SELECT sex, COUNT(*) FROM t GROUP BY sex\nHAVING COUNT(*) > 5", NotSupportedError, "line 2, col 1"),
+    ("SELECT sex, COUNT(*) FROM t GROUP BY sex\nHAVING sex LIKE 'F%'", NotSupportedError, "line 2, col 8"),
     ("SELECT COUNT(*) FROM t\nWHERE lower(sex) = 'f'", NotSupportedError, "line 2, col 7"),
     ("SELECT SUM(age + 1) FROM t", NotSupportedError, "line 1, col 12"),
     ("SELECT COUNT(*) FROM t\nUNION ALL SELECT COUNT(*) FROM t", NotSupportedError, "line 2, col 1"),

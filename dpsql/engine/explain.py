@@ -13,6 +13,7 @@ from dpsql.engine.measurements import PlannedVector
 from dpsql.engine.residual_route import ResidualPlan
 from dpsql.engine.routes import Prepared
 from dpsql.engine.vocabulary import NotApplicable
+from dpsql.sql.derived import explain_notes as derived_notes
 
 
 def explain(prepared: Prepared, budget: PrivacyBudget | None = None) -> str:
@@ -105,6 +106,7 @@ def _statements(prepared: Prepared) -> list[str]:
                      + (f"; weight {weight:.4g}" if weight != 1 else ""))
         if s in notes:
             lines.append(f"    note: {notes[s]}")
+        lines.extend(f"    note: {note}" for note in derived_notes(chosen.compiled.statements[s].statement))
     return lines
 
 

@@ -43,7 +43,7 @@ import numpy.typing as npt
 
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
-from dpsql.sql import ir
+from dpsql.sql import derived, ir
 from dpsql.sql.value_cells import ValueCells
 from dpsql.sql.vectors import COUNTS, DataVector
 from dpsql.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Workload
@@ -454,6 +454,7 @@ class _StatementCompiler:
                            for aggregate in statement.aggregates)
         _check_order_by(statement)
         _check_output_names(statement, self.table)
+        derived.check_outputs(statement, self.table)
         labels = tuple(self._labels(self.axes[a]) for a in group_axes)
         return CompiledStatement(statement=statement, group=self.group, group_axes=group_axes, group_labels=labels,
                                  group_rows=group_rows, block_rows=rows_in_axis_order, aggregates=aggregates)

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from typing import Literal as TypingLiteral
+
+if TYPE_CHECKING:
+    from dpsql.sql.derived import Outputs
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,6 +155,9 @@ class Statement:
     limit: int | None
     span: Span
     table_span: Span | None = None
+    #: Outputs computed from the aggregates, HAVING, ORDER BY and LIMIT over them (``dpsql.sql.derived``);
+    #: then ``select`` holds the group columns and every measured aggregate, and order_by/limit are empty.
+    outputs: Outputs | None = None
 
     @property
     def aggregates(self) -> tuple[Aggregate, ...]:

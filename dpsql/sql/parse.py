@@ -16,10 +16,15 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
     statement  := SELECT item (',' item)* FROM table [[AS] alias]
                   [WHERE predicate]
                   [GROUP BY column (',' column)*]
+                  [HAVING condition]                -- on the noisy answers: post-processing (dpsql.sql.derived)
                   [ORDER BY key [ASC | DESC] (',' key [ASC | DESC])*]
                   [LIMIT count]
     item       := column [[AS] name]                -- the column must be in GROUP BY
-                | aggregate [[AS] name]             -- at least one aggregate per statement
+                | aggregate [[AS] name]             -- at least one aggregate per statement (or in HAVING)
+                | expression [[AS] name]            -- aggregates and numbers with + - * /, unary -, ( )
+                | value [[AS] name]                 -- a constant column
+    condition  := operand (op | [NOT] BETWEEN | [NOT] IN | IS [NOT] NULL) ... | AND | OR | NOT | ( )
+                                                    -- operands: expressions, output names, GROUP BY columns, values
     aggregate  := COUNT(*) | COUNT(column) | SUM(column) | AVG(column)
     column     := [table_or_alias '.'] name
     predicate  := column op value | value op column -- op: = <> != < <= > >=; `5 < age` is `age > 5`
@@ -32,7 +37,8 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
     count      := non-negative integer | ?
 
 Output names are the AS alias, the group column's name, or ``count``, ``count_<col>``,
-``sum_<col>``, ``avg_<col>``; a repeated name gets the suffix ``_2``, ``_3``, ... Names compare
+``sum_<col>``, ``avg_<col>``, or an expression's or constant's text as written; a repeated name
+gets the suffix ``_2``, ``_3``, ... Names compare
 case-insensitively, as in DuckDB. Syntax errors raise :class:`~dpsql.errors.SqlSyntaxError`; every
 message gives the line, column and source fragment of the offending construct.
 
@@ -58,7 +64,7 @@ from sqlglot import exp
 from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # re-exported there
 
 from dpsql.errors import InvalidQueryError, ProgrammingError, SqlSyntaxError
-from dpsql.sql import ir
+from dpsql.sql import derived, ir
 from dpsql.sql.predicates import OPERATORS, parse_column, parse_predicate, parse_value
 from dpsql.sql.source import (
     SUPPORTED,
@@ -111,7 +117,6 @@ _FORBIDDEN: tuple[tuple[type[exp.Expr], str], ...] = (
     (exp.SetOperation, "UNION/INTERSECT/EXCEPT"),
     (exp.Window, "window function (OVER)"),
     (exp.Distinct, "DISTINCT"),
-    (exp.Having, "HAVING"),
     (exp.Qualify, "QUALIFY"),
     (exp.Offset, "OFFSET"),
     (exp.TableSample, "SAMPLE"),
@@ -119,7 +124,7 @@ _FORBIDDEN: tuple[tuple[type[exp.Expr], str], ...] = (
     (exp.Pivot, "PIVOT"),
     (exp.Unnest, "UNNEST"),
 )
-_CLAUSES = frozenset({"expressions", "from_", "from", "where", "group", "order", "limit"})
+_CLAUSES = frozenset({"expressions", "from_", "from", "where", "group", "having", "order", "limit"})
 _CLAUSE_NAMES = {"into": "SELECT INTO", "windows": "WINDOW", "sort": "SORT BY", "cluster": "CLUSTER BY",
                  "distribute": "DISTRIBUTE BY", "locks": "FOR UPDATE", "kind": "SELECT AS STRUCT/VALUE",
                  "prewhere": "PREWHERE", "connect": "CONNECT BY", "hint": "a query hint"}
@@ -257,19 +262,22 @@ def _parse_statement(tree: exp.Expr, scope: Scope) -> ir.Statement:
     where = select.args.get("where")
     if where is not None:
         _check_atom_count(where, scope)
+    having = select.args.get("having")
+    condition = None if having is None else derived.parse_having(
+        having, items, group_by, scope, lambda node: _parse_select_item(node, set(), scope))
     span = scope.span
-    return ir.Statement(
+    return derived.finish_statement(ir.Statement(
         text=scope.source.text[span.start:span.end],
         table=scope.table,
         table_alias=scope.alias,
         table_span=scope.table_span,
-        select=items,
+        select=(),  # set by derived.finish_statement
         where=None if where is None else parse_predicate(where.this, scope),
         group_by=group_by,
         order_by=_parse_order_by(select, items, group_by, scope),
         limit=_parse_limit(select.args.get("limit"), scope),
         span=span,
-    )
+    ), items, condition)
 
 
 def _require_select(tree: exp.Expr, scope: Scope) -> exp.Select:
@@ -353,20 +361,22 @@ def _parse_group_by(group: exp.Group | None, scope: Scope) -> tuple[ir.Column, .
 
 
 def _parse_select_list(select: exp.Select, group_by: tuple[ir.Column, ...],
-                       scope: Scope) -> tuple[ir.SelectItem, ...]:
-    """The select items, with unique output names; at least one must be an aggregate."""
+                       scope: Scope) -> tuple[derived.ParsedItem, ...]:
+    """The select items, with unique output names; at least one aggregate (here or in HAVING)."""
     grouped = {column.name.lower() for column in group_by}
     items = tuple(_parse_select_item(node, grouped, scope) for node in select.expressions)
-    if not any(isinstance(item, ir.Aggregate) for item in items):
+    if not any(derived.measures(item) for item in items) and not derived.having_measures(select):
         raise unsupported("a SELECT without COUNT, SUM or AVG", scope.span, scope)
     return _unique_aliases(items)
 
 
-def _parse_select_item(node: exp.Expr, grouped: set[str], scope: Scope) -> ir.SelectItem:
-    """A grouped column or an aggregate, with its AS name or default name."""
+def _parse_select_item(node: exp.Expr, grouped: set[str], scope: Scope) -> derived.ParsedItem:
+    """A grouped column, an aggregate, or arithmetic/a constant (``derived``), with its AS name or default name."""
     alias = node.alias if isinstance(node, exp.Alias) else None
     value = unparen(node.this if isinstance(node, exp.Alias) else node)
     span = node_span(node, scope)
+    if derived.is_output_expression(value):
+        return derived.parse_output(value, alias, span, scope, lambda leaf: _parse_select_item(leaf, grouped, scope))
     if isinstance(value, exp.Column) and isinstance(value.this, exp.Identifier):
         column = parse_column(value, scope, "in SELECT", SUPPORTED)
         if column.name.lower() not in grouped:
@@ -413,10 +423,10 @@ def _default_alias(function: ir.AggregateFunction, column: ir.Column | None) -> 
     return function if column is None else f"{function}_{column.name}"
 
 
-def _unique_aliases(items: tuple[ir.SelectItem, ...]) -> tuple[ir.SelectItem, ...]:
+def _unique_aliases(items: tuple[derived.ParsedItem, ...]) -> tuple[derived.ParsedItem, ...]:
     """Give a repeated output name (case-insensitively) the suffix ``_2``, ``_3``, ..."""
     taken: set[str] = set()
-    result: list[ir.SelectItem] = []
+    result: list[derived.ParsedItem] = []
     for item in items:
         alias, suffix = item.alias, 2
         while alias.lower() in taken:
@@ -430,7 +440,7 @@ def _unique_aliases(items: tuple[ir.SelectItem, ...]) -> tuple[ir.SelectItem, ..
 # ORDER BY and LIMIT
 
 
-def _parse_order_by(select: exp.Select, items: tuple[ir.SelectItem, ...], group_by: tuple[ir.Column, ...],
+def _parse_order_by(select: exp.Select, items: tuple[derived.ParsedItem, ...], group_by: tuple[ir.Column, ...],
                     scope: Scope) -> tuple[ir.OrderItem, ...]:
     """ORDER BY output names or positions, each ASC (default) or DESC."""
     order = select.args.get("order")
@@ -446,7 +456,7 @@ def _parse_order_by(select: exp.Select, items: tuple[ir.SelectItem, ...], group_
     return tuple(result)
 
 
-def _order_key(node: exp.Expr, select: exp.Select, items: tuple[ir.SelectItem, ...],
+def _order_key(node: exp.Expr, select: exp.Select, items: tuple[derived.ParsedItem, ...],
                group_by: tuple[ir.Column, ...], scope: Scope) -> str | int:
     """A 1-based position, or the output name a name or select expression refers to."""
     target = unparen(node)
@@ -464,7 +474,7 @@ def _order_key(node: exp.Expr, select: exp.Select, items: tuple[ir.SelectItem, .
     raise unsupported(f"{describe(target, scope)} in ORDER BY", target, scope, _ORDER_SUPPORTED)
 
 
-def _output_name(column: ir.Column, items: tuple[ir.SelectItem, ...], group_by: tuple[ir.Column, ...],
+def _output_name(column: ir.Column, items: tuple[derived.ParsedItem, ...], group_by: tuple[ir.Column, ...],
                  node: exp.Expr, scope: Scope) -> str:
     """The output an ORDER BY name refers to, spelled as that output is.
 
@@ -474,7 +484,7 @@ def _output_name(column: ir.Column, items: tuple[ir.SelectItem, ...], group_by: 
     name = column.name.lower()
     if column.qualifier is None:
         outputs = [item.alias for item in items] + [f"{item.alias}_stddev" for item in items
-                                                    if isinstance(item, ir.Aggregate)]
+                                                    if derived.has_stddev(item)]
         for output in outputs:
             if output.lower() == name:
                 return output
