@@ -20,8 +20,9 @@ by the noise of its denominator and the delta method is meaningless. A denominat
 
 from __future__ import annotations
 
+import json
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from dpsql import schema as sch
+from dpsql.errors import UnsupportedQueryError
 from dpsql.mechanism import Answers
 from dpsql.results import AVG_MIN_COUNT_STDDEVS, aggregate_values, group_columns, sort_order
 from dpsql.sql import derived as d
@@ -305,3 +308,114 @@ def _any(values: list[bool | None] | tuple[bool | None, ...]) -> bool | None:
     if any(v is True for v in values):
         return True
     return None if any(v is None for v in values) else False
+
+
+# ------------------------------------------------------------------------------------------------ UNION ALL
+def check_unions(batch: ir.Batch, table: sch.Table) -> None:
+    """Before anything is spent: the parts of each UNION ALL have as many output columns, of
+    compatible types (numbers with numbers), and its ORDER BY names outputs of the first part."""
+    for parts in _unions(batch.statements):
+        columns = [_output_columns(batch.statements[i], table) for i in parts]
+        first = columns[0]
+        union = batch.statements[parts[0]].union
+        assert union is not None
+        for index, other in zip(parts[1:], columns[1:]):
+            statement = batch.statements[index]
+            if len(other) != len(first):
+                raise UnsupportedQueryError(
+                    f"the UNION ALL at {union.span.describe()} joins statements of {len(first)} and {len(other)} "
+                    f"output columns ({statement.span.describe()}); with dpsql's <alias>_stddev and <column>_upper "
+                    "columns the parts must select the same kinds of outputs in the same order.")
+            for (name, kind), (other_name, other_kind) in zip(first, other):
+                if _merged_type(kind, other_kind) is None:
+                    raise UnsupportedQueryError(
+                        f"the UNION ALL at {union.span.describe()} puts {other_name} ({other_kind}) under {name} "
+                        f"({kind}) ({statement.span.describe()}); each column must hold one type in every part.")
+        names = [n.lower() for n, _ in first]
+        items = _items(batch.statements[parts[0]])
+        for key, _ in union.order_by:
+            if (isinstance(key, int) and not 1 <= key <= len(items)) or (isinstance(key, str)
+                                                                         and key.lower() not in names):
+                shown = ", ".join(n for n, _ in first)
+                raise UnsupportedQueryError(f"ORDER BY {key} after the UNION ALL at {union.span.describe()} names no "
+                                            f"output of its first statement; use one of {shown} "
+                                            f"or a position from 1 to {len(items)}.")
+
+
+def merge_unions(statements: Sequence[ir.Statement], tables: list[pa.Table]) -> list[pa.Table]:
+    """One table per user statement: the parts of a UNION ALL concatenated in order under the first
+    part's names, then its ORDER BY and LIMIT (post-processing of released tables)."""
+    merged: list[pa.Table] = []
+    for index, (statement, table) in enumerate(zip(statements, tables)):
+        union = statement.union
+        if union is None or union.part == 0:
+            merged.append(table)
+        if union is not None and union.part == union.parts - 1:
+            merged[-1] = _concatenated(statements[index - union.parts + 1], tables[index - union.parts + 1:index + 1])
+    return merged
+
+
+def _concatenated(first: ir.Statement, parts: Sequence[pa.Table]) -> pa.Table:
+    union = first.union
+    assert union is not None
+    names = parts[0].column_names
+    table = pa.concat_tables([part.rename_columns(names).replace_schema_metadata(None) for part in parts],
+                             promote_options="permissive")
+    outputs = [str(getattr(item, "alias", "")) for item in _items(first)]
+    keys = [(outputs[key - 1] if isinstance(key, int) else _spelled(key, table), descending)
+            for key, descending in union.order_by]
+    table = table.take(pa.array(sort_order(keys, table), type=pa.int64()))
+    if union.limit is not None:
+        table = table.slice(0, union.limit)
+    found = [json.loads(part.schema.metadata[b"dpsql"]) for part in parts]
+    own = {**found[0], "union_all": f"{len(parts)} statements measured in this batch, their rows concatenated in order "
+                                    "(post-processing); each part's metadata is under parts",
+           "parts": found}
+    return table.replace_schema_metadata({b"dpsql": json.dumps(own, default=str).encode()})
+
+
+def _unions(statements: Sequence[ir.Statement]) -> list[list[int]]:
+    """The statement indices of each UNION ALL."""
+    found: list[list[int]] = []
+    for index, statement in enumerate(statements):
+        if statement.union is not None:
+            if statement.union.part == 0:
+                found.append([])
+            found[-1].append(index)
+    return found
+
+
+def _items(statement: ir.Statement) -> tuple[object, ...]:
+    return statement.outputs.items if statement.outputs is not None else statement.select
+
+
+def _output_columns(statement: ir.Statement, table: sch.Table) -> list[tuple[str, pa.DataType | None]]:
+    """The statement's output columns and Arrow types, from the schema (None: not known here)."""
+    columns: list[tuple[str, pa.DataType | None]] = []
+    for item in _items(statement):
+        alias = getattr(item, "alias", "?")
+        if isinstance(item, ir.GroupColumn):
+            domain = table.column(item.column.name).domain
+            if isinstance(domain, sch.Categorical):
+                kind = pa.string() if all(isinstance(v, str) for v in domain.values) else pa.int64()
+                columns.append((alias, kind))
+                continue
+            kind = {"integer": pa.int64(), "numeric": pa.float64(), "date": pa.date32()}[domain.kind]
+            columns.append((alias, kind))
+            if domain.reports_upper:
+                columns.append((f"{alias}_upper", kind))
+        elif isinstance(item, d.ConstantItem):
+            columns.append((alias, _arrow_type(item.value)))
+        elif isinstance(item, (ir.Aggregate, d.DerivedItem)):
+            columns += [(alias, pa.float64()), (f"{alias}_stddev", pa.float64())]
+        else:
+            columns.append((alias, None))
+    return columns
+
+
+def _merged_type(first: pa.DataType | None, other: pa.DataType | None) -> pa.DataType | None:
+    """The type a column of two parts has in the union (None: incompatible); unknown types pass."""
+    if first is None or other is None or first == other:
+        return first or other or pa.null()
+    numbers = {pa.int64(), pa.float64()}
+    return pa.float64() if first in numbers and other in numbers else None

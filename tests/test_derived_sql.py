@@ -104,6 +104,23 @@ CASES = [
     "SELECT region, COUNT(*) AS n FROM people GROUP BY region HAVING n > 500 AND region IN ('N', 'E') ORDER BY 1",
     "SELECT region FROM people GROUP BY region HAVING NOT COUNT(*) BETWEEN 700 AND 1200 ORDER BY region",
     "SELECT region, SUM(x) / COUNT(*) AS r FROM people GROUP BY region HAVING r IS NOT NULL ORDER BY r DESC LIMIT 2",
+    # UNION ALL: one table, names from the first part, ORDER BY/LIMIT on the whole
+    "SELECT 'low' AS band, COUNT(*) AS n FROM people WHERE x < 5 "
+    "UNION ALL SELECT 'high', COUNT(*) FROM people WHERE x >= 5 ORDER BY n DESC",
+    "SELECT sex AS k, SUM(x) / COUNT(*) AS r FROM people GROUP BY sex "
+    "UNION ALL SELECT region, AVG(x) FROM people GROUP BY region ORDER BY k LIMIT 4",
+    "SELECT sex, COUNT(*) AS n FROM people GROUP BY sex UNION ALL (SELECT sex, COUNT(*) FROM people WHERE x > 4 "
+    "GROUP BY sex) UNION ALL SELECT sex, SUM(hours) FROM people GROUP BY sex ORDER BY 1, 2",
+    # WITH: a filtered view, a projection, an aggregate statement, and with UNION ALL
+    "WITH big AS (SELECT * FROM people WHERE x >= 3) SELECT sex, COUNT(*) AS n FROM big WHERE big.hours > 2 "
+    "GROUP BY sex ORDER BY sex",
+    "WITH v AS (SELECT sex, x FROM people p WHERE p.x < 8), w AS (SELECT * FROM v WHERE x > 1) "
+    "SELECT sex, SUM(x) AS s FROM w GROUP BY sex ORDER BY sex",
+    "WITH s AS (SELECT region, COUNT(*) AS n, SUM(x) AS t FROM people GROUP BY region) "
+    "SELECT region, t / n AS r FROM s WHERE n > 700 ORDER BY r DESC",
+    "WITH s AS (SELECT region, COUNT(*) AS n FROM people GROUP BY region) SELECT * FROM s ORDER BY n LIMIT 2",
+    "WITH a AS (SELECT * FROM people WHERE x < 5) SELECT 'F' AS s, COUNT(*) AS n FROM a WHERE sex = 'F' "
+    "UNION ALL SELECT 'M', COUNT(*) FROM a WHERE sex = 'M' ORDER BY s",
 ]
 
 
@@ -277,6 +294,27 @@ def test_a_ratio_and_a_difference_of_correlated_counts_are_calibrated_at_epsilon
     ("SELECT 'x' + COUNT(*) FROM people", NotSupportedError, "non-number"),
     ("SELECT COUNT(*) AS n, SUM(x) / COUNT(*) AS n_stddev FROM people", ProgrammingError, "would appear twice"),
     ("SELECT sex, SUM(x) / COUNT(*) AS r FROM people GROUP BY sex ORDER BY q", ProgrammingError, "names no output"),
+    ("SELECT COUNT(*) FROM people UNION SELECT COUNT(*) FROM people", NotSupportedError, "UNION without ALL"),
+    ("SELECT COUNT(*) FROM people INTERSECT SELECT COUNT(*) FROM people", NotSupportedError, "INTERSECT"),
+    ("SELECT COUNT(*) FROM people UNION ALL SELECT sex, COUNT(*) FROM people GROUP BY sex", NotSupportedError,
+     "of 2 and 3 output columns"),
+    ("SELECT sex, COUNT(*) FROM people GROUP BY sex UNION ALL SELECT hours, COUNT(*) FROM people GROUP BY hours",
+     NotSupportedError, "one type in every part"),
+    ("SELECT COUNT(*) AS n FROM people UNION ALL SELECT COUNT(*) FROM people ORDER BY m", NotSupportedError,
+     "names no output of its first statement"),
+    ("SELECT COUNT(*) AS n FROM people UNION ALL SELECT COUNT(*) FROM people ORDER BY n + 1", NotSupportedError,
+     "ORDER BY after UNION ALL"),
+    ("WITH RECURSIVE a AS (SELECT * FROM people) SELECT COUNT(*) FROM a", NotSupportedError, "WITH RECURSIVE"),
+    ("WITH a (s) AS (SELECT sex FROM people) SELECT COUNT(*) FROM a", NotSupportedError, "column list"),
+    ("WITH a AS (SELECT sex AS s FROM people) SELECT COUNT(*) FROM a", NotSupportedError, "renamed column"),
+    ("WITH a AS (SELECT sex FROM people) SELECT COUNT(*) FROM a WHERE x > 1", NotSupportedError,
+     "does not select"),
+    ("WITH a AS (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex) SELECT SUM(n) FROM a", NotSupportedError,
+     "an aggregate over the aggregate CTE"),
+    ("WITH a AS (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex) SELECT sex, m FROM a", ProgrammingError,
+     "not an output of the CTE"),
+    ("WITH a AS (SELECT sex, COUNT(*) AS n FROM people GROUP BY sex LIMIT 1) SELECT sex FROM a", NotSupportedError,
+     "inside the aggregate CTE"),
 ])
 def test_refused_shapes_name_the_construct_and_charge_nothing(data: duckdb.DuckDBPyConnection, sql: str,
                                                               error: type[Exception], words: str) -> None:
@@ -306,3 +344,25 @@ def test_residual_planner_answers_expressions_of_one_count_and_declines_those_ne
     from dpsql.engine import residual_route
     reason = residual_route.plan(batch, SCHEMA, PrivacyCost(rho=1.0), (1.0,))
     assert isinstance(reason, engine.NotApplicable) and "covariances" in reason.reason
+
+
+# ============================================================================== UNION ALL through the DB-API
+def test_a_union_all_is_one_result_set_measured_with_the_batch(data: duckdb.DuckDBPyConnection) -> None:
+    """``A UNION ALL B; C`` gives two result sets (nextset), weights one per user statement, and the
+    parts are measured exactly as the batch ``A; B; C`` (same cost, same noise with the same seed)."""
+    union = ("SELECT 'low' AS band, COUNT(*) AS n FROM people WHERE x < 5 "
+             "UNION ALL SELECT 'high', COUNT(*) FROM people WHERE x >= 5; SELECT SUM(x) AS s FROM people")
+    apart = ("SELECT 'low' AS band, COUNT(*) AS n FROM people WHERE x < 5; "
+             "SELECT 'high', COUNT(*) FROM people WHERE x >= 5; SELECT SUM(x) AS s FROM people")
+    with connect(data, seed=4, epsilon=5.0) as connection:
+        cursor = connection.cursor().execute(union, epsilon=1.0, weights=[2.0, 1.0])
+        first = cursor.fetchall()
+        assert cursor.nextset() and [d[0] for d in cursor.description] == ["s", "s_stddev"]
+        assert cursor.nextset() is None
+        spent = connection.budget.spent
+    with connect(data, seed=4, epsilon=5.0) as connection:
+        parts = connection.cursor().execute(apart, epsilon=1.0, weights=[2.0, 2.0, 1.0]).fetch_arrow_tables()
+        assert connection.budget.spent == spent == 1.0
+    assert first == [tuple(t.to_pylist()[0].values()) for t in parts[:2]]
+    assert engine.prepare(union, SCHEMA, PrivacyCost(epsilon=1.0), weights=[2.0, 1.0]).chosen.cost_parts() == \
+        engine.prepare(apart, SCHEMA, PrivacyCost(epsilon=1.0), weights=[2.0, 2.0, 1.0]).chosen.cost_parts()

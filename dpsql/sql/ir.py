@@ -13,6 +13,7 @@ from typing import Literal as TypingLiteral
 
 if TYPE_CHECKING:
     from dpsql.sql.derived import Outputs
+    from dpsql.sql.flatten import UnionPart
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,6 +159,8 @@ class Statement:
     #: Outputs computed from the aggregates, HAVING, ORDER BY and LIMIT over them (``dpsql.sql.derived``);
     #: then ``select`` holds the group columns and every measured aggregate, and order_by/limit are empty.
     outputs: Outputs | None = None
+    #: This statement's place in a UNION ALL, whose parts are returned as one table (``dpsql.sql.flatten``).
+    union: UnionPart | None = None
 
     @property
     def aggregates(self) -> tuple[Aggregate, ...]:

@@ -65,6 +65,7 @@ from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # re-exporte
 
 from dpsql.errors import InvalidQueryError, ProgrammingError, SqlSyntaxError
 from dpsql.sql import derived, ir
+from dpsql.sql.flatten import flatten
 from dpsql.sql.predicates import OPERATORS, parse_column, parse_predicate, parse_value
 from dpsql.sql.source import (
     SUPPORTED,
@@ -197,7 +198,11 @@ def _parse_batch(text: str, parameters: Sequence[object] | None) -> ir.Batch:
             raise SqlSyntaxError("The batch holds no SQL statement. Pass one or more SELECT statements "
                                  "separated by ';'.")
         source = replace(source, parameters=bind_parameters(source.tokens, parameters))
-        statements = tuple(_parse_statement(tree, replace(scope, source=source)) for tree, scope in trees)
+        statements = tuple(
+            _parse_statement(part, part_scope) if union is None else replace(_parse_statement(part, part_scope),
+                                                                             union=union)
+            for index, (tree, scope) in enumerate(trees)
+            for part, part_scope, union in flatten(tree, replace(scope, source=source), index))
     except RecursionError:  # a shape the pre-scan does not measure: refuse it, never a bare RecursionError
         raise InvalidQueryError(f"the batch nests too deeply to be read (limit MAX_NESTING = {MAX_NESTING} levels of "
                                 "parentheses, NOT and signs). Flatten the expression.") from None
