@@ -366,3 +366,17 @@ def test_a_union_all_is_one_result_set_measured_with_the_batch(data: duckdb.Duck
     assert first == [tuple(t.to_pylist()[0].values()) for t in parts[:2]]
     assert engine.prepare(union, SCHEMA, PrivacyCost(epsilon=1.0), weights=[2.0, 1.0]).chosen.cost_parts() == \
         engine.prepare(apart, SCHEMA, PrivacyCost(epsilon=1.0), weights=[2.0, 2.0, 1.0]).chosen.cost_parts()
+
+
+def test_local_mode_returns_a_union_all_as_one_table(tmp_path: Any) -> None:
+    from dpsql.local.sql import answer_batch, design_batch, simulate_database
+    database = tmp_path / "people.duckdb"
+    with duckdb.connect(str(database)) as con:
+        con.execute("CREATE TABLE people (sex VARCHAR, region VARCHAR, hours INTEGER, x INTEGER)")
+        con.executemany("INSERT INTO people VALUES (?, ?, ?, ?)", _rows())
+    queries = ("SELECT sex AS k, COUNT(*) AS n FROM people GROUP BY sex "
+               "UNION ALL SELECT region, COUNT(*) FROM people GROUP BY region")
+    published = design_batch(queries, SCHEMA_DICT, epsilon=1.0, seed=0)
+    tables = answer_batch(queries, published, simulate_database(published, database, rng=np.random.default_rng(3)))
+    assert len(tables) == 1 and tables[0].column_names == ["k", "n", "n_stddev"]
+    assert tables[0].column("k").to_pylist() == ["F", "M", "N", "S", "E"]
