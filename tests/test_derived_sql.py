@@ -190,6 +190,9 @@ def test_explain_states_that_having_is_post_processing() -> None:
                               PrivacyCost(epsilon=1.0))
     text = engine.explain(prepared)
     assert derived.HAVING_NOTE in text and "sum_x [hidden]" in text
+    union = engine.explain(engine.prepare("SELECT COUNT(*) FROM people UNION ALL SELECT COUNT(*) FROM people "
+                                          "WHERE x > 3", SCHEMA, PrivacyCost(epsilon=1.0)))
+    assert "part 2 of 2 of the UNION ALL at line 1, col 1, returned as one table" in union
 
 
 # ============================================================================== standard errors

@@ -456,10 +456,13 @@ def aggregate_refs(expression: Expression) -> Iterator[int]:
 
 
 def explain_notes(statement: ir.Statement) -> list[str]:
-    """EXPLAIN's notes on a statement's hidden aggregates and HAVING."""
-    if statement.outputs is None:
-        return []
+    """EXPLAIN's notes on a statement's UNION ALL, hidden aggregates and HAVING."""
     notes = []
+    if statement.union is not None:
+        notes.append(f"part {statement.union.part + 1} of {statement.union.parts} of the UNION ALL at "
+                     f"{statement.union.span.describe()}, returned as one table")
+    if statement.outputs is None:
+        return notes
     hidden = [a.alias for a in statement.aggregates if a.alias.endswith(HIDDEN.format(""))]
     if hidden:
         notes.append(f"measured for expressions or HAVING, not shown: {', '.join(hidden)}; the outputs computed from "

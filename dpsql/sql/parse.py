@@ -12,7 +12,11 @@ columns and constants in them in :mod:`dpsql.sql.predicates`.
 
 Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
 
-    batch      := statement (';' statement)*        -- -- and /* */ comments; blank statements skipped
+    batch      := query (';' query)*                -- -- and /* */ comments; blank statements skipped
+    query      := [WITH cte (',' cte)*] statement (UNION ALL statement)* [ORDER BY key (',' key)*] [LIMIT count]
+                                                    -- UNION ALL: one table, the parts' rows in order (sql.flatten)
+    cte        := name AS '(' SELECT * | column (',' column)* FROM table [WHERE predicate] ')'  -- inlined
+                | name AS '(' statement ')'         -- read as SELECT outputs FROM name [WHERE on outputs = HAVING] ...
     statement  := SELECT item (',' item)* FROM table [[AS] alias]
                   [WHERE predicate]
                   [GROUP BY column (',' column)*]
