@@ -297,6 +297,7 @@ def test_a_ratio_and_a_difference_of_correlated_counts_are_calibrated_at_epsilon
     ("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex HAVING n + sex > 3", NotSupportedError, "non-number"),
     ("SELECT sex, COUNT(*) FROM people GROUP BY sex HAVING COUNT(*) > (SELECT 1)", NotSupportedError, "subquery"),
     ("SELECT 'x' + COUNT(*) FROM people", NotSupportedError, "non-number"),
+    ("SELECT 99999999999999999999 AS big, COUNT(*) FROM people", ProgrammingError, "64-bit integer"),
     ("SELECT COUNT(*) AS n, SUM(x) / COUNT(*) AS n_stddev FROM people", ProgrammingError, "would appear twice"),
     ("SELECT sex, SUM(x) / COUNT(*) AS r FROM people GROUP BY sex ORDER BY q", ProgrammingError, "names no output"),
     ("SELECT COUNT(*) FROM people UNION SELECT COUNT(*) FROM people", NotSupportedError, "UNION without ALL"),

@@ -220,7 +220,11 @@ def parse_output(value: exp.Expr, alias: str | None, span: ir.Span, scope: Scope
     """A select item that is arithmetic or a constant; ``parse_aggregate`` reads an aggregate leaf."""
     name = alias or " ".join(scope.source.text[node_span(value, scope).start:node_span(value, scope).end].split())
     if not any(isinstance(node, exp.AggFunc) for node in value.walk()):
-        return ConstantItem(value=_constant(value, scope), alias=name, span=span)
+        constant = _constant(value, scope)
+        if isinstance(constant, int) and not -2**63 <= constant < 2**63:
+            raise InvalidQueryError(f"the constant output {name} is outside the range of a 64-bit integer "
+                                    f"({span.describe()}); write it as a decimal (e.g. {constant}.0).")
+        return ConstantItem(value=constant, alias=name, span=span)
     return DerivedItem(expression=_expression(value, scope, parse_aggregate, None), alias=name, span=span)
 
 
