@@ -73,6 +73,7 @@ def statement_tables(compiled: CompiledBatch, answers: AnswerSet,
         table, notes = _table(compiled, statement, answers)
         own = {**metadata, **per_statement[index]} if per_statement is not None else metadata
         own = {**own, "avg_null": notes} if notes else own
+        own = {**own, **_derived_metadata(statement.statement)}
         tables.append(table.replace_schema_metadata({b"dpsql": json.dumps(own, default=str).encode()}))
     return tables
 
@@ -82,6 +83,9 @@ def _table(compiled: CompiledBatch, statement: CompiledStatement,
     columns: dict[str, pa.Array] = {}
     notes: dict[str, str] = {}
     mine = answers.of_group(statement.group)
+    if statement.statement.outputs is not None:  # derived outputs, HAVING (dpsql.sql.derived)
+        from dpsql.derived_answers import derived_table
+        return derived_table(compiled, statement, mine)
     for item in statement.statement.select:
         if isinstance(item, ir.GroupColumn):
             index = next(i for i, c in enumerate(statement.statement.group_by)
@@ -158,16 +162,35 @@ def _group_columns(compiled: CompiledBatch, statement: CompiledStatement, index:
 def _order(statement: ir.Statement, table: pa.Table) -> list[int]:
     """Row order for ORDER BY, applied to the noisy values: stable sorts from the last key to the
     first, NULLs (and NaN) last in either direction, as DuckDB orders them."""
-    order = list(range(table.num_rows))
     outputs = [item.alias for item in statement.select]
-    for item in reversed(statement.order_by):
-        name = outputs[item.key - 1] if isinstance(item.key, int) else item.key
+    return sort_order([(outputs[item.key - 1] if isinstance(item.key, int) else item.key, item.descending)
+                       for item in statement.order_by], table)
+
+
+def sort_order(keys: Sequence[tuple[str, bool]], table: pa.Table) -> list[int]:
+    """Row order for (column, descending) keys: stable sorts from the last key to the first, NULLs
+    (and NaN) last in either direction."""
+    order = list(range(table.num_rows))
+    for name, descending in reversed(keys):
         values = table.column(name).to_pylist()
         missing = [r for r in order if _is_null(values[r])]
         present = [r for r in order if not _is_null(values[r])]
-        present.sort(key=lambda r: values[r], reverse=item.descending)
+        present.sort(key=lambda r: values[r], reverse=descending)
         order = present + missing
     return order
+
+
+#: The lone aggregates and group columns of a derived statement (``dpsql.derived_answers``) are answered as here.
+aggregate_values = _aggregate_values
+group_columns = _group_columns
+
+
+def _derived_metadata(statement: ir.Statement) -> dict[str, Any]:
+    """What the metadata says about derived outputs and HAVING (``dpsql.derived_answers``)."""
+    if statement.outputs is None:
+        return {}
+    from dpsql.derived_answers import metadata
+    return metadata(statement)
 
 
 def _is_null(value: object) -> bool:

@@ -22,6 +22,7 @@ from dpsql.engine.vocabulary import AnswerKey, AnswerSet, Report
 from dpsql.noise import RandomSource
 from dpsql.schema import Column
 from dpsql.sql.compile import CompiledBatch, CompiledGroup
+from dpsql.sql.derived import covariance_pairs
 
 
 def measure_groups(compiled: CompiledBatch, measurements: Sequence[PlannedVector], truncated: Mapping[str, Column], *,
@@ -71,9 +72,20 @@ def zero_answers(group: CompiledGroup, index: int, zero: Sequence[PlannedVector]
 
 def add_covariances(compiled: CompiledBatch, index: int, positions: Sequence[int], release: mechanism.Measurement,
                     quantum: float, answers: dict[AnswerKey, mechanism.Answers]) -> None:
-    """Cov(SUM, COUNT) row by row for AVGs whose two blocks share ``release``."""
+    """Cov(SUM, COUNT) row by row for AVGs whose two blocks share ``release``; for statements with
+    derived outputs (``dpsql.sql.derived``), of every two of their blocks that share it."""
     group = compiled.groups[index]
     for statement in compiled.statements:
+        if statement.group == index and covariance_pairs(statement.statement):
+            shared = sorted({b for output in statement.aggregates for b in output.blocks if b in positions})
+            for first, second in ((a, b) for a in shared for b in shared if a < b):
+                covariance = mechanism.answer_covariance(group.blocks[first].workload, group.blocks[second].workload,
+                                                         release)
+                unit = group.blocks[first].scale * group.blocks[second].scale * quantum**2
+                found = answers[AnswerKey(index, first)]
+                answers[AnswerKey(index, first)] = replace(
+                    found, covariances={**found.covariances, second: covariance * unit})
+            continue
         for output in statement.aggregates:
             if statement.group != index or len(output.blocks) != 2 or not set(output.blocks) <= set(positions):
                 continue

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from dpsql import blas
 from dpsql.accounting import PrivacyCost
+from dpsql.derived_answers import check_unions
 from dpsql.engine.measurements import check_plan_cost
 from dpsql.engine.residual_route import ResidualPlan
 from dpsql.engine.routes import PlanRequest, Prepared, ResidualPlanner, StatementGroups, choose
@@ -16,6 +17,7 @@ from dpsql.planner import Progress
 from dpsql.schema import Schema
 from dpsql.sql import public_tables
 from dpsql.sql.compile import batch_table, initial_partition
+from dpsql.sql.flatten import expand_weights
 from dpsql.sql.parse import parse_batch
 
 #: Shown when ResidualPlanner is certified optimal and the statement groups are therefore not planned.
@@ -41,8 +43,10 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
     """
     batch = public_tables.resolve(parse_batch(text, parameters), schema)  # public joins → lookups on the key
     request = PlanRequest(batch=batch, schema=schema, cost=cost,
-                          weights=statement_weights_of(weights, len(batch.statements)), progress=progress)
+                          weights=statement_weights_of(expand_weights(batch, weights), len(batch.statements)),
+                          progress=progress)
     table = batch_table(batch, schema)
+    check_unions(batch, table)
     residual = ResidualPlanner().plan(request)
     certified = isinstance(residual, ResidualPlan) and residual.optimal and len(initial_partition(batch, table)) > 1
     groups = NotApplicable(NOT_PLANNED) if certified and not plan_all_routes else StatementGroups().plan(request)

@@ -49,6 +49,7 @@ from dpsql.residual.lattice import Marginal
 from dpsql.schema import Schema
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, compile_batch
+from dpsql.sql.derived import covariance_pairs
 from dpsql.sql.vectors import COUNTS
 from dpsql.weights import block_weight
 from dpsql.workloads import Explicit, Kron, Sum, Workload
@@ -184,6 +185,9 @@ def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: Sequence[f
         return NotApplicable("ResidualPlanner was not considered: it is a Gaussian (zCDP) mechanism "
                              "and this batch is charged in ε.")
     compiled = compile_batch(batch, schema, [list(range(len(batch.statements)))])
+    if any(covariance_pairs(statement) for statement in batch.statements):
+        return NotApplicable("ResidualPlanner was not considered: an output combines several aggregates, whose "
+                             "covariances only the statement groups compute.")
     group = compiled.groups[0]
     if any(block.data != COUNTS for block in group.blocks):
         return NotApplicable("ResidualPlanner answers COUNT(*) only; this batch also has SUM, AVG or COUNT(column).")

@@ -11,6 +11,7 @@ import pyarrow as pa
 from dpsql import blas
 from dpsql.accounting import PrivacyBudget
 from dpsql.backends import Backend
+from dpsql.derived_answers import merge_unions
 from dpsql.engine import postprocess as postprocessing
 from dpsql.engine.metadata import statement_metadata
 from dpsql.engine.routes import Prepared
@@ -58,4 +59,5 @@ def run(prepared: Prepared, *, backend: Backend, budget: PrivacyBudget, rng: Ran
     spent = NOTHING_SPENT if chosen.measures_nothing else prepared.cost.describe()
     metadata = metadata.with_budget(spent, f"{budget.remaining:.6g} of {budget.total.describe()}")
     statements = statement_metadata(release.errors, chosen.weights, release.guard_rounds)
-    return statement_tables(release.compiled, answers, metadata.to_json(), [s.to_json() for s in statements])
+    tables = statement_tables(release.compiled, answers, metadata.to_json(), [s.to_json() for s in statements])
+    return merge_unions([s.statement for s in release.compiled.statements], tables)  # one table per UNION ALL

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from dpsql.derived_answers import merge_unions
 from dpsql.errors import DataError, DpsqlWarning, ProgrammingError, SchemaError, UnsupportedQueryError
 from dpsql.linalg import quadratic_diag
 from dpsql.local.answers import counts_of, plug_in_counts, reports_table
@@ -132,7 +133,8 @@ def answer_batch(text: str, published: StrategyFile, reports: pa.Table, *,
     metadata = {"mechanism": f"local DP workload factorization ({published.name})", "epsilon": published.epsilon,
                 "strategy_sha256": published.sha256, "reports": int(y.sum()),
                 "stddev": "plug-in estimate: the exact standard error at the estimated counts"}
-    return statement_tables(batch.compiled, AnswerSet(answers), metadata)
+    tables = statement_tables(batch.compiled, AnswerSet(answers), metadata)
+    return merge_unions([s.statement for s in batch.compiled.statements], tables)  # one table per UNION ALL
 
 
 def design_summary(text: str, published: StrategyFile, schema: SchemaSource | None = None, *,

@@ -44,7 +44,7 @@ import numpy.typing as npt
 
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
-from dpsql.sql import filters, ir
+from dpsql.sql import derived, filters, ir
 from dpsql.sql.boxes import Box, BoxBudget, intersect, merge, union
 from dpsql.sql.filters import Atom, statement_atoms
 from dpsql.sql.group_keys import GroupKey, KeyGroups, key_groups, keys_of, membership, plain_groups
@@ -454,6 +454,7 @@ class _StatementCompiler:
                            for aggregate in statement.aggregates)
         _check_order_by(statement)
         _check_output_names(statement, self.table)
+        derived.check_outputs(statement, self.table)
         labels = tuple(self._labels(self.axes[a]) for a in group_axes)
         return CompiledStatement(statement=statement, group=self.group, group_axes=group_axes, group_labels=labels,
                                  group_rows=group_rows, block_rows=rows_in_axis_order, aggregates=aggregates)

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 from typing import Literal as TypingLiteral
 
 if TYPE_CHECKING:
+    from dpsql.sql.derived import Outputs
+    from dpsql.sql.flatten import UnionPart
     from dpsql.sql.group_keys import GroupKey
     from dpsql.sql.public_tables import PublicJoin
 
@@ -193,6 +195,11 @@ class Statement:
     group_keys: tuple[GroupKey | None, ...] = ()
     #: JOINs with public tables, rewritten away against the schema by ``public_tables.resolve``.
     public_joins: tuple[PublicJoin, ...] = ()
+    #: Outputs computed from the aggregates, HAVING, ORDER BY and LIMIT over them (``dpsql.sql.derived``);
+    #: then ``select`` holds the group columns and every measured aggregate, and order_by/limit are empty.
+    outputs: Outputs | None = None
+    #: This statement's place in a UNION ALL, whose parts are returned as one table (``dpsql.sql.flatten``).
+    union: UnionPart | None = None
 
     @property
     def aggregates(self) -> tuple[Aggregate, ...]:

@@ -12,15 +12,24 @@ columns and constants in them in :mod:`dpsql.sql.predicates`.
 
 Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
 
-    batch      := statement (';' statement)*        -- -- and /* */ comments; blank statements skipped
+    batch      := query (';' query)*                -- -- and /* */ comments; blank statements skipped
+    query      := [WITH cte (',' cte)*] statement (UNION ALL statement)* [ORDER BY key (',' key)*] [LIMIT count]
+                                                    -- UNION ALL: one table, the parts' rows in order (sql.flatten)
+    cte        := name AS '(' SELECT * | column (',' column)* FROM table [WHERE predicate] ')'  -- inlined
+                | name AS '(' statement ')'         -- read as SELECT outputs FROM name [WHERE on outputs = HAVING] ...
     statement  := SELECT item (',' item)* FROM [main '.'] table [[AS] alias] join*  -- main: DuckDB's default schema
                   [WHERE predicate]
                   [GROUP BY group (',' group)*]
+                  [HAVING condition]                -- on the noisy answers: post-processing (dpsql.sql.derived)
                   [ORDER BY key [ASC | DESC] (',' key [ASC | DESC])*]
                   [LIMIT count]
     item       := column [[AS] name]                -- the column must be in GROUP BY
                 | case | datepart [[AS] name]       -- the same expression must be in GROUP BY
-                | aggregate [[AS] name]             -- at least one aggregate per statement
+                | aggregate [[AS] name]             -- at least one aggregate per statement (or in HAVING)
+                | expression [[AS] name]            -- aggregates and numbers with + - * /, unary -, ( )
+                | value [[AS] name]                 -- a constant column
+    condition  := operand (op | [NOT] BETWEEN | [NOT] IN | IS [NOT] NULL) ... | AND | OR | NOT | ( )
+                                                    -- operands: expressions, output names, GROUP BY columns, values
     aggregate  := plain [FILTER '(' WHERE predicate ')']  -- rows where WHERE AND the filter are TRUE
                 | COUNT_IF(predicate)              -- = COUNT(*) FILTER (WHERE predicate)
                 | SUM(CASE WHEN predicate THEN column|number [ELSE 0] END)   -- number k: k·COUNT(*) FILTER
@@ -48,7 +57,8 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
     count      := non-negative integer | ?
 
 Output names are the AS alias, the group column's name, or ``count``, ``count_<col>``,
-``sum_<col>``, ``avg_<col>``; a repeated name gets the suffix ``_2``, ``_3``, ... Names compare
+``sum_<col>``, ``avg_<col>``, or an expression's or constant's text as written; a repeated name
+gets the suffix ``_2``, ``_3``, ... Names compare
 case-insensitively, as in DuckDB. Syntax errors raise :class:`~dpsql.errors.SqlSyntaxError`; every
 message gives the line, column and source fragment of the offending construct.
 
@@ -74,7 +84,8 @@ from sqlglot import exp
 from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # re-exported there
 
 from dpsql.errors import InvalidQueryError, ProgrammingError, SqlSyntaxError
-from dpsql.sql import filters, group_keys, ir, public_tables
+from dpsql.sql import derived, filters, group_keys, ir, public_tables
+from dpsql.sql.flatten import flatten
 from dpsql.sql.predicates import DEFAULT_SCHEMA, OPERATORS, parse_column, parse_predicate, parse_value
 from dpsql.sql.source import (
     SUPPORTED,
@@ -128,7 +139,6 @@ _FORBIDDEN: tuple[tuple[type[exp.Expr], str], ...] = (
     (exp.SetOperation, "UNION/INTERSECT/EXCEPT"),
     (exp.Window, "window function (OVER)"),
     (exp.Distinct, "DISTINCT"),
-    (exp.Having, "HAVING"),
     (exp.Qualify, "QUALIFY"),
     (exp.Offset, "OFFSET"),
     (exp.TableSample, "SAMPLE"),
@@ -136,7 +146,7 @@ _FORBIDDEN: tuple[tuple[type[exp.Expr], str], ...] = (
     (exp.Pivot, "PIVOT"),
     (exp.Unnest, "UNNEST"),
 )
-_CLAUSES = frozenset({"expressions", "from_", "from", "where", "group", "order", "limit", "joins"})
+_CLAUSES = frozenset({"expressions", "from_", "from", "where", "group", "having", "order", "limit", "joins"})
 _CLAUSE_NAMES = {"into": "SELECT INTO", "windows": "WINDOW", "sort": "SORT BY", "cluster": "CLUSTER BY",
                  "distribute": "DISTRIBUTE BY", "locks": "FOR UPDATE", "kind": "SELECT AS STRUCT/VALUE",
                  "prewhere": "PREWHERE", "connect": "CONNECT BY", "hint": "a query hint"}
@@ -209,7 +219,11 @@ def _parse_batch(text: str, parameters: Sequence[object] | None) -> ir.Batch:
             raise SqlSyntaxError("The batch holds no SQL statement. Pass one or more SELECT statements "
                                  "separated by ';'.")
         source = replace(source, parameters=bind_parameters(source.tokens, parameters))
-        statements = tuple(_parse_statement(tree, replace(scope, source=source)) for tree, scope in trees)
+        statements = tuple(
+            _parse_statement(part, part_scope) if union is None else replace(_parse_statement(part, part_scope),
+                                                                             union=union)
+            for index, (tree, scope) in enumerate(trees)
+            for part, part_scope, union in flatten(tree, replace(scope, source=source), index))
     except RecursionError:  # a shape the pre-scan does not measure: refuse it, never a bare RecursionError
         raise InvalidQueryError(f"the batch nests too deeply to be read (limit MAX_NESTING = {MAX_NESTING} levels of "
                                 "parentheses, NOT and signs). Flatten the expression.") from None
@@ -277,13 +291,16 @@ def _parse_statement(tree: exp.Expr, scope: Scope) -> ir.Statement:
     where = select.args.get("where")
     for clause in select.find_all(exp.Where):  # the WHERE clause and each FILTER (WHERE ...)
         _check_atom_count(clause, scope)
+    having = select.args.get("having")
+    condition = None if having is None else derived.parse_having(
+        having, items, group_by, scope, lambda node: _parse_select_item(node, set(), [], scope))
     span = scope.span
-    return ir.Statement(
+    return derived.finish_statement(ir.Statement(
         text=scope.source.text[span.start:span.end],
         table=scope.table,
         table_alias=scope.alias,
         table_span=scope.table_span,
-        select=items,
+        select=(),  # set by derived.finish_statement
         where=None if where is None else parse_predicate(where.this, scope),
         group_by=group_by,
         group_keys=tuple(key for _, key in keyed) if any(key for _, key in keyed) else (),
@@ -291,7 +308,7 @@ def _parse_statement(tree: exp.Expr, scope: Scope) -> ir.Statement:
         limit=_parse_limit(select.args.get("limit"), scope),
         span=span,
         public_joins=public_joins,
-    )
+    ), items, condition)
 
 
 def _require_select(tree: exp.Expr, scope: Scope) -> exp.Select:
@@ -394,19 +411,20 @@ def _parse_group_by(select: exp.Select, scope: Scope) -> tuple[tuple[ir.Column, 
 
 
 def _parse_select_list(select: exp.Select, group_by: tuple[ir.Column, ...], keyed: Keyed,
-                       scope: Scope) -> tuple[ir.SelectItem, ...]:
-    """The select items, with unique output names; at least one must be an aggregate."""
+                       scope: Scope) -> tuple[derived.ParsedItem, ...]:
+    """The select items, with unique output names; at least one aggregate (here or in HAVING)."""
     grouped = {column.name.lower() for column, (_, key) in zip(group_by, keyed) if key is None}
     keys = [(node, key) for node, key in keyed if key is not None]
     items = tuple(_parse_select_item(node, grouped, keys, scope) for node in select.expressions)
-    if not any(isinstance(item, ir.Aggregate) for item in items):
+    if not any(derived.measures(item) for item in items) and not derived.having_measures(select):
         raise unsupported("a SELECT without COUNT, SUM or AVG", scope.span, scope)
     return _unique_aliases(items)
 
 
 def _parse_select_item(node: exp.Expr, grouped: set[str], keys: list[tuple[exp.Expr, group_keys.GroupKey]],
-                       scope: Scope) -> ir.SelectItem:
-    """A grouped column or key, or an aggregate, with its AS name or default name."""
+                       scope: Scope) -> derived.ParsedItem:
+    """A grouped column or key, an aggregate, or arithmetic/a constant (``derived``), with its AS name or
+    default name."""
     alias = node.alias if isinstance(node, exp.Alias) else None
     value = unparen(node.this if isinstance(node, exp.Alias) else node)
     span = node_span(node, scope)
@@ -414,6 +432,9 @@ def _parse_select_item(node: exp.Expr, grouped: set[str], keys: list[tuple[exp.E
     if key is not None:
         return ir.GroupColumn(column=key.column, alias=alias or group_keys.default_name(value, scope), span=span,
                               key=key)
+    if derived.is_output_expression(value):
+        return derived.parse_output(value, alias, span, scope,
+                                    lambda leaf: _parse_select_item(leaf, grouped, keys, scope))
     value, condition, scale = filters.unwrap_aggregate(value, scope)
     if isinstance(value, exp.Column) and isinstance(value.this, exp.Identifier):
         column = parse_column(value, scope, "in SELECT", SUPPORTED)
@@ -463,10 +484,10 @@ def _default_alias(function: ir.AggregateFunction, column: ir.Column | None) -> 
     return function if column is None else f"{function}_{column.name}"
 
 
-def _unique_aliases(items: tuple[ir.SelectItem, ...]) -> tuple[ir.SelectItem, ...]:
+def _unique_aliases(items: tuple[derived.ParsedItem, ...]) -> tuple[derived.ParsedItem, ...]:
     """Give a repeated output name (case-insensitively) the suffix ``_2``, ``_3``, ..."""
     taken: set[str] = set()
-    result: list[ir.SelectItem] = []
+    result: list[derived.ParsedItem] = []
     for item in items:
         alias, suffix = item.alias, 2
         while alias.lower() in taken:
@@ -480,7 +501,7 @@ def _unique_aliases(items: tuple[ir.SelectItem, ...]) -> tuple[ir.SelectItem, ..
 # ORDER BY and LIMIT
 
 
-def _parse_order_by(select: exp.Select, items: tuple[ir.SelectItem, ...], group_by: tuple[ir.Column, ...],
+def _parse_order_by(select: exp.Select, items: tuple[derived.ParsedItem, ...], group_by: tuple[ir.Column, ...],
                     scope: Scope) -> tuple[ir.OrderItem, ...]:
     """ORDER BY output names or positions, each ASC (default) or DESC."""
     order = select.args.get("order")
@@ -496,7 +517,7 @@ def _parse_order_by(select: exp.Select, items: tuple[ir.SelectItem, ...], group_
     return tuple(result)
 
 
-def _order_key(node: exp.Expr, select: exp.Select, items: tuple[ir.SelectItem, ...],
+def _order_key(node: exp.Expr, select: exp.Select, items: tuple[derived.ParsedItem, ...],
                group_by: tuple[ir.Column, ...], scope: Scope) -> str | int:
     """A 1-based position, or the output name a name or select expression refers to."""
     target = unparen(node)
@@ -514,7 +535,7 @@ def _order_key(node: exp.Expr, select: exp.Select, items: tuple[ir.SelectItem, .
     raise unsupported(f"{describe(target, scope)} in ORDER BY", target, scope, _ORDER_SUPPORTED)
 
 
-def _output_name(column: ir.Column, items: tuple[ir.SelectItem, ...], group_by: tuple[ir.Column, ...],
+def _output_name(column: ir.Column, items: tuple[derived.ParsedItem, ...], group_by: tuple[ir.Column, ...],
                  node: exp.Expr, scope: Scope) -> str:
     """The output an ORDER BY name refers to, spelled as that output is.
 
@@ -524,7 +545,7 @@ def _output_name(column: ir.Column, items: tuple[ir.SelectItem, ...], group_by: 
     name = column.name.lower()
     if column.qualifier is None:
         outputs = [item.alias for item in items] + [f"{item.alias}_stddev" for item in items
-                                                    if isinstance(item, ir.Aggregate)]
+                                                    if derived.has_stddev(item)]
         for output in outputs:
             if output.lower() == name:
                 return output

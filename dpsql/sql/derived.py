@@ -1,0 +1,593 @@
+"""Outputs computed from released aggregates: arithmetic, constants and HAVING (parsing and IR).
+
+A statement may select, besides group columns and plain aggregates,
+
+- arithmetic on aggregates and numeric constants: ``SUM(x)/COUNT(*)``, ``AVG(x)*12``,
+  ``COUNT(*) - SUM(y)``, ``100.0 * SUM(y) / SUM(x)``, unary minus and parentheses;
+- constants: ``'adults' AS grp``, ``1``, ``DATE '2020-01-01'``;
+
+and filter its rows with ``HAVING <condition>`` on aggregates, arithmetic on them, output names and
+GROUP BY columns. Every aggregate inside an expression or in HAVING is measured as an ordinary
+aggregate of the statement (one not selected by itself is *hidden*: measured, not shown), so the
+statement costs exactly what the same statement selecting its aggregates plainly costs. The derived
+values, the HAVING filter, ORDER BY and LIMIT are then functions of the released answers only:
+post-processing, free (Dwork and Roth, "The Algorithmic Foundations of Differential Privacy",
+2014, Prop. 2.1). :mod:`dpsql.derived_answers` computes them.
+
+Parsing produces a statement whose ``select`` holds its group columns and every measured aggregate
+(hidden ones named ``<name> [hidden]``), without ORDER BY and LIMIT, and whose ``outputs`` holds
+the output list, HAVING, ORDER BY and LIMIT over those outputs. An aggregate written twice (same
+function, column and options) is measured once.
+
+Default output names: the AS name, else the expression's text as written with its white space
+collapsed (``SUM(x)/COUNT(*)``); DuckDB would call it by its own rendering
+(``(sum(x) / count_star())``), which is why a stable name should be given with AS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Literal as TypingLiteral
+
+from sqlglot import exp
+
+from dpsql import schema as sch
+from dpsql.errors import InvalidQueryError, UnsupportedQueryError
+from dpsql.sql import ir
+from dpsql.sql.predicates import OPERATORS, parse_value
+from dpsql.sql.source import Scope, describe, invalid, node_span, unparen, unsupported
+
+__all__ = ["AggregateRef", "Arithmetic", "Condition", "ConstantItem", "DerivedItem", "Expression", "Outputs",
+           "check_outputs", "finish_statement", "has_stddev", "is_output_expression", "measures", "parse_output"]
+
+_EXPRESSION_SUPPORTED = ("Output expressions combine COUNT, SUM and AVG with numeric constants by + - * / , unary "
+                         "minus and parentheses.")
+_HAVING_SUPPORTED = ("HAVING compares aggregates, arithmetic on them, output names and GROUP BY columns with "
+                     "constants or each other (=, <>, <, <=, >, >=, BETWEEN, IN, IS [NOT] NULL), joined by AND, OR, "
+                     "NOT and parentheses.")
+#: What the result metadata and EXPLAIN say about HAVING.
+HAVING_NOTE = ("HAVING applied to the noisy answers: post-processing, no extra privacy cost; "
+               "rows are kept by noisy values")
+#: The name a hidden aggregate (measured for an expression or HAVING, not selected) is given.
+HIDDEN = "{} [hidden]"
+
+ArithmeticOperator = TypingLiteral["+", "-", "*", "/"]
+_ARITHMETIC: dict[type[exp.Expr], ArithmeticOperator] = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
+
+
+# ================================================================================== IR
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AggregateLeaf:
+    """An aggregate as parsed, before the statement's measured aggregates are numbered."""
+
+    aggregate: ir.Aggregate
+    span: ir.Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AggregateRef:
+    """The ``index``-th aggregate of the statement's ``select`` (``Statement.aggregates``)."""
+
+    index: int
+    span: ir.Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Constant:
+    """A number (in arithmetic) or a string/date (compared in HAVING)."""
+
+    value: ir.Value
+    span: ir.Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Negate:
+    operand: Expression
+    span: ir.Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Arithmetic:
+    operator: ArithmeticOperator
+    left: Expression
+    right: Expression
+    span: ir.Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputRef:
+    """HAVING: an output column of the statement, by its name."""
+
+    name: str
+    span: ir.Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupRef:
+    """HAVING: the ``position``-th GROUP BY column (its output value: a bin's lower bound)."""
+
+    position: int
+    span: ir.Span
+
+
+Expression = AggregateLeaf | AggregateRef | Constant | Negate | Arithmetic | OutputRef | GroupRef
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Compare:
+    operator: ir.ComparisonOperator
+    left: Expression
+    right: Expression
+    span: ir.Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Range:
+    """``operand [NOT] BETWEEN low AND high``."""
+
+    operand: Expression
+    low: Expression
+    high: Expression
+    negated: bool
+    span: ir.Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Among:
+    """``operand [NOT] IN (values)``."""
+
+    operand: Expression
+    values: tuple[Expression, ...]
+    negated: bool
+    span: ir.Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IsNull:
+    operand: Expression
+    negated: bool
+    span: ir.Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Connective:
+    """AND (``all_of``) or OR of conditions."""
+
+    all_of: bool
+    operands: tuple[Condition, ...]
+    span: ir.Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Negation:
+    operand: Condition
+    span: ir.Span
+
+
+Condition = Compare | Range | Among | IsNull | Connective | Negation
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DerivedItem:
+    """An output computed from the statement's aggregates; ``plain`` for a lone aggregate."""
+
+    expression: Expression
+    alias: str
+    span: ir.Span
+    plain: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConstantItem:
+    """A constant output column."""
+
+    value: ir.Value
+    alias: str
+    span: ir.Span
+
+
+OutputItem = ir.GroupColumn | DerivedItem | ConstantItem
+#: A select item as parsed, before :func:`finish_statement`.
+ParsedItem = ir.SelectItem | DerivedItem | ConstantItem
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outputs:
+    """A statement's outputs over its measured aggregates: applied, in this order, after answering:
+    the output columns, HAVING (on the noisy values), ORDER BY, LIMIT."""
+
+    items: tuple[OutputItem, ...]
+    having: Condition | None
+    order_by: tuple[ir.OrderItem, ...]
+    limit: int | None
+
+
+# ================================================================================== parsing
+ParseAggregate = Callable[[exp.Expr], "ParsedItem"]
+
+
+def is_output_expression(node: exp.Expr) -> bool:
+    """Whether a select item is arithmetic or a constant (handled here, not as a column or aggregate)."""
+    return isinstance(node, (*_ARITHMETIC, exp.Neg, exp.Literal, exp.Placeholder, exp.IntDiv, exp.Mod, exp.Pow)) \
+        or (isinstance(node, exp.Cast) and not any(isinstance(n, exp.Column) for n in node.walk()))
+
+
+def parse_output(value: exp.Expr, alias: str | None, span: ir.Span, scope: Scope,
+                 parse_aggregate: ParseAggregate) -> DerivedItem | ConstantItem:
+    """A select item that is arithmetic or a constant; ``parse_aggregate`` reads an aggregate leaf."""
+    name = alias or " ".join(scope.source.text[node_span(value, scope).start:node_span(value, scope).end].split())
+    if not any(isinstance(node, exp.AggFunc) for node in value.walk()):
+        constant = _constant(value, scope)
+        if isinstance(constant, int) and not -2**63 <= constant < 2**63:
+            raise InvalidQueryError(f"the constant output {name} is outside the range of a 64-bit integer "
+                                    f"({span.describe()}); write it as a decimal (e.g. {constant}.0).")
+        return ConstantItem(value=constant, alias=name, span=span)
+    return DerivedItem(expression=_expression(value, scope, parse_aggregate, None), alias=name, span=span)
+
+
+def _constant(node: exp.Expr, scope: Scope) -> ir.Value:
+    """A constant output: a literal as written, or numeric arithmetic folded to a number."""
+    if not isinstance(node, (*_ARITHMETIC, exp.Neg, exp.Paren)) or _is_negative_number(node):
+        return parse_value(node, scope, "the SELECT list").value
+    folded = _fold(_expression(node, scope, _no_aggregate, None))
+    assert folded is not None
+    return folded
+
+
+def _is_negative_number(node: exp.Expr) -> bool:
+    return isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string
+
+
+def _no_aggregate(node: exp.Expr) -> ParsedItem:
+    raise AssertionError("no aggregate in a constant")
+
+
+HavingNames = Callable[[exp.Column], Expression]
+
+
+def _expression(node: exp.Expr, scope: Scope, parse_aggregate: ParseAggregate,
+                names: HavingNames | None) -> Expression:
+    """Arithmetic over aggregates and constants (and, in HAVING, ``names``: output and group columns)."""
+    span = node_span(node, scope)
+    if isinstance(node, exp.Paren):
+        return _expression(node.this, scope, parse_aggregate, names)
+    operator = _ARITHMETIC.get(type(node))
+    if operator is not None:
+        left = _expression(node.this, scope, parse_aggregate, names)
+        right = _expression(node.expression, scope, parse_aggregate, names)
+        if operator == "/" and _fold(right) == 0:
+            raise invalid("division by the constant zero", node, scope, "Divide by a non-zero constant or aggregate.")
+        for side, operand in (("left", left), ("right", right)):
+            if isinstance(operand, Constant) and not _numeric(operand.value):
+                raise unsupported(f"a non-number on the {side} of {operator}", node, scope, _EXPRESSION_SUPPORTED)
+        return Arithmetic(operator=operator, left=left, right=right, span=span)
+    if isinstance(node, exp.Neg) and not _is_negative_number(node):
+        return Negate(operand=_expression(node.this, scope, parse_aggregate, names), span=span)
+    if isinstance(node, (exp.IntDiv, exp.Mod, exp.Pow)):
+        raise unsupported(f"{describe(node, scope)} (//, %, ^)", node, scope, _EXPRESSION_SUPPORTED)
+    if isinstance(node, exp.AggFunc):
+        item = parse_aggregate(node)
+        assert isinstance(item, ir.Aggregate)
+        return AggregateLeaf(aggregate=item, span=span)
+    if isinstance(node, exp.Column) and names is not None:
+        return names(node)
+    if isinstance(node, exp.Column):
+        raise unsupported("a column in an output expression", node, scope,
+                          _EXPRESSION_SUPPORTED + " Select the column by itself (and GROUP BY it).")
+    try:
+        return Constant(value=parse_value(node, scope, "an output expression").value, span=span)
+    except UnsupportedQueryError:
+        raise unsupported(f"{describe(node, scope)} in an output expression", node, scope,
+                          _EXPRESSION_SUPPORTED) from None
+
+
+def _numeric(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _fold(expression: Expression) -> float | int | None:
+    """The value of an expression of numeric constants only (None when it reads anything else)."""
+    if isinstance(expression, Constant):
+        return expression.value if _numeric(expression.value) else None  # type: ignore[return-value]
+    if isinstance(expression, Negate):
+        inner = _fold(expression.operand)
+        return None if inner is None else -inner
+    if isinstance(expression, Arithmetic):
+        left, right = _fold(expression.left), _fold(expression.right)
+        if left is None or right is None:
+            return None
+        if expression.operator == "/":
+            return left / right if right != 0 else None
+        return {"+": left + right, "-": left - right, "*": left * right}[expression.operator]
+    return None
+
+
+def measures(item: object) -> bool:
+    """Whether a parsed select item reads an aggregate."""
+    return isinstance(item, (ir.Aggregate, DerivedItem))
+
+
+def has_stddev(item: object) -> bool:
+    """Whether an output has a ``<alias>_stddev`` column beside it."""
+    return isinstance(item, (ir.Aggregate, DerivedItem))
+
+
+def having_measures(select: exp.Select) -> bool:
+    """Whether the statement's HAVING clause reads an aggregate."""
+    having = select.args.get("having")
+    return having is not None and any(isinstance(node, exp.AggFunc) for node in having.walk())
+
+
+# -------------------------------------------------------------------------------------------- HAVING
+def parse_having(having: exp.Having, items: tuple[ParsedItem, ...],
+                 group_by: tuple[ir.Column, ...], scope: Scope, parse_aggregate: ParseAggregate) -> Condition:
+    """The HAVING condition; a column names an output (by its name) or a GROUP BY column."""
+    def names(node: exp.Column) -> Expression:
+        span = node_span(node, scope)
+        name = node.name.lower()
+        if not node.table:
+            for item in items:
+                if item.alias.lower() == name:
+                    return OutputRef(name=item.alias, span=span)
+        for position, column in enumerate(group_by):
+            if column.name.lower() == name:
+                return GroupRef(position=position, span=span)
+        raise invalid(f"HAVING column '{node.name}' is neither an output name nor a GROUP BY column", node, scope,
+                      "HAVING reads aggregates, output names and GROUP BY columns; put row conditions in WHERE.")
+
+    return _condition(unparen(having.this), scope, lambda n: _expression(n, scope, parse_aggregate, names))
+
+
+def _condition(node: exp.Expr, scope: Scope, operand: Callable[[exp.Expr], Expression]) -> Condition:
+    span = node_span(node, scope)
+    if isinstance(node, exp.Paren):
+        return _condition(node.this, scope, operand)
+    if isinstance(node, (exp.And, exp.Or)):
+        parts = (_condition(node.this, scope, operand), _condition(node.expression, scope, operand))
+        return Connective(all_of=isinstance(node, exp.And), operands=parts, span=span)
+    if isinstance(node, exp.Not):
+        inner = unparen(node.this)
+        if isinstance(inner, exp.Is) and isinstance(inner.expression, exp.Null):
+            return IsNull(operand=operand(inner.this), negated=True, span=span)
+        return Negation(operand=_condition(node.this, scope, operand), span=span)
+    if type(node) in OPERATORS:
+        return Compare(operator=OPERATORS[type(node)], left=operand(node.this), right=operand(node.expression),
+                       span=span)
+    if isinstance(node, exp.Between):
+        return Range(operand=operand(node.this), low=operand(node.args["low"]), high=operand(node.args["high"]),
+                     negated=False, span=span)
+    if isinstance(node, exp.In) and node.expressions and not node.args.get("query"):
+        return Among(operand=operand(node.this), values=tuple(operand(v) for v in node.expressions), negated=False,
+                     span=span)
+    if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
+        return IsNull(operand=operand(node.this), negated=False, span=span)
+    raise unsupported(f"{describe(node, scope)} in HAVING", node, scope, _HAVING_SUPPORTED)
+
+
+# ================================================================================== the statement
+def finish_statement(statement: ir.Statement, parsed: tuple[ParsedItem, ...], having: Condition | None) -> ir.Statement:
+    """The statement with its select items: unchanged when they are group columns and plain aggregates
+    and there is no HAVING; else the measured aggregates numbered and the outputs, HAVING, ORDER BY
+    and LIMIT moved to ``statement.outputs``."""
+    plain = tuple(item for item in parsed if isinstance(item, (ir.GroupColumn, ir.Aggregate)))
+    if having is None and len(plain) == len(parsed):
+        return replace(statement, select=plain)
+    measured: list[ir.Aggregate] = []
+    keys: list[object] = []
+
+    def number(aggregate: ir.Aggregate, hidden: bool) -> int:
+        key = _aggregate_key(aggregate)
+        if key in keys:
+            return keys.index(key)
+        keys.append(key)
+        measured.append(replace(aggregate, alias=HIDDEN.format(aggregate.alias)) if hidden else aggregate)
+        return len(measured) - 1
+
+    items: list[OutputItem] = []
+    for item in parsed:  # plain aggregates first, so that a repeated one is shown by its own name
+        if isinstance(item, ir.Aggregate):
+            number(item, hidden=False)
+    for item in parsed:
+        if isinstance(item, ir.Aggregate):
+            items.append(DerivedItem(expression=AggregateRef(index=number(item, False), span=item.span),
+                                     alias=item.alias, span=item.span, plain=True))
+        elif isinstance(item, DerivedItem):
+            items.append(replace(item, expression=_numbered(item.expression, number)))
+        else:
+            items.append(item)
+    condition = None if having is None else _numbered_condition(having, number)
+    groups = tuple(item for item in parsed if isinstance(item, ir.GroupColumn))
+    return replace(statement, select=groups + tuple(measured), order_by=(), limit=None,
+                   outputs=Outputs(items=tuple(items), having=condition, order_by=statement.order_by,
+                                   limit=statement.limit))
+
+
+def _aggregate_key(aggregate: ir.Aggregate) -> object:
+    """What makes two aggregates the same query: every field but names and positions."""
+    return _strip(aggregate)
+
+
+def _strip(value: object) -> object:
+    if isinstance(value, ir.Column):
+        return ("column", value.name.lower())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__name__,) + tuple(
+            (f.name, _strip(getattr(value, f.name))) for f in dataclasses.fields(value)
+            if f.name not in {"alias", "span", "text"})
+    if isinstance(value, tuple):
+        return tuple(_strip(v) for v in value)
+    return value
+
+
+def _numbered(expression: Expression, number: Callable[[ir.Aggregate, bool], int]) -> Expression:
+    if isinstance(expression, AggregateLeaf):
+        return AggregateRef(index=number(expression.aggregate, True), span=expression.span)
+    if isinstance(expression, Negate):
+        return replace(expression, operand=_numbered(expression.operand, number))
+    if isinstance(expression, Arithmetic):
+        return replace(expression, left=_numbered(expression.left, number), right=_numbered(expression.right, number))
+    return expression
+
+
+def _numbered_condition(condition: Condition, number: Callable[[ir.Aggregate, bool], int]) -> Condition:
+    def go(expression: Expression) -> Expression:
+        return _numbered(expression, number)
+    if isinstance(condition, Compare):
+        return replace(condition, left=go(condition.left), right=go(condition.right))
+    if isinstance(condition, Range):
+        return replace(condition, operand=go(condition.operand), low=go(condition.low), high=go(condition.high))
+    if isinstance(condition, Among):
+        return replace(condition, operand=go(condition.operand), values=tuple(go(v) for v in condition.values))
+    if isinstance(condition, IsNull):
+        return replace(condition, operand=go(condition.operand))
+    if isinstance(condition, Negation):
+        return replace(condition, operand=_numbered_condition(condition.operand, number))
+    return replace(condition, operands=tuple(_numbered_condition(c, number) for c in condition.operands))
+
+
+def aggregate_refs(expression: Expression) -> Iterator[int]:
+    """The measured aggregates an expression reads (with repeats)."""
+    if isinstance(expression, AggregateRef):
+        yield expression.index
+    elif isinstance(expression, Negate):
+        yield from aggregate_refs(expression.operand)
+    elif isinstance(expression, Arithmetic):
+        yield from aggregate_refs(expression.left)
+        yield from aggregate_refs(expression.right)
+
+
+def explain_notes(statement: ir.Statement) -> list[str]:
+    """EXPLAIN's notes on a statement's UNION ALL, hidden aggregates and HAVING."""
+    notes = []
+    if statement.union is not None:
+        notes.append(f"part {statement.union.part + 1} of {statement.union.parts} of the UNION ALL at "
+                     f"{statement.union.span.describe()}, returned as one table")
+    if statement.outputs is None:
+        return notes
+    hidden = [a.alias for a in statement.aggregates if a.alias.endswith(HIDDEN.format(""))]
+    if hidden:
+        notes.append(f"measured for expressions or HAVING, not shown: {', '.join(hidden)}; the outputs computed from "
+                     "the aggregates are post-processing, no extra privacy cost")
+    if statement.outputs.having is not None:
+        notes.append(HAVING_NOTE)
+    return notes
+
+
+def covariance_pairs(statement: ir.Statement) -> bool:
+    """Whether the statement's outputs need the covariances of its aggregates' answers (an
+    expression reading two or more different aggregates, or an AVG)."""
+    if statement.outputs is None:
+        return False
+    return any(isinstance(item, DerivedItem) and not item.plain
+               and (len(set(aggregate_refs(item.expression))) > 1
+                    or any(statement.aggregates[i].function == "avg" for i in aggregate_refs(item.expression)))
+               for item in statement.outputs.items)
+
+
+# ================================================================================== checks against the schema
+Kind = TypingLiteral["number", "string", "date", "unknown"]
+
+
+def check_outputs(statement: ir.Statement, table: sch.Table) -> None:
+    """Before anything is spent: output names unique (with ``_stddev``/``_upper``), ORDER BY keys known,
+    and HAVING comparing values of one kind (numbers, strings or dates), so that answering never fails."""
+    outputs = statement.outputs
+    if outputs is None:
+        return
+    names: list[str] = []
+    for item in outputs.items:
+        names.append(item.alias)
+        if has_stddev(item):
+            names.append(f"{item.alias}_stddev")
+        elif isinstance(item, ir.GroupColumn):
+            domain = table.column(item.column.name).domain
+            if isinstance(domain, sch.Ordered) and domain.reports_upper:
+                names.append(f"{item.alias}_upper")
+    seen: set[str] = set()
+    for name in names:
+        if name.lower() in seen:
+            raise InvalidQueryError(f"the output column name '{name}' would appear twice in the statement at "
+                                    f"{statement.span.describe()} (dpsql adds <alias>_stddev beside each aggregate "
+                                    "or expression and <column>_upper beside wide bins); choose another alias.")
+        seen.add(name.lower())
+    for order in outputs.order_by:
+        if isinstance(order.key, str) and order.key.lower() not in seen:
+            raise UnsupportedQueryError(f"ORDER BY {order.key} ({order.span.describe()}) names no output column; use "
+                                        f"one of {', '.join(i.alias for i in outputs.items)} or a 1-based position.")
+    for item in outputs.items:
+        if isinstance(item, DerivedItem) and not item.plain:
+            _check_composable(item.expression, statement)
+    if outputs.having is not None:
+        _check_condition(outputs.having, statement, table)
+
+
+#: The aggregates whose answers (and standard errors) compose in expressions.
+COMPOSABLE = frozenset({"count", "sum", "avg"})
+
+
+def _check_composable(expression: Expression, statement: ir.Statement) -> None:
+    """Expressions read COUNT, SUM and AVG (whose variances and covariances are known)."""
+    for index in aggregate_refs(expression):
+        aggregate = statement.aggregates[index]
+        if aggregate.function not in COMPOSABLE:
+            raise UnsupportedQueryError(f"{aggregate.function.upper()} inside an expression "
+                                        f"({aggregate.span.describe()}) is not supported: only COUNT, SUM and AVG "
+                                        "compose. Select it by itself.")
+
+
+def _kind(expression: Expression, statement: ir.Statement, table: sch.Table) -> Kind:
+    if isinstance(expression, Constant):
+        value = expression.value
+        return "number" if _numeric(value) else "date" if isinstance(value, dt.date) else "string"
+    if isinstance(expression, GroupRef):
+        return _column_kind(table.column(statement.group_by[expression.position].name))
+    if isinstance(expression, OutputRef):
+        assert statement.outputs is not None
+        item = next(i for i in statement.outputs.items if i.alias == expression.name)
+        if isinstance(item, ir.GroupColumn):
+            return _column_kind(table.column(item.column.name))
+        if isinstance(item, ConstantItem):
+            return _kind(Constant(value=item.value, span=item.span), statement, table)
+        return "number"
+    return "number"
+
+
+def _column_kind(column: sch.Column) -> Kind:
+    domain = column.domain
+    if isinstance(domain, sch.Categorical):
+        return "string" if all(isinstance(v, str) for v in domain.values) else "number"
+    return "date" if domain.kind == "date" else "number"
+
+
+def _check_condition(condition: Condition, statement: ir.Statement, table: sch.Table) -> None:
+    if isinstance(condition, (Connective, Negation)):
+        for part in condition.operands if isinstance(condition, Connective) else (condition.operand,):
+            _check_condition(part, statement, table)
+        return
+    if isinstance(condition, IsNull):
+        return
+    first, others = ((condition.left, (condition.right,)) if isinstance(condition, Compare)
+                     else (condition.operand, (condition.low, condition.high)) if isinstance(condition, Range)
+                     else (condition.operand, condition.values))
+    for other in (first, *others):
+        if isinstance(other, Arithmetic | Negate):
+            _check_arithmetic(other, statement, table)
+    kinds = {_kind(e, statement, table) for e in (first, *others)}
+    if len(kinds) > 1:
+        raise UnsupportedQueryError(f"HAVING at {condition.span.describe()} compares values of different types "
+                                    f"({' and '.join(sorted(kinds))}); compare numbers with numbers, strings with "
+                                    "strings and dates with dates.")
+
+
+def _check_arithmetic(expression: Expression, statement: ir.Statement, table: sch.Table) -> None:
+    """Arithmetic in HAVING reads numbers only."""
+    parts = ((expression.left, expression.right) if isinstance(expression, Arithmetic)
+             else (expression.operand,) if isinstance(expression, Negate) else ())
+    for part in parts:
+        _check_arithmetic(part, statement, table)
+    if not parts and _kind(expression, statement, table) != "number":
+        raise UnsupportedQueryError(f"HAVING arithmetic at {expression.span.describe()} reads a non-number; "
+                                    "arithmetic takes aggregates, numeric outputs and numbers.")
