@@ -123,6 +123,11 @@ CASES = [
     "WITH s AS (SELECT region, COUNT(*) AS n FROM people GROUP BY region) SELECT * FROM s ORDER BY n LIMIT 2",
     "WITH a AS (SELECT * FROM people WHERE x < 5) SELECT 'F' AS s, COUNT(*) AS n FROM a WHERE sex = 'F' "
     "UNION ALL SELECT 'M', COUNT(*) FROM a WHERE sex = 'M' ORDER BY s",
+    # with the other constructs of the grammar: FILTER, conditional aggregates, CASE keys, IS NULL
+    "SELECT sex, COUNT(*) FILTER (WHERE x >= 5) / COUNT(*) AS share, COUNT_IF(hours IS NULL) AS missing "
+    "FROM people GROUP BY sex ORDER BY sex",
+    "SELECT CASE WHEN x < 5 THEN 'low' ELSE 'high' END AS band, SUM(CASE WHEN sex = 'F' THEN hours ELSE 0 END) "
+    "/ COUNT(*) AS f_hours FROM people GROUP BY band HAVING COUNT(*) FILTER (WHERE region = 'N') > 100 ORDER BY 1",
 ]
 
 
@@ -413,3 +418,19 @@ def test_having_keeps_the_rows_duckdb_keeps(data: duckdb.DuckDBPyConnection, con
     with connect(data) as connection:
         table = connection.cursor().execute(sql, rho=1e6).fetch_arrow_table()
     assert table.column("region").to_pylist() == [row[0] for row in data.execute(sql).fetchall()]
+
+
+def test_local_mode_gives_a_sum_of_filtered_counts_the_standard_error_of_the_one_count(tmp_path: Any) -> None:
+    """Every local answer reads one estimate x̂, so two counts are correlated: F + M must have the value and
+    the standard error of the count of F or M (without the covariance it would be √(var F + var M))."""
+    from dpsql.local.sql import answer_batch, design_batch, simulate_database
+    database = tmp_path / "people.duckdb"
+    with duckdb.connect(str(database)) as con:
+        con.execute("CREATE TABLE people (sex VARCHAR, region VARCHAR, hours INTEGER, x INTEGER)")
+        con.executemany("INSERT INTO people VALUES (?, ?, ?, ?)", _rows())
+    queries = ("SELECT COUNT(*) FILTER (WHERE sex = 'F') + COUNT(*) FILTER (WHERE sex = 'M') AS a, "
+               "COUNT(*) FILTER (WHERE sex IN ('F', 'M')) AS b FROM people")
+    published = design_batch(queries, SCHEMA_DICT, epsilon=1.0, seed=0)
+    table = answer_batch(queries, published, simulate_database(published, database, rng=np.random.default_rng(3)))[0]
+    row = table.to_pylist()[0]
+    assert row["a"] == pytest.approx(row["b"], rel=1e-9) and row["a_stddev"] == pytest.approx(row["b_stddev"], rel=1e-6)

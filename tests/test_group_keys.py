@@ -271,6 +271,10 @@ def public_answer(con: duckdb.DuckDBPyConnection, sql: str, rho: float = 1e6) ->
      "SELECT 0, COUNT(*) FROM people LEFT JOIN {R} USING (region_id) WHERE name <> 'North' AND age >= 20", 0),
     ("SELECT r.region_id, COUNT(*) AS n FROM people JOIN regions r USING (region_id) GROUP BY 1",
      "SELECT region_id, COUNT(*) FROM people JOIN {R} USING (region_id) GROUP BY 1", 1),
+    # derived outputs and HAVING over a public column's groups (dpsql.sql.derived lists the group columns again)
+    ("SELECT r.name, SUM(age) / COUNT(*) AS mean FROM people JOIN regions r USING (region_id) GROUP BY r.name "
+     "HAVING COUNT(*) > 10", "SELECT name, SUM(age) / COUNT(*) FROM people JOIN {R} USING (region_id) GROUP BY 1 "
+     "HAVING COUNT(*) > 10", 1),
 ])
 def test_public_join_matches_duckdbs_join(sql: str, truth: str, keys: int, people: duckdb.DuckDBPyConnection) -> None:
     table = public_answer(people, sql)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import tomllib
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from dpsql.derived_answers import merge_unions
 from dpsql.errors import DataError, DpsqlWarning, ProgrammingError, SchemaError, UnsupportedQueryError
-from dpsql.linalg import quadratic_diag
+from dpsql.linalg import bilinear_diag, quadratic_diag
 from dpsql.local.answers import counts_of, plug_in_counts, reports_table
 from dpsql.local.layout import AxisLayout, Layout
 from dpsql.local.protocol import DEFAULT_MAX_EPSILON, StrategyFile, check_max_epsilon, publish, randomize_cells
@@ -42,6 +42,7 @@ from dpsql.results import AnswerKey, AnswerSet, statement_tables
 from dpsql.schema import Schema, Table
 from dpsql.sql import ir, public_tables
 from dpsql.sql.compile import CompiledBatch, batch_cell_totals, batch_table, compile_batch
+from dpsql.sql.derived import covariance_pairs
 from dpsql.sql.parse import parse_batch
 from dpsql.sql.vectors import COUNTS
 from dpsql.workloads import Explicit, Workload
@@ -130,11 +131,26 @@ def answer_batch(text: str, published: StrategyFile, reports: pa.Table, *,
     answers = {AnswerKey(0, position): Answers(values=np.asarray(block.workload @ x_hat),
                                                variances=np.maximum(quadratic_diag(block.workload, sigma), 0.0))
                for position, block in enumerate(blocks)}
+    _add_covariances(batch.compiled, sigma, answers)
     metadata = {"mechanism": f"local DP workload factorization ({published.name})", "epsilon": published.epsilon,
                 "strategy_sha256": published.sha256, "reports": int(y.sum()),
                 "stddev": "plug-in estimate: the exact standard error at the estimated counts"}
     tables = statement_tables(batch.compiled, AnswerSet(answers), metadata)
     return merge_unions([s.statement for s in batch.compiled.statements], tables)  # one table per UNION ALL
+
+
+def _add_covariances(compiled: CompiledBatch, sigma: Workload, answers: dict[AnswerKey, Answers]) -> None:
+    """Row-by-row Cov(U x̂, V x̂) = diag(U Σ Vᵀ) of every two blocks of a statement whose derived outputs
+    combine several aggregates (``dpsql.sql.derived``): all blocks share the one estimate x̂."""
+    blocks = compiled.groups[0].blocks
+    for statement in compiled.statements:
+        if not covariance_pairs(statement.statement):
+            continue
+        shared = sorted({b for output in statement.aggregates for b in output.blocks})
+        for first, second in ((a, b) for a in shared for b in shared if a < b):
+            found = answers[AnswerKey(0, first)]
+            covariance = bilinear_diag(blocks[first].workload, sigma, blocks[second].workload)
+            answers[AnswerKey(0, first)] = replace(found, covariances={**found.covariances, second: covariance})
 
 
 def design_summary(text: str, published: StrategyFile, schema: SchemaSource | None = None, *,

@@ -268,7 +268,7 @@ def _expression(node: exp.Expr, scope: Scope, parse_aggregate: ParseAggregate,
         return Negate(operand=_expression(node.this, scope, parse_aggregate, names), span=span)
     if isinstance(node, (exp.IntDiv, exp.Mod, exp.Pow)):
         raise unsupported(f"{describe(node, scope)} (//, %, ^)", node, scope, _EXPRESSION_SUPPORTED)
-    if isinstance(node, exp.AggFunc):
+    if isinstance(node, (exp.AggFunc, exp.Filter)):  # exp.Filter: an aggregate with FILTER (WHERE ...)
         item = parse_aggregate(node)
         assert isinstance(item, ir.Aggregate)
         return AggregateLeaf(aggregate=item, span=span)
@@ -383,7 +383,7 @@ def finish_statement(statement: ir.Statement, parsed: tuple[ParsedItem, ...], ha
         if key in keys:
             return keys.index(key)
         keys.append(key)
-        measured.append(replace(aggregate, alias=HIDDEN.format(aggregate.alias)) if hidden else aggregate)
+        measured.append(replace(aggregate, alias=_hidden_name(aggregate.alias, measured)) if hidden else aggregate)
         return len(measured) - 1
 
     items: list[OutputItem] = []
@@ -403,6 +403,15 @@ def finish_statement(statement: ir.Statement, parsed: tuple[ParsedItem, ...], ha
     return replace(statement, select=groups + tuple(measured), order_by=(), limit=None,
                    outputs=Outputs(items=tuple(items), having=condition, order_by=statement.order_by,
                                    limit=statement.limit))
+
+
+def _hidden_name(alias: str, measured: list[ir.Aggregate]) -> str:
+    """``<alias> [hidden]``, numbered when two hidden aggregates share a default name (``count [hidden 2]``)."""
+    taken = {aggregate.alias.lower() for aggregate in measured}
+    name, number = HIDDEN.format(alias), 2
+    while name.lower() in taken:
+        name, number = f"{alias} [hidden {number}]", number + 1
+    return name
 
 
 def _aggregate_key(aggregate: ir.Aggregate) -> object:

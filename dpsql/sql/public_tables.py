@@ -235,7 +235,11 @@ def _rewrite(statement: ir.Statement, schema: sch.Schema) -> ir.Statement:
         if lookup.join.kind == "inner":
             where = _and(where, _member(lookup, set(lookup.public.values(lookup.join.public_column)),
                                         lookup.join.span))
-    return replace(statement, select=select, where=where, group_by=tuple(group_by),
+    outputs = statement.outputs
+    if outputs is not None:  # derived outputs list the group columns again (dpsql.sql.derived)
+        outputs = replace(outputs, items=tuple(_rewrite_group(item, lookups, table) if isinstance(item, ir.GroupColumn)
+                                               else item for item in outputs.items))
+    return replace(statement, select=select, where=where, group_by=tuple(group_by), outputs=outputs,
                    group_keys=tuple(keys) if any(k is not None for k in keys) else (), public_joins=())
 
 
@@ -310,6 +314,12 @@ def _rewrite_item(item: ir.SelectItem, lookups: list[_Lookup], table: sch.Table)
     if found is None:
         return item
     return replace(item, column=_key_column(found, item.column), key=_lookup_key(found, item.column))
+
+
+def _rewrite_group(item: ir.GroupColumn, lookups: list[_Lookup], table: sch.Table) -> ir.GroupColumn:
+    rewritten = _rewrite_item(item, lookups, table)
+    assert isinstance(rewritten, ir.GroupColumn)
+    return rewritten
 
 
 def _rewrite_predicate(predicate: ir.Predicate, lookups: list[_Lookup], table: sch.Table,
