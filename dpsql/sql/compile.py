@@ -44,6 +44,7 @@ import numpy.typing as npt
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
 from dpsql.sql import ir
+from dpsql.sql import quantiles as qs
 from dpsql.sql.value_cells import ValueCells
 from dpsql.sql.vectors import COUNTS, DataVector
 from dpsql.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Workload
@@ -81,6 +82,7 @@ class Block:
     workload: Workload
     scale: float = 1.0  # answers are workload @ data times this (value-cell sums are weighted by r/scale)
     bias: float = 0.0   # value-cell SUM rows on rounded cells: the most one row's value is moved (0: exact)
+    total: Workload | None = None  # order statistics: each prefix row's group total, row by row (for Cov(P̂_k, N̂))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +92,7 @@ class OutputAggregate:
     aggregate: ir.Aggregate
     blocks: tuple[int, ...]  # indices into CompiledBatch.blocks (AVG: (sum, count))
     column: sch.Column | None
+    quantile: qs.QuantilePlan | None = None  # an order statistic: how its prefix block becomes the answer
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -273,6 +276,7 @@ def _touched_columns(statements: Sequence[ir.Statement], table: sch.Table) -> li
             names.add(_resolve(table, column).name)
         for atom in _atoms(statement.where):
             names.add(_resolve(table, atom.column).name)
+        names.update(_resolve(table, column).name for column in qs.quantile_columns(statement))
     return [column for name, column in table.columns.items() if name in names]
 
 
@@ -310,6 +314,8 @@ def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Tab
         assert isinstance(column.domain, sch.Ordered)  # value cells are checked by value_cells_problem
         ranks = np.unique(values.representatives(column.domain), return_inverse=True)[1]
         signature.append(np.asarray(ranks, dtype=np.int64).ravel())
+    if any(_resolve(table, c).name == column.name for s in statements for c in qs.quantile_columns(s)):
+        signature.append(np.arange(size, dtype=np.int64))  # an order statistic reads every base cell
     grouped = any(_resolve(table, c).name == column.name for s in statements for c in s.group_by)
     if grouped:
         signature.append(column.domain.bin_of_base())
@@ -525,19 +531,23 @@ class _StatementCompiler:
         return matrix
 
     def _block(self, true: list[Box], group_axes: tuple[int, ...],
-               weights: tuple[int, npt.NDArray[np.float64]] | None = None) -> Workload:
+               weights: tuple[int, npt.NDArray[np.float64]] | None = None,
+               rows: tuple[int, npt.NDArray[np.float64]] | None = None) -> Workload:
         """Σ_boxes ⊗_axes (membership · diag(mask) on grouped axes, maskᵀ elsewhere); ``weights``
-        (axis, per-cell weight) multiplies that axis's factor column-wise."""
+        (axis, per-cell weight) multiplies that axis's factor column-wise; ``rows`` (axis, matrix)
+        makes that axis's factor matrix · diag(mask) (an order statistic's prefix rows)."""
         grouped = set(group_axes)
         terms: list[Workload] = []
         for box in _merge(true):
             masks = [mask * weights[1] if weights is not None and i == weights[0] else mask.astype(np.float64)
                      for i, mask in enumerate(box)]
-            factors = [Explicit(self._membership(axis) * mask[None, :]) if i in grouped else Explicit(mask[None, :])
-                       for i, (axis, mask) in enumerate(zip(self.axes, masks))]
+            factors = [Explicit(rows[1] * mask[None, :]) if rows is not None and i == rows[0]
+                       else Explicit(self._membership(axis) * mask[None, :]) if i in grouped
+                       else Explicit(mask[None, :]) for i, (axis, mask) in enumerate(zip(self.axes, masks))]
             terms.append(Kron(factors) if factors else Explicit(np.ones((1, 1))))
         if not terms:  # the WHERE clause is never TRUE: rows of zeros
-            factors = [Explicit(np.zeros((self._group_count(a) if i in grouped else 1, a.size)))
+            factors = [Explicit(np.zeros((rows[1].shape[0] if rows is not None and i == rows[0]
+                                          else self._group_count(a) if i in grouped else 1, a.size)))
                        for i, a in enumerate(self.axes)]
             terms.append(Kron(factors) if factors else Explicit(np.zeros((1, 1))))
         return terms[0] if len(terms) == 1 else DisjointSum(terms)
@@ -545,6 +555,8 @@ class _StatementCompiler:
     def _aggregate(self, statement: ir.Statement, aggregate: ir.Aggregate, true: list[Box],
                    group_axes: tuple[int, ...]) -> OutputAggregate:
         column = None if aggregate.column is None else _resolve(self.table, aggregate.column)
+        if aggregate.function == "quantile" and column is not None:
+            return self._quantile(aggregate, column, true, group_axes)
         if aggregate.function in ("sum", "avg") and (column is None or column.measure_bounds is None):
             name = aggregate.column.name if aggregate.column else "*"
             raise SchemaError(
@@ -566,6 +578,21 @@ class _StatementCompiler:
             self.blocks.append(self._kind_block(kind, true, group_axes))
             indices.append(len(self.blocks) - 1)
         return OutputAggregate(aggregate=aggregate, blocks=tuple(indices), column=column)
+
+    def _quantile(self, aggregate: ir.Aggregate, column: sch.Column, true: list[Box],
+                  group_axes: tuple[int, ...]) -> OutputAggregate:
+        """An order statistic: its block is the prefix counts over x's inside cells, per group
+        (:mod:`dpsql.sql.quantiles`); ``total`` holds each row's group total for the covariances."""
+        position = self.position[column.name]
+        domain = qs.check_column(aggregate, column, position in group_axes)
+        assert aggregate.quantile is not None
+        prefix, total = qs.prefix_matrices(self.axes[position].size, domain.size)
+        stride = int(np.prod([self._group_count(self.axes[a]) for a in group_axes if a > position], dtype=np.int64))
+        workload = self._block(true, group_axes, rows=(position, prefix))
+        self.blocks.append(Block(data=COUNTS, kind=COUNTS, workload=workload,
+                                 total=self._block(true, group_axes, rows=(position, total))))
+        return OutputAggregate(aggregate=aggregate, blocks=(len(self.blocks) - 1,), column=column,
+                               quantile=qs.plan_quantile(aggregate.quantile, domain, stride))
 
     def _kind_block(self, kind: DataVector, true: list[Box], group_axes: tuple[int, ...]) -> Block:
         """The block of one data kind; on a value-cell column, SUM and COUNT(col) become weighted counts."""
@@ -589,6 +616,7 @@ def _check_output_names(statement: ir.Statement, table: sch.Table) -> None:
         names.append(item.alias)
         if isinstance(item, ir.Aggregate):
             names.append(f"{item.alias}_stddev")
+            names.extend(qs.output_names(item))
         else:
             domain = _resolve(table, item.column).domain
             if isinstance(domain, sch.Ordered) and domain.reports_upper:

@@ -99,7 +99,17 @@ class Or:
 
 Predicate = Comparison | Between | InList | Not | And | Or
 
-AggregateFunction = TypingLiteral["count", "sum", "avg"]
+AggregateFunction = TypingLiteral["count", "sum", "avg", "quantile"]
+QuantileKind = TypingLiteral["cont", "disc", "min", "max"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuantileSpec:
+    """An order statistic (``dpsql.sql.quantiles``): MEDIAN and PERCENTILE_CONT/QUANTILE_CONT ("cont",
+    fraction p), PERCENTILE_DISC/QUANTILE_DISC ("disc"), MIN ("min", p = 0) and MAX ("max", p = 1)."""
+
+    fraction: float
+    kind: QuantileKind
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,13 +117,15 @@ class Aggregate:
     """COUNT(*) (column None), COUNT(col), SUM(col) or AVG(col), with its output name.
 
     ``alias`` is the AS name, or a default: ``count``, ``sum_<col>``, ``avg_<col>``, made unique
-    within the statement by a numeric suffix.
+    within the statement by a numeric suffix. An order statistic has function ``quantile`` and
+    its ``quantile`` spec.
     """
 
     function: AggregateFunction
     column: Column | None
     alias: str
     span: Span
+    quantile: QuantileSpec | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,6 +21,9 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
     item       := column [[AS] name]                -- the column must be in GROUP BY
                 | aggregate [[AS] name]             -- at least one aggregate per statement
     aggregate  := COUNT(*) | COUNT(column) | SUM(column) | AVG(column)
+                | MEDIAN(column) | MIN(column) | MAX(column)       -- order statistics (dpsql.sql.quantiles)
+                | PERCENTILE_CONT|PERCENTILE_DISC(p) WITHIN GROUP (ORDER BY column [ASC | DESC])
+                | QUANTILE_CONT|QUANTILE_DISC|QUANTILE(column, p)  -- p: a number or ? in [0, 1]
     column     := [table_or_alias '.'] name
     predicate  := column op value | value op column -- op: = <> != < <= > >=; `5 < age` is `age > 5`
                 | column [NOT] BETWEEN value AND value
@@ -32,7 +35,8 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
     count      := non-negative integer | ?
 
 Output names are the AS alias, the group column's name, or ``count``, ``count_<col>``,
-``sum_<col>``, ``avg_<col>``; a repeated name gets the suffix ``_2``, ``_3``, ... Names compare
+``sum_<col>``, ``avg_<col>``, ``median_<col>``, ``percentile_cont_<col>``, ``min_<col>``, ...
+(the function's name and the column's); a repeated name gets the suffix ``_2``, ``_3``, ... Names compare
 case-insensitively, as in DuckDB. Syntax errors raise :class:`~dpsql.errors.SqlSyntaxError`; every
 message gives the line, column and source fragment of the offending construct.
 
@@ -60,6 +64,7 @@ from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # re-exporte
 from dpsql.errors import InvalidQueryError, ProgrammingError, SqlSyntaxError
 from dpsql.sql import ir
 from dpsql.sql.predicates import OPERATORS, parse_column, parse_predicate, parse_value
+from dpsql.sql.quantiles import parse_quantile
 from dpsql.sql.source import (
     SUPPORTED,
     Scope,
@@ -372,6 +377,9 @@ def _parse_select_item(node: exp.Expr, grouped: set[str], scope: Scope) -> ir.Se
         if column.name.lower() not in grouped:
             raise unsupported(f"selecting column '{column.name}' without grouping by it", value, scope)
         return ir.GroupColumn(column=column, alias=alias or column.name, span=span)
+    quantile = parse_quantile(value, alias, span, scope)
+    if quantile is not None:
+        return quantile
     function = _AGGREGATES.get(type(value))
     if function is None:
         raise unsupported(_describe_item(value, scope), value, scope)
