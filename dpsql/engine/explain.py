@@ -13,6 +13,7 @@ from dpsql.engine.measurements import PlannedVector
 from dpsql.engine.residual_route import ResidualPlan
 from dpsql.engine.routes import Prepared
 from dpsql.engine.vocabulary import NotApplicable
+from dpsql.sql import quantiles as qs
 
 
 def explain(prepared: Prepared, budget: PrivacyBudget | None = None) -> str:
@@ -105,6 +106,8 @@ def _statements(prepared: Prepared) -> list[str]:
                      + (f"; weight {weight:.4g}" if weight != 1 else ""))
         if s in notes:
             lines.append(f"    note: {notes[s]}")
+        lines.extend(f"    {qs.explain_line(output.aggregate.alias, output.quantile)}"
+                     for output in chosen.compiled.statements[s].aggregates if output.quantile is not None)
     return lines
 
 

@@ -13,7 +13,8 @@ from dataclasses import replace
 
 from dpsql import mechanism
 from dpsql.engine.vocabulary import AnswerKey
-from dpsql.sql.compile import CompiledGroup
+from dpsql.noise import Noise
+from dpsql.sql.compile import Block, CompiledGroup
 
 
 def add_total_covariances(group: CompiledGroup, index: int, positions: Sequence[int], release: mechanism.Measurement,
@@ -27,3 +28,13 @@ def add_total_covariances(group: CompiledGroup, index: int, positions: Sequence[
         covariance = mechanism.answer_covariance(block.workload, block.total, release) * (block.scale * quantum) ** 2
         found = answers[AnswerKey(index, position)]
         answers[AnswerKey(index, position)] = replace(found, covariances={**found.covariances, position: covariance})
+
+
+def alone_sensitivity(block: Block, noise: Noise) -> float:
+    """How far one row moves a block's answers, answered alone by the Laplace (L1) or Gaussian (L2)
+    mechanism on its own rows, relative to one answer: a prefix block's largest column norm (one
+    row is in up to K prefix rows of its group: K, or √K), 1 for every other block (its rows are
+    disjoint groups). Scales the "answering alone" baselines of the guard and the weighing."""
+    if block.total is None:
+        return 1.0
+    return block.workload.sensitivity("l1" if noise == "laplace" else "l2")

@@ -223,6 +223,16 @@ def definition(plan: QuantilePlan) -> str:
             "counts (no extra cost)")
 
 
+def explain_line(alias: str, plan: QuantilePlan) -> str:
+    """EXPLAIN's line for one order statistic (public figures only)."""
+    what = {"cont": f"the {plan.spec.fraction:g} quantile, interpolated",
+            "disc": f"the {plan.spec.fraction:g} quantile, a cell's middle value",
+            "min": "approximate MIN", "max": "approximate MAX"}[plan.spec.kind]
+    return (f"order statistic {alias}: {what}, from {plan.cells} noisy prefix counts per group over the column's base "
+            f"cells (post-processing, no extra cost); bias ≤ the cell width {plan.width:g}; 95% CI from the "
+            "prefix counts' variances and covariances, to cell boundaries")
+
+
 def describe(plan: QuantilePlan, nulls: int) -> dict[str, object]:
     """The result metadata of one order statistic."""
     entry: dict[str, object] = {"definition": definition(plan)}
