@@ -25,12 +25,13 @@ F̂(c_0) = 0, F̂(c_{k+1}) = P̂_k, and linear in between.
   The ends are cell boundaries, which covers the estimate's within-cell ambiguity.
 - Reported standard error: (high − low) / (2z), the CI's half-width in standard-normal units
   (the estimate's sampling distribution is not normal; the CI is the primary figure).
+- The 0 and 1 quantiles (PERCENTILE_CONT(0), ...) are MIN and MAX.
 - NULL: when N̂ < max(1, MIN_TOTAL_STDDEVS·sd(N̂)) — decided from noisy values only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -88,6 +89,9 @@ def estimate_quantile(prefix: PrefixCounts, boundaries: npt.ArrayLike, fraction:
         return QuantileEstimate(value=np.nan, low=np.nan, high=np.nan, stddev=np.nan,
                                 null=f"the noisy count of rows with a value is below max(1, {MIN_TOTAL_STDDEVS:g} "
                                      "standard errors): too few rows for an order statistic")
+    if kind in ("cont", "disc") and fraction in (0.0, 1.0):  # the 0 and 1 quantiles are MIN and MAX
+        extreme = estimate_quantile(prefix, c, fraction, "min" if fraction == 0.0 else "max", clamp=clamp, z=z)
+        return extreme if kind == "cont" else replace(extreme, value=_representative(c, extreme.value, representatives))
     f = np.concatenate([[0.0], values])
     var_f = np.concatenate([[0.0], np.maximum(variances, 0.0)])
     cov_f = np.concatenate([[0.0], covariances])
@@ -102,13 +106,19 @@ def estimate_quantile(prefix: PrefixCounts, boundaries: npt.ArrayLike, fraction:
     targets = np.maximum(1.0, z * np.sqrt(var_f)) if kind == "min" else np.full(f.shape, p * total)
     value = _crossing(c, f, targets)
     if kind == "disc":
-        reps = np.asarray(representatives, np.float64) if representatives is not None else (c[:-1] + c[1:]) / 2
-        value = float(reps[min(int(np.searchsorted(c, value, side="left")) - 1, len(reps) - 1)]) if value > c[0] \
-            else float(reps[0])
+        value = _representative(c, value, representatives)
     spread = np.sqrt(np.maximum(var_f + p * p * total_var - 2 * p * cov_f, 0.0))
     low, high = _interval(c, f - (1.0 if kind == "min" else p * total), f - p * total, spread, value, z)
     value, low, high = (float(np.clip(v, lo, hi)) for v in (value, low, high))
     return QuantileEstimate(value=value, low=low, high=high, stddev=(high - low) / (2 * z))
+
+
+def _representative(c: FloatArray, value: float, representatives: npt.ArrayLike | None) -> float:
+    """The representative value (default: the middle) of the cell [c_k, c_{k+1}] holding ``value``
+    (a value on a boundary belongs to the cell below it, where the prefix count reached its target)."""
+    reps = np.asarray(representatives, np.float64) if representatives is not None else (c[:-1] + c[1:]) / 2
+    cell = int(np.searchsorted(c, value, side="left")) - 1
+    return float(reps[min(max(cell, 0), len(reps) - 1)])
 
 
 def _crossing(c: FloatArray, f: FloatArray, targets: FloatArray) -> float:

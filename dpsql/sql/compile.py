@@ -636,6 +636,7 @@ def _check_order_by(statement: ir.Statement) -> None:
     """ORDER BY keys must name an output column (checked before anything is spent)."""
     outputs = [item.alias for item in statement.select]
     allowed = set(outputs) | {f"{a.alias}_stddev" for a in statement.aggregates}
+    allowed |= {name for a in statement.aggregates for name in qs.output_names(a)}
     for item in statement.order_by:
         if isinstance(item.key, str) and item.key not in allowed:
             raise UnsupportedQueryError(

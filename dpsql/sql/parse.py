@@ -64,7 +64,7 @@ from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # re-exporte
 from dpsql.errors import InvalidQueryError, ProgrammingError, SqlSyntaxError
 from dpsql.sql import ir
 from dpsql.sql.predicates import OPERATORS, parse_column, parse_predicate, parse_value
-from dpsql.sql.quantiles import parse_quantile
+from dpsql.sql.quantiles import output_names, parse_quantile
 from dpsql.sql.source import (
     SUPPORTED,
     Scope,
@@ -483,6 +483,7 @@ def _output_name(column: ir.Column, items: tuple[ir.SelectItem, ...], group_by: 
     if column.qualifier is None:
         outputs = [item.alias for item in items] + [f"{item.alias}_stddev" for item in items
                                                     if isinstance(item, ir.Aggregate)]
+        outputs += [name for item in items if isinstance(item, ir.Aggregate) for name in output_names(item)]
         for output in outputs:
             if output.lower() == name:
                 return output

@@ -30,7 +30,7 @@ from dpsql.mechanism import Answers
 from dpsql.quantile_answers import MIN_TOTAL_STDDEVS, PrefixCounts, cell_boundaries, estimate_quantile
 from dpsql.sql import ir
 from dpsql.sql.predicates import parse_column, parse_value
-from dpsql.sql.source import Scope, located, node_span, unsupported
+from dpsql.sql.source import Scope, is_empty, located, node_span, unsupported
 
 __all__ = ["QuantilePlan", "answer_arrays", "describe", "output_names", "parse_quantile", "plan_quantile",
            "prefix_matrices", "quantile_columns"]
@@ -51,18 +51,18 @@ def parse_quantile(node: exp.Expr, alias: str | None, span: ir.Span, scope: Scop
     if isinstance(node, exp.Median):
         return _aggregate("median", node.this, ir.QuantileSpec(fraction=0.5, kind="cont"), node, alias, span, scope)
     if isinstance(node, (exp.Min, exp.Max)):
-        if node.expressions:
-            raise unsupported(f"{_word(node)} of several expressions", node, scope, QUANTILE_SUPPORTED)
         extreme: ir.QuantileKind = "min" if isinstance(node, exp.Min) else "max"
+        if any(key != "this" and not is_empty(value) for key, value in node.args.items()):
+            raise unsupported(f"{extreme.upper()} with more than one argument", node, scope, QUANTILE_SUPPORTED)
         spec = ir.QuantileSpec(fraction=0.0 if extreme == "min" else 1.0, kind=extreme)
         return _aggregate(extreme, node.this, spec, node, alias, span, scope)
     if isinstance(node, (exp.PercentileCont, exp.PercentileDisc)):  # QUANTILE_CONT(col, p) / QUANTILE_DISC(col, p)
         kind: ir.QuantileKind = "cont" if isinstance(node, exp.PercentileCont) else "disc"
-        fraction = _fraction(node.expression, node, scope)
+        fraction = _fraction(node.expression, f"QUANTILE_{kind.upper()}", node, scope)
         return _aggregate(f"quantile_{kind}", node.this, ir.QuantileSpec(fraction=fraction, kind=kind), node, alias,
                           span, scope)
     if isinstance(node, exp.Quantile):  # DuckDB's QUANTILE(col, p) is QUANTILE_DISC
-        fraction = _fraction(node.args.get("quantile"), node, scope)
+        fraction = _fraction(node.args.get("quantile"), "QUANTILE", node, scope)
         return _aggregate("quantile", node.this, ir.QuantileSpec(fraction=fraction, kind="disc"), node, alias, span,
                           scope)
     return None
@@ -72,7 +72,7 @@ def _within_group(node: exp.WithinGroup, alias: str | None, span: ir.Span, scope
     """PERCENTILE_CONT|DISC(p) WITHIN GROUP (ORDER BY col [ASC|DESC]): DESC asks for the 1 − p quantile."""
     function = node.this
     kind: ir.QuantileKind = "cont" if isinstance(function, exp.PercentileCont) else "disc"
-    fraction = _fraction(function.this, function, scope)
+    fraction = _fraction(function.this, f"PERCENTILE_{kind.upper()}", function, scope)
     order = node.expression
     keys = order.expressions if isinstance(order, exp.Order) else []
     if len(keys) != 1 or not isinstance(keys[0], exp.Ordered):
@@ -93,25 +93,19 @@ def _aggregate(name: str, argument: exp.Expr | None, spec: ir.QuantileSpec, node
                         quantile=spec)
 
 
-def _fraction(node: exp.Expr | None, where: exp.Expr, scope: Scope) -> float:
-    """The fraction p: a constant (or bound ``?``) in [0, 1]."""
+def _fraction(node: exp.Expr | None, name: str, where: exp.Expr, scope: Scope) -> float:
+    """The fraction p of function ``name``: a constant (or bound ``?``) in [0, 1]."""
     if node is None:
-        raise unsupported(f"{_word(where)} without a fraction", where, scope, QUANTILE_SUPPORTED)
+        raise unsupported(f"{name} without a fraction", where, scope, QUANTILE_SUPPORTED)
     if isinstance(node, exp.Array):
         raise unsupported("a list of fractions", node, scope,
                           "Write one QUANTILE_CONT(col, p) per fraction; they share one measurement.")
     value = parse_value(node, scope, "a percentile fraction").value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-        raise InvalidQueryError(located(f"the fraction {value!r} of {_word(where)} is outside [0, 1]",
+        raise InvalidQueryError(located(f"the fraction {value!r} of {name} is outside [0, 1]",
                                         node_span(node, scope), scope.source,
                                         "Use a fraction p with 0 <= p <= 1 (the median is 0.5)."))
     return float(value)
-
-
-def _word(node: exp.Expr) -> str:
-    names: dict[type[exp.Expr], str] = {exp.PercentileCont: "PERCENTILE_CONT", exp.PercentileDisc: "PERCENTILE_DISC",
-                                        exp.Min: "MIN", exp.Max: "MAX", exp.Quantile: "QUANTILE"}
-    return names.get(type(node), type(node).__name__.upper())
 
 
 # ==================================================================================== compiling
