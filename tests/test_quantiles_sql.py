@@ -209,11 +209,54 @@ def test_disc_numeric_and_date_columns(data: duckdb.DuckDBPyConnection) -> None:
     assert found["md_low"][0] <= median_day[0].date() <= found["md_high"][0]
 
 
+def test_a_wide_domain_is_read_in_runs_of_cells_with_the_bias_bound_reported() -> None:
+    """0..9999 in MAX_QUANTILE_CELLS = 512 runs of 19 or 20 values: with exact counts the estimate
+    lies in the run holding DuckDB's median (u = v here: N odd), so it is within one run's width."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (v INTEGER)")
+    con.execute("INSERT INTO t SELECT (i * 7919) % 10000 FROM range(4001) r(i)")
+    schema = Schema.load({"tables": {"t": {"columns": {"v": {"type": "integer", "lower": 0, "upper": 9999}}}}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cursor = dpsql.connect(con, schema=schema, budget=Budget(epsilon=HUGE), rng=SeededRandomSource(2)).cursor()
+        cursor.execute("SELECT MEDIAN(v) AS m FROM t", epsilon=HUGE)
+    table = cursor.fetch_arrow_table()
+    width = json.loads(table.schema.metadata[b"dpsql"])["order_statistics"]["m"]["bias_bound"]
+    assert width == 20.0
+    truth = con.execute("SELECT median(v) FROM t").fetchone()
+    assert truth is not None
+    found = table.to_pydict()
+    assert abs(found["m"][0] - truth[0]) <= width + SLACK
+    assert found["m_low"][0] <= truth[0] <= found["m_high"][0]
+
+
 def test_explain_names_the_order_statistic_and_its_bias_bound(data: duckdb.DuckDBPyConnection) -> None:
     cursor = dpsql.connect(data, schema=SCHEMA, budget=Budget(epsilon=1.0)).cursor()
     report = cursor.explain("SELECT MEDIAN(age) FROM t", epsilon=1.0)
     assert "order statistic median_age: the 0.5 quantile, interpolated, from 100 noisy prefix counts" in report
     assert "bias ≤ the cell width 1" in report and "ratio 0.0" in report
+
+
+def test_under_rho_the_statement_groups_answer_and_say_why_not_residual_planner(
+        data: duckdb.DuckDBPyConnection) -> None:
+    cursor = dpsql.connect(data, schema=SCHEMA, budget=Budget(rho=HUGE), rng=SeededRandomSource(4)).cursor()
+    sql = "SELECT g, COUNT(*), MEDIAN(age) FROM t GROUP BY g"
+    assert "order statistics (MEDIAN, PERCENTILE, MIN, MAX) need the covariances" in cursor.explain(sql, rho=HUGE)
+    cursor.execute(sql, rho=HUGE)
+    found = cursor.fetch_arrow_table().to_pydict()
+    for row, group in enumerate(found["g"]):
+        u, v = order_statistics(data, f"AND g = '{group}'", 0.5)
+        assert u - 0.5 - SLACK <= found["median_age"][row] <= v + 0.5 + SLACK
+
+
+def test_sum_avg_and_median_of_one_column_share_the_batch(data: duckdb.DuckDBPyConnection) -> None:
+    found = run(data, "SELECT SUM(age) AS s, AVG(age) AS a, MEDIAN(age) AS m FROM t")
+    truth = data.execute("SELECT sum(age), avg(age) FROM t").fetchone()
+    assert truth is not None
+    assert abs(found["s"][0] - truth[0]) <= 4 * found["s_stddev"][0] + SLACK
+    assert abs(found["a"][0] - truth[1]) <= 4 * found["a_stddev"][0] + SLACK
+    u, v = order_statistics(data, "", 0.5)
+    assert u - 0.5 - SLACK <= found["m"][0] <= v + 0.5 + SLACK
 
 
 def test_order_by_the_interval_columns(data: duckdb.DuckDBPyConnection) -> None:

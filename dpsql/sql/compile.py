@@ -315,7 +315,7 @@ def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Tab
         ranks = np.unique(values.representatives(column.domain), return_inverse=True)[1]
         signature.append(np.asarray(ranks, dtype=np.int64).ravel())
     if any(_resolve(table, c).name == column.name for s in statements for c in qs.quantile_columns(s)):
-        signature.append(np.arange(size, dtype=np.int64))  # an order statistic reads every base cell
+        signature.append(qs.cell_signature(size))  # an order statistic reads every base cell (or runs of them)
     grouped = any(_resolve(table, c).name == column.name for s in statements for c in s.group_by)
     if grouped:
         signature.append(column.domain.bin_of_base())
@@ -586,13 +586,14 @@ class _StatementCompiler:
         position = self.position[column.name]
         domain = qs.check_column(aggregate, column, position in group_axes)
         assert aggregate.quantile is not None
-        prefix, total = qs.prefix_matrices(self.axes[position].size, domain.size)
+        axis = self.axes[position]
         stride = int(np.prod([self._group_count(self.axes[a]) for a in group_axes if a > position], dtype=np.int64))
+        plan = qs.plan_quantile(aggregate.quantile, domain, axis.cell_of_base, stride)
+        prefix, total = qs.prefix_matrices(axis.size, plan.cells)
         workload = self._block(true, group_axes, rows=(position, prefix))
         self.blocks.append(Block(data=COUNTS, kind=COUNTS, workload=workload,
                                  total=self._block(true, group_axes, rows=(position, total))))
-        return OutputAggregate(aggregate=aggregate, blocks=(len(self.blocks) - 1,), column=column,
-                               quantile=qs.plan_quantile(aggregate.quantile, domain, stride))
+        return OutputAggregate(aggregate=aggregate, blocks=(len(self.blocks) - 1,), column=column, quantile=plan)
 
     def _kind_block(self, kind: DataVector, true: list[Box], group_axes: tuple[int, ...]) -> Block:
         """The block of one data kind; on a value-cell column, SUM and COUNT(col) become weighted counts."""

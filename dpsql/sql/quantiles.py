@@ -39,6 +39,11 @@ QUANTILE_SUPPORTED = ("Order statistics are MEDIAN(col), PERCENTILE_CONT(p) WITH
                       "PERCENTILE_DISC(p) WITHIN GROUP (ORDER BY col), QUANTILE_CONT(col, p), QUANTILE_DISC(col, p), "
                       "MIN(col) and MAX(col), over one ordered column, with one constant fraction p in [0, 1].")
 
+#: An order statistic reads at most this many cells of its column: a domain of more base cells is
+#: read in runs of consecutive base cells (the bias bound, the widest run, says so). Planning a
+#: dense prefix workload grows fast with its size (HDMM over 512 cells takes seconds, over 2,000 tens of seconds).
+MAX_QUANTILE_CELLS = 512
+
 #: Output columns an order statistic adds beside ``<alias>``.
 SUFFIXES = ("_stddev", "_low", "_high")
 
@@ -145,6 +150,17 @@ class QuantilePlan:
         return np.asarray((high * self.cells + np.arange(self.cells)) * self.stride + low, dtype=np.int64)
 
 
+def cell_signature(size: int) -> npt.NDArray[np.int64]:
+    """Which run of base cells each of a column's ``size`` base cells is read in: every base cell
+    apart up to MAX_QUANTILE_CELLS, else that many runs of ⌊size/M⌋ or ⌈size/M⌉ consecutive cells.
+
+    >>> cell_signature(3).tolist(), int(cell_signature(10_000).max()) + 1
+    ([0, 1, 2], 512)
+    """
+    base = np.arange(size, dtype=np.int64)
+    return base if size <= MAX_QUANTILE_CELLS else base * MAX_QUANTILE_CELLS // size
+
+
 def check_column(aggregate: ir.Aggregate, column: sch.Column, grouped: bool) -> sch.Ordered:
     """x must be an ordered column (declared bounds) that the statement does not group by."""
     if not isinstance(column.domain, sch.Ordered):
@@ -158,11 +174,18 @@ def check_column(aggregate: ir.Aggregate, column: sch.Column, grouped: bool) -> 
     return column.domain
 
 
-def plan_quantile(spec: ir.QuantileSpec, domain: sch.Ordered, stride: int) -> QuantilePlan:
-    """The public figures of one order statistic over ``domain`` (see :class:`QuantilePlan`)."""
-    low, high = domain.value_bounds()
+def plan_quantile(spec: ir.QuantileSpec, domain: sch.Ordered, cell_of_base: npt.NDArray[np.int64],
+                  stride: int) -> QuantilePlan:
+    """The public figures of one order statistic over ``domain``, read in the axis's cells
+    (``cell_of_base``: each base cell's batch cell, outside last; see :class:`QuantilePlan`)."""
+    base_low, base_high = domain.value_bounds()
+    inside = np.asarray(cell_of_base[:-1])
+    cells = int(inside.max()) + 1
+    first = np.array([np.flatnonzero(inside == k)[0] for k in range(cells)])
+    last = np.array([np.flatnonzero(inside == k)[-1] for k in range(cells)])
+    low, high = base_low[first], base_high[last]
     boundaries = cell_boundaries(low, high, domain.discrete)
-    return QuantilePlan(spec=spec, cells=domain.size, stride=stride, boundaries=boundaries,
+    return QuantilePlan(spec=spec, cells=cells, stride=stride, boundaries=boundaries,
                         clamp=(float(low[0]), float(high[-1])), representatives=(low + high) / 2,
                         width=float(np.max(np.diff(boundaries))), kind=domain.kind)
 
