@@ -2,15 +2,18 @@
 
 Parsing turns each into an :class:`~dpsql.sql.ir.Aggregate` of function ``quantile`` with its
 :class:`~dpsql.sql.ir.QuantileSpec`. Compiling makes x an axis of the statement's group with every
-base cell kept apart, and the aggregate's block the *prefix-count* workload over x's inside cells,
+base cell kept apart (runs of consecutive base cells beyond MAX_QUANTILE_CELLS), and the
+aggregate's block the *prefix-count* workload over x's inside cells,
 per group and under the WHERE clause: row (g, k) counts the rows of group g with x in base cells
 0..k, so the last row of each group is N, its rows with x inside the domain (NULLs and values
 outside the domain sit in x's outside cell and are not counted, as in SQL's MEDIAN that ignores
 NULLs; declare ``out_of_domain = "clamp"`` to count values beyond the bounds at the edges). These
-are ordinary count queries over the batch's cells, measured with the batch like any COUNT (same
-sensitivity: one row moves each prefix row by at most one), so the planner's strategies for range
-queries (hierarchical, wavelet, HDMM) choose how; the quantile and its confidence interval are then
-post-processing of the released prefix counts (:mod:`dpsql.quantile_answers`), at no extra cost.
+are linear queries over the batch's cell counts, the vector every COUNT(*) reads: it is measured
+once with the batch's strategy A (ε-DP with Laplace noise scaled to k·‖A‖₁, or ρ-zCDP with Gaussian
+noise scaled to k·‖A‖₂, k = one privacy unit's rows, since one row moves one cell count by one), and
+the prefix counts are read from that release, so the planner's strategies for range queries
+(hierarchical, wavelet, HDMM) choose how to measure. The quantile and its confidence interval are
+then post-processing of the released prefix counts (:mod:`dpsql.quantile_answers`): no extra cost.
 
 The block's ``total`` workload repeats each group's last row K times, so the engine can compute
 Cov(P̂_k, N̂) row by row for the confidence interval.
