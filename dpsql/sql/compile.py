@@ -45,6 +45,7 @@ from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
 from dpsql.sql import ir
 from dpsql.sql import quantiles as qs
+from dpsql.sql.cell_totals import batch_cell_totals as batch_cell_totals  # re-exported: the scans sum cells with it
 from dpsql.sql.value_cells import ValueCells
 from dpsql.sql.vectors import COUNTS, DataVector
 from dpsql.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Workload
@@ -130,39 +131,6 @@ class CompiledGroup:
         if len(self.axes) == 1 and len(blocks) > 1 and rows * self.cells <= DENSE_STACK:
             return Explicit(np.vstack([_one_axis_rows(block) for block in blocks]))
         return VStack(blocks)
-
-
-#: Integer sums below this bound are exact in int64 (with a margin for the final additions).
-_INT64_SUMS = 2**62
-
-
-def batch_cell_totals(cell_maps: Sequence[npt.ArrayLike], base_index: npt.NDArray[np.int64],
-                      base_shape: tuple[int, ...],
-                      values: npt.ArrayLike) -> npt.NDArray[np.int64] | npt.NDArray[np.object_]:
-    """Sparse base-cell values (flat ``base_index`` over ``base_shape``) summed into batch cells,
-    each axis mapping its base cells by ``cell_of_base``; no axes: one total.
-
-    Exact for integers of any size: int64 addition when Σ|values| < 2^62 (no partial sum can
-    overflow), else Python integers (an object array, int64 again if every total fits)."""
-    array = np.asarray(values)
-    if array.dtype != object and array.size and int(np.abs(array).max()) < _INT64_SUMS // array.size:
-        array = array.astype(np.int64)
-        wide = False
-    else:
-        array = np.array([int(v) for v in array.tolist()], dtype=object).reshape(array.shape)
-        wide = True
-    if not cell_maps:
-        total = sum(array.tolist(), 0)
-        return np.array([total], dtype=object if abs(total) >= 2**63 else np.int64)
-    maps = [np.asarray(m) for m in cell_maps]
-    sizes = [int(m.max()) + 1 for m in maps]
-    cells = tuple(m[b] for m, b in zip(maps, np.unravel_index(base_index, base_shape)))
-    flat = np.ravel_multi_index(cells, sizes)
-    totals = np.zeros(int(np.prod(sizes)), dtype=object if wide else np.int64)
-    np.add.at(totals, flat, array)
-    if wide and all(abs(v) < 2**63 for v in totals.tolist()):
-        return totals.astype(np.int64)
-    return totals
 
 
 def _one_axis_rows(block: Workload) -> npt.NDArray[np.float64]:
@@ -531,23 +499,19 @@ class _StatementCompiler:
         return matrix
 
     def _block(self, true: list[Box], group_axes: tuple[int, ...],
-               weights: tuple[int, npt.NDArray[np.float64]] | None = None,
-               rows: tuple[int, npt.NDArray[np.float64]] | None = None) -> Workload:
+               weights: tuple[int, npt.NDArray[np.float64]] | None = None) -> Workload:
         """Σ_boxes ⊗_axes (membership · diag(mask) on grouped axes, maskᵀ elsewhere); ``weights``
-        (axis, per-cell weight) multiplies that axis's factor column-wise; ``rows`` (axis, matrix)
-        makes that axis's factor matrix · diag(mask) (an order statistic's prefix rows)."""
+        (axis, per-cell weight) multiplies that axis's factor column-wise."""
         grouped = set(group_axes)
         terms: list[Workload] = []
         for box in _merge(true):
             masks = [mask * weights[1] if weights is not None and i == weights[0] else mask.astype(np.float64)
                      for i, mask in enumerate(box)]
-            factors = [Explicit(rows[1] * mask[None, :]) if rows is not None and i == rows[0]
-                       else Explicit(self._membership(axis) * mask[None, :]) if i in grouped
-                       else Explicit(mask[None, :]) for i, (axis, mask) in enumerate(zip(self.axes, masks))]
+            factors = [Explicit(self._membership(axis) * mask[None, :]) if i in grouped else Explicit(mask[None, :])
+                       for i, (axis, mask) in enumerate(zip(self.axes, masks))]
             terms.append(Kron(factors) if factors else Explicit(np.ones((1, 1))))
         if not terms:  # the WHERE clause is never TRUE: rows of zeros
-            factors = [Explicit(np.zeros((rows[1].shape[0] if rows is not None and i == rows[0]
-                                          else self._group_count(a) if i in grouped else 1, a.size)))
+            factors = [Explicit(np.zeros((self._group_count(a) if i in grouped else 1, a.size)))
                        for i, a in enumerate(self.axes)]
             terms.append(Kron(factors) if factors else Explicit(np.zeros((1, 1))))
         return terms[0] if len(terms) == 1 else DisjointSum(terms)
@@ -555,8 +519,13 @@ class _StatementCompiler:
     def _aggregate(self, statement: ir.Statement, aggregate: ir.Aggregate, true: list[Box],
                    group_axes: tuple[int, ...]) -> OutputAggregate:
         column = None if aggregate.column is None else _resolve(self.table, aggregate.column)
-        if aggregate.function == "quantile" and column is not None:
-            return self._quantile(aggregate, column, true, group_axes)
+        if aggregate.function == "quantile" and column is not None:  # an order statistic (dpsql.sql.quantiles)
+            position = self.position[column.name]
+            later = [self._group_count(self.axes[a]) for a in group_axes if a > position]
+            plan, workload, total = qs.prefix_block(aggregate, column, self.axes[position].cell_of_base, position,
+                                                    position in group_axes, later, self._block(true, group_axes))
+            self.blocks.append(Block(data=COUNTS, kind=COUNTS, workload=workload, total=total))
+            return OutputAggregate(aggregate=aggregate, blocks=(len(self.blocks) - 1,), column=column, quantile=plan)
         if aggregate.function in ("sum", "avg") and (column is None or column.measure_bounds is None):
             name = aggregate.column.name if aggregate.column else "*"
             raise SchemaError(
@@ -578,22 +547,6 @@ class _StatementCompiler:
             self.blocks.append(self._kind_block(kind, true, group_axes))
             indices.append(len(self.blocks) - 1)
         return OutputAggregate(aggregate=aggregate, blocks=tuple(indices), column=column)
-
-    def _quantile(self, aggregate: ir.Aggregate, column: sch.Column, true: list[Box],
-                  group_axes: tuple[int, ...]) -> OutputAggregate:
-        """An order statistic: its block is the prefix counts over x's inside cells, per group
-        (:mod:`dpsql.sql.quantiles`); ``total`` holds each row's group total for the covariances."""
-        position = self.position[column.name]
-        domain = qs.check_column(aggregate, column, position in group_axes)
-        assert aggregate.quantile is not None
-        axis = self.axes[position]
-        stride = int(np.prod([self._group_count(self.axes[a]) for a in group_axes if a > position], dtype=np.int64))
-        plan = qs.plan_quantile(aggregate.quantile, domain, axis.cell_of_base, stride)
-        prefix, total = qs.prefix_matrices(axis.size, plan.cells)
-        workload = self._block(true, group_axes, rows=(position, prefix))
-        self.blocks.append(Block(data=COUNTS, kind=COUNTS, workload=workload,
-                                 total=self._block(true, group_axes, rows=(position, total))))
-        return OutputAggregate(aggregate=aggregate, blocks=(len(self.blocks) - 1,), column=column, quantile=plan)
 
     def _kind_block(self, kind: DataVector, true: list[Box], group_axes: tuple[int, ...]) -> Block:
         """The block of one data kind; on a value-cell column, SUM and COUNT(col) become weighted counts."""

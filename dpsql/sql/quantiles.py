@@ -21,6 +21,7 @@ Cov(P̂_k, N̂) row by row for the confidence interval.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,9 +35,10 @@ from dpsql.quantile_answers import MIN_TOTAL_STDDEVS, PrefixCounts, cell_boundar
 from dpsql.sql import ir
 from dpsql.sql.predicates import parse_column, parse_value
 from dpsql.sql.source import Scope, is_empty, located, node_span, unsupported
+from dpsql.workloads import DisjointSum, Explicit, Kron, Workload
 
-__all__ = ["QuantilePlan", "answer_arrays", "describe", "output_names", "parse_quantile", "plan_quantile",
-           "prefix_matrices", "quantile_columns"]
+__all__ = ["QuantilePlan", "answer_arrays", "describe", "output_names", "parse_quantile", "prefix_block",
+           "quantile_columns"]
 
 QUANTILE_SUPPORTED = ("Order statistics are MEDIAN(col), PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY col), "
                       "PERCENTILE_DISC(p) WITHIN GROUP (ORDER BY col), QUANTILE_CONT(col, p), QUANTILE_DISC(col, p), "
@@ -191,6 +193,30 @@ def plan_quantile(spec: ir.QuantileSpec, domain: sch.Ordered, cell_of_base: npt.
     return QuantilePlan(spec=spec, cells=cells, stride=stride, boundaries=boundaries,
                         clamp=(float(low[0]), float(high[-1])), representatives=(low + high) / 2,
                         width=float(np.max(np.diff(boundaries))), kind=domain.kind)
+
+
+def prefix_block(aggregate: ir.Aggregate, column: sch.Column, cell_of_base: npt.NDArray[np.int64], position: int,
+                 grouped: bool, later: Sequence[int], counts: Workload) -> tuple[QuantilePlan, Workload, Workload]:
+    """An order statistic's plan, prefix block and totals, from the statement's COUNT(*) block
+    ``counts`` (x, at axis ``position``, is not grouped: its factors there are one mask row each):
+    that factor becomes the prefix rows (or the total rows) · diag(mask). ``later``: the group
+    counts of the grouped axes after x (the row stride)."""
+    domain = check_column(aggregate, column, grouped)
+    assert aggregate.quantile is not None
+    plan = plan_quantile(aggregate.quantile, domain, cell_of_base, int(np.prod(later, dtype=np.int64)))
+    prefix, total = prefix_matrices(int(cell_of_base.max()) + 1, plan.cells)
+    return plan, _on_axis(counts, position, prefix), _on_axis(counts, position, total)
+
+
+def _on_axis(block: Workload, position: int, rows: npt.NDArray[np.float64]) -> Workload:
+    """``block`` (a Kronecker product, or a disjoint sum of them) with the one-row factor at
+    ``position`` replaced by ``rows`` · diag(that row)."""
+    if isinstance(block, DisjointSum):
+        return DisjointSum([_on_axis(term, position, rows) for term in block.terms])
+    assert isinstance(block, Kron)
+    factors = list(block.factors)
+    factors[position] = Explicit(rows * factors[position].dense())
+    return Kron(factors)
 
 
 def prefix_matrices(size: int, cells: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
