@@ -270,6 +270,14 @@ def test_an_empty_group_is_null_from_noisy_values(data: duckdb.DuckDBPyConnectio
     assert "2 group(s) NULL" in found["_meta"][0]["order_statistics"]["median_age"]["null"]
 
 
+def test_a_where_clause_never_true_gives_null_and_charges_nothing(data: duckdb.DuckDBPyConnection) -> None:
+    budget = Budget(epsilon=1.0)
+    cursor = dpsql.connect(data, schema=SCHEMA, budget=budget).cursor()
+    cursor.execute("SELECT MEDIAN(age) FROM t WHERE age > 5 AND age < 3", epsilon=0.5)
+    assert cursor.fetch_arrow_table().to_pydict()["median_age"] == [None]  # N̂ = 0 exactly: below 1
+    assert budget.remaining == 1.0
+
+
 # ==================================================================================== refusals
 @pytest.mark.parametrize(("sql", "error", "words"), [
     ("SELECT MEDIAN(g) FROM t", SchemaError, ["categorical", "line 1, col 8"]),

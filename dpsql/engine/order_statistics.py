@@ -34,7 +34,8 @@ def alone_sensitivity(block: Block, noise: Noise) -> float:
     """How far one row moves a block's answers, answered alone by the Laplace (L1) or Gaussian (L2)
     mechanism on its own rows, relative to one answer: a prefix block's largest column norm (one
     row is in up to K prefix rows of its group: K, or √K), 1 for every other block (its rows are
-    disjoint groups). Scales the "answering alone" baselines of the guard and the weighing."""
+    disjoint groups, and a block of zeros: its WHERE clause is never TRUE). Scales the "answering
+    alone" baselines of the guard and the weighing."""
     if block.total is None:
         return 1.0
-    return block.workload.sensitivity("l1" if noise == "laplace" else "l2")
+    return block.workload.sensitivity("l1" if noise == "laplace" else "l2") or 1.0
