@@ -275,7 +275,7 @@ UNSUPPORTED_EXPECTED: dict[str, tuple[type[Exception], str, int, int]] = {
     "except": (NOT_SUPPORTED, "EXCEPT", 1, 29),
     "window function": (NOT_SUPPORTED, "window function", 3, 3),
     "select distinct": (NOT_SUPPORTED, "DISTINCT", 3, 1),
-    "count distinct": (NOT_SUPPORTED, "DISTINCT", 3, 14),
+    "sum distinct": (NOT_SUPPORTED, "DISTINCT", 3, 12),
     "having": (NOT_SUPPORTED, "HAVING", 3, 1),
     "arithmetic in an aggregate": (NOT_SUPPORTED, "arithmetic", 3, 12),
     "function in where": (NOT_SUPPORTED, "LOWER", 3, 7),

@@ -2,6 +2,7 @@
 
 The math (``dpsql.quantile_answers``) on hand-made prefix counts; end to end against DuckDB's exact
 answers at ε = 10⁶; refusals with their positions; and the 95 % confidence interval's coverage at ε = 1.
+Also COUNT(DISTINCT <privacy unit>) (``dpsql.sql.units``), exact against DuckDB where each unit has one row.
 
 Tolerance at ε = 10⁶ (integer data, cells of one value, v standing for [v − ½, v + ½]): with exact
 prefix counts F, the estimate x̂ solves F̂(x̂) = p·N on the interpolated counts. DuckDB's
@@ -335,3 +336,54 @@ def test_the_95_percent_interval_covers_the_median_about_95_percent_of_the_time(
     se = math.sqrt(0.95 * 0.05 / CALIBRATION_DRAWS)
     assert 0.95 - 3.5 * se <= covered / CALIBRATION_DRAWS <= 0.95 + 3.5 * se, covered
     assert abs(np.mean(errors)) < 4 * np.std(errors) / math.sqrt(CALIBRATION_DRAWS) + 0.5  # unbiased to the cell
+
+
+# ==================================================================================== COUNT(DISTINCT unit)
+UNIT_COLUMNS = {"pid": {"type": "integer", "lower": 0, "upper": 999, "bin_width": 1000},
+                "g": {"type": "categorical", "values": ["a", "b"]},
+                "age": {"type": "integer", "lower": 0, "upper": 49}}
+
+
+def unit_schema(max_rows: int) -> Schema:
+    return Schema.load({"tables": {"p": {"columns": UNIT_COLUMNS,
+                                         "privacy_unit": {"column": "pid", "max_rows": max_rows}}}})
+
+
+@pytest.fixture(scope="module")
+def people() -> Iterator[duckdb.DuckDBPyConnection]:
+    con = duckdb.connect()
+    con.execute("CREATE TABLE p AS SELECT i AS pid, CASE WHEN i % 3 = 0 THEN 'a' ELSE 'b' END AS g, i % 50 AS age "
+                "FROM range(1000) r(i)")
+    yield con
+    con.close()
+
+
+def test_count_distinct_unit_matches_duckdb_where_each_unit_has_one_row(people: duckdb.DuckDBPyConnection) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cursor = dpsql.connect(people, schema=unit_schema(1), budget=Budget(epsilon=HUGE),
+                               rng=SeededRandomSource(1)).cursor()
+        cursor.execute("SELECT g, COUNT(DISTINCT pid) AS n, COUNT(*) AS c FROM p WHERE age < 20 GROUP BY g",
+                       epsilon=HUGE)
+    found = cursor.fetch_arrow_table().to_pydict()
+    truth = people.execute("SELECT g, COUNT(DISTINCT pid) FROM p WHERE age < 20 GROUP BY g ORDER BY g").fetchall()
+    for row, (group, count) in enumerate(truth):
+        assert found["g"][row] == group
+        assert abs(found["n"][row] - count) <= 4 * found["n_stddev"][row] + SLACK
+        assert found["n_stddev"][row] == found["c_stddev"][row]  # COUNT(*)'s queries: the same error
+
+
+@pytest.mark.parametrize(("sql", "max_rows", "words"), [
+    ("SELECT COUNT(DISTINCT age) FROM p", 1, ["COUNT(DISTINCT age) (line 1, col 8)", "privacy unit is 'pid'"]),
+    ("SELECT COUNT(DISTINCT pid) FROM p", 3, ["max_rows = 1", "keeps up to 3"]),
+    ("SELECT COUNT(DISTINCT pid, age) FROM p", 1, ["COUNT(DISTINCT) of 2 expressions"]),
+])
+def test_count_distinct_refusals(people: duckdb.DuckDBPyConnection, sql: str, max_rows: int,
+                                 words: list[str]) -> None:
+    budget = Budget(epsilon=1.0)
+    cursor = dpsql.connect(people, schema=unit_schema(max_rows), budget=budget).cursor()
+    with pytest.raises(UnsupportedQueryError) as raised:
+        cursor.execute(sql, epsilon=0.5)
+    for word in words:
+        assert word in str(raised.value)
+    assert budget.remaining == 1.0

@@ -43,7 +43,7 @@ import numpy.typing as npt
 
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
-from dpsql.sql import ir
+from dpsql.sql import ir, units
 from dpsql.sql import quantiles as qs
 from dpsql.sql.cell_totals import batch_cell_totals as batch_cell_totals  # re-exported: the scans sum cells with it
 from dpsql.sql.value_cells import ValueCells
@@ -518,6 +518,10 @@ class _StatementCompiler:
 
     def _aggregate(self, statement: ir.Statement, aggregate: ir.Aggregate, true: list[Box],
                    group_axes: tuple[int, ...]) -> OutputAggregate:
+        if aggregate.distinct:  # COUNT(DISTINCT unit) is COUNT(*) of rows that hold each unit once (dpsql.sql.units)
+            units.check_units(aggregate, self.table)
+            self.blocks.append(self._kind_block(COUNTS, true, group_axes))
+            return OutputAggregate(aggregate=aggregate, blocks=(len(self.blocks) - 1,), column=None)
         column = None if aggregate.column is None else _resolve(self.table, aggregate.column)
         if aggregate.function == "quantile" and column is not None:  # an order statistic (dpsql.sql.quantiles)
             position = self.position[column.name]

@@ -126,6 +126,7 @@ class Aggregate:
     alias: str
     span: Span
     quantile: QuantileSpec | None = None
+    distinct: bool = False  # COUNT(DISTINCT <privacy unit column>) (dpsql.sql.units)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,6 +21,7 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
     item       := column [[AS] name]                -- the column must be in GROUP BY
                 | aggregate [[AS] name]             -- at least one aggregate per statement
     aggregate  := COUNT(*) | COUNT(column) | SUM(column) | AVG(column)
+                | COUNT(DISTINCT unit_column)       -- the privacy units, when each keeps one row (dpsql.sql.units)
                 | MEDIAN(column) | MIN(column) | MAX(column)       -- order statistics (dpsql.sql.quantiles)
                 | PERCENTILE_CONT|PERCENTILE_DISC(p) WITHIN GROUP (ORDER BY column [ASC | DESC])
                 | QUANTILE_CONT|QUANTILE_DISC|QUANTILE(column, p)  -- p: a number or ? in [0, 1]
@@ -84,6 +85,7 @@ from dpsql.sql.source import (
     unparen,
     unsupported,
 )
+from dpsql.sql.units import is_count_distinct, parse_count_distinct
 
 __all__ = ["parse_batch"]
 
@@ -297,7 +299,7 @@ def _reject_forbidden(select: exp.Select, scope: Scope) -> None:
     found = []
     for node in select.walk():
         name = next((name for kind, name in _FORBIDDEN if isinstance(node, kind)), None)
-        if name is not None and node is not select:
+        if name is not None and node is not select and not is_count_distinct(node):
             found.append((node_span(node, scope), name, node))
     if not found:
         return
@@ -377,9 +379,9 @@ def _parse_select_item(node: exp.Expr, grouped: set[str], scope: Scope) -> ir.Se
         if column.name.lower() not in grouped:
             raise unsupported(f"selecting column '{column.name}' without grouping by it", value, scope)
         return ir.GroupColumn(column=column, alias=alias or column.name, span=span)
-    quantile = parse_quantile(value, alias, span, scope)
-    if quantile is not None:
-        return quantile
+    special = parse_quantile(value, alias, span, scope) or parse_count_distinct(value, alias, span, scope)
+    if special is not None:
+        return special
     function = _AGGREGATES.get(type(value))
     if function is None:
         raise unsupported(_describe_item(value, scope), value, scope)
