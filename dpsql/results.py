@@ -2,7 +2,9 @@
 
 One ``pyarrow.Table`` per statement: the SELECT list in order — group columns in their declared
 types (a bin as its lower bound, plus ``<name>_upper``, its exclusive upper bound, when bins are
-wider than one value), each aggregate as float64 with ``<alias>_stddev`` beside it. Every declared
+wider than one value), each aggregate as float64 with ``<alias>_stddev`` beside it (an order
+statistic, :mod:`dpsql.sql.quantiles`, also has ``<alias>_low`` and ``<alias>_high``, its 95 %
+interval, and dates on a date column; metadata key ``order_statistics``). Every declared
 group is present, in deterministic order (GROUP BY order, each column's declared order); ORDER BY
 and LIMIT apply to the noisy values. The schema metadata key ``dpsql`` holds JSON with the
 mechanism, strategies, budget spent and left, and the expected RMSE.
