@@ -32,7 +32,7 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
                 | NOT predicate | predicate AND predicate | predicate OR predicate | '(' predicate ')'
     value      := integer | decimal | '-' value | 'string' | DATE 'yyyy-mm-dd'
                 | CAST('yyyy-mm-dd' AS DATE) | ?    -- ? binds the next parameter, in text order
-    key        := output name (also <aggregate alias>_stddev) | 1-based select position
+    key        := output name (also <alias>_stddev; <alias>_low, _high of order statistics) | 1-based position
     count      := non-negative integer | ?
 
 Output names are the AS alias, the group column's name, or ``count``, ``count_<col>``,
