@@ -3,7 +3,9 @@
 One ``pyarrow.Table`` per statement: the SELECT list in order — group columns in their declared
 types (a bin as its lower bound, plus ``<name>_upper``, its exclusive upper bound, when bins are
 wider than one value; a CASE, date-part or lookup key typed by its labels), each aggregate as
-float64 with ``<alias>_stddev`` beside it. Every declared
+float64 with ``<alias>_stddev`` beside it (an order statistic, :mod:`dpsql.sql.quantiles`, also has
+``<alias>_low`` and ``<alias>_high``, its 95 % interval, and dates on a date column; metadata key
+``order_statistics``). Every declared
 group is present, in deterministic order (GROUP BY order, each column's declared order); ORDER BY
 and LIMIT apply to the noisy values. The schema metadata key ``dpsql`` holds JSON with the
 mechanism, strategies, budget spent and left, and the expected RMSE.
@@ -11,7 +13,9 @@ mechanism, strategies, budget spent and left, and the expected RMSE.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -20,8 +24,9 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from dpsql.mechanism import Answers
-from dpsql.schema import Categorical
+from dpsql.schema import EPOCH, Categorical
 from dpsql.sql import ir
+from dpsql.sql import quantiles as qs
 from dpsql.sql.compile import CompiledBatch, CompiledStatement, OutputAggregate
 from dpsql.sql.group_keys import label_array
 
@@ -74,6 +79,7 @@ def statement_tables(compiled: CompiledBatch, answers: AnswerSet,
         own = {**metadata, **per_statement[index]} if per_statement is not None else metadata
         own = {**own, "avg_null": notes} if notes else own
         own = {**own, **_derived_metadata(statement.statement)}
+        own = {**own, **_order_statistics(statement, table)}
         tables.append(table.replace_schema_metadata({b"dpsql": json.dumps(own, default=str).encode()}))
     return tables
 
@@ -91,8 +97,10 @@ def _table(compiled: CompiledBatch, statement: CompiledStatement,
             index = next(i for i, c in enumerate(statement.statement.group_by)
                          if c.name.lower() == item.column.name.lower())
             columns.update(_group_columns(compiled, statement, index, item.alias))
+        elif (found := _find(statement, item)).quantile is not None:
+            columns.update(_quantile_columns(statement, found, mine))
         else:
-            value, stddev = _aggregate_values(statement, _find(statement, item), mine)
+            value, stddev = _aggregate_values(statement, found, mine)
             columns[item.alias] = pa.array(value, type=pa.float64(), from_pandas=True)
             columns[f"{item.alias}_stddev"] = pa.array(stddev, type=pa.float64(), from_pandas=True)
             missing = int(np.isnan(value).sum())
@@ -138,6 +146,35 @@ def _aggregate_values(statement: CompiledStatement, output: OutputAggregate,
     # not clipped to the measure bounds: a clipped ratio is biased and its spread is not the one
     # reported, while S/C is the ratio the delta-method standard error describes
     return mean, np.sqrt(variance)
+
+
+def _quantile_columns(statement: CompiledStatement, output: OutputAggregate,
+                      answers: Mapping[int, Answers]) -> dict[str, pa.Array]:
+    """An order statistic's four columns (``dpsql.sql.quantiles``): the estimate, its CI half-width
+    / 1.96, and the CI's ends; on a date column the estimate and ends are dates (the CI's ends
+    rounded inward to whole days), the stddev is in days."""
+    plan = output.quantile
+    assert plan is not None
+    block = output.blocks[0]
+    found = qs.answer_arrays(plan, statement.block_rows, answers[block], block)
+    alias = output.aggregate.alias
+
+    def typed(values: npt.NDArray[np.float64], rounding: Any) -> pa.Array:
+        if plan.kind != "date":
+            return pa.array(values, type=pa.float64(), from_pandas=True)
+        return pa.array([None if math.isnan(v) else EPOCH + dt.timedelta(days=int(rounding(v))) for v in values],
+                        type=pa.date32())
+
+    return {alias: typed(found["value"], round), f"{alias}_stddev": pa.array(found["stddev"], type=pa.float64(),
+                                                                             from_pandas=True),
+            f"{alias}_low": typed(found["low"], math.ceil), f"{alias}_high": typed(found["high"], math.floor)}
+
+
+def _order_statistics(statement: CompiledStatement, table: pa.Table) -> dict[str, object]:
+    """``order_statistics`` metadata: each order statistic's definition, bias bound and NULL groups."""
+    entries = {output.aggregate.alias: qs.describe(output.quantile, table.column(output.aggregate.alias).null_count)
+               for output in statement.aggregates if output.quantile is not None}
+    return {"order_statistics": entries} if entries else {}
 
 
 def _group_columns(compiled: CompiledBatch, statement: CompiledStatement, index: int,

@@ -13,6 +13,7 @@ from dpsql.engine.measurements import PlannedVector
 from dpsql.engine.residual_route import ResidualPlan
 from dpsql.engine.routes import Prepared
 from dpsql.engine.vocabulary import NotApplicable
+from dpsql.sql import quantiles as qs
 from dpsql.sql.derived import explain_notes as derived_notes
 from dpsql.sql.filters import statement_notes
 
@@ -110,6 +111,8 @@ def _statements(prepared: Prepared) -> list[str]:
         compiled = chosen.compiled
         lines.extend(f"    note: {note}" for note in statement_notes(compiled.statements[s].statement, compiled.table))
         lines.extend(f"    note: {note}" for note in derived_notes(compiled.statements[s].statement))
+        lines.extend(f"    {qs.explain_line(output.aggregate.alias, output.quantile)}"
+                     for output in compiled.statements[s].aggregates if output.quantile is not None)
     return lines
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from dpsql import weights as weighting
 from dpsql.accounting import PrivacyCost
 from dpsql.engine.measurements import DraftVector, PlannedVector, split
+from dpsql.engine.order_statistics import alone_sensitivity
 from dpsql.engine.vocabulary import AnswerKey, noise_of, unit_rows
 from dpsql.engine.weighing import Weighing, row_bound
 from dpsql.schema import Column
@@ -55,7 +56,8 @@ def statement_errors(compiled: CompiledBatch, sums: BlockSums, cost: PrivacyCost
             block = group.blocks[p]
             rows = block.workload.shape[0]
             baseline = weighting.baseline_variance(noise, cost.value, len(compiled.statements), len(labelled),
-                                                   rows_per_unit * row_bound(block.kind, columns))
+                                                   rows_per_unit * row_bound(block.kind, columns)
+                                                   * alone_sensitivity(block, noise))
             total = sums.get(AnswerKey(statement.group, p), 0.0)
             parts.append((label, math.sqrt(total / rows), math.sqrt(baseline)))
             relative += total / baseline

@@ -17,6 +17,7 @@ import numpy as np
 from dpsql import mechanism
 from dpsql.backends import Backend
 from dpsql.engine.measurements import PlannedVector
+from dpsql.engine.order_statistics import add_total_covariances
 from dpsql.engine.scan import batch_vector, scan
 from dpsql.engine.vocabulary import AnswerKey, AnswerSet, Report
 from dpsql.noise import RandomSource
@@ -59,6 +60,7 @@ def measure_groups(compiled: CompiledBatch, measurements: Sequence[PlannedVector
                 answers[AnswerKey(index, position)] = mechanism.Answers(values=stacked.values[rows] * unit,
                                                                         variances=stacked.variances[rows] * unit**2)
             add_covariances(compiled, index, positions, release, m.quantum, answers)
+            add_total_covariances(group, index, positions, release, m.quantum, answers)
     return AnswerSet(answers)
 
 

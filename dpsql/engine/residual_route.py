@@ -189,6 +189,9 @@ def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: Sequence[f
         return NotApplicable("ResidualPlanner was not considered: an output combines several aggregates, whose "
                              "covariances only the statement groups compute.")
     group = compiled.groups[0]
+    if any(block.total is not None for block in group.blocks):
+        return NotApplicable("ResidualPlanner was not considered: order statistics (MEDIAN, PERCENTILE, MIN, MAX) "
+                             "need the covariances of their prefix counts, which the statement groups give.")
     if any(block.data != COUNTS for block in group.blocks):
         return NotApplicable("ResidualPlanner answers COUNT(*) only; this batch also has SUM, AVG or COUNT(column).")
     if not group.axes:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from dpsql import weights as weighting
+from dpsql.engine.order_statistics import alone_sensitivity
 from dpsql.errors import ProgrammingError
 from dpsql.noise import Noise
 from dpsql.schema import Column, measure_quantum
@@ -57,7 +58,8 @@ class Weighing:
             answers = sum(group.blocks[p].workload.shape[0] for p in positions)
             for p in positions:
                 found[p] = weighting.block_weight(self.weights[member], answers, len(positions), self.noise,
-                                                  bound_ratio(group.blocks[p], columns))
+                                                  bound_ratio(group.blocks[p], columns)
+                                                  / alone_sensitivity(group.blocks[p], self.noise))
         return found
 
 

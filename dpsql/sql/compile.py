@@ -44,8 +44,10 @@ import numpy.typing as npt
 
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
-from dpsql.sql import derived, filters, ir
+from dpsql.sql import derived, filters, ir, units
+from dpsql.sql import quantiles as qs
 from dpsql.sql.boxes import Box, BoxBudget, intersect, merge, union
+from dpsql.sql.cell_totals import batch_cell_totals as batch_cell_totals  # re-exported: the scans sum cells with it
 from dpsql.sql.filters import Atom, statement_atoms
 from dpsql.sql.group_keys import GroupKey, KeyGroups, key_groups, keys_of, membership, plain_groups
 from dpsql.sql.value_cells import ValueCells
@@ -84,6 +86,7 @@ class Block:
     workload: Workload
     scale: float = 1.0  # answers are workload @ data times this (value-cell sums are weighted by r/scale)
     bias: float = 0.0   # value-cell SUM rows on rounded cells: the most one row's value is moved (0: exact)
+    total: Workload | None = None  # order statistics: each prefix row's group total, row by row (for Cov(P̂_k, N̂))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,6 +96,7 @@ class OutputAggregate:
     aggregate: ir.Aggregate
     blocks: tuple[int, ...]  # indices into CompiledBatch.blocks (AVG: (sum, count))
     column: sch.Column | None
+    quantile: qs.QuantilePlan | None = None  # an order statistic: how its prefix block becomes the answer
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,39 +134,6 @@ class CompiledGroup:
         if len(self.axes) == 1 and len(blocks) > 1 and rows * self.cells <= DENSE_STACK:
             return Explicit(np.vstack([_one_axis_rows(block) for block in blocks]))
         return VStack(blocks)
-
-
-#: Integer sums below this bound are exact in int64 (with a margin for the final additions).
-_INT64_SUMS = 2**62
-
-
-def batch_cell_totals(cell_maps: Sequence[npt.ArrayLike], base_index: npt.NDArray[np.int64],
-                      base_shape: tuple[int, ...],
-                      values: npt.ArrayLike) -> npt.NDArray[np.int64] | npt.NDArray[np.object_]:
-    """Sparse base-cell values (flat ``base_index`` over ``base_shape``) summed into batch cells,
-    each axis mapping its base cells by ``cell_of_base``; no axes: one total.
-
-    Exact for integers of any size: int64 addition when Σ|values| < 2^62 (no partial sum can
-    overflow), else Python integers (an object array, int64 again if every total fits)."""
-    array = np.asarray(values)
-    if array.dtype != object and array.size and int(np.abs(array).max()) < _INT64_SUMS // array.size:
-        array = array.astype(np.int64)
-        wide = False
-    else:
-        array = np.array([int(v) for v in array.tolist()], dtype=object).reshape(array.shape)
-        wide = True
-    if not cell_maps:
-        total = sum(array.tolist(), 0)
-        return np.array([total], dtype=object if abs(total) >= 2**63 else np.int64)
-    maps = [np.asarray(m) for m in cell_maps]
-    sizes = [int(m.max()) + 1 for m in maps]
-    cells = tuple(m[b] for m, b in zip(maps, np.unravel_index(base_index, base_shape)))
-    flat = np.ravel_multi_index(cells, sizes)
-    totals = np.zeros(int(np.prod(sizes)), dtype=object if wide else np.int64)
-    np.add.at(totals, flat, array)
-    if wide and all(abs(v) < 2**63 for v in totals.tolist()):
-        return totals.astype(np.int64)
-    return totals
 
 
 def _one_axis_rows(block: Workload) -> npt.NDArray[np.float64]:
@@ -270,6 +241,7 @@ def _touched_columns(statements: Sequence[ir.Statement], table: sch.Table) -> li
             names.add(_resolve(table, column).name)
         for atom in statement_atoms(statement):
             names.add(_resolve(table, atom.column).name)
+        names.update(_resolve(table, column).name for column in qs.quantile_columns(statement))
     return [column for name, column in table.columns.items() if name in names]
 
 
@@ -297,6 +269,8 @@ def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Tab
         assert isinstance(column.domain, sch.Ordered)  # value cells are checked by value_cells_problem
         ranks = np.unique(values.representatives(column.domain), return_inverse=True)[1]
         signature.append(np.asarray(ranks, dtype=np.int64).ravel())
+    if any(_resolve(table, c).name == column.name for s in statements for c in qs.quantile_columns(s)):
+        signature.append(qs.cell_signature(size))  # an order statistic reads every base cell (or runs of them)
     grouped = any(_resolve(table, c).name == column.name for s in statements for c, k in keys_of(s) if k is None)
     if grouped:
         signature.append(column.domain.bin_of_base())
@@ -543,7 +517,18 @@ class _StatementCompiler:
 
     def _aggregate(self, statement: ir.Statement, aggregate: ir.Aggregate, true: list[Box],
                    group_axes: tuple[int, ...]) -> OutputAggregate:
+        if aggregate.distinct:  # COUNT(DISTINCT unit) is COUNT(*) of rows that hold each unit once (dpsql.sql.units)
+            units.check_units(aggregate, self.table)
+            self.blocks.append(self._kind_block(COUNTS, true, group_axes))
+            return OutputAggregate(aggregate=aggregate, blocks=(len(self.blocks) - 1,), column=None)
         column = None if aggregate.column is None else _resolve(self.table, aggregate.column)
+        if aggregate.function == "quantile" and column is not None:  # an order statistic (dpsql.sql.quantiles)
+            position = self.position[column.name]
+            later = [self._group_count(self.axes[a]) for a in group_axes if a > position]
+            plan, workload, total = qs.prefix_block(aggregate, column, self.axes[position].cell_of_base, position,
+                                                    position in group_axes, later, self._block(true, group_axes))
+            self.blocks.append(Block(data=COUNTS, kind=COUNTS, workload=workload, total=total))
+            return OutputAggregate(aggregate=aggregate, blocks=(len(self.blocks) - 1,), column=column, quantile=plan)
         if aggregate.function in ("sum", "avg") and (column is None or column.measure_bounds is None):
             name = aggregate.column.name if aggregate.column else "*"
             raise SchemaError(
@@ -589,6 +574,7 @@ def _check_output_names(statement: ir.Statement, table: sch.Table) -> None:
         names.append(item.alias)
         if isinstance(item, ir.Aggregate):
             names.append(f"{item.alias}_stddev")
+            names.extend(qs.output_names(item))
         elif item.key is None:
             domain = _resolve(table, item.column).domain
             if isinstance(domain, sch.Ordered) and domain.reports_upper:
@@ -608,6 +594,7 @@ def _check_order_by(statement: ir.Statement) -> None:
     """ORDER BY keys must name an output column (checked before anything is spent)."""
     outputs = [item.alias for item in statement.select]
     allowed = set(outputs) | {f"{a.alias}_stddev" for a in statement.aggregates}
+    allowed |= {name for a in statement.aggregates for name in qs.output_names(a)}
     for item in statement.order_by:
         if isinstance(item.key, str) and item.key not in allowed:
             raise UnsupportedQueryError(

@@ -129,7 +129,17 @@ class Like:
 
 Predicate = Comparison | Between | InList | Not | And | Or | IsNull | Like
 
-AggregateFunction = TypingLiteral["count", "sum", "avg"]
+AggregateFunction = TypingLiteral["count", "sum", "avg", "quantile"]
+QuantileKind = TypingLiteral["cont", "disc", "min", "max"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuantileSpec:
+    """An order statistic (``dpsql.sql.quantiles``): MEDIAN and PERCENTILE_CONT/QUANTILE_CONT ("cont",
+    fraction p), PERCENTILE_DISC/QUANTILE_DISC ("disc"), MIN ("min", p = 0) and MAX ("max", p = 1)."""
+
+    fraction: float
+    kind: QuantileKind
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,7 +147,8 @@ class Aggregate:
     """COUNT(*) (column None), COUNT(col), SUM(col) or AVG(col), with its output name.
 
     ``alias`` is the AS name, or a default: ``count``, ``sum_<col>``, ``avg_<col>``, made unique
-    within the statement by a numeric suffix.
+    within the statement by a numeric suffix. An order statistic has function ``quantile`` and
+    its ``quantile`` spec.
     """
 
     function: AggregateFunction
@@ -150,6 +161,8 @@ class Aggregate:
     #: A constant factor on the answer and its standard error (``SUM(CASE WHEN p THEN k ELSE 0 END)``
     #: is k·COUNT(*) FILTER (WHERE p)).
     scale: float = 1.0
+    quantile: QuantileSpec | None = None
+    distinct: bool = False  # COUNT(DISTINCT <privacy unit column>) (dpsql.sql.units)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

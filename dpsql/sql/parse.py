@@ -35,6 +35,10 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
                 | SUM(CASE WHEN predicate THEN column|number [ELSE 0] END)   -- number k: k·COUNT(*) FILTER
                 | COUNT(CASE WHEN predicate THEN column|constant END) | AVG(CASE WHEN predicate THEN column END)
                                                    -- IF(p, v, e) is CASE WHEN p THEN v ELSE e END
+                | COUNT(DISTINCT unit_column)       -- the privacy units, when each keeps one row (dpsql.sql.units)
+                | MEDIAN(column) | MIN(column) | MAX(column)       -- order statistics (dpsql.sql.quantiles)
+                | PERCENTILE_CONT|PERCENTILE_DISC(p) WITHIN GROUP (ORDER BY column [ASC | DESC])
+                | QUANTILE_CONT|QUANTILE_DISC|QUANTILE(column, p)  -- p: a number or ? in [0, 1]
     plain      := COUNT(*) | COUNT(constant) | COUNT(column) | SUM(column) | AVG(column)  -- COUNT(1) = COUNT(*)
     column     := [[main '.'] table_or_alias '.'] name  -- identifiers may be "quoted"; case-insensitive
     join       := [INNER | LEFT [OUTER]] JOIN table [[AS] alias] (USING (name) | ON column = column)
@@ -53,11 +57,12 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
     value      := integer | decimal | '-' value | 'string' | DATE 'yyyy-mm-dd'
                 | CAST('yyyy-mm-dd' AS DATE) | ?    -- ? binds the next parameter, in text order
                 | TIMESTAMP 'yyyy-mm-dd 00:00:00'   -- midnight only (a day boundary); also CAST(... AS TIMESTAMP)
-    key        := output name (also <aggregate alias>_stddev) | 1-based select position
+    key        := output name (also <alias>_stddev; <alias>_low, _high of order statistics) | 1-based position
     count      := non-negative integer | ?
 
 Output names are the AS alias, the group column's name, or ``count``, ``count_<col>``,
-``sum_<col>``, ``avg_<col>``, or an expression's or constant's text as written; a repeated name
+``sum_<col>``, ``avg_<col>``, ``median_<col>``, ``percentile_cont_<col>``, ``min_<col>``, ... (the
+function's name and the column's), or an expression's or constant's text as written; a repeated name
 gets the suffix ``_2``, ``_3``, ... Names compare
 case-insensitively, as in DuckDB. Syntax errors raise :class:`~dpsql.errors.SqlSyntaxError`; every
 message gives the line, column and source fragment of the offending construct.
@@ -87,6 +92,7 @@ from dpsql.errors import InvalidQueryError, ProgrammingError, SqlSyntaxError
 from dpsql.sql import derived, filters, group_keys, ir, public_tables
 from dpsql.sql.flatten import flatten
 from dpsql.sql.predicates import DEFAULT_SCHEMA, OPERATORS, parse_column, parse_predicate, parse_value
+from dpsql.sql.quantiles import output_names, parse_quantile
 from dpsql.sql.source import (
     SUPPORTED,
     Scope,
@@ -106,6 +112,7 @@ from dpsql.sql.source import (
     unparen,
     unsupported,
 )
+from dpsql.sql.units import is_count_distinct, parse_count_distinct
 
 __all__ = ["parse_batch"]
 
@@ -332,7 +339,8 @@ def _reject_forbidden(select: exp.Select, scope: Scope, joins: Sequence[exp.Join
     found = []
     for node in select.walk():
         name = next((name for kind, name in _FORBIDDEN if isinstance(node, kind)), None)
-        if name is not None and node is not select and not any(node is join for join in joins):
+        if name is not None and node is not select and not any(node is join for join in joins) \
+                and not is_count_distinct(node):
             found.append((node_span(node, scope), name, node))
     if not found:
         return
@@ -441,6 +449,9 @@ def _parse_select_item(node: exp.Expr, grouped: set[str], keys: list[tuple[exp.E
         if column.name.lower() not in grouped:
             raise unsupported(f"selecting column '{column.name}' without grouping by it", value, scope)
         return ir.GroupColumn(column=column, alias=alias or column.name, span=span)
+    special = parse_quantile(value, alias, span, scope) or parse_count_distinct(value, alias, span, scope)
+    if special is not None:
+        return special
     function = _AGGREGATES.get(type(value))
     if function is None:
         raise unsupported(_describe_item(value, scope), value, scope)
@@ -546,6 +557,7 @@ def _output_name(column: ir.Column, items: tuple[derived.ParsedItem, ...], group
     if column.qualifier is None:
         outputs = [item.alias for item in items] + [f"{item.alias}_stddev" for item in items
                                                     if derived.has_stddev(item)]
+        outputs += [name for item in items if isinstance(item, ir.Aggregate) for name in output_names(item)]
         for output in outputs:
             if output.lower() == name:
                 return output
