@@ -315,6 +315,8 @@ def check_unions(batch: ir.Batch, table: sch.Table) -> None:
     """Before anything is spent: the parts of each UNION ALL have as many output columns, of
     compatible types (numbers with numbers), and its ORDER BY names outputs of the first part."""
     for parts in _unions(batch.statements):
+        for index in parts:
+            d.refuse_order_statistics(batch.statements[index], "UNION ALL")
         columns = [_output_columns(batch.statements[i], table) for i in parts]
         first = columns[0]
         union = batch.statements[parts[0]].union

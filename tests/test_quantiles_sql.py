@@ -195,6 +195,14 @@ def test_grouped_filtered_min_max_match_duckdb(data: duckdb.DuckDBPyConnection) 
         assert median is not None
 
 
+def test_a_filter_clause_selects_the_rows_of_an_order_statistic(data: duckdb.DuckDBPyConnection) -> None:
+    """``MEDIAN(age) FILTER (WHERE g = 'a')`` is the median over the rows the filter keeps (it was dropped)."""
+    found = run(data, "SELECT MEDIAN(age) FILTER (WHERE g = 'a') AS m, MAX(age) FILTER (WHERE age < 50) AS top FROM t")
+    u, v = order_statistics(data, "AND g = 'a'", 0.5)
+    assert u - 0.5 - SLACK <= found["m"][0] <= v + 0.5 + SLACK
+    assert abs(found["top"][0] - data.execute("SELECT max(age) FROM t WHERE age < 50").fetchone()[0]) <= 0.5 + SLACK
+
+
 def test_disc_numeric_and_date_columns(data: duckdb.DuckDBPyConnection) -> None:
     found = run(data, "SELECT QUANTILE_DISC(age, 0.3) AS d, QUANTILE_CONT(x, 0.25) AS qx, MEDIAN(day) AS md FROM t")
     values = sorted(v for (v,) in data.execute("SELECT age FROM t WHERE age IS NOT NULL").fetchall())
@@ -291,6 +299,10 @@ def test_a_where_clause_never_true_gives_null_and_charges_nothing(data: duckdb.D
     ("SELECT PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY age, g) FROM t", UnsupportedQueryError, ["2 keys"]),
     ("SELECT MIN(age + 1) FROM t", UnsupportedQueryError, ["arithmetic in MIN()", "col 12"]),
     ("SELECT MEDIAN(age) AS m, COUNT(*) AS m_low FROM t", InvalidQueryError, ["'m_low' would appear twice"]),
+    ("SELECT g, MEDIAN(age) AS m FROM t GROUP BY g HAVING COUNT(*) > 5", UnsupportedQueryError,
+     ["order statistic m (line 1, col 11)", "HAVING", "a statement of its own"]),
+    ("SELECT MEDIAN(age) FROM t UNION ALL SELECT MEDIAN(age) FROM t WHERE g = 'a'", UnsupportedQueryError,
+     ["UNION ALL", "a statement of its own"]),
 ])
 def test_refusals_name_the_problem_and_leave_the_budget(data: duckdb.DuckDBPyConnection, sql: str,
                                                          error: type[Exception], words: list[str]) -> None:

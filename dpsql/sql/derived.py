@@ -500,12 +500,24 @@ def covariance_pairs(statement: ir.Statement) -> bool:
 Kind = TypingLiteral["number", "string", "date", "unknown"]
 
 
+def refuse_order_statistics(statement: ir.Statement, construct: str) -> None:
+    """Order statistics (``dpsql.sql.quantiles``) come with their interval columns and are answered
+    apart from other aggregates: not (yet) inside derived outputs, HAVING or UNION ALL."""
+    for aggregate in statement.aggregates:
+        if aggregate.function == "quantile":
+            raise UnsupportedQueryError(
+                f"the order statistic {aggregate.alias} ({aggregate.span.describe()}) in a statement with {construct} "
+                "is not supported: its value comes with a 95 % interval (<alias>_low, <alias>_high) that those "
+                "outputs cannot carry. Ask for it in a statement of its own (it is measured with the batch).")
+
+
 def check_outputs(statement: ir.Statement, table: sch.Table) -> None:
     """Before anything is spent: output names unique (with ``_stddev``/``_upper``), ORDER BY keys known,
     and HAVING comparing values of one kind (numbers, strings or dates), so that answering never fails."""
     outputs = statement.outputs
     if outputs is None:
         return
+    refuse_order_statistics(statement, "HAVING, arithmetic or constant columns")
     names: list[str] = []
     for item in outputs.items:
         names.append(item.alias)

@@ -451,7 +451,7 @@ def _parse_select_item(node: exp.Expr, grouped: set[str], keys: list[tuple[exp.E
         return ir.GroupColumn(column=column, alias=alias or column.name, span=span)
     special = parse_quantile(value, alias, span, scope) or parse_count_distinct(value, alias, span, scope)
     if special is not None:
-        return special
+        return special if condition is None else replace(special, filter=condition)
     function = _AGGREGATES.get(type(value))
     if function is None:
         raise unsupported(_describe_item(value, scope), value, scope)
