@@ -44,6 +44,7 @@ import numpy.typing as npt
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
 from dpsql.sql import ir
+from dpsql.sql.relations import joined_relation, resolve
 from dpsql.sql.value_cells import ValueCells
 from dpsql.sql.vectors import COUNTS, DataVector
 from dpsql.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Workload
@@ -210,7 +211,9 @@ def compile_batch(batch: ir.Batch, schema: sch.Schema,
 
 
 def batch_table(batch: ir.Batch, schema: sch.Schema) -> sch.Table:
-    """The one declared table the batch queries."""
+    """The one declared table the batch queries, or the relation its statements join (:mod:`dpsql.sql.relations`)."""
+    if (relation := joined_relation(batch, schema)) is not None:
+        return relation
     tables = {statement.table.lower() for statement in batch.statements}
     first = batch.statements[0]
     if len(tables) != 1:
@@ -277,7 +280,7 @@ def _touched_columns(statements: Sequence[ir.Statement], table: sch.Table) -> li
 
 
 def _resolve(table: sch.Table, column: ir.Column) -> sch.Column:
-    return table.column(column.name, column.span.describe())
+    return resolve(table, column) if table.join is not None else table.column(column.name, column.span.describe())
 
 
 def _atoms(predicate: ir.Predicate | None) -> list[ir.Comparison | ir.Between | ir.InList]:

@@ -32,6 +32,7 @@ class Column:
     name: str
     qualifier: str | None
     span: Span
+    qualified_table: str | None = None  # in a statement with JOIN: the table the qualifier names (alias resolved)
 
 
 Value = int | float | str | dt.date
@@ -127,6 +128,25 @@ class GroupColumn:
 
 SelectItem = GroupColumn | Aggregate
 
+JoinKind = TypingLiteral["inner", "left"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Join:
+    """``[INNER | LEFT [OUTER]] JOIN table [[AS] alias] USING (column) | ON column = column`` after FROM.
+
+    ``using`` holds the USING column names; ``on`` the two columns of an ON equality (empty for USING). Whether
+    the join is one dpsql can answer is decided against the schema (:mod:`dpsql.sql.relations`).
+    """
+
+    table: str
+    alias: str | None
+    kind: JoinKind
+    using: tuple[str, ...]
+    on: tuple[Column, ...]
+    span: Span
+    table_span: Span
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OrderItem:
@@ -151,6 +171,7 @@ class Statement:
     limit: int | None
     span: Span
     table_span: Span | None = None
+    joins: tuple[Join, ...] = ()
 
     @property
     def aggregates(self) -> tuple[Aggregate, ...]:

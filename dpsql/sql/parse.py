@@ -14,6 +14,8 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
 
     batch      := statement (';' statement)*        -- -- and /* */ comments; blank statements skipped
     statement  := SELECT item (',' item)* FROM table [[AS] alias]
+                  [[INNER | LEFT [OUTER]] JOIN unit_table [[AS] alias] (USING (key) | ON column = column)]
+                                                    -- only a table's privacy unit's table, on the declared key
                   [WHERE predicate]
                   [GROUP BY column (',' column)*]
                   [ORDER BY key [ASC | DESC] (',' key [ASC | DESC])*]
@@ -59,6 +61,7 @@ from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # re-exporte
 
 from dpsql.errors import InvalidQueryError, ProgrammingError, SqlSyntaxError
 from dpsql.sql import ir
+from dpsql.sql.joins import is_join_clause, parse_joins
 from dpsql.sql.predicates import OPERATORS, parse_column, parse_predicate, parse_value
 from dpsql.sql.source import (
     SUPPORTED,
@@ -119,7 +122,7 @@ _FORBIDDEN: tuple[tuple[type[exp.Expr], str], ...] = (
     (exp.Pivot, "PIVOT"),
     (exp.Unnest, "UNNEST"),
 )
-_CLAUSES = frozenset({"expressions", "from_", "from", "where", "group", "order", "limit"})
+_CLAUSES = frozenset({"expressions", "from_", "from", "joins", "where", "group", "order", "limit"})
 _CLAUSE_NAMES = {"into": "SELECT INTO", "windows": "WINDOW", "sort": "SORT BY", "cluster": "CLUSTER BY",
                  "distribute": "DISTRIBUTE BY", "locks": "FOR UPDATE", "kind": "SELECT AS STRUCT/VALUE",
                  "prewhere": "PREWHERE", "connect": "CONNECT BY", "hint": "a query hint"}
@@ -269,6 +272,7 @@ def _parse_statement(tree: exp.Expr, scope: Scope) -> ir.Statement:
         order_by=_parse_order_by(select, items, group_by, scope),
         limit=_parse_limit(select.args.get("limit"), scope),
         span=span,
+        joins=scope.joined,
     )
 
 
@@ -292,13 +296,11 @@ def _reject_forbidden(select: exp.Select, scope: Scope) -> None:
     found = []
     for node in select.walk():
         name = next((name for kind, name in _FORBIDDEN if isinstance(node, kind)), None)
-        if name is not None and node is not select:
+        if name is not None and node is not select and not is_join_clause(node, select):
             found.append((node_span(node, scope), name, node))
     if not found:
         return
-    span, name, node = min(found, key=lambda entry: entry[0].start)
-    if isinstance(node, exp.Join) and scope.source.word(scope.source.index(span.start) - 1) == ",":
-        name = "multiple tables in FROM"
+    span, name, _ = min(found, key=lambda entry: entry[0].start)
     raise unsupported(name, span, scope)
 
 
@@ -312,7 +314,7 @@ def _reject_other_clauses(select: exp.Select, scope: Scope) -> None:
 
 
 def _parse_from(select: exp.Select, scope: Scope) -> Scope:
-    """Read ``FROM table [[AS] alias]`` into the scope."""
+    """Read ``FROM table [[AS] alias]`` and its JOIN (:mod:`dpsql.sql.joins`) into the scope."""
     clause = select.args.get("from_") or select.args.get("from")
     if clause is None:
         raise unsupported("a SELECT without FROM", scope.span, scope)
@@ -328,8 +330,8 @@ def _parse_from(select: exp.Select, scope: Scope) -> Scope:
     alias = table.args.get("alias")
     if alias is not None and alias.columns:
         raise unsupported("column aliases on a table", alias, scope)
-    return replace(scope, table=name.name, alias=alias.name if alias is not None else None,
-                   table_span=node_span(name, scope))
+    return parse_joins(select, replace(scope, table=name.name, alias=alias.name if alias is not None else None,
+                                       table_span=node_span(name, scope)))
 
 
 
