@@ -23,12 +23,14 @@ from hypothesis import strategies as st
 import dpsql
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.backends.sql_backend import SqlBackend
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
 from dpsql.ledger import Binding, Ledger
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema, Table, measure_quantum
 from dpsql.sql.compile import batch_table, compile_batch
 from dpsql.sql.parse import parse_batch
+from tests._postgres_server import postgres_uri  # noqa: F401  (a session-scoped fixture)
 
 MAX_ROWS = 3
 PEOPLE = {"privacy_unit": {"column": "person_id", "max_rows": 1},
@@ -164,10 +166,33 @@ def test_the_sql_sent_is_the_declared_join_never_the_users_text(data: duckdb.Duc
     assert "PARTITION BY" in sql and f'"dpsql_rank" <= {MAX_ROWS}' in sql and " v." not in sql
 
 
+def test_postgresql_reads_the_same_joined_and_capped_cells_as_duckdb(data: duckdb.DuckDBPyConnection,
+                                                                      postgres_uri: str) -> None:  # noqa: F811
+    """The same generated join and cap on PostgreSQL (ADBC, temporary tables): cell data identical to DuckDB's."""
+    from adbc_driver_postgresql import dbapi
+
+    from dpsql.backends.postgres import PostgresBackend
+    connection = dbapi.connect(postgres_uri)
+    cursor = connection.cursor()
+    for name in ("people", "visits"):
+        cursor.adbc_ingest(name, data.sql(f"SELECT * FROM {name}").to_arrow_table(), mode="create", temporary=True)
+    cursor.close()
+    connection.commit()
+    try:
+        for kind in ("JOIN", "LEFT JOIN"):
+            relation = batch_table(parse_batch(f"SELECT COUNT(*) FROM visits {kind} people USING (person_id)"), SCHEMA)
+            found = _cell_vectors(PostgresBackend(connection, tables={"people": "people", "visits": "visits"}),
+                                  relation)
+            expected = _cell_vectors(DuckDBBackend(data), relation)
+            assert all(np.array_equal(found[name], expected[name]) for name in expected), kind
+    finally:
+        connection.close()
+
+
 # ============================================================================== sensitivity
-def _cell_vectors(con: duckdb.DuckDBPyConnection, relation: Table) -> dict[str, np.ndarray]:
+def _cell_vectors(source: duckdb.DuckDBPyConnection | SqlBackend, relation: Table) -> dict[str, np.ndarray]:
     """Counts, clamped sums (in quanta) and non-NULL counts of the joined relation over all its columns' cells."""
-    backend = DuckDBBackend(con)
+    backend = source if isinstance(source, SqlBackend) else DuckDBBackend(source)
     cells = [relation.columns[name] for name in ("sex", "age", "ward")]
     cost = relation.columns["cost"]
     data = backend.cell_data(relation, cells, sum_columns={cost: measure_quantum(cost)}, count_columns=[cost])

@@ -11,7 +11,9 @@ columns are the declared columns of both tables (a name both declare is known as
 with ``max_rows = k``, so the engine's per-unit cap (``dpsql.backends.cell_sql``: at most k rows
 per unit, chosen by a salted hash of each row's values) is applied AFTER the join, to the joined
 rows. The join itself is generated from this declaration, never from the SQL text, whose ON/USING
-must name the declared key.
+must name the declared key. A column declared ``out_of_domain = "exclude"`` filters joined rows
+(so under LEFT JOIN an excluded column of ``people`` also drops the visits without a person): a
+public filter of each row, which changes no bound below.
 
 Sensitivity (the same bound as for any table with a privacy unit). Neighbouring databases differ
 in one person u: u's row of ``people`` and all of u's rows of ``visits`` are added or removed.
