@@ -189,6 +189,40 @@ def test_postgresql_reads_the_same_joined_and_capped_cells_as_duckdb(data: duckd
         connection.close()
 
 
+@pytest.mark.slow
+def test_spark_reads_the_same_joined_and_capped_cells_as_duckdb(data: duckdb.DuckDBPyConnection) -> None:
+    """The same generated join and cap on Spark (local session, DataFrames): cell data identical to DuckDB's;
+    the columns both tables declare (``visits.age``, ``people.age``) are read under their relation names."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql import SparkSession
+
+    from dpsql.backends.spark import SparkBackend
+    session = (SparkSession.builder.master("local[1]").appName("dpsql-joins").config("spark.ui.enabled", "false")
+               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    visits = {**VISITS, "columns": {**VISITS["columns"], "age": {"type": "integer", "lower": 0, "upper": 99}}}
+    schema = Schema.load({"tables": {"people": PEOPLE, "visits": visits}})
+    data.execute("CREATE TEMP TABLE visits_aged AS SELECT *, CAST(cost AS INTEGER) % 100 AS age FROM visits")
+    try:
+        frames = {"people": session.createDataFrame(data.sql("SELECT * FROM people").to_arrow_table()),
+                  "visits": session.createDataFrame(data.sql("SELECT * FROM visits_aged").to_arrow_table())}
+        duck = duckdb.connect()
+        duck.from_arrow(data.sql("SELECT * FROM people").to_arrow_table()).create("people")
+        duck.from_arrow(data.sql("SELECT * FROM visits_aged").to_arrow_table()).create("visits")
+        for kind in ("JOIN", "LEFT JOIN"):
+            relation = batch_table(parse_batch(f"SELECT COUNT(*) FROM visits {kind} people USING (person_id)"), schema)
+            cells = [relation.columns[name] for name in ("sex", "people.age", "visits.age", "ward")]
+            with SparkBackend(session, frames) as backend:
+                found = backend.cell_data(relation, cells, count_columns=[relation.columns["cost"]])
+            expected = DuckDBBackend(duck).cell_data(relation, cells, count_columns=[relation.columns["cost"]])
+            assert np.array_equal(found.index, expected.index) and np.array_equal(found.counts, expected.counts)
+            assert np.array_equal(found.nonnull["cost"], expected.nonnull["cost"]), kind
+    finally:
+        data.execute("DROP TABLE visits_aged")
+        session.stop()
+
+
 # ============================================================================== sensitivity
 def _cell_vectors(source: duckdb.DuckDBPyConnection | SqlBackend, relation: Table) -> dict[str, np.ndarray]:
     """Counts, clamped sums (in quanta) and non-NULL counts of the joined relation over all its columns' cells."""
