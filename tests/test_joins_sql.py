@@ -350,6 +350,8 @@ def test_joins_outside_the_grammar_are_refused_with_reason_and_position(sql: str
     ("SELECT COUNT(*) FROM visits v JOIN claims c USING (person_id)",
      ["a join between 'visits' and 'claims' (line 1, col 31)", "do not share a declared privacy unit"]),
     ("SELECT COUNT(*) FROM people p JOIN claims c USING (person_id)", ["do not share a declared privacy unit"]),
+    ("SELECT COUNT(*) FROM visits v JOIN stays s USING (person_id)",
+     ["both hold many rows per unit of 'people'", "Join each of them to 'people', in separate batches"]),
     ("SELECT COUNT(*) FROM visits v JOIN people p USING (person_id); SELECT COUNT(*) FROM people",
      ["a batch must query one relation; the statement at line 1, col 64 reads 'people'",
       "reads 'visits JOIN people'"]),
@@ -358,7 +360,8 @@ def test_joins_outside_the_grammar_are_refused_with_reason_and_position(sql: str
 ])
 def test_joins_the_schema_does_not_bound_are_refused(sql: str, phrases: list[str]) -> None:
     claims = {"columns": {"amount": {"type": "integer", "lower": 0, "upper": 9}}}
-    schema = Schema.load({"tables": {"people": PEOPLE, "visits": VISITS, "claims": claims}})
+    stays = {**claims, "privacy_unit": {"column": "person_id", "max_rows": 2, "table": "people"}}
+    schema = Schema.load({"tables": {"people": PEOPLE, "visits": VISITS, "claims": claims, "stays": stays}})
     _refused(sql, UnsupportedQueryError, *phrases, schema=schema)
 
 
@@ -378,13 +381,24 @@ def test_columns_resolve_by_qualifier_and_an_ambiguous_bare_name_is_refused() ->
     _refused(base.format("height"), SchemaError, "not in the schema of table 'visits' nor of table 'people'")
 
 
-def test_mismatched_key_types_are_refused_before_anything_is_charged() -> None:
+def test_mismatched_keys_types_and_columns_are_refused_before_anything_is_charged() -> None:
     con = duckdb.connect()
     con.execute("CREATE TABLE people (person_id VARCHAR, sex VARCHAR, age INTEGER)")
     con.execute("CREATE TABLE visits (person_id INTEGER, ward VARCHAR, cost DOUBLE)")
     budget = Budget(epsilon=1.0)
     with (dpsql.connect(con, schema=SCHEMA, budget=budget, rng=SeededRandomSource(0)) as connection,
           pytest.raises(SchemaError, match=r"tables.visits.privacy_unit joins 'person_id' \(INTEGER\)")):
+        connection.cursor().execute("SELECT COUNT(*) FROM visits JOIN people USING (person_id)", epsilon=0.5)
+    assert budget.remaining == 1.0
+    con.execute("CREATE OR REPLACE TABLE people (person_id INTEGER, sex VARCHAR, age VARCHAR)")
+    with (dpsql.connect(con, schema=SCHEMA, budget=budget, rng=SeededRandomSource(0)) as connection,
+          pytest.raises(SchemaError, match=r"tables.people.columns.age is declared integer but the database column "
+                                           r"'age' has type VARCHAR")):
+        connection.cursor().execute("SELECT COUNT(*) FROM visits JOIN people USING (person_id)", epsilon=0.5)
+    con.execute("ALTER TABLE visits DROP COLUMN ward")
+    with (dpsql.connect(con, schema=SCHEMA, budget=budget, rng=SeededRandomSource(0)) as connection,
+          pytest.raises(SchemaError, match=r"Column\(s\) 'ward' of table 'visits' are declared in the schema but "
+                                           "missing")):
         connection.cursor().execute("SELECT COUNT(*) FROM visits JOIN people USING (person_id)", epsilon=0.5)
     assert budget.remaining == 1.0
     con.close()

@@ -131,19 +131,17 @@ def joined_source(relation: Table, source_of: Callable[[Table], SourceTable]) ->
     schema only; ``source_of`` gives each member table's reference and catalog (no row is read).
 
     Raises:
-        SchemaError: a declared column or key is missing from its database table, or the two keys' types
-            are of different families (the join would compare values of different kinds).
+        SchemaError: a declared column or key is missing from its database table, a column's type cannot
+            hold its domain, or the two keys' types are of different families (the join would compare
+            values of different kinds).
     """
     join = relation.join
     if join is None:
         raise InternalError(f"'{relation.name}' is not a joined relation.")
     members = {join.fact.name: (join.fact, source_of(join.fact), _FACT),
                join.unit.name: (join.unit, source_of(join.unit), _UNIT)}
-    problems = [problem for table, source, _ in members.values()
-                for problem in _missing(table, source.columns,
-                                        [name for owner, name in join.sources.values() if owner == table.name])]
-    if problems:
-        raise SchemaError(" ".join(problems))
+    for table, source, _ in members.values():  # each table's columns and types, named as declared
+        raise_problems(table, source.columns, list(table.columns.values()), [])
     (fact, fact_source, _), (unit, unit_source, _) = members.values()
     fact_key = fact_source.columns[fact.privacy_unit.column or ""]
     unit_key = unit_source.columns[unit.privacy_unit.column or ""]

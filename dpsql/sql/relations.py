@@ -125,6 +125,11 @@ def _relation(statement: ir.Statement, schema: sch.Schema) -> sch.Table:
                 f"'{right.name}', whose rows are the ones capped per unit. Write FROM {right.name} LEFT JOIN "
                 f"{left.name} (or an INNER JOIN in either order).")
         return _build(right, left, outer=False)
+    if left.privacy_unit.table is not None and left.privacy_unit.table == right.privacy_unit.table:
+        raise UnsupportedQueryError(
+            f"a join between '{left.name}' and '{right.name}' ({where}) is not supported: both hold many rows per unit "
+            f"of '{left.privacy_unit.table}', and the join would pair each of a unit's rows in one with each of its "
+            f"rows in the other. Join each of them to '{left.privacy_unit.table}', in separate batches.")
     raise UnsupportedQueryError(
         f"a join between '{left.name}' and '{right.name}' ({where}) is not supported: they do not share a declared "
         f"privacy unit, and {_UNBOUNDED}. If each row of one belongs to a unit of the other (one row per unit), "
