@@ -223,6 +223,17 @@ def test_spark_reads_the_same_joined_and_capped_cells_as_duckdb(data: duckdb.Duc
         session.stop()
 
 
+def test_explain_states_the_join_and_the_cap_after_it(data: duckdb.DuckDBPyConnection) -> None:
+    with dpsql.connect(data, schema=SCHEMA, budget=Budget(epsilon=1.0)) as connection:
+        text = connection.cursor().explain("SELECT p.sex, COUNT(*) FROM visits v LEFT JOIN people p USING (person_id) "
+                                           "GROUP BY p.sex", epsilon=1.0)
+        assert connection.budget.remaining == 1.0
+    assert "on table 'visits LEFT JOIN people'" in text
+    assert ("Join: each row of 'visits' extended with the 'people' row of its unit (visits.person_id = "
+            "people.person_id, generated from the schema); its rows without one are kept with NULL 'people' "
+            f"columns. At most {MAX_ROWS} joined rows per unit are kept") in text
+
+
 # ============================================================================== sensitivity
 def _cell_vectors(source: duckdb.DuckDBPyConnection | SqlBackend, relation: Table) -> dict[str, np.ndarray]:
     """Counts, clamped sums (in quanta) and non-NULL counts of the joined relation over all its columns' cells."""

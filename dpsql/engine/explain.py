@@ -13,6 +13,7 @@ from dpsql.engine.measurements import PlannedVector
 from dpsql.engine.residual_route import ResidualPlan
 from dpsql.engine.routes import Prepared
 from dpsql.engine.vocabulary import NotApplicable
+from dpsql.sql.relations import explain_join
 
 
 def explain(prepared: Prepared, budget: PrivacyBudget | None = None) -> str:
@@ -21,7 +22,8 @@ def explain(prepared: Prepared, budget: PrivacyBudget | None = None) -> str:
     compiled = chosen.compiled
     lines = [f"Batch: {len(compiled.statements)} statement(s) on table '{compiled.table.name}'.",
              f"Cost: {prepared.cost.describe()}"
-             + (f"; budget left {budget.remaining:.6g} of {budget.total.describe()}" if budget else "")]
+             + (f"; budget left {budget.remaining:.6g} of {budget.total.describe()}" if budget else ""),
+             *explain_join(compiled.table)]
     if isinstance(groups, GroupsPlan):
         for plan in groups.thresholds:
             lines.append(f"Truncation: {plan.describe()}; the sums are then clamped at ±θ. The expected RMSEs "

@@ -41,7 +41,7 @@ from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
 from dpsql.sql import ir
 
-__all__ = ["joined_relation", "resolve"]
+__all__ = ["explain_join", "joined_relation", "resolve"]
 
 _UNBOUNDED = ("one person's rows could be matched to any number of other rows, so no contribution bound (and no "
               "sensitivity) holds")
@@ -104,6 +104,19 @@ def resolve(relation: sch.Table, column: ir.Column) -> sch.Column:
                           f"'{join.unit.name}' ({where}). Declared columns: {declared}. Declare its domain in the "
                           "schema or drop it from the query.")
     return relation.columns[matches[0]]
+
+
+def explain_join(table: sch.Table) -> list[str]:
+    """EXPLAIN's line on a joined relation (none for a declared table): the join and the cap after it."""
+    join = table.join
+    if join is None:
+        return []
+    fact_key, unit_key = join.fact.privacy_unit.column, join.unit.privacy_unit.column
+    kept = "; its rows without one are kept with NULL" if join.outer else "; its rows without one are dropped"
+    return [f"Join: each row of '{join.fact.name}' extended with the '{join.unit.name}' row of its unit "
+            f"({join.fact.name}.{fact_key} = {join.unit.name}.{unit_key}, generated from the schema){kept} "
+            f"'{join.unit.name}' columns. At most {table.privacy_unit.max_rows} joined rows per unit are kept (the cap "
+            "after the join), so one unit changes each count by at most that many rows."]
 
 
 # ==================================================================================== the relation
