@@ -254,10 +254,25 @@ def measure_quantum(column: Column) -> float:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrivacyUnit:
     """Whose privacy is protected: each row (column None), or each distinct ``column`` value with at most ``max_rows``
-    rows kept."""
+    rows kept. ``table``: the *unit table* whose privacy-unit column ``column`` refers to (one row per unit, declared
+    ``max_rows = 1``); this table may then be joined to it (:mod:`dpsql.sql.relations`)."""
 
     column: str | None = None
     max_rows: int = 1
+    table: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnitJoin:
+    """How a joined relation's rows are made: ``fact``'s rows (many per unit) extended with the columns of the one
+    ``unit`` row of their unit (``fact.privacy_unit.column = unit.privacy_unit.column``); ``outer``: LEFT JOIN (a fact
+    row without a unit row is kept with NULL unit columns). ``sources`` maps each column of the relation to the
+    (table, declared column) it is read from. Built by :func:`dpsql.sql.relations.joined_relation`."""
+
+    fact: Table
+    unit: Table
+    outer: bool
+    sources: Mapping[str, tuple[str, str]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -265,6 +280,7 @@ class Table:
     name: str
     columns: Mapping[str, Column]
     privacy_unit: PrivacyUnit = field(default_factory=PrivacyUnit)
+    join: UnitJoin | None = None  # a relation of two declared tables joined on the privacy unit (never declared)
 
     def privacy_parts(self) -> dict[str, Any]:
         """The parts of this table's declaration that decide what a batch reads and what one privacy
@@ -280,8 +296,11 @@ class Table:
         choose which sums of the same base cells are reported, so they change neither a
         sensitivity nor the rows read.
         """
+        unit = {"column": self.privacy_unit.column, "max_rows": self.privacy_unit.max_rows}
+        if self.privacy_unit.table is not None:  # only when declared, so other tables' fingerprints are unchanged
+            unit["table"] = self.privacy_unit.table
         return {"table": self.name,
-                "privacy_unit": {"column": self.privacy_unit.column, "max_rows": self.privacy_unit.max_rows},
+                "privacy_unit": unit,
                 "columns": {name: _column_parts(column) for name, column in sorted(self.columns.items())}}
 
     def fingerprint(self) -> str:
@@ -389,8 +408,9 @@ def _schema_from_dict(data: Mapping[str, Any]) -> Schema:
         raise SchemaError("the schema needs a [tables.<name>] section for at least one table.")
     from dpsql.sql import public_tables  # public lookup tables (rows inline) and the foreign keys to them
     public = public_tables.load(tables)
-    schema = Schema(tables={name.lower(): _table(name, spec) for name, spec in tables.items()
-                            if not public_tables.is_public(spec)}, public=public)
+    declared = {name.lower(): _table(name, spec) for name, spec in tables.items() if not public_tables.is_public(spec)}
+    _check_unit_tables(declared)
+    schema = Schema(tables=declared, public=public)
     public_tables.check_references(schema, public)
     return schema
 
@@ -410,12 +430,39 @@ def _table(name: str, spec: Any) -> Table:
 def _privacy_unit(key: str, spec: Any) -> PrivacyUnit:
     if spec == "row":
         return PrivacyUnit()
-    if isinstance(spec, Mapping) and set(spec) == {"column", "max_rows"}:
+    if isinstance(spec, Mapping) and {"column", "max_rows"} <= set(spec) <= {"column", "max_rows", "table"}:
         rows = spec["max_rows"]
         if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
             raise SchemaError(f"{key}.privacy_unit.max_rows must be a positive integer; got {rows!r}.")
-        return PrivacyUnit(column=str(spec["column"]).lower(), max_rows=rows)
-    raise SchemaError(f'{key}.privacy_unit must be "row" or {{ column = "...", max_rows = N }}; got {spec!r}.')
+        table = spec.get("table")
+        if table is not None and (not isinstance(table, str) or not table):
+            raise SchemaError(f"{key}.privacy_unit.table must name the declared table with one row per unit; "
+                              f"got {table!r}.")
+        return PrivacyUnit(column=str(spec["column"]).lower(), max_rows=rows,
+                           table=None if table is None else table.lower())
+    raise SchemaError(f'{key}.privacy_unit must be "row" or {{ column = "...", max_rows = N }} (optionally with '
+                      f'table = "<unit table>"); got {spec!r}.')
+
+
+def _check_unit_tables(tables: Mapping[str, Table]) -> None:
+    """Each ``privacy_unit.table`` names another declared table whose own privacy unit is a column with
+    ``max_rows = 1`` (one row per unit) and no unit table of its own."""
+    for table in tables.values():
+        name = table.privacy_unit.table
+        if name is None:
+            continue
+        key = f"tables.{table.name}.privacy_unit.table"
+        unit = tables.get(name)
+        if unit is None or unit is table:
+            problem = "this table itself" if unit is table else "no declared table"
+            raise SchemaError(f"{key} names '{name}', {problem}; name the table with one row per privacy unit "
+                              f"(declared: {', '.join(sorted(tables))}).")
+        declared = unit.privacy_unit
+        if declared.column is None or declared.max_rows != 1 or declared.table is not None:
+            raise SchemaError(f"{key} names '{name}', so tables.{name}.privacy_unit must be "
+                              f'{{ column = "<its unit column>", max_rows = 1 }} without a table of its own: '
+                              f"the unit table holds one row per unit; got {declared.column!r} with max_rows = "
+                              f"{declared.max_rows}{', table = ' + repr(declared.table) if declared.table else ''}.")
 
 
 _COMMON = {"type", "other", "out_of_domain", "references"}

@@ -301,8 +301,8 @@ def test_a_public_join_is_charged_what_the_plain_group_by_is(people: duckdb.Duck
 
 
 @pytest.mark.parametrize("sql, error, message", [
-    ("SELECT COUNT(*) FROM people JOIN visits USING (region_id)", UnsupportedQueryError,
-     r"JOIN visits \(line 1, col 29\): 'visits' is not a public table of the schema"),
+    ("SELECT COUNT(*) FROM people JOIN visits USING (region_id)", SchemaError,
+     r"JOIN visits \(line 1, col 29\): 'visits' is neither a table of the schema nor a public table"),
     ("SELECT COUNT(*) FROM people RIGHT JOIN regions USING (region_id)", UnsupportedQueryError,
      r"JOIN is not supported \(line 1, col 29"),
     ("SELECT COUNT(*) FROM people LEFT JOIN regions USING (region_id) WHERE NOT name = 'North'",

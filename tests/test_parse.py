@@ -262,8 +262,8 @@ def test_spans_of_each_kind_of_node() -> None:
 
 NOT_SUPPORTED = UnsupportedQueryError
 UNSUPPORTED_EXPECTED: dict[str, tuple[type[Exception], str, int, int]] = {
-    "join": (NOT_SUPPORTED, "JOIN", 3, 15),
-    "left outer join": (NOT_SUPPORTED, "JOIN", 3, 15),
+    "join": (NOT_SUPPORTED, "CROSS JOIN", 3, 15),
+    "full outer join": (NOT_SUPPORTED, "FULL JOIN", 3, 15),
     "two tables in from": (NOT_SUPPORTED, "multiple tables in FROM", 3, 14),
     "subquery in from": (NOT_SUPPORTED, "subquery", 3, 6),
     "subquery in where": (NOT_SUPPORTED, "subquery", 3, 14),
@@ -333,9 +333,12 @@ def test_message_format_matches_the_brief() -> None:
     with pytest.raises(UnsupportedQueryError) as caught:
         parse_batch("SELECT COUNT(*) FROM people p JOIN visits v ON v.person = p.id AND v.day > 3")
     assert str(caught.value) == (
-        'JOIN is not supported (line 1, col 31: "JOIN visits v ON v.person = p.id AND v.day > 3"). dpsql answers '
-        "SELECT [group columns,] COUNT(*)|COUNT(col)|SUM(col)|AVG(col) FROM one table [WHERE predicates on columns] "
-        "[GROUP BY columns].")
+        'a JOIN condition other than key = key is not supported (line 1, col 48: "v.person = p.id AND v.day > 3"). '
+        "With any other condition one person's rows could be matched to any number of rows, so no contribution bound "
+        "(and no sensitivity) holds. dpsql joins a table to its privacy unit's table on the declared key: FROM "
+        'visits v [LEFT] JOIN people p USING (person_id) (or ON v.person_id = p.person_id), declared by '
+        'tables.visits.privacy_unit.table = "people".')
+
 
 
 def test_long_fragments_are_cut_to_sixty_characters() -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -47,10 +47,11 @@ class DatabaseColumn:
 
 @dataclass(frozen=True, slots=True)
 class SourceTable:
-    """Where a declared table's rows are read: the database's reference to it, its columns
-    (keyed by lower-case name) and the dialect the queries over it are rendered in."""
+    """Where a declared table's rows are read: the database's reference to it (or, for a joined
+    relation, the join as a subquery: :func:`joined_source`), its columns (keyed by lower-case
+    name) and the dialect the queries over it are rendered in."""
 
-    reference: exp.Table
+    reference: exp.Table | exp.Subquery
     columns: Mapping[str, DatabaseColumn]
     dialect: SqlDialect
 
@@ -114,6 +115,53 @@ def check_quantum(column: Column, quantum: float) -> None:
         raise ProgrammingError(f"The quantum {quantum!r} for SUM({column.name}) is too small for measure bounds "
                                f"{column.measure_bounds}: values would exceed 2^53 quanta. "
                                "Use measure_quantum(column).")
+
+
+# ================================================================================ joined relations
+#: Aliases of the two tables inside the join (the relation's columns are named by the schema, never these).
+_FACT, _UNIT = "dpsql_fact", "dpsql_unit_table"
+
+
+def joined_source(relation: Table, source_of: Callable[[Table], SourceTable]) -> SourceTable:
+    """The rows of a relation declared by ``relation.join`` (:mod:`dpsql.sql.relations`) as a subquery:
+
+    ``SELECT f.c AS c, ..., u.d AS d, ..., f.key AS key FROM fact f [LEFT] JOIN unit u ON f.key = u.key``,
+    each relation column read from the table and column of ``join.sources``. Every other query then reads
+    it like a table, so the privacy-unit cap of :func:`_rows` applies to the joined rows. Built from the
+    schema only; ``source_of`` gives each member table's reference and catalog (no row is read).
+
+    Raises:
+        SchemaError: a declared column or key is missing from its database table, a column's type cannot
+            hold its domain, or the two keys' types are of different families (the join would compare
+            values of different kinds).
+    """
+    join = relation.join
+    if join is None:
+        raise InternalError(f"'{relation.name}' is not a joined relation.")
+    members = {join.fact.name: (join.fact, source_of(join.fact), _FACT),
+               join.unit.name: (join.unit, source_of(join.unit), _UNIT)}
+    for table, source, _ in members.values():  # each table's columns and types, named as declared
+        raise_problems(table, source.columns, list(table.columns.values()), [])
+    (fact, fact_source, _), (unit, unit_source, _) = members.values()
+    fact_key = fact_source.columns[fact.privacy_unit.column or ""]
+    unit_key = unit_source.columns[unit.privacy_unit.column or ""]
+    if fact_key.family != unit_key.family:
+        raise SchemaError(f"tables.{fact.name}.privacy_unit joins '{fact_key.name}' ({fact_key.type_name}) to "
+                          f"tables.{unit.name}'s unit column '{unit_key.name}' ({unit_key.type_name}): the keys "
+                          "must have types of one family. Create a view that casts one of them.")
+    projections = [exp.alias_(exp.column(members[owner][1].columns[name].name, table=members[owner][2], quoted=True),
+                              key, quoted=True)
+                   for key, (owner, name) in join.sources.items()]
+    on = exp.EQ(this=exp.column(fact_key.name, table=_FACT, quoted=True),
+                expression=exp.column(unit_key.name, table=_UNIT, quoted=True))
+    rows = (exp.select(*projections).from_(fact_source.reference.copy().as_(_FACT, quoted=True))
+            .join(unit_source.reference.copy().as_(_UNIT, quoted=True), on=on,
+                  join_type="left" if join.outer else "inner"))
+    catalog = {key: DatabaseColumn(key, members[owner][1].columns[name].type_name,
+                                   members[owner][1].columns[name].family)
+               for key, (owner, name) in join.sources.items()}
+    return SourceTable(reference=rows.subquery("dpsql_joined", copy=False), columns=catalog,
+                       dialect=fact_source.dialect)
 
 
 # ================================================================================ SQL generation

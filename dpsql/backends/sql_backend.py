@@ -33,6 +33,9 @@ chosen in the order of a hash of the row's cell and measure values salted with i
 broken by the values). The hash is integer arithmetic that every engine computes alike, so every
 engine keeps the same rows. The choice depends only on that unit's own rows, so adding or removing
 one unit changes the kept rows by at most k: the stability the noise calibration assumes.
+A table joined to its privacy unit's table (``table = "people"`` in its privacy unit) is read as
+the join of the two (:func:`~dpsql.backends.cell_sql.joined_source`), and the cap applies to the
+joined rows: the same bound (the argument is in :mod:`dpsql.sql.relations`).
 
 Why the SQL comes from the schema only: the query text is built with sqlglot expressions from
 the declared table and column names (quoted, matched case-insensitively to the names in the
@@ -60,6 +63,7 @@ from dpsql.backends.cell_sql import (
     check_quantum,
     decode_cell_data,
     decode_marginal_tables,
+    joined_source,
     marginals_query,
     profile_query,
     raise_problems,
@@ -152,7 +156,7 @@ class SqlBackend(ABC):
             SchemaError: the table or columns are missing, or a column's type cannot hold its
                 declared domain; the message lists every problem.
         """
-        raise_problems(table, self.source(table).columns, list(table.columns.values()), [])
+        raise_problems(table, self._relation_source(table).columns, list(table.columns.values()), [])
 
     def sql_for(self, table: Table, cell_columns: Sequence[Column], *, sum_columns: Mapping[Column, float] = _NO_SUMS,
                 count_columns: Sequence[Column] = ()) -> str:
@@ -266,6 +270,10 @@ class SqlBackend(ABC):
         return decode_marginal_tables(result, [c.domain.size + 1 for c in cell_columns], keys)
 
     # ------------------------------------------------------------------------------- internals
+    def _relation_source(self, table: Table) -> SourceTable:
+        """:meth:`source`, or for a table joined to its unit table the join over both tables' sources."""
+        return joined_source(table, self.source) if table.join is not None else self.source(table)
+
     def _query(self, table: Table, cells: Sequence[Column], sums: Mapping[Column, float],
                counts: Sequence[Column]) -> exp.Select:
         return build_query(table, self._checked_source(table, cells, sums, counts), cells, sums, counts)
@@ -274,12 +282,17 @@ class SqlBackend(ABC):
                         counts: Sequence[Column]) -> SourceTable:
         """The table's source, after checking that every column can serve its role."""
         for column in [*cells, *sums, *counts]:
-            if column.table != table.name or table.columns.get(column.name) != column:
+            if column.table not in _member_tables(table) or table.columns.get(column.name) != column:
                 raise SchemaError(f"Column '{column.name}' ({column.key}) is not a column of table '{table.name}'; "
                                   f"pass columns from Schema.table('{table.name}').columns.")
-        source = self.source(table)
+        source = self._relation_source(table)
         excluded = [c for c in table.columns.values() if c.outside_excluded and c not in cells]
         raise_problems(table, source.columns, [*cells, *counts, *excluded], list(sums))
         for column, quantum in sums.items():
             check_quantum(column, quantum)
         return source
+
+
+def _member_tables(table: Table) -> set[str]:
+    """The declared tables whose columns ``table`` holds: itself, or a joined relation's two tables."""
+    return {table.name} if table.join is None else {table.join.fact.name, table.join.unit.name}

@@ -16,6 +16,7 @@ from dpsql.engine.vocabulary import NotApplicable
 from dpsql.sql import quantiles as qs
 from dpsql.sql.derived import explain_notes as derived_notes
 from dpsql.sql.filters import statement_notes
+from dpsql.sql.relations import explain_join
 
 
 def explain(prepared: Prepared, budget: PrivacyBudget | None = None) -> str:
@@ -24,7 +25,8 @@ def explain(prepared: Prepared, budget: PrivacyBudget | None = None) -> str:
     compiled = chosen.compiled
     lines = [f"Batch: {len(compiled.statements)} statement(s) on table '{compiled.table.name}'.",
              f"Cost: {prepared.cost.describe()}"
-             + (f"; budget left {budget.remaining:.6g} of {budget.total.describe()}" if budget else "")]
+             + (f"; budget left {budget.remaining:.6g} of {budget.total.describe()}" if budget else ""),
+             *explain_join(compiled.table)]
     if isinstance(groups, GroupsPlan):
         for plan in groups.thresholds:
             lines.append(f"Truncation: {plan.describe()}; the sums are then clamped at ±θ. The expected RMSEs "

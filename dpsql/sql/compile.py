@@ -50,6 +50,7 @@ from dpsql.sql.boxes import Box, BoxBudget, intersect, merge, union
 from dpsql.sql.cell_totals import batch_cell_totals as batch_cell_totals  # re-exported: the scans sum cells with it
 from dpsql.sql.filters import Atom, statement_atoms
 from dpsql.sql.group_keys import GroupKey, KeyGroups, key_groups, keys_of, membership, plain_groups
+from dpsql.sql.relations import joined_relation, resolve
 from dpsql.sql.value_cells import ValueCells
 from dpsql.sql.vectors import COUNTS, DataVector
 from dpsql.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Workload
@@ -178,7 +179,9 @@ def compile_batch(batch: ir.Batch, schema: sch.Schema,
 
 
 def batch_table(batch: ir.Batch, schema: sch.Schema) -> sch.Table:
-    """The one declared table the batch queries."""
+    """The one declared table the batch queries, or the relation its statements join (:mod:`dpsql.sql.relations`)."""
+    if (relation := joined_relation(batch, schema)) is not None:
+        return relation
     tables = {statement.table.lower() for statement in batch.statements}
     first = batch.statements[0]
     if len(tables) != 1:
@@ -246,7 +249,7 @@ def _touched_columns(statements: Sequence[ir.Statement], table: sch.Table) -> li
 
 
 def _resolve(table: sch.Table, column: ir.Column) -> sch.Column:
-    return table.column(column.name, column.span.describe())
+    return resolve(table, column) if table.join is not None else table.column(column.name, column.span.describe())
 
 
 def _value_column(column: sch.Column) -> sch.Column:

@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from dpsql.sql.derived import Outputs
     from dpsql.sql.flatten import UnionPart
     from dpsql.sql.group_keys import GroupKey
-    from dpsql.sql.public_tables import PublicJoin
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +38,7 @@ class Column:
     name: str
     qualifier: str | None
     span: Span
+    qualified_table: str | None = None  # in a statement with JOIN: the table the qualifier names (alias resolved)
 
 
 Value = int | float | str | dt.date
@@ -180,6 +180,25 @@ class GroupColumn:
 
 SelectItem = GroupColumn | Aggregate
 
+JoinKind = TypingLiteral["inner", "left"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Join:
+    """``[INNER | LEFT [OUTER]] JOIN table [[AS] alias] USING (column) | ON column = column`` after FROM.
+
+    ``using`` holds the USING column names; ``on`` the two columns of an ON equality (empty for USING). Whether
+    the join is one dpsql can answer is decided against the schema (:mod:`dpsql.sql.relations`).
+    """
+
+    table: str
+    alias: str | None
+    kind: JoinKind
+    using: tuple[str, ...]
+    on: tuple[Column, ...]
+    span: Span
+    table_span: Span
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OrderItem:
@@ -206,8 +225,9 @@ class Statement:
     table_span: Span | None = None
     #: Per GROUP BY entry, its CASE/date-part key on that column (None: the plain column); () when all are plain.
     group_keys: tuple[GroupKey | None, ...] = ()
-    #: JOINs with public tables, rewritten away against the schema by ``public_tables.resolve``.
-    public_joins: tuple[PublicJoin, ...] = ()
+    #: The JOIN after FROM (``dpsql.sql.joins``): a public table's, rewritten away against the schema by
+    #: ``public_tables.resolve``, or the privacy unit's table (``dpsql.sql.relations``).
+    joins: tuple[Join, ...] = ()
     #: Outputs computed from the aggregates, HAVING, ORDER BY and LIMIT over them (``dpsql.sql.derived``);
     #: then ``select`` holds the group columns and every measured aggregate, and order_by/limit are empty.
     outputs: Outputs | None = None

@@ -17,7 +17,7 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
                                                     -- UNION ALL: one table, the parts' rows in order (sql.flatten)
     cte        := name AS '(' SELECT * | column (',' column)* FROM table [WHERE predicate] ')'  -- inlined
                 | name AS '(' statement ')'         -- read as SELECT outputs FROM name [WHERE on outputs = HAVING] ...
-    statement  := SELECT item (',' item)* FROM [main '.'] table [[AS] alias] join*  -- main: DuckDB's default schema
+    statement  := SELECT item (',' item)* FROM [main '.'] table [[AS] alias] [join]  -- main: DuckDB's default schema
                   [WHERE predicate]
                   [GROUP BY group (',' group)*]
                   [HAVING condition]                -- on the noisy answers: post-processing (dpsql.sql.derived)
@@ -41,8 +41,9 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
                 | QUANTILE_CONT|QUANTILE_DISC|QUANTILE(column, p)  -- p: a number or ? in [0, 1]
     plain      := COUNT(*) | COUNT(constant) | COUNT(column) | SUM(column) | AVG(column)  -- COUNT(1) = COUNT(*)
     column     := [[main '.'] table_or_alias '.'] name  -- identifiers may be "quoted"; case-insensitive
-    join       := [INNER | LEFT [OUTER]] JOIN table [[AS] alias] (USING (name) | ON column = column)
-                                                    -- a public table of the schema (public_tables): a lookup
+    join       := [INNER | LEFT [OUTER]] JOIN table [[AS] alias] (USING (key) | ON column = column)
+                                                    -- a public table of the schema (public_tables): a lookup;
+                                                    -- or the table's privacy unit's table (relations)
     group      := column | position | alias | case | datepart  -- position/alias: of a select item (group_keys)
     case       := CASE WHEN predicate THEN label ... [ELSE label] END  -- every WHEN on one column; label:
                 | CASE column WHEN value THEN label ... [ELSE label] END  --   value or NULL, all of one type
@@ -89,8 +90,9 @@ from sqlglot import exp
 from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # re-exported there
 
 from dpsql.errors import InvalidQueryError, ProgrammingError, SqlSyntaxError
-from dpsql.sql import derived, filters, group_keys, ir, public_tables
+from dpsql.sql import derived, filters, group_keys, ir
 from dpsql.sql.flatten import flatten
+from dpsql.sql.joins import is_join_clause, parse_joins
 from dpsql.sql.predicates import DEFAULT_SCHEMA, OPERATORS, parse_column, parse_predicate, parse_value
 from dpsql.sql.quantiles import output_names, parse_quantile
 from dpsql.sql.source import (
@@ -287,12 +289,9 @@ def _check_atom_count(where: exp.Where, scope: Scope) -> None:
 def _parse_statement(tree: exp.Expr, scope: Scope) -> ir.Statement:
     """Translate one parsed statement, checking the statement shape before its parts."""
     select = _require_select(tree, scope)
-    joins = public_tables.accepted(select)
-    _reject_forbidden(select, scope, joins)
+    _reject_forbidden(select, scope)
     _reject_other_clauses(select, scope)
-    scope = _parse_from(select, scope)
-    public_joins = public_tables.parse_joins(joins, scope)
-    scope = replace(scope, joined=frozenset(name for join in public_joins for name in join.names()))
+    scope = _parse_from(select, scope)  # and its JOIN (dpsql.sql.joins): a public table's or the unit table's
     group_by, keyed = _parse_group_by(select, scope)
     items = _parse_select_list(select, group_by, keyed, scope)
     where = select.args.get("where")
@@ -314,7 +313,7 @@ def _parse_statement(tree: exp.Expr, scope: Scope) -> ir.Statement:
         order_by=_parse_order_by(select, items, group_by, scope),
         limit=_parse_limit(select.args.get("limit"), scope),
         span=span,
-        public_joins=public_joins,
+        joins=scope.joined,
     ), items, condition)
 
 
@@ -333,20 +332,18 @@ def _require_select(tree: exp.Expr, scope: Scope) -> exp.Select:
     raise unsupported(f"{scope.source.word(scope.first) or 'this'} statement", scope.span, scope)
 
 
-def _reject_forbidden(select: exp.Select, scope: Scope, joins: Sequence[exp.Join] = ()) -> None:
-    """Reject the first (in text order) join, subquery, CTE, window, DISTINCT, HAVING, ... anywhere
-    (``joins``: the public-table joins :mod:`dpsql.sql.public_tables` reads)."""
+def _reject_forbidden(select: exp.Select, scope: Scope) -> None:
+    """Reject the first (in text order) subquery, CTE, window, DISTINCT, ... anywhere, and any join but
+    the FROM clause's own (read by :mod:`dpsql.sql.joins`)."""
     found = []
     for node in select.walk():
         name = next((name for kind, name in _FORBIDDEN if isinstance(node, kind)), None)
-        if name is not None and node is not select and not any(node is join for join in joins) \
+        if name is not None and node is not select and not is_join_clause(node, select) \
                 and not is_count_distinct(node):
             found.append((node_span(node, scope), name, node))
     if not found:
         return
-    span, name, node = min(found, key=lambda entry: entry[0].start)
-    if isinstance(node, exp.Join) and scope.source.word(scope.source.index(span.start) - 1) == ",":
-        name = "multiple tables in FROM"
+    span, name, _ = min(found, key=lambda entry: entry[0].start)
     raise unsupported(name, span, scope)
 
 
@@ -360,7 +357,7 @@ def _reject_other_clauses(select: exp.Select, scope: Scope) -> None:
 
 
 def _parse_from(select: exp.Select, scope: Scope) -> Scope:
-    """Read ``FROM table [[AS] alias]`` into the scope."""
+    """Read ``FROM table [[AS] alias]`` and its JOIN (:mod:`dpsql.sql.joins`) into the scope."""
     clause = select.args.get("from_") or select.args.get("from")
     if clause is None:
         raise unsupported("a SELECT without FROM", scope.span, scope)
@@ -381,8 +378,8 @@ def _parse_from(select: exp.Select, scope: Scope) -> Scope:
     alias = table.args.get("alias")
     if alias is not None and alias.columns:
         raise unsupported("column aliases on a table", alias, scope)
-    return replace(scope, table=name.name, alias=alias.name if alias is not None else None,
-                   table_span=node_span(name, scope))
+    return parse_joins(select, replace(scope, table=name.name, alias=alias.name if alias is not None else None,
+                                       table_span=node_span(name, scope)))
 
 
 

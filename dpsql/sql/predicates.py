@@ -57,13 +57,16 @@ def parse_column(node: exp.Expr, scope: Scope, context: str, supported: str) -> 
     if not is_empty(node.args.get("catalog")) or (schema is not None and schema.name.lower() != DEFAULT_SCHEMA):
         raise unsupported("a column qualified by a schema other than main, or by a catalog", node, scope, supported)
     qualifier = node.table or None
-    if qualifier is not None and qualifier.lower() not in {scope.table.lower(), (scope.alias or "").lower()} | \
-            scope.joined:
+    table = None if qualifier is None else scope.table_of(qualifier)
+    if qualifier is not None and table is None:
         names = f"neither table '{scope.table}' nor its alias '{scope.alias}'" if scope.alias else \
             f"not table '{scope.table}'"
+        if scope.joined:
+            names = "none of the tables in FROM and JOIN nor their aliases"
         raise invalid(f"Column qualifier '{qualifier}' is {names}", node, scope,
                       "Qualify columns by the table name or alias, or not at all.")
-    return ir.Column(name=node.name, qualifier=qualifier, span=node_span(node, scope))
+    return ir.Column(name=node.name, qualifier=qualifier, span=node_span(node, scope),
+                     qualified_table=table if scope.joined else None)
 
 
 # --------------------------------------------------------------------------------------------------

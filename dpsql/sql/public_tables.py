@@ -33,13 +33,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 from typing import Literal as TypingLiteral
 
-from sqlglot import exp
-
 from dpsql import schema as sch
 from dpsql.errors import SchemaError, UnsupportedQueryError
 from dpsql.sql import filters, ir
 from dpsql.sql.group_keys import LookupKey
-from dpsql.sql.source import Scope, invalid, node_span, unparen, unsupported
 
 _JOIN_SUPPORTED = ("Joins are [INNER | LEFT] JOIN <public table> [alias] USING (key) or ON <table>.key = "
                    "<alias>.key, with a public table the schema declares and a key column that references it.")
@@ -150,66 +147,34 @@ class PublicJoin:
         return {self.table.lower()} | ({self.alias.lower()} if self.alias else set())
 
 
-def accepted(select: exp.Select) -> list[exp.Join]:
-    """The joins of the FROM clause this module reads: INNER or LEFT, on one column, to a plain table."""
-    found = []
-    for join in select.args.get("joins") or []:
-        side, kind = (join.side or "").upper(), (join.kind or "").upper()
-        shape = (side, kind) in {("", ""), ("", "INNER"), ("LEFT", ""), ("LEFT", "OUTER")}
-        using, on = join.args.get("using") or [], join.args.get("on")
-        condition = (len(using) == 1) != (on is not None) and (on is None or _equi(on))
-        extra = [k for k, v in join.args.items() if k not in {"this", "side", "kind", "using", "on", "pivots"} and v]
-        if shape and condition and not extra and isinstance(join.this, exp.Table) and not join.args.get("pivots"):
-            found.append(join)
-    return found
-
-
-def _equi(on: exp.Expr) -> bool:
-    on = unparen(on)
-    sides = [unparen(side) for side in (on.this, on.expression)]
-    return isinstance(on, exp.EQ) and all(isinstance(side, exp.Column) and side.table for side in sides)
-
-
-def parse_joins(joins: list[exp.Join], scope: Scope) -> tuple[PublicJoin, ...]:
-    """The accepted joins as IR (the FROM table already in ``scope``)."""
-    return tuple(_parse_join(join, scope) for join in joins)
-
-
-def _parse_join(join: exp.Join, scope: Scope) -> PublicJoin:
-    table = join.this
-    alias = table.args.get("alias")
-    alias_name = alias.name if alias is not None else None
-    names = {table.name.lower()} | ({alias_name.lower()} if alias_name else set())
-    kind: TypingLiteral["inner", "left"] = "left" if (join.side or "").upper() == "LEFT" else "inner"
-    using = join.args.get("using") or []
-    if using:
-        name = using[0].name
-        key = ir.Column(name=name, qualifier=None, span=node_span(using[0], scope))
-        public_column = name
-    else:
-        on = unparen(join.args["on"])
-        sides: list[exp.Column] = [unparen(on.this), unparen(on.expression)]  # type: ignore[list-item]  # _equi
-        mine = [side for side in sides if side.table.lower() in names]
-        other = [side for side in sides if side.table.lower() in {scope.table.lower(), (scope.alias or "").lower()}]
-        if len(mine) != 1 or len(other) != 1:
-            raise invalid("the JOIN condition must compare a column of the FROM table with one of the joined table",
-                          on, scope, "Write ON <table or alias>.key = <joined alias>.key.")
-        key = ir.Column(name=other[0].name, qualifier=other[0].table, span=node_span(other[0], scope))
-        public_column = mine[0].name
-    return PublicJoin(table=table.name, alias=alias_name, kind=kind, key=key, public_column=public_column.lower(),
-                      span=node_span(join, scope))
-
-
-def refuse_unhandled(join: exp.Join, scope: Scope) -> UnsupportedQueryError:
-    return unsupported("JOIN", join, scope, _JOIN_SUPPORTED)
+def public_join(join: ir.Join, statement: ir.Statement) -> PublicJoin:
+    """A JOIN read by :mod:`dpsql.sql.joins` as a lookup: the FROM table's key column and the public one."""
+    if join.using:
+        key = ir.Column(name=join.using[0], qualifier=None, span=join.span)
+        return PublicJoin(table=join.table, alias=join.alias, kind=join.kind, key=key,
+                          public_column=join.using[0].lower(), span=join.span)
+    names = {join.table.lower()} | ({join.alias.lower()} if join.alias else set())
+    mine = [side for side in join.on if (side.qualifier or "").lower() in names]
+    other = [side for side in join.on if side not in mine]
+    if len(mine) != 1 or len(other) != 1:
+        raise UnsupportedQueryError(f"JOIN {join.table} ({join.span.describe()}): the condition must compare a column "
+                                    f"of {statement.table} with one of {join.table}. {_JOIN_SUPPORTED}")
+    return PublicJoin(table=join.table, alias=join.alias, kind=join.kind, key=replace(other[0], qualified_table=None),
+                      public_column=mine[0].name.lower(), span=join.span)
 
 
 # ==================================================================================== compile side
 def resolve(batch: ir.Batch, schema: sch.Schema) -> ir.Batch:
-    """Every statement with public joins rewritten over the private table's own columns."""
-    if not any(statement.public_joins for statement in batch.statements):
+    """Every statement's joins with public tables rewritten over the private table's own columns (a join
+    with a private table stays, for :mod:`dpsql.sql.relations`)."""
+    if not any(_is_public(join, schema) for statement in batch.statements for join in statement.joins):
         return batch
-    return replace(batch, statements=tuple(_rewrite(s, schema) if s.public_joins else s for s in batch.statements))
+    return replace(batch, statements=tuple(_rewrite(s, schema) if any(_is_public(j, schema) for j in s.joins) else s
+                                           for s in batch.statements))
+
+
+def _is_public(join: ir.Join, schema: sch.Schema) -> bool:
+    return join.table.lower() in schema.public
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +186,8 @@ class _Lookup:
 
 def _rewrite(statement: ir.Statement, schema: sch.Schema) -> ir.Statement:
     table = schema.table(statement.table, (statement.table_span or statement.span).describe())
-    lookups = [_lookup(join, table, schema) for join in statement.public_joins]
+    lookups = [_lookup(public_join(join, statement), table, schema) for join in statement.joins
+               if _is_public(join, schema)]
     keys = list(statement.group_keys or [None] * len(statement.group_by))
     group_by = list(statement.group_by)
     for index, column in enumerate(group_by):
@@ -240,7 +206,8 @@ def _rewrite(statement: ir.Statement, schema: sch.Schema) -> ir.Statement:
         outputs = replace(outputs, items=tuple(_rewrite_group(item, lookups, table) if isinstance(item, ir.GroupColumn)
                                                else item for item in outputs.items))
     return replace(statement, select=select, where=where, group_by=tuple(group_by), outputs=outputs,
-                   group_keys=tuple(keys) if any(k is not None for k in keys) else (), public_joins=())
+                   group_keys=tuple(keys) if any(k is not None for k in keys) else (),
+                   joins=tuple(join for join in statement.joins if not _is_public(join, schema)))
 
 
 def _check_one_key_per_column(written: Sequence[ir.Column], keys: Sequence[ir.Column], table: sch.Table) -> None:

@@ -158,12 +158,19 @@ class Scope:
     table: str = ""
     alias: str | None = None
     table_span: ir.Span | None = None
-    joined: frozenset[str] = frozenset()  # names and aliases of joined public tables (lower case)
+    joined: tuple[ir.Join, ...] = ()  # the JOINs after FROM, once read (dpsql.sql.joins)
 
     @property
     def span(self) -> ir.Span:
         """The statement's own span, first token to last."""
         return self.source.token_span(self.first, self.last)
+
+    def table_of(self, qualifier: str) -> str | None:
+        """The table a column qualifier names (the FROM or a joined table, by name or alias), or None."""
+        for table, alias in ((self.table, self.alias), *((join.table, join.alias) for join in self.joined)):
+            if qualifier.lower() in {table.lower(), (alias or "").lower()}:
+                return table
+        return None
 
 
 def fragment(text: str, span: ir.Span, limit: int = 60) -> str:
