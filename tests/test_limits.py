@@ -100,8 +100,9 @@ def _twelve_ors(values: int, seed: int) -> str:
 
 def _truth_table(sql: str) -> np.ndarray:
     """The WHERE clause evaluated by DuckDB on every (a, b, c, d), as a 0/1 vector in that order."""
-    rows = duckdb.sql(f"SELECT ({sql.split('WHERE ')[1]}) AS hit FROM range(10) w(a), range(10) x(b), range(10) y(c), "
-                      "range(10) z(d) ORDER BY a, b, c, d").fetchall()
+    with duckdb.connect() as con:
+        rows = con.execute(f"SELECT ({sql.split('WHERE ')[1]}) AS hit FROM range(10) w(a), range(10) x(b), "
+                           "range(10) y(c), range(10) z(d) ORDER BY a, b, c, d").fetchall()
     return np.array([hit for (hit,) in rows], dtype=float)
 
 
