@@ -191,13 +191,7 @@ def rho_for_epsilon_delta(epsilon: float, *, delta: float) -> float:
     """
     _check("epsilon", epsilon)
     _check_delta(delta)
-    low, high = 0.0, float(epsilon)
-    for _ in range(200):
-        middle = (low + high) / 2
-        if middle in (low, high):
-            break
-        low, high = (middle, high) if epsilon_from_rho(middle, delta=delta) <= epsilon else (low, middle)
-    return low
+    return _bisect(lambda rho: epsilon_from_rho(rho, delta=delta) <= epsilon, 0.0, float(epsilon))[0]
 
 
 def epsilon_from_rho_simple(rho: float, *, delta: float) -> float:
@@ -228,12 +222,18 @@ def gaussian_epsilon(rho: float, *, delta: float) -> float:
     low, high = 0.0, epsilon_from_rho(rho, delta=delta)  # δ(ε) falls in ε; the CKS ε is an upper end
     if gaussian_delta(rho, epsilon=0.0) <= delta:
         return 0.0
+    return _bisect(lambda epsilon: gaussian_delta(rho, epsilon=epsilon) > delta, low, high)[1]
+
+
+def _bisect(holds: Callable[[float], bool], low: float, high: float) -> tuple[float, float]:
+    """(l, h) adjacent in floating point with ``holds`` true at l and false at h, for a ``holds`` that is
+    true up to one point of [low, high] and false beyond it."""
     for _ in range(200):
         middle = (low + high) / 2
         if middle in (low, high):
             break
-        low, high = (low, middle) if gaussian_delta(rho, epsilon=middle) <= delta else (middle, high)
-    return high
+        low, high = (middle, high) if holds(middle) else (low, middle)
+    return low, high
 
 
 def _normal_cdf(x: float) -> float:
