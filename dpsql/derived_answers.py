@@ -136,15 +136,16 @@ def derived_table(compiled: CompiledBatch, statement: CompiledStatement,
             value, stddev = _output_values(state, statement, item, answers)
             columns[item.alias] = pa.array(value, type=pa.float64(), from_pandas=True)
             columns[f"{item.alias}_stddev"] = pa.array(stddev, type=pa.float64(), from_pandas=True)
-            missing = int(np.isnan(value).sum())
-            if missing:
-                notes[item.alias] = (f"{missing} group(s) NULL: a denominator's noisy value (the count of non-NULL "
-                                     f"values, for AVG) is below max(1, {AVG_MIN_COUNT_STDDEVS:g} standard errors), "
-                                     "too small for a meaningful ratio")
     table = pa.table(columns)
     if outputs.having is not None:
         keep = [r for r, kept in enumerate(_condition(outputs.having, state, statement, compiled, table)) if kept]
         table = table.take(pa.array(keep, type=pa.int64()))
+    for item in outputs.items:  # NULL ratios among the rows HAVING keeps
+        missing = table.column(item.alias).null_count if isinstance(item, d.DerivedItem) else 0
+        if missing:
+            notes[item.alias] = (f"{missing} group(s) NULL: a denominator's noisy value (the count of non-NULL "
+                                 f"values, for AVG) is below max(1, {AVG_MIN_COUNT_STDDEVS:g} standard errors), "
+                                 "too small for a meaningful ratio")
     names = [item.alias for item in outputs.items]
     keys = [(names[o.key - 1] if isinstance(o.key, int) else _spelled(o.key, table), o.descending)
             for o in outputs.order_by]

@@ -252,8 +252,16 @@ def format_table(table: pa.Table, *, limit: int | None = None) -> str:
 
 
 def _cell(value: object, stddev: object) -> str:
+    """``value ± stddev`` with one decimal, or as many more as show the standard error's two leading
+    digits (a ratio of 0.2134 ± 0.0040 is not 0.2 ± 0.0).
+
+    >>> _cell(5417.04, 11.3), _cell(0.21342, 0.00401), _cell(3.0, 0.0)
+    ('5,417.0 ± 11.3', '0.2134 ± 0.0040', '3.0 ± 0.0')
+    """
     if value is None:
         return "NULL"
     if stddev is not None and isinstance(value, float):
-        return f"{value:,.1f} ± {float(stddev):,.1f}"  # type: ignore[arg-type]
+        error = float(stddev)  # type: ignore[arg-type]
+        decimals = 1 if not 0 < error < 1 else min(8, 1 - math.floor(math.log10(error)))
+        return f"{value:,.{decimals}f} ± {error:,.{decimals}f}"
     return f"{value:,.1f}" if isinstance(value, float) else str(value)
