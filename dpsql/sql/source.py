@@ -30,8 +30,9 @@ from dpsql.errors import ParameterError, SqlSyntaxError, UnsupportedQueryError
 from dpsql.sql import ir
 
 SUPPORTED = (
-    "dpsql answers SELECT [group columns,] COUNT(*)|COUNT(col)|SUM(col)|AVG(col) FROM one table "
-    "[WHERE predicates on columns] [GROUP BY columns]."
+    "dpsql answers SELECT [group keys,] aggregates (COUNT, SUM, AVG, MEDIAN, ...) and arithmetic on them "
+    "FROM a table [JOIN a public or unit table] [WHERE predicates on columns] [GROUP BY keys] [HAVING ...]; "
+    "see the README's \"Supported SQL\"."
 )
 _SYNTAX_ADVICE = "dpsql reads DuckDB SQL; fix the text at this position."
 
