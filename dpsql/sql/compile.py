@@ -64,7 +64,6 @@ class Axis:
 
     column: sch.Column
     cell_of_base: npt.NDArray[np.int64]  # base cell (outside = domain.size) → batch cell (outside last, or -1: none)
-    bin_of_cell: npt.NDArray[np.int64]   # batch cell → GROUP BY bin (outside cell: -1)
 
     @property
     def size(self) -> int:
@@ -292,10 +291,7 @@ def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Tab
         cell = cell.ravel()
     cells = int(cell.max()) + 1
     outside = -1 if column.outside_excluded and cells >= 2 else cells  # excluded rows never reach the cell
-    bins = column.domain.bin_of_base()
-    bin_of_cell = np.full(cells + (outside >= 0), -1, dtype=np.int64)
-    bin_of_cell[cell] = bins if grouped else 0
-    return Axis(column=column, cell_of_base=np.append(cell, outside), bin_of_cell=bin_of_cell)
+    return Axis(column=column, cell_of_base=np.append(cell, outside))
 
 
 def _key_groups(column: sch.Column, key: GroupKey | None) -> KeyGroups:
