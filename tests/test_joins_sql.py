@@ -190,10 +190,13 @@ def test_postgresql_reads_the_same_joined_and_capped_cells_as_duckdb(data: duckd
 
 
 @pytest.mark.slow
-def test_spark_reads_the_same_joined_and_capped_cells_as_duckdb(data: duckdb.DuckDBPyConnection) -> None:
+def test_spark_reads_the_same_joined_and_capped_cells_as_duckdb(data: duckdb.DuckDBPyConnection,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The same generated join and cap on Spark (local session, DataFrames): cell data identical to DuckDB's;
     the columns both tables declare (``visits.age``, ``people.age``) are read under their relation names."""
     pytest.importorskip("pyspark")
+    for name in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):  # left by a Spark Connect session earlier in the run
+        monkeypatch.delenv(name, raising=False)
     from pyspark.sql import SparkSession
 
     from dpsql.backends.spark import SparkBackend
