@@ -24,6 +24,8 @@ from dpsql.accounting import Budget, PrivacyBudget, PrivacyCost
 from dpsql.backends.base import Backend
 from dpsql.backends.choose import choose_backend, is_address
 from dpsql.backends.duckdb import attached_files
+from dpsql.engine.free import assemble, explain_lines, free_tables, split_batch
+from dpsql.engine.release_store import LedgerStore, MemoryStore, ReleaseStore
 from dpsql.errors import InterfaceError, LedgerError, NotSupportedError, PrivacyParameterError, ProgrammingError
 from dpsql.ledger import Account, BatchRecord, Binding, Ledger, default_path
 from dpsql.noise import RandomSource
@@ -195,6 +197,9 @@ class Connection:
                  default_cost: PrivacyCost | None = None) -> None:
         _check_rng(rng, books, backend)
         self._backend, self.schema, self._books, self._rng = backend, schema, books, rng
+        #: Where releases are kept for reuse: in memory with an in-memory budget, else in the ledger.
+        self.releases: ReleaseStore = (MemoryStore() if isinstance(books, Budget)
+                                       else LedgerStore(account=books, schema=schema.fingerprint()))
         #: The cost of a batch executed without epsilon= or rho= (``connect(epsilon_per_batch=...)``), or None.
         self.default_cost = default_cost
         self._closed = False
@@ -287,8 +292,12 @@ class Cursor:
     def execute(self, operation: str, parameters: Sequence[object] | None = None, *,
                 epsilon: float | None = None, rho: float | None = None,
                 progress: Callable[[str], None] | None = None, postprocess: Sequence[str] = (),
-                weights: Sequence[float] | None = None) -> Cursor:
+                weights: Sequence[float] | None = None, reuse: bool = True) -> Cursor:
         """Answer a batch of statements privately at the given cost; the first result becomes current.
+
+        Statements that earlier releases on this dataset already determine are answered from them
+        for free (``reuse=False`` measures every statement again); the others are measured, and
+        every answer combines the new and the kept measurements (``dpsql.engine.reuse``).
 
         ``progress``, if given, receives a message before each long step. ``postprocess`` opts in
         to "nonnegative" and/or "isotonic" (``dpsql.engine.postprocess``; free, but biased). ``weights``
@@ -300,13 +309,22 @@ class Cursor:
         """
         self._check_open()
         text, cost, units = self._cost_of(operation, epsilon, rho)
-        self.connection.budget.check(cost)  # an unreadable ledger or a spent budget fails before the planning work
-        prepared = engine.prepare(text, self.connection.schema, cost, parameters, progress=progress,
-                                  weights=weights)
-        _check_unit_options(units, prepared)
-        budget = self.connection._budget_for(operation, parameters, prepared)
-        results = engine.run(prepared, backend=self.connection._backend, budget=budget,
-                             rng=self.connection._rng, progress=progress, postprocess=postprocess)
+        connection = self.connection
+        store = connection.releases
+        split = split_batch(text, parameters, connection.schema, store.kept()) if reuse else None
+        if split is not None and split.all_free:
+            budget = connection.budget
+            results = assemble(split, [], free_tables(split, store.kept(), budget, postprocess))
+        else:
+            connection.budget.check(cost)  # an unreadable ledger or a spent budget fails before the planning work
+            prepared = engine.prepare(text, connection.schema, cost, parameters, progress=progress, weights=weights,
+                                      statements=split.measured if split is not None else None)
+            _check_unit_options(units, prepared)
+            budget = connection._budget_for(operation, parameters, prepared)
+            results = engine.run(prepared, backend=connection._backend, budget=budget, rng=connection._rng,
+                                 progress=progress, postprocess=postprocess, store=store, merge=split is None)
+            if split is not None:
+                results = assemble(split, results, free_tables(split, store.kept(), budget, postprocess))
         self._results, self._current, self._row = results, 0, 0
         return self
 
@@ -321,24 +339,32 @@ class Cursor:
         return self
 
     def explain(self, operation: str, parameters: Sequence[object] | None = None, *,
-                epsilon: float | None = None, rho: float | None = None, weights: Sequence[float] | None = None) -> str:
+                epsilon: float | None = None, rho: float | None = None, weights: Sequence[float] | None = None,
+                reuse: bool = True) -> str:
         """The plan (workload size, candidate strategies with expected RMSE, SVD bound, each statement's
-        expected RMSE against answering it alone, cost); spends nothing. ``weights`` as in ``execute``.
+        expected RMSE against answering it alone, cost); spends nothing. ``weights`` and ``reuse`` as
+        in ``execute``: statements earlier releases answer are listed as free, with their stddev.
 
         With a ledger that cannot be read (or has no total), the plan is still shown, followed by
         a line saying the budget state is unknown and why: ``execute`` fails until it is fixed.
         """
         self._check_open()
         text, cost, units = self._cost_of(operation, epsilon, rho)
-        prepared = engine.prepare(text, self.connection.schema, cost, parameters, weights=weights)
+        kept = self.connection.releases.kept() if reuse else []
+        split = split_batch(text, parameters, self.connection.schema, kept) if reuse else None
+        reused = "\n".join(explain_lines(split)) + "\n" if split is not None and split.free else ""
+        if split is not None and split.all_free:
+            return reused + self.connection.backend_name
+        prepared = engine.prepare(text, self.connection.schema, cost, parameters, weights=weights,
+                                  statements=split.measured if split is not None else None)
         _check_unit_options(units, prepared)
         backend = self.connection.backend_name
         try:
             budget = self.connection.budget
         except LedgerError as err:
-            return (f"{engine.explain(prepared)}\n{backend}\n"
+            return (f"{reused}{engine.explain(prepared)}\n{backend}\n"
                     f"Budget: unknown, so every query fails until this is fixed: {err}")
-        return f"{engine.explain(prepared, budget)}\n{backend}"
+        return f"{reused}{engine.explain(prepared, budget)}\n{backend}"
 
     def _cost_of(self, operation: str, epsilon: float | None,
                  rho: float | None) -> tuple[str, PrivacyCost, list[StatementOptions]]:

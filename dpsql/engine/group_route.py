@@ -27,7 +27,7 @@ from dpsql.engine.guard import (
     standing,
     statement_errors,
 )
-from dpsql.engine.measure import measure_groups
+from dpsql.engine.measure import MeasuredVector, measure_groups
 from dpsql.engine.measurements import PlannedVector, check_calibrations, split
 from dpsql.engine.metadata import Release, ReleaseMetadata, family_name
 from dpsql.engine.sum_answering import answering_groups, bias_bounds
@@ -104,7 +104,9 @@ class GroupsPlan:
         chosen = choose_thresholds(self, backend=backend, rng=rng, report=report)
         final = final_answering(self, chosen, report=report)
         columns = measured_columns(final.compiled.table, chosen)
-        answers = measure_groups(final.compiled, final.measurements, columns, backend=backend, rng=rng, report=report)
+        measured: list[MeasuredVector] = []
+        answers = measure_groups(final.compiled, final.measurements, columns, backend=backend, rng=rng, report=report,
+                                 measured=measured)
         errors = statement_errors(final.compiled, measured_sums(final.compiled, final.measurements), self.cost, columns)
         metadata = ReleaseMetadata(
             mechanism=f"matrix mechanism, {family_name(self.cost)}",
@@ -115,7 +117,7 @@ class GroupsPlan:
             truncation_threshold=chosen,
             truncation={plan.column.name: plan.describe() for plan in self.thresholds} if chosen else {})
         return Release(compiled=final.compiled, answers=answers, errors=errors, metadata=metadata,
-                       guard_rounds=GUARD_ROUNDS)
+                       guard_rounds=GUARD_ROUNDS, measured=tuple(measured))
 
 
 def plan_route(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: tuple[float, ...],

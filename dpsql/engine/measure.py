@@ -10,7 +10,7 @@ data and randomness, only after the batch's cost is charged.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -24,16 +24,31 @@ from dpsql.noise import RandomSource
 from dpsql.schema import Column
 from dpsql.sql.compile import CompiledBatch, CompiledGroup
 from dpsql.sql.derived import covariance_pairs
+from dpsql.sql.vectors import DataVector
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeasuredVector:
+    """One data vector of one statement group as measured: its columns as measured (sums: the
+    bounds and quantum they were clamped to) and the noisy release (public: kept for reuse)."""
+
+    group: int
+    vector: DataVector
+    quantum: float
+    bounds: tuple[float, float] | None
+    measurement: mechanism.Measurement
 
 
 def measure_groups(compiled: CompiledBatch, measurements: Sequence[PlannedVector], truncated: Mapping[str, Column], *,
-                   backend: Backend, rng: RandomSource | None, report: Report) -> AnswerSet:
+                   backend: Backend, rng: RandomSource | None, report: Report,
+                   measured: list[MeasuredVector] | None = None) -> AnswerSet:
     """One scan for the statement groups (:func:`~dpsql.engine.scan.scan`), each data vector measured
     with its plan's strategy, every block answered with its exact variance.
 
     ``truncated``: the table's columns as measured (truncated measures narrowed to ±θ; the
     measurements already carry the narrowed quantum and per-unit scale). AVG answers whose SUM and
     COUNT come from one measurement (value cells) carry their covariance for the delta method.
+    Each release is appended to ``measured`` when one is given.
     """
     answers: dict[AnswerKey, mechanism.Answers] = {}
     scans = scan(compiled, measurements, truncated, backend=backend, report=report)
@@ -51,6 +66,10 @@ def measure_groups(compiled: CompiledBatch, measurements: Sequence[PlannedVector
             release = mechanism.measure(planned.strategy, x, epsilon=planned.epsilon, rho=planned.rho,
                                         max_contribution=planned.max_contribution,
                                         cell_bounds=planned.cell_bounds, rng=rng)
+            if measured is not None:
+                bounds = truncated[m.vector.summed].measure_bounds if m.vector.is_sum else None
+                measured.append(MeasuredVector(group=index, vector=m.vector, quantum=m.quantum, bounds=bounds,
+                                               measurement=release))
             positions = [p for p, block in enumerate(group.blocks) if block.data == m.vector]
             stacked = mechanism.answer(group.workload(m.vector), release)
             ends = np.cumsum([group.blocks[p].workload.shape[0] for p in positions])

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from dpsql.accounting import PrivacyCost
 from dpsql.engine.guard import StatementError, guard_notes
+from dpsql.engine.measure import MeasuredVector
 from dpsql.results import AnswerSet
 from dpsql.sql.compile import CompiledBatch
 
@@ -76,13 +77,15 @@ def statement_metadata(errors: Sequence[StatementError], weights: Sequence[float
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Release:
     """What a route's answering returns: the compiled batch as answered, the answers, each
-    statement's expected error, and the batch metadata (budget entries filled in by ``run``)."""
+    statement's expected error, the batch metadata (budget entries filled in by ``run``) and the
+    noisy releases of the statement groups, which ``run`` keeps for reuse."""
 
     compiled: CompiledBatch
     answers: AnswerSet
     errors: list[StatementError]
     metadata: ReleaseMetadata
     guard_rounds: int
+    measured: tuple[MeasuredVector, ...] = ()  # the statement groups' noisy releases (kept for reuse)
 
 
 def family_name(cost: PrivacyCost) -> str:

@@ -4,6 +4,7 @@ check that the plan never spends more than the batch is charged."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from dpsql import blas
 from dpsql.accounting import PrivacyCost
@@ -28,7 +29,7 @@ NOT_PLANNED = ("statement groups were not planned: ResidualPlanner's expected er
 @blas.single_threaded()
 def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[object] | None = None,
             progress: Progress | None = None, *, plan_all_routes: bool = False,
-            weights: Sequence[float] | None = None) -> Prepared:
+            weights: Sequence[float] | None = None, statements: Sequence[int] | None = None) -> Prepared:
     """Parse, compile, plan every route and split the batch's budget — no data read.
 
     ``progress`` hears about each strategy that has to be optimized (seconds, not milliseconds).
@@ -39,12 +40,16 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
     After planning, a statement still expected to do worse than answering it alone has its
     weight raised and the budget split again, then the groups are planned again with the raised
     weights (``dpsql.engine.guard``, ``dpsql.engine.group_route``); if it stays worse, the plan's
-    ``guard_notes`` say so (EXPLAIN and the statement's result metadata show it).
+    ``guard_notes`` say so (EXPLAIN and the statement's result metadata show it). ``statements``
+    plans only those statements of the batch (0-based; the others are answered from earlier
+    releases, :mod:`dpsql.engine.free`).
     """
     batch = public_tables.resolve(parse_batch(text, parameters), schema)  # public joins → lookups on the key
-    request = PlanRequest(batch=batch, schema=schema, cost=cost,
-                          weights=statement_weights_of(expand_weights(batch, weights), len(batch.statements)),
-                          progress=progress)
+    planned = statement_weights_of(expand_weights(batch, weights), len(batch.statements))
+    if statements is not None:
+        batch = replace(batch, statements=tuple(batch.statements[i] for i in statements))
+        planned = tuple(planned[i] for i in statements)
+    request = PlanRequest(batch=batch, schema=schema, cost=cost, weights=planned, progress=progress)
     table = batch_table(batch, schema)
     check_unions(batch, table)
     residual = ResidualPlanner().plan(request)

@@ -14,6 +14,8 @@ from dpsql.backends import Backend
 from dpsql.derived_answers import merge_unions
 from dpsql.engine import postprocess as postprocessing
 from dpsql.engine.metadata import statement_metadata
+from dpsql.engine.release_store import ReleaseStore
+from dpsql.engine.reuse import keep_and_answer, reuse_entry
 from dpsql.engine.routes import Prepared
 from dpsql.engine.vocabulary import Report
 from dpsql.errors import ProgrammingError
@@ -26,14 +28,18 @@ NOTHING_SPENT = "nothing: every statement's WHERE clause is never TRUE (exact ze
 
 @blas.single_threaded()
 def run(prepared: Prepared, *, backend: Backend, budget: PrivacyBudget, rng: RandomSource | None = None,
-        progress: Report | None = None, postprocess: Sequence[str] = ()) -> list[pa.Table]:
+        progress: Report | None = None, postprocess: Sequence[str] = (), store: ReleaseStore | None = None,
+        merge: bool = True) -> list[pa.Table]:
     """Charge the batch, then let the chosen route scan, measure and answer; one table per statement.
 
     The cost is checked against the budget and charged (durably, for a ledger) before the first
     read of the data; a batch whose statements are all identically zero is answered with exact
     zeros and charges nothing. ``progress`` receives a short message before each step (scan,
     measurement, packaging). ``postprocess`` lists opt-in steps of
-    :mod:`dpsql.engine.postprocess` ("nonnegative", "isotonic").
+    :mod:`dpsql.engine.postprocess` ("nonnegative", "isotonic"). With a ``store``, the release's
+    measurements are kept there (after the charge) and every statement is answered by generalized
+    least squares over them and the measurements kept before (:mod:`dpsql.engine.reuse`).
+    ``merge=False`` returns one table per batch statement, UNION ALL parts apart.
     """
     report = progress or (lambda message: None)
     if rng is not None and budget.durable:  # a known seed replays the noise (see dbapi.connect)
@@ -52,6 +58,9 @@ def run(prepared: Prepared, *, backend: Backend, budget: PrivacyBudget, rng: Ran
         budget.charge(prepared.cost)
     release = chosen.answer(backend=backend, rng=rng, report=report)
     answers, metadata = release.answers, release.metadata
+    reused: dict[int, tuple[int, ...]] = {}
+    if store is not None and release.measured:
+        answers, reused = keep_and_answer(release.compiled, release.measured, answers, store, budget)
     if postprocess:
         answers, steps = postprocessing.apply(release.compiled, answers, postprocess)
         metadata = replace(metadata, postprocessing=tuple(steps or [f"{', '.join(postprocess)}: nothing to change"]))
@@ -59,5 +68,8 @@ def run(prepared: Prepared, *, backend: Backend, budget: PrivacyBudget, rng: Ran
     spent = NOTHING_SPENT if chosen.measures_nothing else prepared.cost.describe()
     metadata = metadata.with_budget(spent, f"{budget.remaining:.6g} of {budget.total.describe()}")
     statements = statement_metadata(release.errors, chosen.weights, release.guard_rounds)
-    tables = statement_tables(release.compiled, answers, metadata.to_json(), [s.to_json() for s in statements])
+    entries = [{**s.to_json(), **reuse_entry(reused.get(i))} for i, s in enumerate(statements)]
+    tables = statement_tables(release.compiled, answers, metadata.to_json(), entries)
+    if not merge:
+        return tables
     return merge_unions([s.statement for s in release.compiled.statements], tables)  # one table per UNION ALL

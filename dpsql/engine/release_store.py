@@ -1,0 +1,76 @@
+"""Where releases are kept for reuse: in memory for a connection with an in-memory budget, or in
+the ledger next to the charge that paid for them (``Ledger.keep_release``), MAC-chained with the
+rest of the history and verified on every open.
+
+A kept release is the public part of what a charge measured (:mod:`dpsql.releases.kept`): the
+strategy, the noisy values, the noise variance and the cells, under one schema version (the
+schema's fingerprint; a release under another version is never used). A release is kept only
+after its charge is committed and names that charge, so nothing is kept, or answered from, without
+a charge. A stored release that cannot be read fails closed (LedgerError).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from dpsql.accounting import PrivacyBudget
+from dpsql.errors import LedgerError, ProgrammingError
+from dpsql.ledger import Account
+from dpsql.releases.kept import KeptMeasurement, payload, read_payload
+
+
+class ReleaseStore(Protocol):
+    """The kept releases of one dataset under one schema."""
+
+    def kept(self) -> list[KeptMeasurement]:
+        """Every kept measurement, each knowing its release's id."""
+        ...
+
+    def keep(self, measurements: Sequence[KeptMeasurement], summary: Sequence[str], budget: PrivacyBudget) -> int:
+        """Keep a release paid by ``budget``'s last charge; its id."""
+        ...
+
+
+@dataclass(slots=True)
+class MemoryStore:
+    """A connection's releases, in memory (with an in-memory budget: tests, demos)."""
+
+    releases: list[list[KeptMeasurement]] = field(default_factory=list)
+    summaries: list[list[str]] = field(default_factory=list)
+
+    def kept(self) -> list[KeptMeasurement]:
+        return [m for release in self.releases for m in release]
+
+    def keep(self, measurements: Sequence[KeptMeasurement], summary: Sequence[str], budget: PrivacyBudget) -> int:
+        number = len(self.releases) + 1
+        self.releases.append([m.with_release(number) for m in measurements])
+        self.summaries.append(list(summary))
+        return number
+
+
+@dataclass(slots=True, kw_only=True)
+class LedgerStore:
+    """A dataset's releases in its ledger, read under the schema version ``schema`` (a fingerprint)."""
+
+    account: Account
+    schema: str
+
+    def kept(self) -> list[KeptMeasurement]:
+        found = []
+        for release in self.account.ledger.releases(self.account.dataset):
+            try:
+                found.extend(read_payload(release.payload, release.id, self.schema))
+            except (ValueError, KeyError, TypeError) as err:
+                raise LedgerError(f"release #{release.id} in ledger '{self.account.ledger.path}' cannot be read "
+                                  f"({type(err).__name__}), so what it answers is unknown. Nothing was run or charged. "
+                                  "Restore the ledger from a backup.") from None
+        return found
+
+    def keep(self, measurements: Sequence[KeptMeasurement], summary: Sequence[str], budget: PrivacyBudget) -> int:
+        charge = getattr(budget, "charge_id", None)
+        if not isinstance(charge, int):
+            raise ProgrammingError("a release is kept only after its charge: the budget has no charge to name.")
+        return self.account.ledger.keep_release(self.account.dataset, charge,
+                                                payload(list(measurements), list(summary), self.schema))

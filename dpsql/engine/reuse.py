@@ -1,0 +1,214 @@
+"""Answers from earlier releases: which statements they already determine, and the generalized
+least-squares answer of every statement over all kept measurements.
+
+A statement group's block W over data vector v (its cells: the group's axes) is lifted onto the
+joint cells of the group and the kept measurements of v (:mod:`dpsql.releases.joint`); where every
+row lies in the span of those measurements, W x̂ with x̂ their GLS estimate is its answer, with
+exact variance W M⁺ Wᵀ (:mod:`dpsql.releases.gls`). A statement all of whose blocks are answerable
+is *free*: no new measurement, no charge. After a batch is measured, its own measurements join the
+kept ones and every statement is answered over all of them, so an old question's error shrinks as
+more is measured. Post-processing of released values: free, and nothing here reads data.
+
+Kept: measurements of tables where each row is the privacy unit (a per-unit cap keeps rows by a
+hash of the values each scan reads, so capped vectors are not marginals of each other), over at
+most REUSE_CELLS cells. Order statistics are always measured afresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from dpsql import mechanism
+from dpsql.accounting import PrivacyBudget
+from dpsql.engine.measure import MeasuredVector
+from dpsql.engine.release_store import ReleaseStore
+from dpsql.releases.gls import Pool, pool
+from dpsql.releases.joint import Axes, joint_cells, joint_domain
+from dpsql.releases.kept import KeptMeasurement
+from dpsql.releases.recipes import NotKeptError, to_recipe
+from dpsql.results import AnswerKey, AnswerSet
+from dpsql.schema import Table, measure_quantum
+from dpsql.sql.compile import Axis, CompiledBatch, CompiledGroup
+from dpsql.sql.vectors import DataVector
+
+FloatArray = npt.NDArray[np.float64]
+
+#: The most joint cells a reuse may span (its information matrix is dense: REUSE_CELLS² numbers).
+REUSE_CELLS = 2048
+
+
+def not_kept_reason(table: Table) -> str | None:
+    """Why a table's measurements are not kept for reuse (None: they are)."""
+    if table.privacy_unit.column is not None:
+        return (f"'{table.name}' caps each privacy unit's rows, chosen per scan, so its measurements are not "
+                "marginals of each other and are not kept for reuse")
+    return None
+
+
+def axis_key(axis: Axis, table: Table) -> str:
+    """An axis's identity across batches: its column, and ':values' for a value-cell axis (clamped values)."""
+    declared = table.columns.get(axis.column.name)
+    return axis.column.name if axis.column == declared else f"{axis.column.name}:values"
+
+
+def vector_key(vector: DataVector, bounds: tuple[float, float] | None, quantum: float) -> str:
+    """A data vector's identity across batches: kind, column, and a sum's clamp bounds and quantum."""
+    if vector.is_sum:
+        assert bounds is not None
+        return f"{vector.label}[{bounds[0]!r},{bounds[1]!r}]/{quantum!r}"
+    return vector.label
+
+
+def group_axes(group: CompiledGroup, table: Table) -> tuple[tuple[str, npt.NDArray[np.int64]], ...]:
+    return tuple((axis_key(axis, table), np.asarray(axis.cell_of_base, dtype=np.int64)) for axis in group.axes)
+
+
+def kept_measurements(compiled: CompiledBatch,
+                      measured: Sequence[MeasuredVector]) -> tuple[list[KeptMeasurement], list[str]]:
+    """The measurements of a release to keep, and why the others are not kept."""
+    table = compiled.table
+    if (reason := not_kept_reason(table)) is not None:
+        return [], [reason] if measured else []
+    kept, skipped = [], []
+    for item in measured:
+        group = compiled.groups[item.group]
+        label = f"{item.vector.label} over {', '.join(f'{a.column.name}({a.size})' for a in group.axes) or 'all rows'}"
+        if group.cells > REUSE_CELLS:
+            skipped.append(f"{label}: {group.cells:,} cells (more than {REUSE_CELLS:,}) not kept for reuse")
+            continue
+        release = item.measurement
+        try:
+            to_recipe(release.strategy)
+        except NotKeptError as err:
+            skipped.append(f"{label}: {err}")
+            continue
+        kept.append(KeptMeasurement(table=table.name, vector=vector_key(item.vector, item.bounds, item.quantum),
+                                    axes=group_axes(group, table), strategy=release.strategy,
+                                    y=np.asarray(release.y, dtype=np.float64),
+                                    noise_variance=float(release.noise_variance), label=label))
+    return kept, skipped
+
+
+@dataclass(slots=True, kw_only=True)
+class Reuse:
+    """Answering statements of one compiled batch from kept measurements (pools built once per
+    group and data vector)."""
+
+    compiled: CompiledBatch
+    kept: Sequence[KeptMeasurement]
+    measured: Sequence[MeasuredVector] = ()  # this batch's own measurements (sums: their bounds and quantum)
+    _pools: dict[tuple[int, str], Pool | None] = field(default_factory=dict)
+
+    def _key(self, index: int, vector: DataVector) -> tuple[str, float]:
+        """(vector key, value of one integer unit of the vector) of a group's vector: as measured,
+        else with the declared bounds."""
+        if not vector.is_sum:
+            return vector_key(vector, None, 1.0), 1.0
+        for item in self.measured:
+            if item.group == index and item.vector == vector:
+                return vector_key(vector, item.bounds, item.quantum), item.quantum
+        column = self.compiled.table.columns[vector.summed]
+        quantum = measure_quantum(column)
+        return vector_key(vector, column.measure_bounds, quantum), quantum
+
+    def pool_of(self, index: int, vector: DataVector) -> Pool | None:
+        """The GLS pool of one group's data vector (None: nothing kept fits)."""
+        key = (index, self._key(index, vector)[0])
+        if key not in self._pools:
+            self._pools[key] = self._build(self.compiled.groups[index], key[1])
+        return self._pools[key]
+
+    def _build(self, group: CompiledGroup, key: str) -> Pool | None:
+        table = self.compiled.table
+        if not_kept_reason(table) is not None:
+            return None
+        participants: list[Axes] = [group_axes(group, table)]
+        members = []
+        for kept in sorted((k for k in self.kept if k.table == table.name and k.vector == key),
+                           key=lambda k: -k.release):  # the newest first, while the joint cells fit
+            if joint_cells([*participants, kept.axes]) <= REUSE_CELLS:
+                participants.append(kept.axes)
+                members.append(kept)
+        if not members:
+            return None
+        return pool(joint_domain(participants), members)
+
+    def statement_answers(self, statement: int) -> dict[AnswerKey, mechanism.Answers] | None:
+        """Every block of a statement answered from the pools, with covariances between blocks that
+        share one; None if some block is not determined by kept measurements."""
+        compiled = self.compiled.statements[statement]
+        group = self.compiled.groups[compiled.group]
+        positions = sorted({p for output in compiled.aggregates for p in output.blocks})
+        if any(group.blocks[p].total is not None for p in positions) or group.cells > REUSE_CELLS:
+            return None
+        axes = group_axes(group, self.compiled.table)
+        rows: dict[int, tuple[Pool, FloatArray, float]] = {}
+        for p in positions:
+            block = group.blocks[p]
+            found = self.pool_of(compiled.group, block.data)
+            if found is None:
+                return None
+            lifted = np.asarray(block.workload.dense(), dtype=np.float64)[:, found.domain.index(axes)]
+            if not np.all(found.answerable(lifted)):
+                return None
+            rows[p] = (found, lifted, block.scale * self._key(compiled.group, block.data)[1])
+        answers: dict[AnswerKey, mechanism.Answers] = {}
+        for p, (found, lifted, unit) in rows.items():
+            covariances = {q: found.covariances(lifted, other) * unit * other_unit
+                           for q, (other_pool, other, other_unit) in rows.items() if q > p and other_pool is found}
+            answers[AnswerKey(compiled.group, p)] = mechanism.Answers(
+                values=found.values(lifted) * unit, variances=found.covariances(lifted, lifted) * unit**2,
+                covariances=covariances)
+        return answers
+
+    def releases_of(self, statement: int) -> tuple[int, ...]:
+        """The releases whose measurements answer a statement (after ``statement_answers`` found it answerable)."""
+        compiled = self.compiled.statements[statement]
+        group = self.compiled.groups[compiled.group]
+        vectors = {group.blocks[p].data for output in compiled.aggregates for p in output.blocks}
+        found = [self.pool_of(compiled.group, v) for v in vectors]
+        return tuple(sorted({r for f in found if f is not None for r in f.releases}))
+
+
+def answer_all(reuse: Reuse, answers: AnswerSet,
+               statements: Iterable[int]) -> tuple[AnswerSet, dict[int, tuple[int, ...]]]:
+    """``answers`` with each listed statement's blocks replaced by their GLS answers where kept
+    measurements determine them; also which releases answered each statement."""
+    found = dict(answers)
+    used: dict[int, tuple[int, ...]] = {}
+    for statement in statements:
+        mine = reuse.statement_answers(statement)
+        if mine is not None:
+            found.update(mine)
+            used[statement] = reuse.releases_of(statement)
+    return AnswerSet(found), used
+
+
+def summary(measurements: Sequence[KeptMeasurement]) -> list[str]:
+    """What a release can answer, one line per measurement (``dpsql budget show`` lists them)."""
+    return [f"{m.label} on '{m.table}': {m.y.shape[0]:,} noisy values (noise stddev {m.noise_variance ** 0.5:.4g}); "
+            "answers any linear query over these cells" for m in measurements]
+
+
+def keep_and_answer(compiled: CompiledBatch, measured: Sequence[MeasuredVector], answers: AnswerSet,
+                    store: ReleaseStore, budget: PrivacyBudget) -> tuple[AnswerSet, dict[int, tuple[int, ...]]]:
+    """Keep a charged release's measurements, then answer every statement over all kept ones."""
+    kept, _ = kept_measurements(compiled, measured)
+    if kept:
+        store.keep(kept, summary(kept), budget)
+    if not_kept_reason(compiled.table) is not None:
+        return answers, {}
+    reuse = Reuse(compiled=compiled, kept=store.kept(), measured=measured)
+    return answer_all(reuse, answers, range(len(compiled.statements)))
+
+
+def reuse_entry(releases: tuple[int, ...] | None) -> dict[str, object]:
+    """A statement's ``reuse`` metadata: the releases whose measurements answered it."""
+    if not releases:
+        return {}
+    return {"reuse": {"answered_by_releases": list(releases),
+                      "method": "generalized least squares over every kept measurement of its cells"}}

@@ -1,0 +1,101 @@
+"""One kept measurement: y = Ã x + z over cells the schema defines, with everything needed to reuse it.
+
+x is a data vector (``vector``: row counts, non-NULL counts or clamped sums of one column, in
+integer units) over the product of ``axes``: per axis, its key (the column, and how its values map
+to base cells) and the map from the column's base cells (outside last) to the measurement's cells
+(-1: rows never read). Ã is the integer strategy actually measured and z i.i.d. noise of variance
+``noise_variance``. Its information about x is the Fisher information of a Gaussian model with
+that variance, Ãᵀ Ã / σ², and Ãᵀ y / σ²: exactly what generalized least squares needs
+(:mod:`dpsql.releases.gls`). x over fewer axes is the marginal of x over more only where each row
+is the privacy unit (a per-unit cap keeps rows by a hash of the values a scan reads), so only such
+tables' measurements are kept.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dpsql.releases.recipes import decode_array, encode_array, from_recipe, to_recipe
+from dpsql.workloads import Workload
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+Axes = tuple[tuple[str, IntArray], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class KeptMeasurement:
+    """A measurement kept for reuse (``release``: the id of the release that holds it, 0 before it is kept)."""
+
+    table: str
+    vector: str
+    axes: Axes
+    strategy: Workload
+    y: FloatArray
+    noise_variance: float
+    label: str = ""
+    release: int = 0
+    _information: list[tuple[FloatArray, FloatArray]] = field(default_factory=list, repr=False)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Cells per axis, in axis order (the strategy's columns are their row-major product)."""
+        return tuple(int(cells.max()) + 1 for _, cells in self.axes)
+
+    @property
+    def cells(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def information(self) -> tuple[FloatArray, FloatArray]:
+        """(Ãᵀ Ã / σ², Ãᵀ y / σ²) over this measurement's cells (computed once)."""
+        if not self._information:
+            gram = np.asarray(self.strategy.gram().dense(), dtype=np.float64) / self.noise_variance
+            self._information.append((gram, self.strategy.rmatvec(self.y) / self.noise_variance))
+        return self._information[0]
+
+    def with_release(self, release: int) -> KeptMeasurement:
+        return KeptMeasurement(table=self.table, vector=self.vector, axes=self.axes,
+                               strategy=self.strategy, y=self.y, noise_variance=self.noise_variance, label=self.label,
+                               release=release)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table, "vector": self.vector,
+                "axes": [[key, encode_array(cells)] for key, cells in self.axes],
+                "strategy": to_recipe(self.strategy), "y": encode_array(self.y),
+                "noise_variance": self.noise_variance, "label": self.label}
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any], release: int) -> KeptMeasurement:
+        """The measurement a payload entry describes; ValueError if it is not one (shapes included)."""
+        axes = tuple((str(key), np.asarray(decode_array(text), dtype=np.int64)) for key, text in value["axes"])
+        kept = cls(table=str(value["table"]), vector=str(value["vector"]), axes=axes,
+                   strategy=from_recipe(value["strategy"]),
+                   y=np.asarray(decode_array(value["y"]), dtype=np.float64),
+                   noise_variance=float(value["noise_variance"]), label=str(value.get("label", "")), release=release)
+        rows, columns = kept.strategy.shape
+        if columns != kept.cells or rows != kept.y.shape[0] or not kept.noise_variance > 0:
+            raise ValueError(f"a kept measurement of {rows} × {columns} with {kept.y.shape[0]} values over "
+                             f"{kept.cells} cells and noise variance {kept.noise_variance}")
+        return kept
+
+
+def payload(measurements: list[KeptMeasurement], summary: list[str], schema: str) -> str:
+    """A release's stored text: canonical JSON of its measurements, what they answer, and the schema version."""
+    return json.dumps({"schema": schema, "summary": summary, "measurements": [m.to_json() for m in measurements]},
+                      sort_keys=True, separators=(",", ":"))
+
+
+def read_payload(text: str, release: int, schema: str) -> list[KeptMeasurement]:
+    """The measurements of a stored release made under ``schema`` (none under another schema
+    version); ValueError for a text that is not a release."""
+    value = json.loads(text)
+    if not isinstance(value, dict) or not isinstance(value.get("measurements"), list):
+        raise ValueError("not a dpsql release")
+    if value.get("schema") != schema:
+        return []
+    return [KeptMeasurement.from_json(entry, release) for entry in value["measurements"]]
