@@ -45,8 +45,11 @@ class Split:
 
 
 def split_batch(text: str, parameters: Sequence[object] | None, schema: Schema,
-                kept: Sequence[KeptMeasurement]) -> Split:
-    """Which statements the kept measurements already answer (no data read)."""
+                kept: Sequence[KeptMeasurement], targets: Sequence[float | None] | None = None) -> Split:
+    """Which statements the kept measurements already answer (no data read). With ``targets``
+    (one largest standard error, or None, per batch statement), a statement is free only if its
+    every answer already meets its target; it must then be a plain COUNT/SUM statement, whose
+    standard errors do not depend on the data."""
     batch = public_tables.resolve(parse_batch(text, parameters), schema)
     everything = tuple(range(len(batch.statements)))
     if not kept:
@@ -55,13 +58,24 @@ def split_batch(text: str, parameters: Sequence[object] | None, schema: Schema,
     if not_kept_reason(compiled.table) is not None:
         return Split(batch=batch, compiled=None, free={}, releases={}, measured=everything)
     reuse = Reuse(compiled=compiled, kept=kept)
-    free = {s: found for s in everything if (found := reuse.statement_answers(s)) is not None}
+    free = {s: found for s in everything if (found := reuse.statement_answers(s)) is not None
+            and (targets is None or _meets(compiled.statements[s].statement, found, targets[s]))}
     for part in _union_parts(batch):  # a UNION ALL is answered whole, from the releases or measured
         if not all(s in free for s in part):
             for s in part:
                 free.pop(s, None)
     return Split(batch=batch, compiled=compiled, free=free, releases={s: reuse.releases_of(s) for s in free},
                  measured=tuple(s for s in everything if s not in free))
+
+
+def _meets(statement: ir.Statement, answers: Mapping[AnswerKey, mechanism.Answers], target: float | None) -> bool:
+    """Whether kept measurements answer a statement within ``target`` (None: any accuracy)."""
+    if target is None:
+        return True
+    linear = statement.outputs is None and all(
+        item.function in ("count", "sum") and item.quantile is None
+        for item in statement.select if isinstance(item, ir.Aggregate))
+    return linear and all(float(a.stddevs.max()) <= target for a in answers.values() if a.values.size)
 
 
 def _union_parts(batch: ir.Batch) -> list[list[int]]:

@@ -16,7 +16,7 @@ most REUSE_CELLS cells. Order statistics are always measured afresh.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +25,7 @@ import numpy.typing as npt
 from dpsql import mechanism
 from dpsql.accounting import PrivacyBudget
 from dpsql.engine.measure import MeasuredVector
+from dpsql.engine.measurements import PlannedVector
 from dpsql.engine.release_store import ReleaseStore
 from dpsql.releases.gls import Pool, pool
 from dpsql.releases.joint import Axes, joint_cells, joint_domain
@@ -37,6 +38,8 @@ from dpsql.sql.vectors import DataVector
 
 FloatArray = npt.NDArray[np.float64]
 
+#: The release number a planned, not yet measured, measurement goes by (the newest of all).
+NEW_RELEASE = 2**62
 #: The most joint cells a reuse may span (its information matrix is dense: REUSE_CELLS² numbers).
 REUSE_CELLS = 2048
 
@@ -100,24 +103,25 @@ class Reuse:
 
     compiled: CompiledBatch
     kept: Sequence[KeptMeasurement]
-    measured: Sequence[MeasuredVector] = ()  # this batch's own measurements (sums: their bounds and quantum)
+    #: (group, vector) → (vector key, value of one integer unit) where a vector is measured with
+    #: other bounds than declared (truncated sums); see :func:`measured_keys`.
+    keys: Mapping[tuple[int, DataVector], tuple[str, float]] = field(default_factory=dict)
     _pools: dict[tuple[int, str], Pool | None] = field(default_factory=dict)
 
-    def _key(self, index: int, vector: DataVector) -> tuple[str, float]:
+    def unit_key(self, index: int, vector: DataVector) -> tuple[str, float]:
         """(vector key, value of one integer unit of the vector) of a group's vector: as measured,
         else with the declared bounds."""
+        if (index, vector) in self.keys:
+            return self.keys[(index, vector)]
         if not vector.is_sum:
             return vector_key(vector, None, 1.0), 1.0
-        for item in self.measured:
-            if item.group == index and item.vector == vector:
-                return vector_key(vector, item.bounds, item.quantum), item.quantum
         column = self.compiled.table.columns[vector.summed]
         quantum = measure_quantum(column)
         return vector_key(vector, column.measure_bounds, quantum), quantum
 
     def pool_of(self, index: int, vector: DataVector) -> Pool | None:
         """The GLS pool of one group's data vector (None: nothing kept fits)."""
-        key = (index, self._key(index, vector)[0])
+        key = (index, self.unit_key(index, vector)[0])
         if key not in self._pools:
             self._pools[key] = self._build(self.compiled.groups[index], key[1])
         return self._pools[key]
@@ -155,7 +159,7 @@ class Reuse:
             lifted = np.asarray(block.workload.dense(), dtype=np.float64)[:, found.domain.index(axes)]
             if not np.all(found.answerable(lifted)):
                 return None
-            rows[p] = (found, lifted, block.scale * self._key(compiled.group, block.data)[1])
+            rows[p] = (found, lifted, block.scale * self.unit_key(compiled.group, block.data)[1])
         answers: dict[AnswerKey, mechanism.Answers] = {}
         for p, (found, lifted, unit) in rows.items():
             covariances = {q: found.covariances(lifted, other) * unit * other_unit
@@ -188,6 +192,38 @@ def answer_all(reuse: Reuse, answers: AnswerSet,
     return AnswerSet(found), used
 
 
+def measured_keys(measured: Sequence[MeasuredVector]) -> dict[tuple[int, DataVector], tuple[str, float]]:
+    """Each measured vector's key and unit, from the bounds and quantum it was measured with."""
+    return {(m.group, m.vector): (vector_key(m.vector, m.bounds, m.quantum), m.quantum) for m in measured}
+
+
+def planned_variances(compiled: CompiledBatch, measurements: Sequence[PlannedVector], kept: Sequence[KeptMeasurement],
+                      alone: Mapping[AnswerKey, FloatArray]) -> dict[AnswerKey, FloatArray]:
+    """Each block's variance once the planned measurements join the kept ones (GLS over all of
+    them; no data: the new measurements' strategies and calibrated noise variances are public).
+    ``alone``: the blocks' variances under the plan by itself, kept where no pool applies."""
+    result = dict(alone)
+    if not kept or not_kept_reason(compiled.table) is not None:
+        return result
+    table = compiled.table
+    hypothetical: list[KeptMeasurement] = []
+    for m in measurements:
+        group = compiled.groups[m.group]
+        if m.share == 0 or group.cells > REUSE_CELLS:
+            continue
+        calibration = m.calibration()
+        hypothetical.append(KeptMeasurement(
+            table=table.name, vector=Reuse(compiled=compiled, kept=()).unit_key(m.group, m.vector)[0],
+            axes=group_axes(group, table), strategy=calibration.strategy, y=np.zeros(calibration.strategy.shape[0]),
+            noise_variance=calibration.variance, release=NEW_RELEASE))
+    reuse = Reuse(compiled=compiled, kept=[*kept, *hypothetical])
+    for s in range(len(compiled.statements)):
+        found = reuse.statement_answers(s)
+        if found is not None:
+            result.update({key: answers.variances for key, answers in found.items()})
+    return result
+
+
 def summary(measurements: Sequence[KeptMeasurement]) -> list[str]:
     """What a release can answer, one line per measurement (``dpsql budget show`` lists them)."""
     return [f"{m.label} on '{m.table}': {m.y.shape[0]:,} noisy values (noise stddev {m.noise_variance ** 0.5:.4g}); "
@@ -202,7 +238,7 @@ def keep_and_answer(compiled: CompiledBatch, measured: Sequence[MeasuredVector],
         store.keep(kept, summary(kept), budget)
     if not_kept_reason(compiled.table) is not None:
         return answers, {}
-    reuse = Reuse(compiled=compiled, kept=store.kept(), measured=measured)
+    reuse = Reuse(compiled=compiled, kept=store.kept(), keys=measured_keys(measured))
     return answer_all(reuse, answers, range(len(compiled.statements)))
 
 
