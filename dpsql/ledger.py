@@ -8,16 +8,21 @@ books need without a server: file locks across processes, ``BEGIN IMMEDIATE`` to
 writers, and ``PRAGMA synchronous = FULL`` with a rollback journal, so ``COMMIT`` returns only
 once the charge is on disk (fsync) and a crash mid-transaction is rolled back on the next open.
 
-Tables (format version 2; amounts are exact fractions written as text, e.g. ``'7/2'``, see
-``dpsql.accounting.exact``). ``actions`` and ``charges`` are append-only and share one numbering
-``id`` = 1, 2, 3, … (the order of the history):
-    ledger_meta  format = 'dpsql-ledger', version = '2', key_check = HMAC(key, "dpsql-ledger key")
+Tables (format version 3; amounts are exact fractions written as text, e.g. ``'7/2'``, see
+``dpsql.accounting.exact``). ``actions``, ``charges`` and ``releases`` are append-only and share one
+numbering ``id`` = 1, 2, 3, … (the order of the history):
+    ledger_meta  format = 'dpsql-ledger', version = '3', key_check = HMAC(key, "dpsql-ledger key")
     actions      every owner action: time, dataset, analyst ('' = the whole dataset), action
                  ('set' | 'change' | 'bind' | 'rebind'), family ('epsilon' | 'rho'), the new total,
                  the binding it makes (database identity and the schema's canonical privacy parts,
                  '' when it binds nothing), who; a scope's total is that of its latest action
     charges      time, dataset, analyst, batch hash, SQL text hash, mechanism, the batch's cost
                  (family and amount) and its price in the dataset's unit (ε, or ρ with ε²/2)
+    releases     time, dataset, analyst (the charge's), charge (the id of the charge that paid for
+                 it; at most one release per charge, on the same dataset) and payload: the public
+                 part of what the charge released (JSON text written by ``dpsql.releases``: strategy,
+                 noisy measurements, noise variances, schema version), stored and MAC'd verbatim, so
+                 that later batches can be answered from it without a new charge
     head         the number of rows in the history and the last row's MAC, itself MAC'd
 
 Binding: the first total of a dataset binds it (``Binding``) to its database file's identity
@@ -31,7 +36,9 @@ dataset has per-analyst totals, every charge must name an analyst with one.
 Tamper evidence: every row of the history carries mac = HMAC-SHA256(key, previous mac ‖ the row
 as canonical JSON), and the head row holds the count and the last mac under its own MAC, updated
 in the same transaction as each append. Every open verifies the whole chain, so an edited,
-deleted, inserted, reordered or truncated history is detected and fails closed. The key is 32
+deleted, inserted, reordered or truncated history — a kept release's payload or charge included —
+is detected and fails closed, as is a release that names no earlier charge of its dataset or a
+charge that already has one. The key is 32
 random bytes in a file (``key_path``: ``--key-file``, ``$DPSQL_LEDGER_KEY_FILE``, or
 ``<ledger>.key`` beside the ledger, created with mode 0600 by the first ``set_total``).
 What this does NOT give: whoever can read the key can forge a consistent history, and in library
@@ -49,6 +56,16 @@ Privacy:
     never an answer without a charge. A missing, unreadable, corrupted, foreign or unverifiable
     file, a missing key, an unbound dataset or a dataset with no total raises a LedgerError (fail
     closed): nothing is answered from an unknown budget state.
+    ``keep_release`` stores a release only next to an existing charge of the same dataset that has
+    none yet (nothing is released without a charge), in its own verified write transaction; a kept
+    release is the public output of a charged batch, so answering later batches from it is
+    post-processing and costs nothing more.
+
+Versions: a version-2 file (no ``releases`` table) is read as it is, with no releases, and upgraded
+in place (the empty table, version 3) by the first write session (``charge``, ``set_total``,
+``keep_release``) after it verifies. Dropping the table and declaring version 2 again does not hide
+kept releases: their numbers are missing from the history, which then fails to verify. A version-1
+file is upgraded by the owner's ``set_total`` (``_migrate``).
 """
 
 from __future__ import annotations
@@ -77,19 +94,21 @@ from dpsql.errors import (
     PrivacyParameterError,
     ProgrammingError,
 )
-from dpsql.ledger_records import Action, Balance, BatchRecord, Binding, Charge, Limit
+from dpsql.ledger_records import Action, Balance, BatchRecord, Binding, Charge, KeptRelease, Limit
 from dpsql.schema import Schema
 
 SUFFIX = ".dpsql-ledger"
 KEY_SUFFIX = ".key"
 #: Environment variable naming the ledger's key file (else ``<ledger>.key`` beside the ledger).
 KEY_ENV = "DPSQL_LEDGER_KEY_FILE"
-FORMAT, VERSION = "dpsql-ledger", "2"
+FORMAT, VERSION = "dpsql-ledger", "3"
+#: The version before ``releases``: read as it is, upgraded in place by a write session.
+_NO_RELEASES = "2"
 #: Seconds a charge waits for another process's transaction before it fails (closed).
 LOCK_TIMEOUT = 60.0
 _KEY_BYTES = 32
 _KEY_CHECK = b"dpsql-ledger key"
-_HISTORY = ("actions", "charges")
+_HISTORY = ("actions", "charges", "releases")
 
 _TABLES = {
     "ledger_meta": "key TEXT PRIMARY KEY, value TEXT NOT NULL",
@@ -99,13 +118,15 @@ _TABLES = {
     "charges": "id INTEGER PRIMARY KEY, time TEXT NOT NULL, dataset TEXT NOT NULL, analyst TEXT NOT NULL, "
                "batch_hash TEXT NOT NULL, sql_hash TEXT NOT NULL, mechanism TEXT NOT NULL, cost_family TEXT NOT NULL, "
                "cost TEXT NOT NULL, price TEXT NOT NULL, mac TEXT NOT NULL",
+    "releases": "id INTEGER PRIMARY KEY, time TEXT NOT NULL, dataset TEXT NOT NULL, analyst TEXT NOT NULL, "
+                "charge INTEGER NOT NULL, payload TEXT NOT NULL, mac TEXT NOT NULL",
     "head": "id INTEGER PRIMARY KEY CHECK (id = 1), count INTEGER NOT NULL, last TEXT NOT NULL, mac TEXT NOT NULL",
 }
 _COLUMNS = {name: re.findall(r"(\w+) (?:TEXT|INTEGER)", spec) for name, spec in _TABLES.items()}
 
 
 __all__ = ["KEY_ENV", "KEY_SUFFIX", "LOCK_TIMEOUT", "SUFFIX", "Account", "Action", "Balance", "BatchRecord", "Binding",
-           "Charge", "Ledger", "LedgerBudget", "Limit", "default_path", "key_path"]
+           "Charge", "KeptRelease", "Ledger", "LedgerBudget", "Limit", "default_path", "key_path"]
 
 
 def default_path(database: str | os.PathLike[str]) -> Path:
@@ -179,6 +200,16 @@ class Ledger:
                            total=self._cost(row[5], row[6], f"action {row[0]}"), actor=row[7],
                            binding=Binding(database=row[8], schema=row[9]) if row[9] else None) for row in rows]
 
+    def releases(self, dataset: str) -> list[KeptRelease]:
+        """Every release kept for the dataset, oldest first (none in a version-2 file)."""
+        with self._session(write=False) as books:
+            if "releases" not in _tables(books.db):
+                return []
+            rows = books.rows("SELECT id, time, dataset, analyst, charge, payload FROM releases WHERE dataset = ? "
+                              "ORDER BY id", (dataset,))
+            return [KeptRelease(id=row[0], time=row[1], dataset=row[2], analyst=row[3] or None, charge=row[4],
+                                payload=row[5]) for row in rows]
+
     # ----------------------------------------------------------------------------- writing
     def charge(self, dataset: str, cost: PrivacyCost, batch: BatchRecord, *, analyst: str | None = None,
                binding: Binding | None = None) -> Balance:
@@ -200,10 +231,46 @@ class Ledger:
             balance = self._balance(books, dataset, analyst)
             self._admit(books, dataset, analyst, binding)
             amount = balance.check(cost)
-            _append(books, "charges", time=_now(), dataset=dataset, analyst=analyst or "", batch_hash=batch.batch_hash,
-                    sql_hash=batch.sql_hash, mechanism=batch.mechanism, cost_family=cost.family, cost=str(cost.exact),
-                    price=str(amount))
-            return self._balance(books, dataset, analyst)
+            number = _append(books, "charges", time=_now(), dataset=dataset, analyst=analyst or "",
+                             batch_hash=batch.batch_hash, sql_hash=batch.sql_hash, mechanism=batch.mechanism,
+                             cost_family=cost.family, cost=str(cost.exact), price=str(amount))
+            return replace(self._balance(books, dataset, analyst), last_charge=number)
+
+    def keep_release(self, dataset: str, charge: int, payload: str) -> int:
+        """Keep the public part of what charge ``charge`` released, verbatim; returns the release's id.
+
+        One verified write transaction. The analyst is the charge's. Nothing is kept without a charge:
+
+        Raises:
+            LedgerError: no charge ``charge`` on ``dataset`` (none with that id, or another
+                dataset's), or it already has a release; or a file that cannot be trusted.
+            ProgrammingError: ``payload`` is not a str (of Unicode text), or ``charge`` not an int.
+        """
+        if not isinstance(payload, str) or not _utf8(payload):
+            what = type(payload).__name__ if not isinstance(payload, str) else "a str that is not Unicode (a surrogate)"
+            raise ProgrammingError(f"a kept release's payload must be a str of Unicode text (JSON); got {what}. "
+                                   "Nothing was kept.")
+        if not isinstance(charge, int) or isinstance(charge, bool):
+            raise ProgrammingError(f"a kept release names its charge by id (an int); got {charge!r}. Nothing was kept.")
+        with self._session(write=True) as books:
+            analyst = self._releasable(books, dataset, charge)
+            return _append(books, "releases", time=_now(), dataset=dataset, analyst=analyst, charge=charge,
+                           payload=payload)
+
+    def _releasable(self, books: _Books, dataset: str, charge: int) -> str:
+        """The analyst ('' for none) of charge ``charge`` on ``dataset``; LedgerError unless it exists and has
+        no release yet."""
+        found = books.rows("SELECT dataset, analyst FROM charges WHERE id = ?", (charge,))
+        if not found or found[0][0] != dataset:
+            where = f"charge #{charge} is on dataset '{found[0][0]}'" if found else f"there is no charge #{charge}"
+            raise LedgerError(f"ledger '{self.path}' has no charge #{charge} on dataset '{dataset}' ({where}), and "
+                              "nothing is released without a charge. Nothing was kept. Keep a release with the id of "
+                              "the charge that paid for it (Balance.last_charge, LedgerBudget.charge_id).")
+        kept = books.rows("SELECT id FROM releases WHERE charge = ?", (charge,))
+        if kept:
+            raise LedgerError(f"charge #{charge} on dataset '{dataset}' already has its release (#{kept[0][0]}) in "
+                              f"ledger '{self.path}'; one charge pays for one release. Nothing was kept.")
+        return str(found[0][1])
 
     def set_total(self, dataset: str, total: PrivacyCost, *, analyst: str | None = None, binding: Binding | None = None,
                   rebind: bool = False) -> Balance:
@@ -369,7 +436,7 @@ class Ledger:
                 made_key = self._make_key()
                 books = _Books(db, self._read_key())
                 _create(books)
-            elif self._structure(db, upgrade=create) == "1":
+            elif (version := self._structure(db, upgrade=create)) == "1":
                 made_key = self._make_key()
                 if not made_key:
                     raise LedgerError(self._corrupt(
@@ -381,6 +448,8 @@ class Ledger:
             else:
                 books = _Books(db, self._read_key())
                 self._verified(books)
+                if write and version == _NO_RELEASES:
+                    _add_releases(books)
             yield books
             db.execute("COMMIT")
             committed = True
@@ -434,7 +503,7 @@ class Ledger:
 
     def _structure(self, db: sqlite3.Connection, *, upgrade: bool) -> str:
         """The file's format version, failing closed unless it is an intact dpsql ledger (version 1
-        only in an owner's session, which upgrades it)."""
+        only in an owner's session, which upgrades it; version 2 has no ``releases`` table)."""
         problems = [row[0] for row in db.execute("PRAGMA quick_check(3)")]
         if problems != ["ok"]:
             report = "; ".join(" ".join(problem.split()) for problem in problems)
@@ -447,14 +516,17 @@ class Ledger:
                     "tamper evidence. Nothing was run or charged. The data owner upgrades it, keeping its history, "
                     "with: dpsql budget set --db DATABASE --schema SCHEMA --epsilon E (the dataset's current total).")
             return "1"
+        version = meta.get("version") if meta.get("format") == FORMAT else None
         for name, columns in _COLUMNS.items():
+            expected = [] if version == _NO_RELEASES and name == "releases" else columns
             found = [row[1] for row in db.execute(f"PRAGMA table_info({name})")]
-            if found != columns:
-                raise LedgerError(self._corrupt(f"table '{name}' has columns {found or 'none'}, expected {columns}"))
-        if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+            if found != expected:
+                raise LedgerError(self._corrupt(f"table '{name}' has columns {found or 'none'}, expected "
+                                                f"{expected or 'none in version ' + _NO_RELEASES}"))
+        if version not in (_NO_RELEASES, VERSION):
             raise LedgerError(self._corrupt(f"it declares format {meta.get('format')!r} version "
                                             f"{meta.get('version')!r}, expected {FORMAT!r} version {VERSION!r}"))
-        return VERSION
+        return str(version)
 
     def _verified(self, books: _Books) -> None:
         """Fail closed unless the key is the ledger's, the history verifies and every amount is valid."""
@@ -470,17 +542,32 @@ class Ledger:
         for number, family, cost, amount in books.db.execute("SELECT id, cost_family, cost, price FROM charges"):
             self._cost(family, cost, f"charge {number}")
             self._amount(amount, f"charge {number}")
+        if "releases" in _tables(books.db):
+            self._paid_for(books)
+
+    def _paid_for(self, books: _Books) -> None:
+        """Every kept release names an earlier charge of its dataset, and no charge has two."""
+        unpaid = books.rows("SELECT r.id, r.charge FROM releases r LEFT JOIN charges c ON c.id = r.charge "
+                            "AND c.dataset = r.dataset AND c.id < r.id WHERE c.id IS NULL OR typeof(r.payload) != "
+                            "'text' ORDER BY r.id LIMIT 1")
+        if unpaid:
+            raise LedgerError(self._corrupt(f"release {unpaid[0][0]} names no earlier charge of its dataset "
+                                            f"(charge {unpaid[0][1]!r}), or its payload is not text"))
+        twice = books.rows("SELECT charge FROM releases GROUP BY charge HAVING COUNT(*) > 1 LIMIT 1")
+        if twice:
+            raise LedgerError(self._corrupt(f"charge {twice[0][0]!r} has more than one release"))
 
     def _verify(self, books: _Books) -> None:
         """The history is whole and unchanged: rows numbered 1..n, each MAC chained to the one before,
         and the MAC'd head holding n and the last MAC (so a deleted last row is seen too)."""
-        history = sorted((row[0], name, row) for name in _HISTORY
+        present = _tables(books.db)
+        history = sorted((row[0], name, row) for name in _HISTORY if name in present
                          for row in books.rows(f"SELECT {', '.join(_COLUMNS[name])} FROM {name}"))
         last = ""
         for position, (number, name, row) in enumerate(history, start=1):
             if number != position:
                 raise LedgerError(self._tampered(f"row #{position} is missing or numbered twice"))
-            if not _equal_mac(_row_mac(books.key, last, name, list(row[:-1])), row[-1]):
+            if not _row_verifies(books.key, last, name, row):
                 raise LedgerError(self._tampered(f"{name} row #{number} was changed"))
             last = row[-1]
         head = books.rows("SELECT count, last, mac FROM head")
@@ -518,7 +605,7 @@ class Ledger:
 
 
 def _migrate(books: _Books) -> None:
-    """Rewrite a version-1 ledger as version 2 in the owner's transaction: its actions and charges,
+    """Rewrite a version-1 ledger as the current version in the owner's transaction: its actions and charges,
     in time order, become the MAC-chained history (their datasets unbound until the owner binds
     them). A version-1 file is not authenticated, so this trusts it as it is; it runs only where no
     key exists yet (a file whose key exists was upgraded before), and fails closed on other tables
@@ -550,18 +637,31 @@ def _migrate(books: _Books) -> None:
 
 
 def _create(books: _Books) -> None:
-    """The version-2 tables, an empty history and the key check, in a file that has none."""
+    """The current version's tables, an empty history and the key check, in a file that has none."""
     for name, spec in _TABLES.items():
-        books.db.execute(f"CREATE TABLE {name} ({spec})")
+        if name != "releases":
+            books.db.execute(f"CREATE TABLE {name} ({spec})")
     books.db.execute("CREATE INDEX charges_by_dataset ON charges (dataset, analyst)")
     books.db.execute("CREATE INDEX actions_by_dataset ON actions (dataset, analyst)")
     books.db.executemany("INSERT INTO ledger_meta VALUES (?, ?)",
                          [("format", FORMAT), ("version", VERSION), ("key_check", _key_check(books.key))])
     books.db.execute("INSERT INTO head VALUES (1, 0, '', ?)", (_head_mac(books.key, 0, ""),))
+    _add_releases(books)
 
 
-def _append(books: _Books, table: str, **values: object) -> None:
-    """Append a row to the history: the next number, its MAC chained to the last, and the new head."""
+def _add_releases(books: _Books) -> None:
+    """The empty ``releases`` table (one release per charge) and the current version: the last step of
+    ``_create``, and version 2 → 3 in place in a write session's transaction (the history is
+    unchanged, so it verifies as before)."""
+    books.db.execute(f"CREATE TABLE releases ({_TABLES['releases']})")
+    books.db.execute("CREATE INDEX releases_by_dataset ON releases (dataset)")
+    books.db.execute("CREATE UNIQUE INDEX releases_by_charge ON releases (charge)")
+    books.db.execute("INSERT OR REPLACE INTO ledger_meta VALUES ('version', ?)", (VERSION,))
+
+
+def _append(books: _Books, table: str, **values: object) -> int:
+    """Append a row to the history: the next number, its MAC chained to the last, and the new head.
+    Returns the row's number."""
     count, last = books.rows("SELECT count, last FROM head")[0]
     row = [count + 1, *(values[name] for name in _COLUMNS[table][1:-1])]
     mac = _row_mac(books.key, last, table, row)
@@ -569,6 +669,7 @@ def _append(books: _Books, table: str, **values: object) -> None:
                      (*row, mac))
     books.db.execute("UPDATE head SET count = ?, last = ?, mac = ?",
                      (count + 1, mac, _head_mac(books.key, count + 1, mac)))
+    return int(count + 1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -594,6 +695,14 @@ class Account:
         balance = self.ledger.balance(self.dataset, self.analyst, binding=self.binding)
         return LedgerBudget(account=self, batch=batch, balance=balance)
 
+    def keep_release(self, payload: str, charge: int) -> int:
+        """Keep what charge ``charge`` (on this dataset) released; returns its id (``Ledger.keep_release``)."""
+        return self.ledger.keep_release(self.dataset, charge, payload)
+
+    def releases(self) -> list[KeptRelease]:
+        """Every release kept for this dataset, oldest first."""
+        return self.ledger.releases(self.dataset)
+
 
 @dataclass(slots=True, kw_only=True)
 class LedgerBudget:
@@ -602,11 +711,14 @@ class LedgerBudget:
     The engine calls ``check(cost)`` and then ``charge(cost)`` before it reads any data, and reads
     ``remaining`` and ``total`` afterwards: they show the balance right after this batch's charge.
     ``total``, ``spent`` and ``left`` are those of the binding level (the analyst's, if it has a total).
+    ``charge_id`` is the id of the charge ``charge`` appended (None until then): what pays for the
+    release kept with ``Account.keep_release``.
     """
 
     account: Account
     balance: Balance
     batch: BatchRecord | None = None
+    charge_id: int | None = None
 
     @property
     def total(self) -> PrivacyCost:
@@ -645,6 +757,7 @@ class LedgerBudget:
         account = self.account
         self.balance = account.ledger.charge(account.dataset, cost, self.batch, analyst=account.analyst,
                                              binding=account.binding)
+        self.charge_id = self.balance.last_charge
 
 
 def _scope(dataset: str, analyst: str | None) -> str:
@@ -659,6 +772,24 @@ def _row_mac(key: bytes, previous: str, table: str, row: list[Any]) -> str:
     """HMAC-SHA256(key, previous mac ‖ the row as canonical JSON, its table first)."""
     text = json.dumps([table, *row], separators=(",", ":"), ensure_ascii=True)
     return hmac.new(key, f"{previous}\n{text}".encode("ascii"), hashlib.sha256).hexdigest()
+
+
+def _row_verifies(key: bytes, previous: str, table: str, row: tuple[Any, ...]) -> bool:
+    """The row's last column is its MAC; False too for a value dpsql never writes (a BLOB has no JSON)."""
+    try:
+        expected = _row_mac(key, previous, table, list(row[:-1]))
+    except (TypeError, ValueError):
+        return False
+    return _equal_mac(expected, row[-1])
+
+
+def _utf8(text: str) -> bool:
+    """SQLite stores text as UTF-8: a lone surrogate has none."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _head_mac(key: bytes, count: int, last: str) -> str:

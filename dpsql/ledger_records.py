@@ -2,8 +2,9 @@
 
 :class:`Binding` is the schema's privacy-relevant parts and the database file's identity a dataset's
 budget is bound to (and how two bindings differ, in words); :class:`BatchRecord`, :class:`Limit`,
-:class:`Balance`, :class:`Charge` and :class:`Action` are the rows :mod:`dpsql.ledger` writes and
-reads. None of them holds data values.
+:class:`Balance`, :class:`Charge`, :class:`Action` and :class:`KeptRelease` are the rows :mod:`dpsql.ledger`
+writes and reads. None of them holds data values (a kept release's payload is the public part of a
+release: noisy values and public plan facts).
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ class Balance:
     family: Family
     limits: tuple[Limit, ...]   # the dataset's, then the analyst's if it has one
     charges: int                # on the dataset, by every analyst
+    last_charge: int | None = None  # the id of the charge this transaction appended (Ledger.charge), else None
 
     @property
     def binding(self) -> Limit:
@@ -191,6 +193,22 @@ class Action:
     total: PrivacyCost
     actor: str
     binding: Binding | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KeptRelease:
+    """The public part of one release, kept next to the charge that paid for it.
+
+    ``payload`` is the text ``Ledger.keep_release`` was given, verbatim (``dpsql.releases`` writes
+    and reads it); ``analyst`` is the charge's.
+    """
+
+    id: int
+    time: str
+    dataset: str
+    analyst: str | None
+    charge: int
+    payload: str
 
 
 def sha256_hex(text: str) -> str:

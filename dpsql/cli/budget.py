@@ -2,12 +2,14 @@
 
 ``set`` is the data owner's action (it creates the ledger file and its key if needed, binds the
 dataset to the database file and ``--schema``, and records who did it); ``show`` and ``history``
-only read. ``run`` and ``explain`` share the ledger options defined here.
+only read. ``show`` also lists the dataset's kept releases and what each can answer (the
+``summary`` its payload carries). ``run`` and ``explain`` share the ledger options defined here.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from fractions import Fraction
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from dpsql.ledger import (
     Balance,
     Binding,
     Charge,
+    KeptRelease,
     Ledger,
     default_path,
 )
@@ -59,7 +62,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
     actions = budget.add_subparsers(dest="action", required=True)
     for name, handler, text in (("set", _set,
                                  "set or change a total budget (the data owner's action; creates the ledger)"),
-                                ("show", _show, "print the total, spent and left, and the charges"),
+                                ("show", _show, "print the total, spent and left, the charges and the kept releases"),
                                 ("history", _history, "list every charge and every owner action")):
         action = actions.add_parser(name, help=text)
         action.add_argument("--db", required=True, help=DB_HELP)
@@ -127,6 +130,7 @@ def _show(arguments: argparse.Namespace) -> int:
     print(f"ledger: {books.ledger.path}")
     _print_balance(balance, arguments.delta)
     _print_charges(books.ledger.history(books.dataset, books.analyst))
+    _print_releases(books.ledger.releases(books.dataset))
     return 0
 
 
@@ -176,6 +180,30 @@ def _print_charges(charges: list[Charge]) -> None:
         who = f"  analyst {charge.analyst}" if charge.analyst else ""
         print(f"  #{charge.id}  {charge.time}  {charge.cost.describe()}{priced}  {charge.mechanism}{who}  "
               f"sql {charge.sql_hash[:12]}  batch {charge.batch_hash[:12]}")
+
+
+def _print_releases(releases: list[KeptRelease]) -> None:
+    """Each kept release, and under it what it can answer (its payload's ``summary``)."""
+    if not releases:
+        print("Stored releases: none")
+        return
+    print(f"Stored releases: {len(releases)}")
+    for release in releases:
+        who = f", analyst {release.analyst}" if release.analyst else ""
+        print(f"  release #{release.id} (charge #{release.charge}, {release.time}{who})")
+        for line in _summary(release.payload):
+            print(f"      {line}")
+
+
+def _summary(payload: str) -> list[str]:
+    """The lines of ``json.loads(payload)["summary"]`` (a list of str), else ``(no summary)``."""
+    try:
+        summary = json.loads(payload).get("summary")
+    except (ValueError, AttributeError, RecursionError):
+        summary = None
+    if not isinstance(summary, list) or not summary or not all(isinstance(line, str) for line in summary):
+        return ["(no summary)"]
+    return [part for line in summary for part in line.splitlines() or [""]]
 
 
 def _number(value: Fraction) -> str:
