@@ -7,6 +7,8 @@ shrink exactly as predicted (checked by Monte Carlo), EXPLAIN says what is free.
 from __future__ import annotations
 
 import json
+import sqlite3
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -15,7 +17,9 @@ import pytest
 import scipy.sparse as sp
 
 import dpsql
-from dpsql.accounting import Budget
+from dpsql.accounting import Budget, PrivacyCost
+from dpsql.errors import LedgerError
+from dpsql.ledger import Binding, Ledger, default_path
 from dpsql.noise import SeededRandomSource
 from dpsql.releases.gls import pool
 from dpsql.releases.joint import joint_domain
@@ -221,3 +225,30 @@ def test_reused_answers_errors_match_their_reported_variance_monte_carlo(data: p
     for z in (np.array(z_bin), np.array(z_range)):
         assert abs(z.mean()) < 4 * np.sqrt(1 / len(z))
         assert 0.6 <= float(np.mean(z**2)) <= 1.5
+
+
+def test_releases_in_the_ledger_answer_a_later_process_for_free(tmp_path: Path, data: pa.Table) -> None:
+    """A release kept in the ledger answers the same batch from a new connection without a second
+    charge; the release names its charge, and an edited release fails closed."""
+    path = tmp_path / "people.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.register("source", data)
+        con.execute("CREATE TABLE people AS SELECT * FROM source")
+    ledger = Ledger(default_path(path))
+    ledger.set_total(path.name, PrivacyCost(epsilon=2.0), binding=Binding.of(SCHEMA, path))
+    sql = "SELECT age, COUNT(*) FROM people GROUP BY age"
+    with dpsql.connect(path, schema=SCHEMA) as connection:
+        first = _run(connection.cursor(), sql, epsilon=0.5)[0]
+    with dpsql.connect(path, schema=SCHEMA) as connection:
+        again = _run(connection.cursor(), "SELECT COUNT(*) FROM people WHERE age >= 40", epsilon=0.5)[0]
+        explained = connection.cursor().explain(sql, epsilon=0.5)
+    charges, releases = ledger.history(path.name), ledger.releases(path.name)
+    assert len(charges) == 1 and [r.charge for r in releases] == [charges[0].id]
+    number = releases[0].id
+    assert f"free (answered by release #{number}" in explained
+    assert again["count"][0].as_py() == pytest.approx(sum(first["count"].to_numpy()[4:]), rel=1e-9)
+    assert _meta(again)["budget_spent"] == f"nothing: answered by release(s) #{number}"
+    with sqlite3.connect(ledger.path) as db:  # an edit the MAC chain does not cover
+        db.execute("UPDATE releases SET payload = replace(payload, '\"label\":\"count', '\"label\":\"xount')")
+    with dpsql.connect(path, schema=SCHEMA) as connection, pytest.raises(LedgerError):
+        connection.cursor().execute(sql, epsilon=0.5)
