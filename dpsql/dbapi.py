@@ -24,6 +24,7 @@ from dpsql.accounting import Budget, PrivacyBudget, PrivacyCost
 from dpsql.backends.base import Backend
 from dpsql.backends.choose import choose_backend, is_address
 from dpsql.backends.duckdb import attached_files
+from dpsql.engine import accuracy_target
 from dpsql.errors import InterfaceError, LedgerError, NotSupportedError, PrivacyParameterError, ProgrammingError
 from dpsql.ledger import Account, BatchRecord, Binding, Ledger, default_path
 from dpsql.noise import RandomSource
@@ -287,8 +288,18 @@ class Cursor:
     def execute(self, operation: str, parameters: Sequence[object] | None = None, *,
                 epsilon: float | None = None, rho: float | None = None,
                 progress: Callable[[str], None] | None = None, postprocess: Sequence[str] = (),
-                weights: Sequence[float] | None = None) -> Cursor:
+                weights: Sequence[float] | None = None, max_stddev: float | Sequence[float | None] | None = None,
+                max_relative_stddev: float | Sequence[float | None] | None = None,
+                family: str | None = None) -> Cursor:
         """Answer a batch of statements privately at the given cost; the first result becomes current.
+
+        Instead of a cost, ``max_stddev`` (one number, or one number or None per statement) asks for
+        the least cost whose plan gives every COUNT/SUM answer a standard error at most that, found
+        before any data is read and charged exactly (``family="rho"`` finds a ρ, default an ε);
+        ``max_relative_stddev`` r asks for at most r times the most one row adds to the answer (1 for
+        a COUNT, max(|lower|, |upper|) for a SUM). See ``dpsql.engine.accuracy_target``: a target the
+        budget left cannot meet is refused (BudgetExhaustedError) before anything is read, and the
+        results' metadata ``accuracy_target`` records the target and the cost found.
 
         ``progress``, if given, receives a message before each long step. ``postprocess`` opts in
         to "nonnegative" and/or "isotonic" (``dpsql.engine.postprocess``; free, but biased). ``weights``
@@ -299,14 +310,23 @@ class Cursor:
         is read), so a missing ledger or a spent budget is reported before the batch is planned.
         """
         self._check_open()
-        text, cost, units = self._cost_of(operation, epsilon, rho)
-        self.connection.budget.check(cost)  # an unreadable ledger or a spent budget fails before the planning work
-        prepared = engine.prepare(text, self.connection.schema, cost, parameters, progress=progress,
-                                  weights=weights)
+        request = accuracy_target.Request(max_stddev=max_stddev, max_relative_stddev=max_relative_stddev, family=family)
+        found = None
+        if request.given or family is not None:
+            text, units, found = self._target_of(operation, epsilon, rho, request, parameters, weights, progress,
+                                                 self.connection.budget)
+            prepared = found.prepared
+        else:
+            text, cost, units = self._cost_of(operation, epsilon, rho)
+            self.connection.budget.check(cost)  # an unreadable ledger or a spent budget fails before the planning work
+            prepared = engine.prepare(text, self.connection.schema, cost, parameters, progress=progress,
+                                      weights=weights)
         _check_unit_options(units, prepared)
         budget = self.connection._budget_for(operation, parameters, prepared)
         results = engine.run(prepared, backend=self.connection._backend, budget=budget,
                              rng=self.connection._rng, progress=progress, postprocess=postprocess)
+        if found is not None:
+            results = accuracy_target.annotate(results, found, request)
         self._results, self._current, self._row = results, 0, 0
         return self
 
@@ -321,24 +341,52 @@ class Cursor:
         return self
 
     def explain(self, operation: str, parameters: Sequence[object] | None = None, *,
-                epsilon: float | None = None, rho: float | None = None, weights: Sequence[float] | None = None) -> str:
+                epsilon: float | None = None, rho: float | None = None, weights: Sequence[float] | None = None,
+                max_stddev: float | Sequence[float | None] | None = None,
+                max_relative_stddev: float | Sequence[float | None] | None = None, family: str | None = None) -> str:
         """The plan (workload size, candidate strategies with expected RMSE, SVD bound, each statement's
         expected RMSE against answering it alone, cost); spends nothing. ``weights`` as in ``execute``.
+        With ``max_stddev``/``max_relative_stddev`` (as in ``execute``), the plan at the least cost
+        found, and each statement's largest predicted stddev against its target.
 
         With a ledger that cannot be read (or has no total), the plan is still shown, followed by
         a line saying the budget state is unknown and why: ``execute`` fails until it is fixed.
         """
         self._check_open()
-        text, cost, units = self._cost_of(operation, epsilon, rho)
-        prepared = engine.prepare(text, self.connection.schema, cost, parameters, weights=weights)
+        request = accuracy_target.Request(max_stddev=max_stddev, max_relative_stddev=max_relative_stddev, family=family)
+        targeted: list[str] = []
+        if request.given or family is not None:
+            text, units, found = self._target_of(operation, epsilon, rho, request, parameters, weights, None, None)
+            prepared, targeted = found.prepared, accuracy_target.explain_lines(found, request)
+        else:
+            text, cost, units = self._cost_of(operation, epsilon, rho)
+            prepared = engine.prepare(text, self.connection.schema, cost, parameters, weights=weights)
         _check_unit_options(units, prepared)
-        backend = self.connection.backend_name
+        backend = "\n".join([*targeted, self.connection.backend_name])
         try:
             budget = self.connection.budget
         except LedgerError as err:
             return (f"{engine.explain(prepared)}\n{backend}\n"
                     f"Budget: unknown, so every query fails until this is fixed: {err}")
         return f"{engine.explain(prepared, budget)}\n{backend}"
+
+    def _target_of(self, operation: str, epsilon: float | None, rho: float | None, request: accuracy_target.Request,
+                   parameters: Sequence[object] | None, weights: Sequence[float] | None,
+                   progress: Callable[[str], None] | None,
+                   budget: PrivacyBudget | None) -> tuple[str, list[StatementOptions], accuracy_target.Target]:
+        """The least cost meeting an accuracy target (``dpsql.engine.accuracy_target``), refused when
+        the batch also gives a cost (epsilon=/rho=, or a BigQuery OPTIONS clause)."""
+        if not request.given:
+            raise ProgrammingError("family= chooses the cost an accuracy target is met with; give max_stddev= (or "
+                                   "max_relative_stddev=) with it. Nothing was charged.")
+        text, options = read_options(operation) if isinstance(operation, str) else (operation, [])
+        given = ([f"WITH DIFFERENTIAL_PRIVACY OPTIONS ({options[0].where})"] if options else []) \
+            + ["epsilon="] * (epsilon is not None) + ["rho="] * (rho is not None)
+        if given:
+            raise ProgrammingError(f"the batch gives both an accuracy target and a cost ({', '.join(given)}): the "
+                                   "target's least cost is the cost. Keep one. Nothing was charged.")
+        return text, options, accuracy_target.find(request, text, self.connection.schema, parameters=parameters,
+                                                   weights=weights, budget=budget, progress=progress)
 
     def _cost_of(self, operation: str, epsilon: float | None,
                  rho: float | None) -> tuple[str, PrivacyCost, list[StatementOptions]]:

@@ -138,8 +138,8 @@ class _Probe:
             with warnings.catch_warnings():  # "ε above 5" is said when the found cost is run, not per probe
                 warnings.simplefilter("ignore", DpsqlWarning)
                 prepared = self.plan_at(PrivacyCost.of(self.family, value))
-            refuse_unguaranteed(prepared, self.targets)
-            found = self.stddevs(prepared)
+                refuse_unguaranteed(prepared, self.targets)
+                found = self.stddevs(prepared)
             self.found[value] = (prepared, found, worst_ratio(found, self.targets))
         return self.found[value][2]
 
