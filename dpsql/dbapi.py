@@ -24,7 +24,8 @@ from dpsql.accounting import Budget, PrivacyBudget, PrivacyCost
 from dpsql.backends.base import Backend
 from dpsql.backends.choose import choose_backend, is_address
 from dpsql.backends.duckdb import attached_files
-from dpsql.engine.free import assemble, explain_lines, free_tables, split_batch
+from dpsql.engine import accuracy_target
+from dpsql.engine.free import Split, assemble, explain_lines, free_tables, split_batch, stddevs_with
 from dpsql.engine.release_store import LedgerStore, MemoryStore, ReleaseStore
 from dpsql.errors import InterfaceError, LedgerError, NotSupportedError, PrivacyParameterError, ProgrammingError
 from dpsql.ledger import Account, BatchRecord, Binding, Ledger, default_path
@@ -292,12 +293,23 @@ class Cursor:
     def execute(self, operation: str, parameters: Sequence[object] | None = None, *,
                 epsilon: float | None = None, rho: float | None = None,
                 progress: Callable[[str], None] | None = None, postprocess: Sequence[str] = (),
-                weights: Sequence[float] | None = None, reuse: bool = True) -> Cursor:
+                weights: Sequence[float] | None = None, max_stddev: float | Sequence[float | None] | None = None,
+                max_relative_stddev: float | Sequence[float | None] | None = None,
+                family: str | None = None, reuse: bool = True) -> Cursor:
         """Answer a batch of statements privately at the given cost; the first result becomes current.
 
-        Statements that earlier releases on this dataset already determine are answered from them
-        for free (``reuse=False`` measures every statement again); the others are measured, and
-        every answer combines the new and the kept measurements (``dpsql.engine.reuse``).
+        Instead of a cost, ``max_stddev`` (one number, or one number or None per statement) asks for
+        the least cost whose plan gives every COUNT/SUM answer a standard error at most that, found
+        before any data is read and charged exactly (``family="rho"`` finds a ρ, default an ε);
+        ``max_relative_stddev`` r asks for at most r times the most one row adds to the answer (1 for
+        a COUNT, max(|lower|, |upper|) for a SUM). See ``dpsql.engine.accuracy_target``: a target the
+        budget left cannot meet is refused (BudgetExhaustedError) before anything is read, and the
+        results' metadata ``accuracy_target`` records the target and the cost found.
+
+        Statements that earlier releases on this dataset already determine (within the target, if
+        one is given) are answered from them for free (``reuse=False`` measures every statement
+        again); the others are measured, and every answer combines the new and the kept
+        measurements by generalized least squares (``dpsql.engine.reuse``).
 
         ``progress``, if given, receives a message before each long step. ``postprocess`` opts in
         to "nonnegative" and/or "isotonic" (``dpsql.engine.postprocess``; free, but biased). ``weights``
@@ -308,23 +320,37 @@ class Cursor:
         is read), so a missing ledger or a spent budget is reported before the batch is planned.
         """
         self._check_open()
-        text, cost, units = self._cost_of(operation, epsilon, rho)
         connection = self.connection
+        request = accuracy_target.Request(max_stddev=max_stddev, max_relative_stddev=max_relative_stddev, family=family)
+        targeted = request.given or family is not None
+        text, cost, units = (self._target_text(operation, epsilon, rho, request) if targeted
+                             else self._cost_of(operation, epsilon, rho))
         store = connection.releases
-        split = split_batch(text, parameters, connection.schema, store.kept()) if reuse else None
-        if split is not None and split.all_free:
+        split = split_batch(text, parameters, connection.schema, store.kept() if reuse else [],
+                            request if targeted else None)
+        found = None
+        if split.all_free:
             budget = connection.budget
-            results = assemble(split, [], free_tables(split, store.kept(), budget, postprocess))
+            measured: list[pa.Table] = []
         else:
-            connection.budget.check(cost)  # an unreadable ledger or a spent budget fails before the planning work
-            prepared = engine.prepare(text, connection.schema, cost, parameters, progress=progress, weights=weights,
-                                      statements=split.measured if split is not None else None)
+            if targeted:
+                found = self._least_cost(text, request, parameters, weights, progress, connection.budget, split)
+                prepared = found.prepared
+            else:
+                connection.budget.check(cost)  # an unreadable ledger or a spent budget fails before the planning work
+                prepared = engine.prepare(text, connection.schema, cost, parameters, progress=progress,
+                                          weights=weights, statements=split.measured)
             _check_unit_options(units, prepared)
             budget = connection._budget_for(operation, parameters, prepared)
-            results = engine.run(prepared, backend=connection._backend, budget=budget, rng=connection._rng,
-                                 progress=progress, postprocess=postprocess, store=store, merge=split is None)
-            if split is not None:
-                results = assemble(split, results, free_tables(split, store.kept(), budget, postprocess))
+            measured = engine.run(prepared, backend=connection._backend, budget=budget, rng=connection._rng,
+                                  progress=progress, postprocess=postprocess, store=store, merge=False)
+        free = free_tables(split, store.kept(), budget, postprocess)
+        if targeted:
+            measured = accuracy_target.annotate(measured, found, request, accuracy_target.statement_ratios(found)
+                                                if found is not None else [])
+            ratios = split.free_ratios()
+            free = {s: accuracy_target.annotate([t], None, request, [ratios[s]])[0] for s, t in free.items()}
+        results = assemble(split, measured, free)
         self._results, self._current, self._row = results, 0, 0
         return self
 
@@ -340,31 +366,68 @@ class Cursor:
 
     def explain(self, operation: str, parameters: Sequence[object] | None = None, *,
                 epsilon: float | None = None, rho: float | None = None, weights: Sequence[float] | None = None,
+                max_stddev: float | Sequence[float | None] | None = None,
+                max_relative_stddev: float | Sequence[float | None] | None = None, family: str | None = None,
                 reuse: bool = True) -> str:
         """The plan (workload size, candidate strategies with expected RMSE, SVD bound, each statement's
-        expected RMSE against answering it alone, cost); spends nothing. ``weights`` and ``reuse`` as
-        in ``execute``: statements earlier releases answer are listed as free, with their stddev.
+        expected RMSE against answering it alone, cost); spends nothing. ``weights`` as in ``execute``.
+        With ``max_stddev``/``max_relative_stddev`` (as in ``execute``), the plan at the least cost
+        found, and each statement's largest predicted stddev against its target. With ``reuse``
+        (default), statements earlier releases answer are listed as free, with their stddev.
 
         With a ledger that cannot be read (or has no total), the plan is still shown, followed by
         a line saying the budget state is unknown and why: ``execute`` fails until it is fixed.
         """
         self._check_open()
-        text, cost, units = self._cost_of(operation, epsilon, rho)
-        kept = self.connection.releases.kept() if reuse else []
-        split = split_batch(text, parameters, self.connection.schema, kept) if reuse else None
-        reused = "\n".join(explain_lines(split)) + "\n" if split is not None and split.free else ""
-        if split is not None and split.all_free:
+        request = accuracy_target.Request(max_stddev=max_stddev, max_relative_stddev=max_relative_stddev, family=family)
+        targeted = request.given or family is not None
+        text, cost, units = (self._target_text(operation, epsilon, rho, request) if targeted
+                             else self._cost_of(operation, epsilon, rho))
+        split = split_batch(text, parameters, self.connection.schema, self.connection.releases.kept() if reuse else [],
+                            request if targeted else None)
+        reused = "\n".join(explain_lines(split)) + "\n" if split.free else ""
+        if split.all_free:
             return reused + self.connection.backend_name
-        prepared = engine.prepare(text, self.connection.schema, cost, parameters, weights=weights,
-                                  statements=split.measured if split is not None else None)
+        targeted_lines: list[str] = []
+        if targeted:
+            found = self._least_cost(text, request, parameters, weights, None, None, split)
+            prepared, targeted_lines = found.prepared, accuracy_target.explain_lines(found, request)
+        else:
+            prepared = engine.prepare(text, self.connection.schema, cost, parameters, weights=weights,
+                                      statements=split.measured)
         _check_unit_options(units, prepared)
-        backend = self.connection.backend_name
+        backend = "\n".join([*targeted_lines, self.connection.backend_name])
         try:
             budget = self.connection.budget
         except LedgerError as err:
             return (f"{reused}{engine.explain(prepared)}\n{backend}\n"
                     f"Budget: unknown, so every query fails until this is fixed: {err}")
         return f"{reused}{engine.explain(prepared, budget)}\n{backend}"
+
+    def _target_text(self, operation: str, epsilon: float | None, rho: float | None,
+                     request: accuracy_target.Request) -> tuple[str, PrivacyCost, list[StatementOptions]]:
+        """The text to parse under an accuracy target (the cost is found later: a placeholder is
+        returned), refused when the batch also gives a cost (epsilon=/rho=, or a BigQuery OPTIONS clause)."""
+        if not request.given:
+            raise ProgrammingError("family= chooses the cost an accuracy target is met with; give max_stddev= (or "
+                                   "max_relative_stddev=) with it. Nothing was charged.")
+        text, options = read_options(operation) if isinstance(operation, str) else (operation, [])
+        given = ([f"WITH DIFFERENTIAL_PRIVACY OPTIONS ({options[0].where})"] if options else []) \
+            + ["epsilon="] * (epsilon is not None) + ["rho="] * (rho is not None)
+        if given:
+            raise ProgrammingError(f"the batch gives both an accuracy target and a cost ({', '.join(given)}): the "
+                                   "target's least cost is the cost. Keep one. Nothing was charged.")
+        return text, PrivacyCost.of(request.checked_family(), 1.0), options
+
+    def _least_cost(self, text: str, request: accuracy_target.Request, parameters: Sequence[object] | None,
+                    weights: Sequence[float] | None, progress: Callable[[str], None] | None,
+                    budget: PrivacyBudget | None, split: Split) -> accuracy_target.Target:
+        """The least cost meeting the target for the statements ``split`` leaves to measure, their
+        answers combined with the kept measurements (``dpsql.engine.accuracy_target``)."""
+        kept = self.connection.releases.kept() if split.compiled is not None else []
+        return accuracy_target.find(request, text, self.connection.schema, parameters=parameters, weights=weights,
+                                    budget=budget, progress=progress, stddevs=stddevs_with(kept),
+                                    statements=split.measured, targets=split.measured_targets())
 
     def _cost_of(self, operation: str, epsilon: float | None,
                  rho: float | None) -> tuple[str, PrivacyCost, list[StatementOptions]]:

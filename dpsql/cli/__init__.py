@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dpsql import __version__
+from dpsql.cli import accuracy as accuracy_cli
 from dpsql.cli import budget as budget_cli
 from dpsql.cli import local as local_cli
 from dpsql.cli.files import read_queries, result_folder, write_tables
@@ -51,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
         cost.add_argument("--rho", type=float, help="the batch's cost in ρ-zCDP (discrete Gaussian noise)")
         command.add_argument("--weights", type=_weights, help="each statement's weight in the planning objective, "
                              "comma-separated in statement order (e.g. 1,1,4; default all 1)")
+        accuracy_cli.add_options(command)
         budget_cli.add_ledger_options(command)
         command.set_defaults(handler=handler)
     run = commands.choices["run"]
@@ -91,10 +93,11 @@ def _open(arguments: argparse.Namespace):  # type: ignore[no-untyped-def]
 def _queries(arguments: argparse.Namespace) -> str:
     """The batch's text; without --epsilon/--rho its statements must carry their cost in the SQL."""
     text = read_queries(arguments.queries)
-    if arguments.epsilon is None and arguments.rho is None and not read_options(text)[1]:
+    if (arguments.epsilon is None and arguments.rho is None and not read_options(text)[1]
+            and not accuracy_cli.targeted(arguments)):
         raise PrivacyParameterError("give the batch's cost: --epsilon (pure ε-DP) or --rho (ρ-zCDP), or write it into "
                                     "each statement as SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = ...) ...; "
-                                    "nothing was run or charged.")
+                                    "or give an accuracy target (--max-stddev); nothing was run or charged.")
     return text
 
 
@@ -108,12 +111,12 @@ def _run(arguments: argparse.Namespace) -> int:
         steps = [step for step in ("nonnegative", "isotonic") if getattr(arguments, step)]
         cursor = connection.cursor().execute(text, epsilon=arguments.epsilon, rho=arguments.rho,
                                              progress=lambda message: _progress(message, started), postprocess=steps,
-                                             weights=arguments.weights)
+                                             weights=arguments.weights, **accuracy_cli.target(arguments))
         tables = cursor.fetch_arrow_tables()
         _progress(f"answered {len(tables)} statement(s)", started)
         release = json.loads(tables[0].schema.metadata[b"dpsql"]) if tables else {}
         _progress(f"budget: charged {release.get('budget_spent')}; left {release.get('budget_remaining')} "
-                  f"(ledger {connection.account.ledger.path})", started)
+                  f"(ledger {connection.account.ledger.path})" + accuracy_cli.found(release), started)
     if arguments.out:
         print(*write_tables(tables, arguments.out, arguments.format), sep="\n")
         return 0
@@ -142,7 +145,7 @@ def _weights(text: str) -> list[float]:
 def _explain(arguments: argparse.Namespace) -> int:
     with _open(arguments) as connection:
         print(connection.cursor().explain(_queries(arguments), epsilon=arguments.epsilon, rho=arguments.rho,
-                                          weights=arguments.weights))
+                                          weights=arguments.weights, **accuracy_cli.target(arguments)))
     return 0
 
 

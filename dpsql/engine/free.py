@@ -13,20 +13,28 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from dpsql import mechanism
 from dpsql.accounting import PrivacyBudget
 from dpsql.derived_answers import merge_unions
+from dpsql.engine import accuracy_target
 from dpsql.engine import postprocess as postprocessing
+from dpsql.engine.group_route import GroupsPlan
 from dpsql.engine.metadata import ReleaseMetadata
-from dpsql.engine.reuse import Reuse, not_kept_reason, reuse_entry
+from dpsql.engine.predicted import block_variances, predicted_stddevs
+from dpsql.engine.residual_route import ResidualPlan
+from dpsql.engine.reuse import Reuse, not_kept_reason, planned_variances, reuse_entry
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.results import AnswerKey, AnswerSet, statement_tables
 from dpsql.schema import Schema
 from dpsql.sql import ir, public_tables
-from dpsql.sql.compile import CompiledBatch, compile_batch
+from dpsql.sql.compile import CompiledBatch, CompiledStatement, compile_batch
 from dpsql.sql.parse import parse_batch
+
+FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,6 +46,19 @@ class Split:
     free: Mapping[int, dict[AnswerKey, mechanism.Answers]]
     releases: Mapping[int, tuple[int, ...]]  # per free statement, the releases that answer it
     measured: tuple[int, ...]
+    targets: tuple[accuracy_target.StatementTarget, ...] | None = None  # per batch statement, with a request
+
+    def measured_targets(self) -> tuple[accuracy_target.StatementTarget, ...] | None:
+        """The measured statements' targets (None: the search reads them from its own plan)."""
+        return None if self.targets is None else tuple(self.targets[s] for s in self.measured)
+
+    def free_ratios(self) -> dict[int, float]:
+        """Per free statement, its worst stddev/target ratio (with a request; else 0)."""
+        assert self.compiled is not None or not self.free
+        if self.targets is None or self.compiled is None:
+            return {s: 0.0 for s in self.free}
+        return {s: accuracy_target.worst_ratio([_stddevs(self.compiled.statements[s], answers)], [self.targets[s]])
+                for s, answers in self.free.items()}
 
     @property
     def all_free(self) -> bool:
@@ -45,11 +66,10 @@ class Split:
 
 
 def split_batch(text: str, parameters: Sequence[object] | None, schema: Schema,
-                kept: Sequence[KeptMeasurement], targets: Sequence[float | None] | None = None) -> Split:
-    """Which statements the kept measurements already answer (no data read). With ``targets``
-    (one largest standard error, or None, per batch statement), a statement is free only if its
-    every answer already meets its target; it must then be a plain COUNT/SUM statement, whose
-    standard errors do not depend on the data."""
+                kept: Sequence[KeptMeasurement], request: accuracy_target.Request | None = None) -> Split:
+    """Which statements the kept measurements already answer (no data read). With an accuracy
+    ``request``, a statement is free only if its every answer already meets its target; it must
+    then be a plain COUNT/SUM statement, whose standard errors do not depend on the data."""
     batch = public_tables.resolve(parse_batch(text, parameters), schema)
     everything = tuple(range(len(batch.statements)))
     if not kept:
@@ -57,25 +77,45 @@ def split_batch(text: str, parameters: Sequence[object] | None, schema: Schema,
     compiled = compile_batch(batch, schema)
     if not_kept_reason(compiled.table) is not None:
         return Split(batch=batch, compiled=None, free={}, releases={}, measured=everything)
+    targets = None if request is None else accuracy_target.statement_targets(
+        batch, request.max_stddev, request.max_relative_stddev, compiled.statements)
     reuse = Reuse(compiled=compiled, kept=kept)
     free = {s: found for s in everything if (found := reuse.statement_answers(s)) is not None
-            and (targets is None or _meets(compiled.statements[s].statement, found, targets[s]))}
+            and (targets is None or _meets(compiled.statements[s], found, targets[s]))}
     for part in _union_parts(batch):  # a UNION ALL is answered whole, from the releases or measured
         if not all(s in free for s in part):
             for s in part:
                 free.pop(s, None)
     return Split(batch=batch, compiled=compiled, free=free, releases={s: reuse.releases_of(s) for s in free},
-                 measured=tuple(s for s in everything if s not in free))
+                 measured=tuple(s for s in everything if s not in free), targets=targets)
 
 
-def _meets(statement: ir.Statement, answers: Mapping[AnswerKey, mechanism.Answers], target: float | None) -> bool:
+def _meets(statement: CompiledStatement, answers: Mapping[AnswerKey, mechanism.Answers],
+           target: accuracy_target.StatementTarget) -> bool:
     """Whether kept measurements answer a statement within ``target`` (None: any accuracy)."""
     if target is None:
         return True
-    linear = statement.outputs is None and all(
-        item.function in ("count", "sum") and item.quantile is None
-        for item in statement.select if isinstance(item, ir.Aggregate))
-    return linear and all(float(a.stddevs.max()) <= target for a in answers.values() if a.values.size)
+    plain = statement.statement.outputs is None and all(
+        output.aggregate.function in ("count", "sum") and output.aggregate.quantile is None
+        for output in statement.aggregates)
+    return plain and accuracy_target.worst_ratio([_stddevs(statement, answers)], [target]) <= 1
+
+
+def _stddevs(statement: CompiledStatement, answers: Mapping[AnswerKey, mechanism.Answers]) -> dict[str, FloatArray]:
+    """Each COUNT/SUM output's standard errors, in output row order (as ``engine.predicted`` gives them)."""
+    return {output.aggregate.alias: answers[AnswerKey(statement.group, output.blocks[0])].stddevs[statement.block_rows]
+            for output in statement.aggregates if len(output.blocks) == 1}
+
+
+def stddevs_with(kept: Sequence[KeptMeasurement]) -> accuracy_target.Stddevs:
+    """The accuracy search's predicted stddevs once a plan's measurements join ``kept`` (GLS)."""
+    def variances(plan: GroupsPlan | ResidualPlan) -> Mapping[AnswerKey, FloatArray]:
+        alone = block_variances(plan)
+        if isinstance(plan, GroupsPlan) and kept:
+            return planned_variances(plan.compiled, plan.measurements, kept, alone)
+        return alone
+
+    return lambda prepared: predicted_stddevs(prepared, variances)
 
 
 def _union_parts(batch: ir.Batch) -> list[list[int]]:

@@ -403,10 +403,8 @@ def measure(
     """
     lattice = selection.lattice
     tables = closure_tables(lattice, marginal_tables)
-    first, count = _class_representatives(selection.classes)
-    shapes = [lattice.shape(int(f)) for f in first.tolist()]
-    squares = [math.prod(n * n for n in shape) for shape in shapes]
-    gamma2 = [sigma2 * square for sigma2, square in zip(selection.class_sigma2, squares)]
+    _, count = _class_representatives(selection.classes)
+    shapes, _, gamma2 = _class_noise(selection)
     source = noise.resolve_rng(rng)
     streams = [_NoiseStream(g, int(n) * math.prod(shape), source)
                for g, n, shape in zip(gamma2, count.tolist(), shapes)]
@@ -414,8 +412,24 @@ def measure(
         _measure_group(tables, members, shape, selection.classes, streams)
         for shape, members in zip(lattice.group_shapes, lattice.group_members)
     )
+    return Measurements(selection=selection, blocks=blocks, sigma2=effective_sigma2(selection), rho=selection.rho)
+
+
+def _class_noise(selection: Selection) -> tuple[list[tuple[int, ...]], list[int], list[Fraction]]:
+    """Per class: its sets' shape, Π nᵢ², and the discrete Gaussian's parameter γ² = σ²·Π nᵢ²."""
+    first, _ = _class_representatives(selection.classes)
+    shapes = [selection.lattice.shape(int(f)) for f in first.tolist()]
+    squares = [math.prod(n * n for n in shape) for shape in shapes]
+    return shapes, squares, [sigma2 * square for sigma2, square in zip(selection.class_sigma2, squares)]
+
+
+def effective_sigma2(selection: Selection) -> FloatArray:
+    """Per closure set, the exact σ² :func:`measure` releases with: Var N_ℤ(0, γ²)/Π nᵢ² (< the
+    selected σ²). Public: computed from the selection alone, so answers' variances are known
+    before any data is read."""
+    _, squares, gamma2 = _class_noise(selection)
     effective = np.array([noise.discrete_gaussian_variance(g) / float(square) for g, square in zip(gamma2, squares)])
-    return Measurements(selection=selection, blocks=blocks, sigma2=effective[selection.classes], rho=selection.rho)
+    return np.asarray(effective[selection.classes], dtype=np.float64)
 
 
 
