@@ -36,11 +36,11 @@ dataset has per-analyst totals, every charge must name an analyst with one.
 Tamper evidence: every row of the history carries mac = HMAC-SHA256(key, previous mac ‖ the row
 as canonical JSON), and the head row holds the count and the last mac under its own MAC, updated
 in the same transaction as each append. Every open verifies the whole chain, so an edited,
-deleted, inserted, reordered or truncated history — a kept release's payload or charge included —
+deleted, inserted, reordered or truncated history (a kept release's payload or charge included)
 is detected and fails closed, as is a release that names no earlier charge of its dataset or a
-charge that already has one. The key is 32
-random bytes in a file (``key_path``: ``--key-file``, ``$DPSQL_LEDGER_KEY_FILE``, or
-``<ledger>.key`` beside the ledger, created with mode 0600 by the first ``set_total``).
+charge with two releases. The key is 32 random bytes in a file (``key_path``: ``--key-file``,
+``$DPSQL_LEDGER_KEY_FILE``, or ``<ledger>.key`` beside the ledger, created with mode 0600 by the
+first ``set_total``).
 What this does NOT give: whoever can read the key can forge a consistent history, and in library
 mode the analyst's own process must read it to append charges; and a whole ledger file replaced
 by an older, self-consistent copy (with its head) verifies. It detects changes by anyone without
@@ -239,7 +239,8 @@ class Ledger:
     def keep_release(self, dataset: str, charge: int, payload: str) -> int:
         """Keep the public part of what charge ``charge`` released, verbatim; returns the release's id.
 
-        One verified write transaction. The analyst is the charge's. Nothing is kept without a charge:
+        One verified write transaction; the release's analyst is the charge's. Nothing is kept
+        without its own charge.
 
         Raises:
             LedgerError: no charge ``charge`` on ``dataset`` (none with that id, or another
@@ -260,7 +261,7 @@ class Ledger:
     def _releasable(self, books: _Books, dataset: str, charge: int) -> str:
         """The analyst ('' for none) of charge ``charge`` on ``dataset``; LedgerError unless it exists and has
         no release yet."""
-        found = books.rows("SELECT dataset, analyst FROM charges WHERE id = ?", (charge,))
+        found = books.rows("SELECT dataset, analyst FROM charges WHERE id = ?", (charge,)) if 0 < charge < 2**63 else []
         if not found or found[0][0] != dataset:
             where = f"charge #{charge} is on dataset '{found[0][0]}'" if found else f"there is no charge #{charge}"
             raise LedgerError(f"ledger '{self.path}' has no charge #{charge} on dataset '{dataset}' ({where}), and "
@@ -548,11 +549,10 @@ class Ledger:
     def _paid_for(self, books: _Books) -> None:
         """Every kept release names an earlier charge of its dataset, and no charge has two."""
         unpaid = books.rows("SELECT r.id, r.charge FROM releases r LEFT JOIN charges c ON c.id = r.charge "
-                            "AND c.dataset = r.dataset AND c.id < r.id WHERE c.id IS NULL OR typeof(r.payload) != "
-                            "'text' ORDER BY r.id LIMIT 1")
+                            "AND c.dataset = r.dataset AND c.id < r.id WHERE c.id IS NULL ORDER BY r.id LIMIT 1")
         if unpaid:
             raise LedgerError(self._corrupt(f"release {unpaid[0][0]} names no earlier charge of its dataset "
-                                            f"(charge {unpaid[0][1]!r}), or its payload is not text"))
+                                            f"(charge {unpaid[0][1]!r})"))
         twice = books.rows("SELECT charge FROM releases GROUP BY charge HAVING COUNT(*) > 1 LIMIT 1")
         if twice:
             raise LedgerError(self._corrupt(f"charge {twice[0][0]!r} has more than one release"))
@@ -605,9 +605,9 @@ class Ledger:
 
 
 def _migrate(books: _Books) -> None:
-    """Rewrite a version-1 ledger as the current version in the owner's transaction: its actions and charges,
-    in time order, become the MAC-chained history (their datasets unbound until the owner binds
-    them). A version-1 file is not authenticated, so this trusts it as it is; it runs only where no
+    """Rewrite a version-1 ledger as the current version in the owner's transaction: its actions
+    and charges, in time order, become the MAC-chained history (their datasets unbound until the
+    owner binds them). A version-1 file is not authenticated, so this trusts it as it is; it runs only where no
     key exists yet (a file whose key exists was upgraded before), and fails closed on other tables
     or a version-1 total that disagrees with its latest action."""
     db = books.db

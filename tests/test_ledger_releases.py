@@ -100,7 +100,9 @@ def test_the_ledger_budget_remembers_its_charge_and_the_account_keeps_and_lists(
     (1, r"no charge #1 on dataset 'people' \(there is no charge #1\)"),  # #1 is the owner's action
     (3, r"no charge #3 on dataset 'people' \(there is no charge #3\)"),  # #3 is a release
     (8, r"no charge #8 on dataset 'people' \(charge #8 is on dataset 'firms'\)"),
-], ids=["missing", "an action", "a release", "another dataset"])
+    (-2, r"no charge #-2 on dataset 'people' \(there is no charge #-2\)"),
+    (2**64, rf"no charge #{2**64} on dataset 'people' \(there is no charge #{2**64}\)"),
+], ids=["missing", "an action", "a release", "another dataset", "negative", "beyond SQLite's integers"])
 def test_a_release_without_a_charge_of_its_dataset_is_refused_and_nothing_is_written(books: Ledger, charge: int,
                                                                                      phrase: str) -> None:
     books.set_total("firms", PrivacyCost(epsilon=1.0), binding=BOUND)
