@@ -119,7 +119,7 @@ def coverage(data: pa.Table, tables: list[pa.Table], asked: list[list[str]]) -> 
     for table, (sql,) in zip(tables, asked):
         value = "count" if "COUNT(*)" in sql else "sum_income"
         names = [n for n in table.column_names if n != value and not n.endswith("_stddev") and not n.endswith("_upper")]
-        exact = con.execute(_exact_sql(sql, names)).arrow()
+        exact = con.execute(_exact_sql(sql, names)).fetch_arrow_table()
         truth = {tuple(row[n] for n in names): row["exact"] for row in exact.to_pylist()}
         for row in table.to_pylist():
             key = tuple(row[n] for n in names)

@@ -259,9 +259,9 @@ def test_a_connection_default_cost_lets_execute_run_without_one(data: duckdb.Duc
         cursor = connection.cursor()
         assert cursor.execute("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex").rowcount == 2
         assert connection.budget.spent == 0.5
-        cursor.execute("SELECT COUNT(*) AS n FROM people", epsilon=1.0)
+        cursor.execute("SELECT COUNT(*) AS n FROM people", epsilon=1.0, reuse=False)  # else free: the sum of the groups
         assert connection.budget.spent == 1.5
-        assert "Cost: ε=0.5" in cursor.explain("SELECT COUNT(*) AS n FROM people")
+        assert "Cost: ε=0.5" in cursor.explain("SELECT COUNT(*) AS n FROM people", reuse=False)
         cursor.executemany("SELECT COUNT(*) AS n FROM people WHERE age >= ?", [[10], [20]])
         assert connection.budget.spent == 2.5
     for costs in ({"epsilon_per_batch": 1.0, "rho_per_batch": 0.1}, {"epsilon_per_batch": -1.0},

@@ -11,7 +11,10 @@ more is measured. Post-processing of released values: free, and nothing here rea
 
 Kept: measurements of tables where each row is the privacy unit (a per-unit cap keeps rows by a
 hash of the values each scan reads, so capped vectors are not marginals of each other), over at
-most REUSE_CELLS cells. Order statistics are always measured afresh.
+most REUSE_CELLS cells. A group pools the kept measurements over a subset or a superset of its
+columns (a marginal of its data, or data it is a marginal of), newest first while their joint
+cells number at most REUSE_CELLS; a measurement over other columns says little about its cells
+and would multiply the joint cells. Order statistics are always measured afresh.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ FloatArray = npt.NDArray[np.float64]
 #: The release number a planned, not yet measured, measurement goes by (the newest of all).
 NEW_RELEASE = 2**62
 #: The most joint cells a reuse may span (its information matrix is dense: REUSE_CELLS² numbers).
-REUSE_CELLS = 2048
+REUSE_CELLS = 1024
 
 
 def not_kept_reason(table: Table) -> str | None:
@@ -131,9 +134,13 @@ class Reuse:
         if not_kept_reason(table) is not None:
             return None
         participants: list[Axes] = [group_axes(group, table)]
+        columns = {name for name, _ in participants[0]}
         members = []
         for kept in sorted((k for k in self.kept if k.table == table.name and k.vector == key),
                            key=lambda k: -k.release):  # the newest first, while the joint cells fit
+            theirs = {name for name, _ in kept.axes}
+            if not (theirs <= columns or columns <= theirs):
+                continue  # other columns: they say little about these cells and would multiply the joint cells
             if joint_cells([*participants, kept.axes]) <= REUSE_CELLS:
                 participants.append(kept.axes)
                 members.append(kept)
