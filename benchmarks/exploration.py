@@ -119,8 +119,7 @@ def coverage(data: pa.Table, tables: list[pa.Table], asked: list[list[str]]) -> 
     for table, (sql,) in zip(tables, asked):
         value = "count" if "COUNT(*)" in sql else "sum_income"
         names = [n for n in table.column_names if n != value and not n.endswith("_stddev") and not n.endswith("_upper")]
-        exact = con.execute(_exact_sql(sql, names)).fetch_arrow_table()
-        truth = {tuple(row[n] for n in names): row["exact"] for row in exact.to_pylist()}
+        truth = {tuple(row[:-1]): row[-1] for row in con.execute(_exact_sql(sql, names)).fetchall()}
         for row in table.to_pylist():
             key = tuple(row[n] for n in names)
             if key in truth:
