@@ -96,6 +96,20 @@ def test_predicted_stddevs_are_the_reported_ones(data: duckdb.DuckDBPyConnection
             np.testing.assert_array_equal(np.asarray(table.column(f"{alias}_stddev")), stddevs)  # exactly equal
 
 
+def test_linear_derived_outputs_are_predicted_exactly(data: duckdb.DuckDBPyConnection) -> None:
+    """Var(Σ c_i a_i) = cᵀ Σ c with the covariances of answers sharing a measurement; a ratio is not predicted."""
+    sql = ("SELECT sex, SUM(income) - 2 * COUNT(*) AS d, (SUM(income) + SUM(income) FILTER (WHERE age < 5)) / 2 AS h, "
+           "COUNT(*) AS n, SUM(income) / COUNT(*) AS r FROM t GROUP BY sex")
+    predicted = predicted_stddevs(prepared_at(sql, PrivacyCost(epsilon=1.0)))[0]
+    assert set(predicted) == {"d", "h", "n"}
+    table = connect(data, Budget(epsilon=10)).cursor().execute(sql, epsilon=1.0).fetch_arrow_table()
+    for alias, stddevs in predicted.items():
+        np.testing.assert_array_equal(np.asarray(table.column(f"{alias}_stddev")), stddevs)
+    targeted = "SELECT sex, SUM(income) - 2 * COUNT(*) AS d FROM t GROUP BY sex HAVING COUNT(*) > 0"
+    found = at.find(at.Request(max_stddev=100.0), targeted, SCHEMA)
+    assert found.worst <= 1 < worst(targeted, PrivacyCost(epsilon=found.cost.value * 0.99), [100.0])
+
+
 def test_unguaranteed_outputs_are_left_out_of_the_prediction() -> None:
     prepared = prepared_at("SELECT age, COUNT(*) AS n, AVG(income) AS a, SUM(wage) AS w FROM t GROUP BY age",
                            PrivacyCost(epsilon=1.0))
