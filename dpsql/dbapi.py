@@ -332,11 +332,16 @@ class Cursor:
 
     def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[object]], *,
                     epsilon: float | None = None, rho: float | None = None,
-                    weights: Sequence[float] | None = None) -> Cursor:
-        """Execute ``operation`` once per parameter set; each run is its own batch and charge."""
+                    weights: Sequence[float] | None = None, max_stddev: float | Sequence[float | None] | None = None,
+                    max_relative_stddev: float | Sequence[float | None] | None = None,
+                    family: str | None = None) -> Cursor:
+        """Execute ``operation`` once per parameter set; each run is its own batch and charge (an
+        accuracy target: each run's own least cost)."""
         results: list[pa.Table] = []
         for parameters in seq_of_parameters:
-            results.extend(self.execute(operation, parameters, epsilon=epsilon, rho=rho, weights=weights)._results)
+            results.extend(self.execute(operation, parameters, epsilon=epsilon, rho=rho, weights=weights,
+                                        max_stddev=max_stddev, max_relative_stddev=max_relative_stddev,
+                                        family=family)._results)
         self._results, self._current, self._row = results, 0 if results else -1, 0
         return self
 

@@ -189,6 +189,15 @@ def test_a_hooked_stddevs_that_is_not_one_over_epsilon_is_searched_exactly() -> 
     assert found.cost.value < plain.cost.value  # the earlier information is worth something
 
 
+def test_executemany_finds_each_runs_least_cost(data: duckdb.DuckDBPyConnection) -> None:
+    sql = "SELECT sex, COUNT(*) AS n FROM t WHERE age < ? GROUP BY sex"
+    budget = Budget(epsilon=100)
+    tables = connect(data, budget).cursor().executemany(sql, [[5], [10]], max_stddev=2.0).fetch_arrow_tables()
+    costs = [json.loads(t.schema.metadata[b"dpsql"])["accuracy_target"]["least_cost"] for t in tables]
+    assert budget.spent == pytest.approx(sum(float(c.split("=")[1]) for c in costs), rel=1e-12)
+    assert all(float(np.max(t.column("n_stddev"))) <= 2.0 for t in tables)
+
+
 # ------------------------------------------------------------------------------------------------ refusals
 def test_over_the_budget_is_refused_before_any_data_is_read(data: duckdb.DuckDBPyConnection,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
@@ -273,6 +282,17 @@ def test_bad_targets_are_programming_errors_and_charge_nothing(data: duckdb.Duck
         cursor.execute(MIXED, **arguments)
     with pytest.raises(ProgrammingError, match=message):
         cursor.explain(MIXED, **arguments)
+    assert budget.spent == 0
+
+
+def test_exact_answers_meet_any_target_but_fix_no_cost_for_the_others(data: duckdb.DuckDBPyConnection) -> None:
+    budget = Budget(epsilon=10)
+    table = connect(data, budget).cursor().execute("SELECT COUNT(*) AS n FROM t WHERE age < 0",
+                                                   max_stddev=1.0).fetch_arrow_table()
+    assert table.column("n_stddev").to_pylist() == [0.0] and budget.spent == 0  # never TRUE: nothing measured
+    with pytest.raises(ProgrammingError, match="every targeted answer is exact"):
+        connect(data, budget).cursor().execute("SELECT COUNT(*) AS n FROM t WHERE age < 0; SELECT COUNT(*) FROM t",
+                                               max_stddev=[1.0, None])
     assert budget.spent == 0
 
 

@@ -95,8 +95,8 @@ def least_cost(plan_at: Callable[[PrivacyCost], Prepared], family: Family, targe
     """
     probe = _Probe(plan_at, family, tuple(targets), stddevs)
     cost, ratio = REFERENCE, probe.ratio(REFERENCE)
-    if ratio == 0:  # every targeted answer is exact (never TRUE): any cost meets the targets
-        return probe.result(REFERENCE, None)
+    if ratio == 0:  # every targeted answer is exact (its WHERE is never TRUE): any cost meets the targets
+        return probe.exact()
     power = 1 if family == "epsilon" else 2
     for _ in range(SCALING_STEPS):
         cost = _bounded(cost * ratio**power, probe)
@@ -114,10 +114,19 @@ def least_cost(plan_at: Callable[[PrivacyCost], Prepared], family: Family, targe
             low = middle
     high = _rounded(low, high, probe)
     if limit is not None and PrivacyCost.of(family, high).exact > limit:
-        if not (low < float(limit) < high and probe.ratio(float(limit)) <= 1):
+        last = _at_most(limit)  # all that is left, when it lies inside the bracket and meets the targets
+        if not (low < last < high and probe.ratio(last) <= 1):
             raise BudgetExhaustedError(probe.over_limit(high, limit, about=False))
-        high = float(limit)
+        high = last
     return probe.result(high, low)
+
+
+def _at_most(limit: Fraction) -> float:
+    """The largest float whose decimal form (what a PrivacyCost charges) is at most ``limit``."""
+    value = float(limit)
+    while Fraction(repr(value)) > limit:
+        value = math.nextafter(value, 0.0)
+    return value
 
 
 class _Probe:
@@ -142,6 +151,16 @@ class _Probe:
                 found = self.stddevs(prepared)
             self.found[value] = (prepared, found, worst_ratio(found, self.targets))
         return self.found[value][2]
+
+    def exact(self) -> Target:
+        """The reference plan when every targeted answer is exact: it must measure nothing, else the
+        targets do not fix a cost for the statements that are measured."""
+        prepared = self.found[REFERENCE][0]
+        if not prepared.chosen.measures_nothing:
+            raise ProgrammingError("every targeted answer is exact (its WHERE clause is never TRUE), so the target "
+                                   "fixes no cost for the other statements: give them a target too, or give "
+                                   "epsilon= (or rho=). Nothing was run or charged.")
+        return self.result(REFERENCE, None)
 
     def result(self, value: float, miss: float | None) -> Target:
         self.ratio(value)
