@@ -312,9 +312,10 @@ class Cursor:
         self._check_open()
         request = accuracy_target.Request(max_stddev=max_stddev, max_relative_stddev=max_relative_stddev, family=family)
         found = None
-        if request.given or family is not None:
-            text, units, found = self._target_of(operation, epsilon, rho, request, parameters, weights, progress,
-                                                 self.connection.budget)
+        if request.asked:  # the least cost meeting the target, refused over the budget before any data is read
+            text, units, found = accuracy_target.search(request, operation, self.connection.schema, epsilon=epsilon,
+                                                        rho=rho, parameters=parameters, weights=weights,
+                                                        budget=self.connection.budget, progress=progress)
             prepared = found.prepared
         else:
             text, cost, units = self._cost_of(operation, epsilon, rho)
@@ -360,9 +361,10 @@ class Cursor:
         self._check_open()
         request = accuracy_target.Request(max_stddev=max_stddev, max_relative_stddev=max_relative_stddev, family=family)
         targeted: list[str] = []
-        if request.given or family is not None:
-            text, units, found = self._target_of(operation, epsilon, rho, request, parameters, weights, None, None)
-            prepared, targeted = found.prepared, accuracy_target.explain_lines(found, request)
+        if request.asked:
+            text, units, found = accuracy_target.search(request, operation, self.connection.schema, epsilon=epsilon,
+                                                        rho=rho, parameters=parameters, weights=weights)
+            prepared, targeted = found.prepared, accuracy_target.explain_lines(found)
         else:
             text, cost, units = self._cost_of(operation, epsilon, rho)
             prepared = engine.prepare(text, self.connection.schema, cost, parameters, weights=weights)
@@ -374,24 +376,6 @@ class Cursor:
             return (f"{engine.explain(prepared)}\n{backend}\n"
                     f"Budget: unknown, so every query fails until this is fixed: {err}")
         return f"{engine.explain(prepared, budget)}\n{backend}"
-
-    def _target_of(self, operation: str, epsilon: float | None, rho: float | None, request: accuracy_target.Request,
-                   parameters: Sequence[object] | None, weights: Sequence[float] | None,
-                   progress: Callable[[str], None] | None,
-                   budget: PrivacyBudget | None) -> tuple[str, list[StatementOptions], accuracy_target.Target]:
-        """The least cost meeting an accuracy target (``dpsql.engine.accuracy_target``), refused when
-        the batch also gives a cost (epsilon=/rho=, or a BigQuery OPTIONS clause)."""
-        if not request.given:
-            raise ProgrammingError("family= chooses the cost an accuracy target is met with; give max_stddev= (or "
-                                   "max_relative_stddev=) with it. Nothing was charged.")
-        text, options = read_options(operation) if isinstance(operation, str) else (operation, [])
-        given = ([f"WITH DIFFERENTIAL_PRIVACY OPTIONS ({options[0].where})"] if options else []) \
-            + ["epsilon="] * (epsilon is not None) + ["rho="] * (rho is not None)
-        if given:
-            raise ProgrammingError(f"the batch gives both an accuracy target and a cost ({', '.join(given)}): the "
-                                   "target's least cost is the cost. Keep one. Nothing was charged.")
-        return text, options, accuracy_target.find(request, text, self.connection.schema, parameters=parameters,
-                                                   weights=weights, budget=budget, progress=progress)
 
     def _cost_of(self, operation: str, epsilon: float | None,
                  rho: float | None) -> tuple[str, PrivacyCost, list[StatementOptions]]:

@@ -51,6 +51,7 @@ from dpsql.errors import BudgetExhaustedError, DpsqlWarning, NotSupportedError, 
 from dpsql.planner import Progress
 from dpsql.schema import Column, Schema
 from dpsql.sql import ir
+from dpsql.sql.dp_options import StatementOptions, read_options
 from dpsql.sql.flatten import expand_weights
 
 FloatArray = npt.NDArray[np.float64]
@@ -328,7 +329,13 @@ class Request:
 
     @property
     def given(self) -> bool:
+        """Whether a target is given."""
         return self.max_stddev is not None or self.max_relative_stddev is not None
+
+    @property
+    def asked(self) -> bool:
+        """Whether any target option is given (a family alone is refused by :func:`search`)."""
+        return self.given or self.family is not None
 
     def checked_family(self) -> Family:
         """The family of the cost to find; ProgrammingError for anything but "epsilon" or "rho"."""
@@ -343,6 +350,26 @@ class Request:
         """The request as the result metadata records it."""
         return {"max_stddev": self.max_stddev, "max_relative_stddev": self.max_relative_stddev,
                 "family": self.checked_family()}
+
+
+def search(request: Request, operation: str, schema: Schema, *, epsilon: float | None = None,
+           rho: float | None = None, parameters: Sequence[object] | None = None,
+           weights: Sequence[float] | None = None, budget: PrivacyBudget | None = None,
+           progress: Progress | None = None) -> tuple[str, list[StatementOptions], Target]:
+    """What ``Cursor.execute``/``explain`` run for a target: the text to answer (a BigQuery OPTIONS
+    clause blanked out), its statements' options and :func:`find`'s Target. ProgrammingError when
+    the batch also gives a cost (epsilon=, rho=, or the OPTIONS clause) or a family without a target."""
+    if not request.given:
+        raise ProgrammingError("family= chooses the cost an accuracy target is met with; give max_stddev= (or "
+                               "max_relative_stddev=) with it. Nothing was charged.")
+    text, options = read_options(operation) if isinstance(operation, str) else (operation, [])
+    given = ([f"WITH DIFFERENTIAL_PRIVACY OPTIONS ({options[0].where})"] if options else []) \
+        + ["epsilon="] * (epsilon is not None) + ["rho="] * (rho is not None)
+    if given:
+        raise ProgrammingError(f"the batch gives both an accuracy target and a cost ({', '.join(given)}): the "
+                               "target's least cost is the cost. Keep one. Nothing was charged.")
+    return text, options, find(request, text, schema, parameters=parameters, weights=weights, budget=budget,
+                               progress=progress)
 
 
 def find(request: Request, text: str, schema: Schema, *, parameters: Sequence[object] | None = None,
@@ -392,7 +419,7 @@ def statement_worst(found: Target) -> list[tuple[float, float]]:
     return list(zip(worst, largest))
 
 
-def explain_lines(found: Target, request: Request) -> list[str]:
+def explain_lines(found: Target) -> list[str]:
     """What EXPLAIN says about the search: the cost found and each statement's worst predicted stddev."""
     unit = UNIT[found.cost.family]
     lines = [f"Accuracy target: least cost {unit}={found.cost.value:.6g} meets every target "
