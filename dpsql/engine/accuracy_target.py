@@ -355,7 +355,8 @@ class Request:
 def search(request: Request, operation: str, schema: Schema, *, epsilon: float | None = None,
            rho: float | None = None, parameters: Sequence[object] | None = None,
            weights: Sequence[float] | None = None, budget: PrivacyBudget | None = None,
-           progress: Progress | None = None) -> tuple[str, list[StatementOptions], Target]:
+           progress: Progress | None = None,
+           stddevs: Stddevs = predicted_stddevs) -> tuple[str, list[StatementOptions], Target]:
     """What ``Cursor.execute``/``explain`` run for a target: the text to answer (a BigQuery OPTIONS
     clause blanked out), its statements' options and :func:`find`'s Target. ProgrammingError when
     the batch also gives a cost (epsilon=, rho=, or the OPTIONS clause) or a family without a target."""
@@ -369,7 +370,7 @@ def search(request: Request, operation: str, schema: Schema, *, epsilon: float |
         raise ProgrammingError(f"the batch gives both an accuracy target and a cost ({', '.join(given)}): the "
                                "target's least cost is the cost. Keep one. Nothing was charged.")
     return text, options, find(request, text, schema, parameters=parameters, weights=weights, budget=budget,
-                               progress=progress)
+                               progress=progress, stddevs=stddevs)
 
 
 def find(request: Request, text: str, schema: Schema, *, parameters: Sequence[object] | None = None,
