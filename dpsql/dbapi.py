@@ -322,7 +322,7 @@ class Cursor:
         self._check_open()
         connection = self.connection
         request = accuracy_target.Request(max_stddev=max_stddev, max_relative_stddev=max_relative_stddev, family=family)
-        targeted = request.given or family is not None
+        targeted = request.asked
         text, cost, units = (self._target_text(operation, epsilon, rho, request) if targeted
                              else self._cost_of(operation, epsilon, rho))
         store = connection.releases
@@ -356,11 +356,16 @@ class Cursor:
 
     def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[object]], *,
                     epsilon: float | None = None, rho: float | None = None,
-                    weights: Sequence[float] | None = None) -> Cursor:
-        """Execute ``operation`` once per parameter set; each run is its own batch and charge."""
+                    weights: Sequence[float] | None = None, max_stddev: float | Sequence[float | None] | None = None,
+                    max_relative_stddev: float | Sequence[float | None] | None = None,
+                    family: str | None = None) -> Cursor:
+        """Execute ``operation`` once per parameter set; each run is its own batch and charge (an
+        accuracy target: each run's own least cost)."""
         results: list[pa.Table] = []
         for parameters in seq_of_parameters:
-            results.extend(self.execute(operation, parameters, epsilon=epsilon, rho=rho, weights=weights)._results)
+            results.extend(self.execute(operation, parameters, epsilon=epsilon, rho=rho, weights=weights,
+                                        max_stddev=max_stddev, max_relative_stddev=max_relative_stddev,
+                                        family=family)._results)
         self._results, self._current, self._row = results, 0 if results else -1, 0
         return self
 
@@ -380,7 +385,7 @@ class Cursor:
         """
         self._check_open()
         request = accuracy_target.Request(max_stddev=max_stddev, max_relative_stddev=max_relative_stddev, family=family)
-        targeted = request.given or family is not None
+        targeted = request.asked
         text, cost, units = (self._target_text(operation, epsilon, rho, request) if targeted
                              else self._cost_of(operation, epsilon, rho))
         split = split_batch(text, parameters, self.connection.schema, self.connection.releases.kept() if reuse else [],
@@ -391,7 +396,7 @@ class Cursor:
         targeted_lines: list[str] = []
         if targeted:
             found = self._least_cost(text, request, parameters, weights, None, None, split)
-            prepared, targeted_lines = found.prepared, accuracy_target.explain_lines(found, request)
+            prepared, targeted_lines = found.prepared, accuracy_target.explain_lines(found)
         else:
             prepared = engine.prepare(text, self.connection.schema, cost, parameters, weights=weights,
                                       statements=split.measured)
@@ -406,17 +411,9 @@ class Cursor:
 
     def _target_text(self, operation: str, epsilon: float | None, rho: float | None,
                      request: accuracy_target.Request) -> tuple[str, PrivacyCost, list[StatementOptions]]:
-        """The text to parse under an accuracy target (the cost is found later: a placeholder is
-        returned), refused when the batch also gives a cost (epsilon=/rho=, or a BigQuery OPTIONS clause)."""
-        if not request.given:
-            raise ProgrammingError("family= chooses the cost an accuracy target is met with; give max_stddev= (or "
-                                   "max_relative_stddev=) with it. Nothing was charged.")
-        text, options = read_options(operation) if isinstance(operation, str) else (operation, [])
-        given = ([f"WITH DIFFERENTIAL_PRIVACY OPTIONS ({options[0].where})"] if options else []) \
-            + ["epsilon="] * (epsilon is not None) + ["rho="] * (rho is not None)
-        if given:
-            raise ProgrammingError(f"the batch gives both an accuracy target and a cost ({', '.join(given)}): the "
-                                   "target's least cost is the cost. Keep one. Nothing was charged.")
+        """The text under an accuracy target (``accuracy_target.target_text``) and a placeholder cost
+        (the least cost is found once the batch is split)."""
+        text, options = accuracy_target.target_text(request, operation, epsilon=epsilon, rho=rho)
         return text, PrivacyCost.of(request.checked_family(), 1.0), options
 
     def _least_cost(self, text: str, request: accuracy_target.Request, parameters: Sequence[object] | None,

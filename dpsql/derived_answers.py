@@ -422,3 +422,9 @@ def _merged_type(first: pa.DataType | None, other: pa.DataType | None) -> pa.Dat
         return first or other or pa.null()
     numbers = {pa.int64(), pa.float64()}
     return pa.float64() if first in numbers and other in numbers else None
+
+
+#: A derived statement's answers with their covariances, and whether an expression is linear in its SUM/COUNT
+#: answers: ``dpsql.engine.predicted`` predicts linear outputs' standard errors with them, before the data.
+StatementAnswers = _Statement
+is_linear = _linear

@@ -52,6 +52,7 @@ from dpsql.planner import Progress
 from dpsql.schema import Column, Schema
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledStatement
+from dpsql.sql.dp_options import StatementOptions, read_options
 from dpsql.sql.flatten import expand_weights
 
 FloatArray = npt.NDArray[np.float64]
@@ -96,8 +97,8 @@ def least_cost(plan_at: Callable[[PrivacyCost], Prepared], family: Family, targe
     """
     probe = _Probe(plan_at, family, tuple(targets), stddevs)
     cost, ratio = REFERENCE, probe.ratio(REFERENCE)
-    if ratio == 0:  # every targeted answer is exact (never TRUE): any cost meets the targets
-        return probe.result(REFERENCE, None)
+    if ratio == 0:  # every targeted answer is exact (its WHERE is never TRUE): any cost meets the targets
+        return probe.exact()
     power = 1 if family == "epsilon" else 2
     for _ in range(SCALING_STEPS):
         cost = _bounded(cost * ratio**power, probe)
@@ -115,10 +116,19 @@ def least_cost(plan_at: Callable[[PrivacyCost], Prepared], family: Family, targe
             low = middle
     high = _rounded(low, high, probe)
     if limit is not None and PrivacyCost.of(family, high).exact > limit:
-        if not (low < float(limit) < high and probe.ratio(float(limit)) <= 1):
+        last = _at_most(limit)  # all that is left, when it lies inside the bracket and meets the targets
+        if not (low < last < high and probe.ratio(last) <= 1):
             raise BudgetExhaustedError(probe.over_limit(high, limit, about=False))
-        high = float(limit)
+        high = last
     return probe.result(high, low)
+
+
+def _at_most(limit: Fraction) -> float:
+    """The largest float whose decimal form (what a PrivacyCost charges) is at most ``limit``."""
+    value = float(limit)
+    while Fraction(repr(value)) > limit:
+        value = math.nextafter(value, 0.0)
+    return value
 
 
 class _Probe:
@@ -143,6 +153,16 @@ class _Probe:
                 found = self.stddevs(prepared)
             self.found[value] = (prepared, found, worst_ratio(found, self.targets))
         return self.found[value][2]
+
+    def exact(self) -> Target:
+        """The reference plan when every targeted answer is exact: it must measure nothing, else the
+        targets do not fix a cost for the statements that are measured."""
+        prepared = self.found[REFERENCE][0]
+        if not prepared.chosen.measures_nothing:
+            raise ProgrammingError("every targeted answer is exact (its WHERE clause is never TRUE), so the target "
+                                   "fixes no cost for the other statements: give them a target too, or give "
+                                   "epsilon= (or rho=). Nothing was run or charged.")
+        return self.result(REFERENCE, None)
 
     def result(self, value: float, miss: float | None) -> Target:
         self.ratio(value)
@@ -309,7 +329,13 @@ class Request:
 
     @property
     def given(self) -> bool:
+        """Whether a target is given."""
         return self.max_stddev is not None or self.max_relative_stddev is not None
+
+    @property
+    def asked(self) -> bool:
+        """Whether any target option is given (a family alone is refused by :func:`search`)."""
+        return self.given or self.family is not None
 
     def checked_family(self) -> Family:
         """The family of the cost to find; ProgrammingError for anything but "epsilon" or "rho"."""
@@ -324,6 +350,35 @@ class Request:
         """The request as the result metadata records it."""
         return {"max_stddev": self.max_stddev, "max_relative_stddev": self.max_relative_stddev,
                 "family": self.checked_family()}
+
+
+def search(request: Request, operation: str, schema: Schema, *, epsilon: float | None = None,
+           rho: float | None = None, parameters: Sequence[object] | None = None,
+           weights: Sequence[float] | None = None, budget: PrivacyBudget | None = None,
+           progress: Progress | None = None,
+           stddevs: Stddevs = predicted_stddevs) -> tuple[str, list[StatementOptions], Target]:
+    """The text to answer (a BigQuery OPTIONS clause blanked out), its statements' options and
+    :func:`find`'s Target (see :func:`target_text` for what is refused)."""
+    text, options = target_text(request, operation, epsilon=epsilon, rho=rho)
+    return text, options, find(request, text, schema, parameters=parameters, weights=weights, budget=budget,
+                               progress=progress, stddevs=stddevs)
+
+
+def target_text(request: Request, operation: str, *, epsilon: float | None = None,
+                rho: float | None = None) -> tuple[str, list[StatementOptions]]:
+    """What ``Cursor.execute``/``explain`` answer under a target: the text (a BigQuery OPTIONS
+    clause blanked out) and its statements' options. ProgrammingError when the batch also gives a
+    cost (epsilon=, rho=, or the OPTIONS clause) or a family without a target."""
+    if not request.given:
+        raise ProgrammingError("family= chooses the cost an accuracy target is met with; give max_stddev= (or "
+                               "max_relative_stddev=) with it. Nothing was charged.")
+    text, options = read_options(operation) if isinstance(operation, str) else (operation, [])
+    given = ([f"WITH DIFFERENTIAL_PRIVACY OPTIONS ({options[0].where})"] if options else []) \
+        + ["epsilon="] * (epsilon is not None) + ["rho="] * (rho is not None)
+    if given:
+        raise ProgrammingError(f"the batch gives both an accuracy target and a cost ({', '.join(given)}): the "
+                               "target's least cost is the cost. Keep one. Nothing was charged.")
+    return text, options
 
 
 def find(request: Request, text: str, schema: Schema, *, parameters: Sequence[object] | None = None,
@@ -379,7 +434,7 @@ def statement_worst(found: Target) -> list[tuple[float, float]]:
     return list(zip(worst, largest))
 
 
-def explain_lines(found: Target, request: Request) -> list[str]:
+def explain_lines(found: Target) -> list[str]:
     """What EXPLAIN says about the search: the cost found and each statement's worst predicted stddev."""
     unit = UNIT[found.cost.family]
     lines = [f"Accuracy target: least cost {unit}={found.cost.value:.6g} meets every target "

@@ -24,9 +24,9 @@ from dpsql.engine import accuracy_target
 from dpsql.engine import postprocess as postprocessing
 from dpsql.engine.group_route import GroupsPlan
 from dpsql.engine.metadata import ReleaseMetadata
-from dpsql.engine.predicted import block_variances, predicted_stddevs
+from dpsql.engine.predicted import block_answers, predicted_stddevs
 from dpsql.engine.residual_route import ResidualPlan
-from dpsql.engine.reuse import Reuse, not_kept_reason, planned_variances, reuse_entry
+from dpsql.engine.reuse import Reuse, not_kept_reason, planned_answers, reuse_entry
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.results import AnswerKey, AnswerSet, statement_tables
 from dpsql.schema import Schema
@@ -109,13 +109,13 @@ def _stddevs(statement: CompiledStatement, answers: Mapping[AnswerKey, mechanism
 
 def stddevs_with(kept: Sequence[KeptMeasurement]) -> accuracy_target.Stddevs:
     """The accuracy search's predicted stddevs once a plan's measurements join ``kept`` (GLS)."""
-    def variances(plan: GroupsPlan | ResidualPlan) -> Mapping[AnswerKey, FloatArray]:
-        alone = block_variances(plan)
+    def answers(plan: GroupsPlan | ResidualPlan) -> Mapping[AnswerKey, mechanism.Answers]:
+        alone = block_answers(plan)
         if isinstance(plan, GroupsPlan) and kept:
-            return planned_variances(plan.compiled, plan.measurements, kept, alone)
+            return planned_answers(plan.compiled, plan.measurements, kept, alone)
         return alone
 
-    return lambda prepared: predicted_stddevs(prepared, variances)
+    return lambda prepared: predicted_stddevs(prepared, answers)
 
 
 def _union_parts(batch: ir.Batch) -> list[list[int]]:

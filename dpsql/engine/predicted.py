@@ -11,10 +11,12 @@ per-residual σ² the discrete Gaussian releases with (``residual.planner.effect
 depend only on the plan (the public schema, the statements and the cost), so they are exactly the
 ``<alias>_stddev`` that ``execute`` later reports, computed the same way.
 
-Only COUNT and SUM outputs (plain, filtered or scaled) have such a standard error fixed before the
-data: an AVG's delta-method error, an order statistic's interval, a derived output's error and a
-truncated SUM's (whose θ, and so every measurement's share, is chosen from the data) depend on
-the data. :func:`unguaranteed` names them, so that an accuracy target can refuse them.
+Only COUNT and SUM outputs (plain, filtered or scaled) and derived outputs linear in them
+(``SUM(a) + SUM(b)``, ``2 * COUNT(*) - 1``: Var = cᵀ Σ c with the answers' exact covariances) have
+such a standard error fixed before the data: an AVG's delta-method error, a ratio's or product's,
+an order statistic's interval and a truncated SUM's (whose θ, and so every measurement's share, is
+chosen from the data) depend on the data. :func:`unguaranteed` names them, so that an accuracy
+target can refuse them.
 """
 
 from __future__ import annotations
@@ -26,12 +28,16 @@ import numpy as np
 import numpy.typing as npt
 
 from dpsql import linalg
+from dpsql.derived_answers import StatementAnswers, is_linear
 from dpsql.engine.group_route import GroupsPlan
+from dpsql.engine.measure import add_covariances
 from dpsql.engine.residual_route import ResidualPlan
 from dpsql.engine.routes import Prepared
-from dpsql.engine.vocabulary import AnswerKey
+from dpsql.engine.vocabulary import AnswerKey, AnswerSet
+from dpsql.mechanism import Answers, Measurement
 from dpsql.residual import planner as residual
 from dpsql.residual import queries as mq
+from dpsql.sql import derived as d
 from dpsql.sql import ir
 
 FloatArray = npt.NDArray[np.float64]
@@ -51,24 +57,31 @@ class Unguaranteed:
 
 
 def predicted_stddevs(prepared: Prepared,
-                      variances: Callable[[GroupsPlan | ResidualPlan], Mapping[AnswerKey, FloatArray]] | None = None
+                      answers_of: Callable[[GroupsPlan | ResidualPlan], Mapping[AnswerKey, Answers]] | None = None
                       ) -> list[dict[str, FloatArray]]:
-    """Per batch statement, per COUNT/SUM output (by alias), each answer's standard error in the
-    statement's output row order before ORDER BY/LIMIT (``CompiledStatement.block_rows``).
+    """Per batch statement, per COUNT/SUM output (by alias; also a derived output linear in them),
+    each answer's standard error in the statement's output row order before HAVING, ORDER BY and
+    LIMIT (``CompiledStatement.block_rows``): the rows shown are some of these.
 
-    Outputs listed by :func:`unguaranteed` are left out. Reads no data. ``variances`` gives every
-    block's variances under the plan (default :func:`block_variances`; ``dpsql.engine.reuse`` adds
-    what earlier releases contribute).
+    Outputs listed by :func:`unguaranteed` are left out. Reads no data. ``answers_of`` gives every
+    block's variances and covariances under the plan (default :func:`block_answers`;
+    ``dpsql.engine.free`` adds what earlier releases contribute).
     """
     chosen = prepared.chosen
-    of_plan = variances or block_variances
-    found = of_plan(chosen) if isinstance(chosen, (GroupsPlan, ResidualPlan)) else {}
+    answers = AnswerSet((answers_of or block_answers)(chosen) if isinstance(chosen, (GroupsPlan, ResidualPlan)) else {})
     skipped = {(u.statement, u.alias) for u in unguaranteed(prepared)}
     result: list[dict[str, FloatArray]] = []
     for index, statement in enumerate(chosen.compiled.statements):
-        result.append({output.aggregate.alias: np.sqrt(found[AnswerKey(statement.group, output.blocks[0])]
-                                                       [statement.block_rows])
-                       for output in statement.aggregates if (index, output.aggregate.alias) not in skipped})
+        mine = answers.of_group(statement.group)
+        outputs = statement.statement.outputs
+        if outputs is None:
+            result.append({output.aggregate.alias: np.sqrt(mine[output.blocks[0]].variances[statement.block_rows])
+                           for output in statement.aggregates if (index, output.aggregate.alias) not in skipped})
+        else:  # exact for linear outputs: Var(Σ c_i a_i) = cᵀ Σ c, whatever the values (zeros here)
+            state = StatementAnswers(statement, mine)
+            result.append({item.alias: np.sqrt(state.variance(state.evaluate(item.expression)))
+                           for item in outputs.items
+                           if isinstance(item, d.DerivedItem) and (index, item.alias) not in skipped})
     return result
 
 
@@ -77,19 +90,28 @@ def unguaranteed(prepared: Prepared) -> list[Unguaranteed]:
     chosen = prepared.chosen
     truncated = ({t.column.name for t in chosen.thresholds} if isinstance(chosen, GroupsPlan) else set())
     found = []
-    for index, statement in enumerate(chosen.compiled.statements):
-        outputs = statement.statement.outputs
-        if outputs is not None:
-            found += [Unguaranteed(statement=index, alias=item.alias, span=item.span,
-                                   why="a derived output (arithmetic or HAVING over aggregates)")
-                      for item in outputs.items if not isinstance(item, ir.GroupColumn)]
-            continue
-        for output in statement.aggregates:
-            why = _why(output.aggregate, truncated)
-            if why is not None:
-                found.append(Unguaranteed(statement=index, alias=output.aggregate.alias, span=output.aggregate.span,
-                                          why=why))
+    for index, compiled in enumerate(chosen.compiled.statements):
+        statement = compiled.statement
+        if statement.outputs is None:
+            items = [(output.aggregate.alias, output.aggregate.span, _why(output.aggregate, truncated))
+                     for output in compiled.aggregates]
+        else:
+            items = [(item.alias, item.span, _why_derived(item, statement, truncated))
+                     for item in statement.outputs.items if isinstance(item, d.DerivedItem)]
+        found += [Unguaranteed(statement=index, alias=alias, span=span, why=why)
+                  for alias, span, why in items if why is not None]
     return found
+
+
+def _why_derived(item: d.DerivedItem, statement: ir.Statement, truncated: set[str]) -> str | None:
+    """Why a derived output's standard error depends on the data, or None when the plan fixes it."""
+    for reason in (_why(statement.aggregates[i], truncated) for i in d.aggregate_refs(item.expression)):
+        if reason is not None and (item.plain or "AVG" not in reason):
+            return reason
+    if not item.plain and not is_linear(item.expression, statement):
+        return ("a derived output that is not linear in SUM and COUNT answers (a ratio, product or average: its "
+                "delta-method error depends on the noisy values)")
+    return None
 
 
 def _why(aggregate: ir.Aggregate, truncated: set[str]) -> str | None:
@@ -104,21 +126,22 @@ def _why(aggregate: ir.Aggregate, truncated: set[str]) -> str | None:
     return None
 
 
-def block_variances(plan: GroupsPlan | ResidualPlan) -> dict[AnswerKey, FloatArray]:
-    """Every block's answers' variances, exactly as the route computes them after measuring."""
+def block_answers(plan: GroupsPlan | ResidualPlan) -> dict[AnswerKey, Answers]:
+    """Every block's answers' variances (and the covariances derived outputs read), exactly as the
+    route computes them after measuring; the values are zeros (no data is read)."""
     if isinstance(plan, ResidualPlan):
-        return _residual_variances(plan)
-    return _group_variances(plan)
+        return {key: Answers(values=np.zeros(v.size), variances=v) for key, v in _residual_variances(plan).items()}
+    return _group_answers(plan)
 
 
-def _group_variances(plan: GroupsPlan) -> dict[AnswerKey, FloatArray]:
-    """``measure.measure_groups``'s variances from each measurement's calibration (no data)."""
-    result: dict[AnswerKey, FloatArray] = {}
+def _group_answers(plan: GroupsPlan) -> dict[AnswerKey, Answers]:
+    """``measure.measure_groups``'s variances and covariances from each measurement's calibration."""
+    result: dict[AnswerKey, Answers] = {}
     for index, group in enumerate(plan.compiled.groups):
         for m in (m for m in plan.measurements if m.group == index):
             positions = [p for p, block in enumerate(group.blocks) if block.data == m.vector]
             if m.share == 0:  # an identically zero workload: exact zeros
-                result.update({AnswerKey(index, p): np.zeros(group.blocks[p].workload.shape[0]) for p in positions})
+                result.update({AnswerKey(index, p): _zeros(group.blocks[p].workload.shape[0]) for p in positions})
                 continue
             calibration = m.calibration()
             profile = linalg.pinv_gram(calibration.strategy)
@@ -127,8 +150,17 @@ def _group_variances(plan: GroupsPlan) -> dict[AnswerKey, FloatArray]:
             for position, end in zip(positions, ends):
                 rows = slice(end - group.blocks[position].workload.shape[0], end)
                 unit = group.blocks[position].scale * m.quantum
-                result[AnswerKey(index, position)] = stacked[rows] * unit**2
+                variances = stacked[rows] * unit**2
+                result[AnswerKey(index, position)] = Answers(values=np.zeros(variances.size), variances=variances)
+            # a stand-in release: answer_covariance reads only the strategy and the noise variance, never y
+            release = Measurement(strategy=calibration.strategy, y=np.zeros(0), noise=calibration.noise,
+                                  noise_scale=calibration.scale, noise_variance=calibration.variance)
+            add_covariances(plan.compiled, index, positions, release, m.quantum, result)
     return result
+
+
+def _zeros(rows: int) -> Answers:
+    return Answers(values=np.zeros(rows), variances=np.zeros(rows))
 
 
 def _residual_variances(plan: ResidualPlan) -> dict[AnswerKey, FloatArray]:

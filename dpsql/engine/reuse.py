@@ -43,6 +43,9 @@ FloatArray = npt.NDArray[np.float64]
 
 #: The release number a planned, not yet measured, measurement goes by (the newest of all).
 NEW_RELEASE = 2**62
+#: Measurements with less noise variance than this (ε of about 20 and above) are nearly exact and
+#: not kept: beside ordinary ones their information matrix would be too ill-conditioned to invert.
+MIN_NOISE_VARIANCE = 1e-6
 #: The most joint cells a reuse may span (its information matrix is dense: REUSE_CELLS² numbers).
 REUSE_CELLS = 1024
 
@@ -87,6 +90,9 @@ def kept_measurements(compiled: CompiledBatch,
             skipped.append(f"{label}: {group.cells:,} cells (more than {REUSE_CELLS:,}) not kept for reuse")
             continue
         release = item.measurement
+        if not release.noise_variance >= MIN_NOISE_VARIANCE:
+            skipped.append(f"{label}: noise variance {release.noise_variance:.3g} is nearly exact, not kept for reuse")
+            continue
         try:
             to_recipe(release.strategy)
         except NotKeptError as err:
@@ -204,11 +210,12 @@ def measured_keys(measured: Sequence[MeasuredVector]) -> dict[tuple[int, DataVec
     return {(m.group, m.vector): (vector_key(m.vector, m.bounds, m.quantum), m.quantum) for m in measured}
 
 
-def planned_variances(compiled: CompiledBatch, measurements: Sequence[PlannedVector], kept: Sequence[KeptMeasurement],
-                      alone: Mapping[AnswerKey, FloatArray]) -> dict[AnswerKey, FloatArray]:
-    """Each block's variance once the planned measurements join the kept ones (GLS over all of
-    them; no data: the new measurements' strategies and calibrated noise variances are public).
-    ``alone``: the blocks' variances under the plan by itself, kept where no pool applies."""
+def planned_answers(compiled: CompiledBatch, measurements: Sequence[PlannedVector], kept: Sequence[KeptMeasurement],
+                    alone: Mapping[AnswerKey, mechanism.Answers]) -> dict[AnswerKey, mechanism.Answers]:
+    """Each block's variances (and covariances) once the planned measurements join the kept ones
+    (GLS over all of them; no data: the new measurements' strategies and calibrated noise variances
+    are public, the values are zeros). ``alone``: the blocks under the plan by itself, kept where
+    no pool applies."""
     result = dict(alone)
     if not kept or not_kept_reason(compiled.table) is not None:
         return result
@@ -219,6 +226,8 @@ def planned_variances(compiled: CompiledBatch, measurements: Sequence[PlannedVec
         if m.share == 0 or group.cells > REUSE_CELLS:
             continue
         calibration = m.calibration()
+        if not calibration.variance >= MIN_NOISE_VARIANCE:
+            continue
         hypothetical.append(KeptMeasurement(
             table=table.name, vector=Reuse(compiled=compiled, kept=()).unit_key(m.group, m.vector)[0],
             axes=group_axes(group, table), strategy=calibration.strategy, y=np.zeros(calibration.strategy.shape[0]),
@@ -227,7 +236,7 @@ def planned_variances(compiled: CompiledBatch, measurements: Sequence[PlannedVec
     for s in range(len(compiled.statements)):
         found = reuse.statement_answers(s)
         if found is not None:
-            result.update({key: answers.variances for key, answers in found.items()})
+            result.update(found)
     return result
 
 

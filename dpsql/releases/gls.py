@@ -60,8 +60,9 @@ class Pool:
         return np.asarray(np.sum((first @ self.whitened) * (second @ self.whitened), axis=1), dtype=np.float64)
 
 
-def pool(domain: JointDomain, members: Sequence[KeptMeasurement]) -> Pool:
-    """Sum the members' information on the joint cells and factor it (one symmetric eigendecomposition)."""
+def pool(domain: JointDomain, members: Sequence[KeptMeasurement]) -> Pool | None:
+    """Sum the members' information on the joint cells and factor it (one symmetric
+    eigendecomposition); None if LAPACK cannot (then nothing is answered from these members)."""
     n = domain.cells
     information, weighted = np.zeros((n, n)), np.zeros(n)
     for member in members:
@@ -69,7 +70,12 @@ def pool(domain: JointDomain, members: Sequence[KeptMeasurement]) -> Pool:
         gram, rhs = member.information()
         information += gram[np.ix_(index, index)]
         weighted += rhs[index]
-    eigenvalues, vectors = np.linalg.eigh(information)
+    if not np.all(np.isfinite(information)) or not np.all(np.isfinite(weighted)):
+        return None
+    try:
+        eigenvalues, vectors = np.linalg.eigh(information)
+    except np.linalg.LinAlgError:
+        return None
     largest = float(eigenvalues.max()) if n else 0.0
     keep = eigenvalues > EIGEN_CUTOFF * largest if largest > 0 else np.zeros(n, dtype=bool)
     basis = vectors[:, keep]
