@@ -27,9 +27,17 @@ from dpsql.backends.duckdb import attached_files
 from dpsql.engine import accuracy_target
 from dpsql.engine.free import Split, assemble, explain_lines, free_tables, split_batch, stddevs_with
 from dpsql.engine.release_store import LedgerStore, MemoryStore, ReleaseStore
-from dpsql.errors import InterfaceError, LedgerError, NotSupportedError, PrivacyParameterError, ProgrammingError
+from dpsql.errors import (
+    BudgetNotSetError,
+    InterfaceError,
+    LedgerError,
+    NotSupportedError,
+    PrivacyParameterError,
+    ProgrammingError,
+)
 from dpsql.ledger import Account, BatchRecord, Binding, Ledger, default_path
 from dpsql.noise import RandomSource
+from dpsql.releases.kept import KeptMeasurement
 from dpsql.schema import Schema
 from dpsql.sql.dp_options import StatementOptions, batch_cost, read_options
 
@@ -388,7 +396,7 @@ class Cursor:
         targeted = request.asked
         text, cost, units = (self._target_text(operation, epsilon, rho, request) if targeted
                              else self._cost_of(operation, epsilon, rho))
-        split = split_batch(text, parameters, self.connection.schema, self.connection.releases.kept() if reuse else [],
+        split = split_batch(text, parameters, self.connection.schema, self._kept_for_explain() if reuse else [],
                             request if targeted else None)
         reused = "\n".join(explain_lines(split)) + "\n" if split.free else ""
         if split.all_free:
@@ -408,6 +416,13 @@ class Cursor:
             return (f"{reused}{engine.explain(prepared)}\n{backend}\n"
                     f"Budget: unknown, so every query fails until this is fixed: {err}")
         return f"{reused}{engine.explain(prepared, budget)}\n{backend}"
+
+    def _kept_for_explain(self) -> list[KeptMeasurement]:
+        """The kept releases, or none when the ledger cannot be read (EXPLAIN then says why)."""
+        try:
+            return self.connection.releases.kept()
+        except (LedgerError, BudgetNotSetError):
+            return []
 
     def _target_text(self, operation: str, epsilon: float | None, rho: float | None,
                      request: accuracy_target.Request) -> tuple[str, PrivacyCost, list[StatementOptions]]:

@@ -71,15 +71,12 @@ file is upgraded by the owner's ``set_total`` (``_migrate``).
 from __future__ import annotations
 
 import getpass
-import hashlib
-import hmac
-import json
 import math
 import os
 import re
 import secrets
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -87,6 +84,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from dpsql import ledger_format as fmt
 from dpsql.accounting import UNIT, Family, PrivacyCost
 from dpsql.errors import (
     BudgetNotSetError,
@@ -94,6 +92,7 @@ from dpsql.errors import (
     PrivacyParameterError,
     ProgrammingError,
 )
+from dpsql.ledger_format import FORMAT, VERSION
 from dpsql.ledger_records import Action, Balance, BatchRecord, Binding, Charge, KeptRelease, Limit
 from dpsql.schema import Schema
 
@@ -101,28 +100,9 @@ SUFFIX = ".dpsql-ledger"
 KEY_SUFFIX = ".key"
 #: Environment variable naming the ledger's key file (else ``<ledger>.key`` beside the ledger).
 KEY_ENV = "DPSQL_LEDGER_KEY_FILE"
-FORMAT, VERSION = "dpsql-ledger", "3"
-#: The version before ``releases``: read as it is, upgraded in place by a write session.
-_NO_RELEASES = "2"
 #: Seconds a charge waits for another process's transaction before it fails (closed).
 LOCK_TIMEOUT = 60.0
 _KEY_BYTES = 32
-_KEY_CHECK = b"dpsql-ledger key"
-_HISTORY = ("actions", "charges", "releases")
-
-_TABLES = {
-    "ledger_meta": "key TEXT PRIMARY KEY, value TEXT NOT NULL",
-    "actions": "id INTEGER PRIMARY KEY, time TEXT NOT NULL, dataset TEXT NOT NULL, analyst TEXT NOT NULL, "
-               "action TEXT NOT NULL, family TEXT NOT NULL, total TEXT NOT NULL, database TEXT NOT NULL, "
-               "schema TEXT NOT NULL, actor TEXT NOT NULL, mac TEXT NOT NULL",
-    "charges": "id INTEGER PRIMARY KEY, time TEXT NOT NULL, dataset TEXT NOT NULL, analyst TEXT NOT NULL, "
-               "batch_hash TEXT NOT NULL, sql_hash TEXT NOT NULL, mechanism TEXT NOT NULL, cost_family TEXT NOT NULL, "
-               "cost TEXT NOT NULL, price TEXT NOT NULL, mac TEXT NOT NULL",
-    "releases": "id INTEGER PRIMARY KEY, time TEXT NOT NULL, dataset TEXT NOT NULL, analyst TEXT NOT NULL, "
-                "charge INTEGER NOT NULL, payload TEXT NOT NULL, mac TEXT NOT NULL",
-    "head": "id INTEGER PRIMARY KEY CHECK (id = 1), count INTEGER NOT NULL, last TEXT NOT NULL, mac TEXT NOT NULL",
-}
-_COLUMNS = {name: re.findall(r"(\w+) (?:TEXT|INTEGER)", spec) for name, spec in _TABLES.items()}
 
 
 __all__ = ["KEY_ENV", "KEY_SUFFIX", "LOCK_TIMEOUT", "SUFFIX", "Account", "Action", "Balance", "BatchRecord", "Binding",
@@ -140,17 +120,6 @@ def key_path(ledger: str | os.PathLike[str], key_file: str | os.PathLike[str] | 
     chosen = key_file if key_file is not None else os.environ.get(KEY_ENV) or None
     path = Path(chosen) if chosen is not None else Path(ledger).with_name(Path(ledger).name + KEY_SUFFIX)
     return Path(os.path.abspath(path))
-
-
-@dataclass(frozen=True, slots=True)
-class _Books:
-    """An open, verified ledger transaction and the key that signs what it appends."""
-
-    db: sqlite3.Connection
-    key: bytes
-
-    def rows(self, sql: str, parameters: Sequence[object] = ()) -> list[tuple[Any, ...]]:
-        return self.db.execute(sql, parameters).fetchall()
 
 
 class Ledger:
@@ -203,7 +172,7 @@ class Ledger:
     def releases(self, dataset: str) -> list[KeptRelease]:
         """Every release kept for the dataset, oldest first (none in a version-2 file)."""
         with self._session(write=False) as books:
-            if "releases" not in _tables(books.db):
+            if "releases" not in fmt.tables(books.db):
                 return []
             rows = books.rows("SELECT id, time, dataset, analyst, charge, payload FROM releases WHERE dataset = ? "
                               "ORDER BY id", (dataset,))
@@ -231,7 +200,7 @@ class Ledger:
             balance = self._balance(books, dataset, analyst)
             self._admit(books, dataset, analyst, binding)
             amount = balance.check(cost)
-            number = _append(books, "charges", time=_now(), dataset=dataset, analyst=analyst or "",
+            number = fmt.append(books, "charges", time=_now(), dataset=dataset, analyst=analyst or "",
                              batch_hash=batch.batch_hash, sql_hash=batch.sql_hash, mechanism=batch.mechanism,
                              cost_family=cost.family, cost=str(cost.exact), price=str(amount))
             return replace(self._balance(books, dataset, analyst), last_charge=number)
@@ -247,7 +216,7 @@ class Ledger:
                 dataset's), or it already has a release; or a file that cannot be trusted.
             ProgrammingError: ``payload`` is not a str (of Unicode text), or ``charge`` not an int.
         """
-        if not isinstance(payload, str) or not _utf8(payload):
+        if not isinstance(payload, str) or not fmt.utf8(payload):
             what = type(payload).__name__ if not isinstance(payload, str) else "a str that is not Unicode (a surrogate)"
             raise ProgrammingError(f"a kept release's payload must be a str of Unicode text (JSON); got {what}. "
                                    "Nothing was kept.")
@@ -255,10 +224,10 @@ class Ledger:
             raise ProgrammingError(f"a kept release names its charge by id (an int); got {charge!r}. Nothing was kept.")
         with self._session(write=True) as books:
             analyst = self._releasable(books, dataset, charge)
-            return _append(books, "releases", time=_now(), dataset=dataset, analyst=analyst, charge=charge,
+            return fmt.append(books, "releases", time=_now(), dataset=dataset, analyst=analyst, charge=charge,
                            payload=payload)
 
-    def _releasable(self, books: _Books, dataset: str, charge: int) -> str:
+    def _releasable(self, books: fmt.Books, dataset: str, charge: int) -> str:
         """The analyst ('' for none) of charge ``charge`` on ``dataset``; LedgerError unless it exists and has
         no release yet."""
         found = books.rows("SELECT dataset, analyst FROM charges WHERE id = ?", (charge,)) if 0 < charge < 2**63 else []
@@ -296,12 +265,12 @@ class Ledger:
                     f"cannot set the total of {_scope(dataset, analyst)} to {total.describe()}: {UNIT[total.family]}="
                     f"{float(spent):.6g} is already spent. A total can be lowered only down to what is spent.")
             action, bound = self._owner_binding(books, dataset, analyst, binding, rebind)
-            _append(books, "actions", time=_now(), dataset=dataset, analyst=analyst or "", action=action,
+            fmt.append(books, "actions", time=_now(), dataset=dataset, analyst=analyst or "", action=action,
                     family=total.family, total=str(total.exact), database=bound.database if bound else "",
                     schema=bound.schema if bound else "", actor=_actor())
             return self._balance(books, dataset, analyst)
 
-    def _owner_binding(self, books: _Books, dataset: str, analyst: str | None, binding: Binding | None,
+    def _owner_binding(self, books: fmt.Books, dataset: str, analyst: str | None, binding: Binding | None,
                        rebind: bool) -> tuple[str, Binding | None]:
         """The action's name and the binding it records (None: it binds nothing)."""
         exists = (analyst or "") in self._totals(books, dataset)
@@ -328,7 +297,7 @@ class Ledger:
                                    "schema changed on purpose, add --rebind (rebind=True).")
         return "rebind", binding
 
-    def _check_family(self, books: _Books, dataset: str, family: Family, analyst: str | None) -> None:
+    def _check_family(self, books: fmt.Books, dataset: str, family: Family, analyst: str | None) -> None:
         """A dataset keeps one unit once it has charges or analysts; an analyst uses the dataset's unit."""
         totals = self._totals(books, dataset)
         current = totals.get("")
@@ -348,7 +317,7 @@ class Ledger:
                 "ledger (--ledger).")
 
     # ----------------------------------------------------------------------------- binding and analysts
-    def _admit(self, books: _Books, dataset: str, analyst: str | None, binding: Binding) -> None:
+    def _admit(self, books: fmt.Books, dataset: str, analyst: str | None, binding: Binding) -> None:
         """A connection may charge the dataset: its binding matches, and it names an analyst with a
         total if the dataset has per-analyst totals (an unnamed or unknown analyst would evade them)."""
         self._check_binding(books, dataset, binding)
@@ -360,7 +329,7 @@ class Ledger:
                 f"their own, and {who}. Nothing was run or charged. Pass analyst='NAME' (--analyst NAME); the data "
                 "owner sets a total with: dpsql budget set --db DATABASE --analyst NAME --epsilon E.")
 
-    def _check_binding(self, books: _Books, dataset: str, binding: Binding) -> None:
+    def _check_binding(self, books: fmt.Books, dataset: str, binding: Binding) -> None:
         current = self._binding(books, dataset)
         if current is None:
             raise LedgerError(
@@ -377,7 +346,7 @@ class Ledger:
         return (f"dataset '{dataset}' in ledger '{self.path}' is bound (by the data owner with dpsql budget set on "
                 f"{current[1]}) to another database or schema: {'; '.join(binding.differences(current[0]))}.")
 
-    def _binding(self, books: _Books, dataset: str) -> tuple[Binding, str] | None:
+    def _binding(self, books: fmt.Books, dataset: str) -> tuple[Binding, str] | None:
         """The dataset's binding and when it was made: its latest action that binds, or None."""
         rows = books.rows("SELECT database, schema, time FROM actions WHERE dataset = ? AND analyst = '' AND schema != "
                           "'' "
@@ -385,12 +354,12 @@ class Ledger:
         return (Binding(database=rows[0][0], schema=rows[0][1]), rows[0][2]) if rows else None
 
     # ----------------------------------------------------------------------------- the books
-    def _totals(self, books: _Books, dataset: str) -> dict[str, tuple[Any, Any]]:
+    def _totals(self, books: fmt.Books, dataset: str) -> dict[str, tuple[Any, Any]]:
         """Per analyst ('' = the dataset) the family and total of its latest action."""
         return {row[0]: (row[1], row[2]) for row in books.rows(
             "SELECT analyst, family, total FROM actions WHERE dataset = ? ORDER BY id", (dataset,))}
 
-    def _balance(self, books: _Books, dataset: str, analyst: str | None) -> Balance:
+    def _balance(self, books: fmt.Books, dataset: str, analyst: str | None) -> Balance:
         totals = self._totals(books, dataset)
         if "" not in totals:
             raise BudgetNotSetError(f"no privacy budget is set for dataset '{dataset}' in ledger '{self.path}'. "
@@ -408,7 +377,7 @@ class Ledger:
         count = books.rows("SELECT COUNT(*) FROM charges WHERE dataset = ?", (dataset,))[0][0]
         return Balance(dataset=dataset, analyst=analyst, family=family, limits=tuple(limits), charges=count)
 
-    def _spent(self, books: _Books, dataset: str, analyst: str | None) -> Fraction:
+    def _spent(self, books: fmt.Books, dataset: str, analyst: str | None) -> Fraction:
         """Σ prices of the dataset's (or the analyst's) charges, exactly."""
         rows = books.rows("SELECT id, price FROM charges WHERE dataset = ? AND (? = '' OR analyst = ?)",
                           (dataset, analyst or "", analyst or ""))
@@ -416,7 +385,7 @@ class Ledger:
 
     # ----------------------------------------------------------------------------- the file
     @contextmanager
-    def _session(self, *, write: bool, create: bool = False) -> Iterator[_Books]:
+    def _session(self, *, write: bool, create: bool = False) -> Iterator[fmt.Books]:
         """One verified transaction: IMMEDIATE (write lock) or DEFERRED; COMMIT on success, else ROLLBACK."""
         if not create and not self.path.exists():
             raise BudgetNotSetError(f"no ledger file at '{self.path}', so no privacy budget has been set. Nothing was "
@@ -433,10 +402,10 @@ class Ledger:
         try:
             db.execute("PRAGMA synchronous = FULL")
             db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            if new and not _tables(db):  # a file this call created: SQLite's default rollback journal ("DELETE" mode)
+            if new and not fmt.tables(db):  # a file this call created: SQLite's default ("DELETE") journal
                 made_key = self._make_key()
-                books = _Books(db, self._read_key())
-                _create(books)
+                books = fmt.Books(db, self._read_key())
+                fmt.create(books)
             elif (version := self._structure(db, upgrade=create)) == "1":
                 made_key = self._make_key()
                 if not made_key:
@@ -444,13 +413,13 @@ class Ledger:
                         f"it is a version-1 file, but its key '{self.key_path}' exists, so it was upgraded before: an "
                         "old file was put in its place. If it really is a never-upgraded ledger, move the key file "
                         "aside"))
-                books = _Books(db, self._read_key())
-                _migrate(books)
+                books = fmt.Books(db, self._read_key())
+                fmt.migrate(books)
             else:
-                books = _Books(db, self._read_key())
+                books = fmt.Books(db, self._read_key())
                 self._verified(books)
-                if write and version == _NO_RELEASES:
-                    _add_releases(books)
+                if write and version == fmt.NO_RELEASES:
+                    fmt.add_releases(books)
             yield books
             db.execute("COMMIT")
             committed = True
@@ -509,7 +478,8 @@ class Ledger:
         if problems != ["ok"]:
             report = "; ".join(" ".join(problem.split()) for problem in problems)
             raise LedgerError(self._corrupt(f"SQLite's integrity check reports: {report}"))
-        meta = dict(db.execute("SELECT key, value FROM ledger_meta").fetchall()) if "ledger_meta" in _tables(db) else {}
+        present = fmt.tables(db)
+        meta = dict(db.execute("SELECT key, value FROM ledger_meta").fetchall()) if "ledger_meta" in present else {}
         if meta.get("format") == FORMAT and meta.get("version") == "1":
             if not upgrade:
                 raise LedgerError(
@@ -518,21 +488,21 @@ class Ledger:
                     "with: dpsql budget set --db DATABASE --schema SCHEMA --epsilon E (the dataset's current total).")
             return "1"
         version = meta.get("version") if meta.get("format") == FORMAT else None
-        for name, columns in _COLUMNS.items():
-            expected = [] if version == _NO_RELEASES and name == "releases" else columns
+        for name, columns in fmt.COLUMNS.items():
+            expected = [] if version == fmt.NO_RELEASES and name == "releases" else columns
             found = [row[1] for row in db.execute(f"PRAGMA table_info({name})")]
             if found != expected:
                 raise LedgerError(self._corrupt(f"table '{name}' has columns {found or 'none'}, expected "
-                                                f"{expected or 'none in version ' + _NO_RELEASES}"))
-        if version not in (_NO_RELEASES, VERSION):
+                                                f"{expected or 'none in version ' + fmt.NO_RELEASES}"))
+        if version not in (fmt.NO_RELEASES, VERSION):
             raise LedgerError(self._corrupt(f"it declares format {meta.get('format')!r} version "
                                             f"{meta.get('version')!r}, expected {FORMAT!r} version {VERSION!r}"))
         return str(version)
 
-    def _verified(self, books: _Books) -> None:
+    def _verified(self, books: fmt.Books) -> None:
         """Fail closed unless the key is the ledger's, the history verifies and every amount is valid."""
         check = books.rows("SELECT value FROM ledger_meta WHERE key = 'key_check'")
-        if not check or not _equal_mac(_key_check(books.key), check[0][0]):
+        if not check or not fmt.equal_mac(fmt.key_check(books.key), check[0][0]):
             raise LedgerError(f"the key file '{self.key_path}' is not the key of ledger '{self.path}'. Nothing was run "
                               f"or charged. Point {KEY_ENV} (dpsql budget --key-file) at the ledger's key, or restore "
                               "it from a backup.")
@@ -543,10 +513,10 @@ class Ledger:
         for number, family, cost, amount in books.db.execute("SELECT id, cost_family, cost, price FROM charges"):
             self._cost(family, cost, f"charge {number}")
             self._amount(amount, f"charge {number}")
-        if "releases" in _tables(books.db):
+        if "releases" in fmt.tables(books.db):
             self._paid_for(books)
 
-    def _paid_for(self, books: _Books) -> None:
+    def _paid_for(self, books: fmt.Books) -> None:
         """Every kept release names an earlier charge of its dataset, and no charge has two."""
         unpaid = books.rows("SELECT r.id, r.charge FROM releases r LEFT JOIN charges c ON c.id = r.charge "
                             "AND c.dataset = r.dataset AND c.id < r.id WHERE c.id IS NULL ORDER BY r.id LIMIT 1")
@@ -557,22 +527,22 @@ class Ledger:
         if twice:
             raise LedgerError(self._corrupt(f"charge {twice[0][0]!r} has more than one release"))
 
-    def _verify(self, books: _Books) -> None:
+    def _verify(self, books: fmt.Books) -> None:
         """The history is whole and unchanged: rows numbered 1..n, each MAC chained to the one before,
         and the MAC'd head holding n and the last MAC (so a deleted last row is seen too)."""
-        present = _tables(books.db)
-        history = sorted((row[0], name, row) for name in _HISTORY if name in present
-                         for row in books.rows(f"SELECT {', '.join(_COLUMNS[name])} FROM {name}"))
+        present = fmt.tables(books.db)
+        history = sorted((row[0], name, row) for name in fmt.HISTORY if name in present
+                         for row in books.rows(f"SELECT {', '.join(fmt.COLUMNS[name])} FROM {name}"))
         last = ""
         for position, (number, name, row) in enumerate(history, start=1):
             if number != position:
                 raise LedgerError(self._tampered(f"row #{position} is missing or numbered twice"))
-            if not _row_verifies(books.key, last, name, row):
+            if not fmt.row_verifies(books.key, last, name, row):
                 raise LedgerError(self._tampered(f"{name} row #{number} was changed"))
             last = row[-1]
         head = books.rows("SELECT count, last, mac FROM head")
         if (len(head) != 1 or head[0][0] != len(history) or head[0][1] != last
-                or not _equal_mac(_head_mac(books.key, len(history), last), head[0][2])):
+                or not fmt.equal_mac(fmt.head_mac(books.key, len(history), last), head[0][2])):
             raise LedgerError(self._tampered("its head does not match its last row: rows at the end were deleted, or "
                                              "the head was changed"))
 
@@ -602,74 +572,6 @@ class Ledger:
             return LedgerError(f"ledger '{self.path}' stayed locked by another process for {LOCK_TIMEOUT:g} s; nothing "
                                "was run or charged. Try again.")
         return LedgerError(self._corrupt(f"SQLite: {err}"))
-
-
-def _migrate(books: _Books) -> None:
-    """Rewrite a version-1 ledger as the current version in the owner's transaction: its actions
-    and charges, in time order, become the MAC-chained history (their datasets unbound until the
-    owner binds them). A version-1 file is not authenticated, so this trusts it as it is; it runs only where no
-    key exists yet (a file whose key exists was upgraded before), and fails closed on other tables
-    or a version-1 total that disagrees with its latest action."""
-    db = books.db
-    if _tables(db) != {"ledger_meta", "budgets", "charges", "actions"}:
-        raise LedgerError(f"a version-1 ledger has the tables ledger_meta, budgets, charges and actions; this file has "
-                          f"{sorted(_tables(db))}. Nothing was set. Restore the file from a backup.")
-    actions = db.execute("SELECT time, dataset, analyst, action, family, total, actor FROM actions "
-                         "ORDER BY id").fetchall()
-    charges = db.execute("SELECT time, dataset, analyst, batch_hash, sql_hash, mechanism, cost_family, cost, price "
-                         "FROM charges ORDER BY id").fetchall()
-    latest = {(row[1], row[2]): (row[4], row[5]) for row in actions}
-    for dataset, analyst, family, total in db.execute("SELECT dataset, analyst, family, total FROM budgets"):
-        if latest.get((dataset, analyst)) != (family, total):
-            raise LedgerError(f"the version-1 ledger's total of {_scope(dataset, analyst)} disagrees with its actions; "
-                              "it cannot be upgraded. Nothing was set. Restore the file from a backup.")
-    for name in ("budgets", "charges", "actions", "ledger_meta"):
-        db.execute(f"DROP TABLE {name}")
-    _create(books)
-    history = sorted([(row[0], 0, number, "actions", row) for number, row in enumerate(actions)]
-                     + [(row[0], 1, number, "charges", row) for number, row in enumerate(charges)])
-    for _, _, _, table, row in history:
-        if table == "actions":
-            values = dict(zip(("time", "dataset", "analyst", "action", "family", "total", "actor"), row))
-            _append(books, "actions", **values, database="", schema="")
-        else:
-            _append(books, "charges", **dict(zip(_COLUMNS["charges"][1:-1], row)))
-
-
-def _create(books: _Books) -> None:
-    """The current version's tables, an empty history and the key check, in a file that has none."""
-    for name, spec in _TABLES.items():
-        if name != "releases":
-            books.db.execute(f"CREATE TABLE {name} ({spec})")
-    books.db.execute("CREATE INDEX charges_by_dataset ON charges (dataset, analyst)")
-    books.db.execute("CREATE INDEX actions_by_dataset ON actions (dataset, analyst)")
-    books.db.executemany("INSERT INTO ledger_meta VALUES (?, ?)",
-                         [("format", FORMAT), ("version", VERSION), ("key_check", _key_check(books.key))])
-    books.db.execute("INSERT INTO head VALUES (1, 0, '', ?)", (_head_mac(books.key, 0, ""),))
-    _add_releases(books)
-
-
-def _add_releases(books: _Books) -> None:
-    """The empty ``releases`` table (one release per charge) and the current version: the last step of
-    ``_create``, and version 2 → 3 in place in a write session's transaction (the history is
-    unchanged, so it verifies as before)."""
-    books.db.execute(f"CREATE TABLE releases ({_TABLES['releases']})")
-    books.db.execute("CREATE INDEX releases_by_dataset ON releases (dataset)")
-    books.db.execute("CREATE UNIQUE INDEX releases_by_charge ON releases (charge)")
-    books.db.execute("INSERT OR REPLACE INTO ledger_meta VALUES ('version', ?)", (VERSION,))
-
-
-def _append(books: _Books, table: str, **values: object) -> int:
-    """Append a row to the history: the next number, its MAC chained to the last, and the new head.
-    Returns the row's number."""
-    count, last = books.rows("SELECT count, last FROM head")[0]
-    row = [count + 1, *(values[name] for name in _COLUMNS[table][1:-1])]
-    mac = _row_mac(books.key, last, table, row)
-    books.db.execute(f"INSERT INTO {table} ({', '.join(_COLUMNS[table])}) VALUES ({', '.join('?' * (len(row) + 1))})",
-                     (*row, mac))
-    books.db.execute("UPDATE head SET count = ?, last = ?, mac = ?",
-                     (count + 1, mac, _head_mac(books.key, count + 1, mac)))
-    return int(count + 1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -762,47 +664,6 @@ class LedgerBudget:
 
 def _scope(dataset: str, analyst: str | None) -> str:
     return f"analyst '{analyst}' on dataset '{dataset}'" if analyst else f"dataset '{dataset}'"
-
-
-def _tables(db: sqlite3.Connection) -> set[str]:
-    return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")} - {"sqlite_sequence"}
-
-
-def _row_mac(key: bytes, previous: str, table: str, row: list[Any]) -> str:
-    """HMAC-SHA256(key, previous mac ‖ the row as canonical JSON, its table first)."""
-    text = json.dumps([table, *row], separators=(",", ":"), ensure_ascii=True)
-    return hmac.new(key, f"{previous}\n{text}".encode("ascii"), hashlib.sha256).hexdigest()
-
-
-def _row_verifies(key: bytes, previous: str, table: str, row: tuple[Any, ...]) -> bool:
-    """The row's last column is its MAC; False too for a value dpsql never writes (a BLOB has no JSON)."""
-    try:
-        expected = _row_mac(key, previous, table, list(row[:-1]))
-    except (TypeError, ValueError):
-        return False
-    return _equal_mac(expected, row[-1])
-
-
-def _utf8(text: str) -> bool:
-    """SQLite stores text as UTF-8: a lone surrogate has none."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _head_mac(key: bytes, count: int, last: str) -> str:
-    return hmac.new(key, f"head\n{count}\n{last}".encode("ascii"), hashlib.sha256).hexdigest()
-
-
-def _key_check(key: bytes) -> str:
-    return hmac.new(key, _KEY_CHECK, hashlib.sha256).hexdigest()
-
-
-def _equal_mac(expected: str, found: object) -> bool:
-    """Constant-time comparison; anything but the expected text (another type, non-ASCII) differs."""
-    return isinstance(found, str) and hmac.compare_digest(expected.encode("ascii"), found.encode("utf-8"))
 
 
 def _now() -> str:

@@ -234,7 +234,7 @@ def test_run_accepts_the_post_processing_flags(files: dict[str, str], capsys: py
 def test_a_run_is_charged_to_the_ledger_next_to_the_database(files: dict[str, str],
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     assert main(arguments(files, cost=("--rho", "0.5"))) == 0
-    assert main(arguments(files, cost=("--epsilon", "1"))) == 0  # ε = 1 costs ρ = 1/2 on a ρ budget
+    assert main(arguments(files, "run", "--no-reuse", cost=("--epsilon", "1"))) == 0  # ε = 1 costs ρ = 1/2 on ρ
     err = capsys.readouterr().err
     assert "budget: charged ρ=0.5; left 99.5 of ρ=100" in err and "budget: charged ε=1; left 99 of ρ=100" in err
     charges = Ledger(default_path(files["db"])).history("people.duckdb")
@@ -279,7 +279,7 @@ def test_budget_show_reads_a_rho_spend_as_epsilon_delta(files: dict[str, str],
 def test_an_analyst_sub_budget(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["budget", "set", "--db", files["db"], "--analyst", "ana", "--rho", "0.5"]) == 0
     assert main(arguments(files, "run", "--analyst", "ana", cost=("--rho", "0.5"))) == 0
-    assert main(arguments(files, "run", "--analyst", "ana", cost=("--rho", "0.5"))) == 2
+    assert main(arguments(files, "run", "--analyst", "ana", "--no-reuse", cost=("--rho", "0.5"))) == 2
     assert "analyst 'ana' on dataset 'people.duckdb' has ρ=0 left of 0.5" in capsys.readouterr().err
     assert main(arguments(files, cost=("--rho", "0.5"))) == 2  # with analyst totals, a run without one would evade them
     assert "has per-analyst totals" in capsys.readouterr().err

@@ -390,7 +390,7 @@ def test_a_database_file_draws_from_the_ledger_next_to_it(database: Path) -> Non
     with dpsql.connect(str(database), schema=SCHEMA) as again:  # a new session: the spend stays
         assert again.budget.spent == 1 and again.budget.remaining == 0.5
         with pytest.raises(dpsql.BudgetExhaustedError, match=r"dataset 'people.duckdb' has ε=0.5 left of 1.5"):
-            again.cursor().execute(BATCH, epsilon=1.0)
+            again.cursor().execute(BATCH, epsilon=1.0, reuse=False)  # (reused, the same batch would be free)
     (charge,) = ledger.history(database.name)
     assert charge.sql_hash == hashlib.sha256(BATCH.encode()).hexdigest()
     assert charge.mechanism == "matrix mechanism, discrete Laplace" and charge.cost == PrivacyCost(epsilon=1.0)
@@ -409,7 +409,8 @@ def test_explain_shows_the_balance_and_spends_nothing(database: Path) -> None:
     ledger = _owner_sets(database, rho=2.0)
     with dpsql.connect(database, schema=SCHEMA) as connection:
         cursor = connection.cursor().execute(BATCH, epsilon=1.0)
-        assert "Cost: ε=1; budget left 1.5 of ρ=2" in cursor.explain(BATCH, epsilon=1.0)
+        assert "Cost: ε=1; budget left 1.5 of ρ=2" in cursor.explain(BATCH, epsilon=1.0, reuse=False)
+        assert "Statement 1: free (answered by release #" in cursor.explain(BATCH, epsilon=1.0)
     assert len(ledger.history(database.name)) == 1
 
 

@@ -23,6 +23,7 @@ from dpsql.accounting import PrivacyCost
 from dpsql.cli import main
 from dpsql.errors import LedgerError, ProgrammingError
 from dpsql.ledger import Account, BatchRecord, Binding, KeptRelease, Ledger, default_path
+from dpsql.ledger_format import COLUMNS, HISTORY, head_mac, row_mac  # the ledger's own signing, for forgeries
 from dpsql.schema import Schema
 
 SCHEMA = {"tables": {"people": {"columns": {"age": {"type": "integer", "lower": 0, "upper": 99}}}}}
@@ -206,19 +207,18 @@ def test_a_releases_table_with_wrong_columns_fails_closed(books: Ledger, damage:
 
 def _resign(ledger: Ledger, *statements: str) -> None:
     """What only a key holder can do: change the file, then sign the whole history again."""
-    from dpsql.ledger import _COLUMNS, _HISTORY, _head_mac, _row_mac  # the ledger's own signing, for the forgery
 
     key = bytes.fromhex(ledger.key_path.read_text().strip())
     with sqlite3.connect(ledger.path) as db:
         for statement in statements:
             db.execute(statement)
-        rows = sorted((row[0], name, row) for name in _HISTORY
-                      for row in db.execute(f"SELECT {', '.join(_COLUMNS[name])} FROM {name}"))
+        rows = sorted((row[0], name, row) for name in HISTORY
+                      for row in db.execute(f"SELECT {', '.join(COLUMNS[name])} FROM {name}"))
         last = ""
         for number, name, row in rows:
-            last = _row_mac(key, last, name, list(row[:-1]))
+            last = row_mac(key, last, name, list(row[:-1]))
             db.execute(f"UPDATE {name} SET mac = ? WHERE id = ?", (last, number))
-        db.execute("UPDATE head SET count = ?, last = ?, mac = ?", (len(rows), last, _head_mac(key, len(rows), last)))
+        db.execute("UPDATE head SET count = ?, last = ?, mac = ?", (len(rows), last, head_mac(key, len(rows), last)))
 
 
 @pytest.mark.parametrize("forgery, phrase", [

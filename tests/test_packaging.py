@@ -56,7 +56,7 @@ def test_the_command_line_lives_in_one_package() -> None:
                  if "cli" in path.stem and path.parent != package / "cli"]
     assert elsewhere == []
     assert {path.name for path in (package / "cli").glob("*.py")} == {
-        "__init__.py", "__main__.py", "budget.py", "demo.py", "files.py", "local.py"}
+        "__init__.py", "__main__.py", "accuracy.py", "budget.py", "demo.py", "files.py", "local.py"}
 
 
 def test_the_slow_marker_is_registered_and_markers_are_strict() -> None:

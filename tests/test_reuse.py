@@ -146,8 +146,12 @@ def test_the_same_batch_twice_charges_once(data: pa.Table) -> None:
     left = connection.budget.remaining
     second = _run(cursor, sql, epsilon=1.0)
     assert connection.budget.remaining == left == pytest.approx(9.0)
-    for a, b in zip(first, second):
-        assert a.drop_columns([]).equals(b)  # the same numbers and standard errors
+    for a, b in zip(first, second):  # the same numbers and standard errors (GLS over the one release: float rounding)
+        for name in a.column_names:
+            if pa.types.is_floating(a.schema.field(name).type):
+                np.testing.assert_allclose(a[name].to_numpy(), b[name].to_numpy(), rtol=1e-9, atol=1e-9)
+            else:
+                assert a[name].equals(b[name])
         assert _meta(b)["budget_spent"].startswith("nothing: answered by release(s) #1")
     again = _run(cursor, sql, epsilon=1.0, reuse=False)  # measured again on request, combined with the first
     assert connection.budget.remaining == pytest.approx(8.0)

@@ -53,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--weights", type=_weights, help="each statement's weight in the planning objective, "
                              "comma-separated in statement order (e.g. 1,1,4; default all 1)")
         accuracy_cli.add_options(command)
+        command.add_argument("--no-reuse", dest="reuse", action="store_false",
+                             help="measure every statement again, even those earlier releases already answer for free")
         budget_cli.add_ledger_options(command)
         command.set_defaults(handler=handler)
     run = commands.choices["run"]
@@ -111,10 +113,13 @@ def _run(arguments: argparse.Namespace) -> int:
         steps = [step for step in ("nonnegative", "isotonic") if getattr(arguments, step)]
         cursor = connection.cursor().execute(text, epsilon=arguments.epsilon, rho=arguments.rho,
                                              progress=lambda message: _progress(message, started), postprocess=steps,
-                                             weights=arguments.weights, **accuracy_cli.target(arguments))
+                                             weights=arguments.weights, reuse=arguments.reuse,
+                                             **accuracy_cli.target(arguments))
         tables = cursor.fetch_arrow_tables()
         _progress(f"answered {len(tables)} statement(s)", started)
-        release = json.loads(tables[0].schema.metadata[b"dpsql"]) if tables else {}
+        releases = [json.loads(table.schema.metadata[b"dpsql"]) for table in tables]
+        release = next((r for r in releases if not str(r.get("budget_spent")).startswith("nothing")),
+                       releases[0] if releases else {})  # a statement that was measured names the batch's charge
         _progress(f"budget: charged {release.get('budget_spent')}; left {release.get('budget_remaining')} "
                   f"(ledger {connection.account.ledger.path})" + accuracy_cli.found(release), started)
     if arguments.out:
@@ -145,7 +150,8 @@ def _weights(text: str) -> list[float]:
 def _explain(arguments: argparse.Namespace) -> int:
     with _open(arguments) as connection:
         print(connection.cursor().explain(_queries(arguments), epsilon=arguments.epsilon, rho=arguments.rho,
-                                          weights=arguments.weights, **accuracy_cli.target(arguments)))
+                                          weights=arguments.weights, reuse=arguments.reuse,
+                                          **accuracy_cli.target(arguments)))
     return 0
 
 

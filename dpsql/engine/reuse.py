@@ -191,17 +191,19 @@ class Reuse:
         return tuple(sorted({r for f in found if f is not None for r in f.releases}))
 
 
-def answer_all(reuse: Reuse, answers: AnswerSet,
-               statements: Iterable[int]) -> tuple[AnswerSet, dict[int, tuple[int, ...]]]:
+def answer_all(reuse: Reuse, answers: AnswerSet, statements: Iterable[int],
+               own: int | None = None) -> tuple[AnswerSet, dict[int, tuple[int, ...]]]:
     """``answers`` with each listed statement's blocks replaced by their GLS answers where kept
-    measurements determine them; also which releases answered each statement."""
+    measurements determine them; also which releases answered each statement. A statement only
+    release ``own`` answers keeps its answers as they are (the same, but for float rounding)."""
     found = dict(answers)
     used: dict[int, tuple[int, ...]] = {}
     for statement in statements:
         mine = reuse.statement_answers(statement)
-        if mine is not None:
+        releases = reuse.releases_of(statement) if mine is not None else ()
+        if mine is not None and set(releases) - {own}:
             found.update(mine)
-            used[statement] = reuse.releases_of(statement)
+            used[statement] = releases
     return AnswerSet(found), used
 
 
@@ -250,12 +252,11 @@ def keep_and_answer(compiled: CompiledBatch, measured: Sequence[MeasuredVector],
                     store: ReleaseStore, budget: PrivacyBudget) -> tuple[AnswerSet, dict[int, tuple[int, ...]]]:
     """Keep a charged release's measurements, then answer every statement over all kept ones."""
     kept, _ = kept_measurements(compiled, measured)
-    if kept:
-        store.keep(kept, summary(kept), budget)
+    own = store.keep(kept, summary(kept), budget) if kept else None
     if not_kept_reason(compiled.table) is not None:
         return answers, {}
     reuse = Reuse(compiled=compiled, kept=store.kept(), keys=measured_keys(measured))
-    return answer_all(reuse, answers, range(len(compiled.statements)))
+    return answer_all(reuse, answers, range(len(compiled.statements)), own)
 
 
 def reuse_entry(releases: tuple[int, ...] | None) -> dict[str, object]:
