@@ -13,6 +13,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 import scipy.sparse as sp
 
@@ -47,11 +48,11 @@ def data() -> pa.Table:
     return _data()
 
 
-def _connect(data: pa.Table, seed: int, epsilon: float = 10.0) -> dpsql.Connection:
+def _connect(data: pa.Table, seed: int, budget: Budget | None = None) -> dpsql.Connection:
     con = duckdb.connect()
     con.register("source", data)
     con.execute("CREATE TABLE people AS SELECT * FROM source")
-    return dpsql.connect(con, schema=SCHEMA, budget=Budget(epsilon=epsilon), rng=SeededRandomSource(seed))
+    return dpsql.connect(con, schema=SCHEMA, budget=budget or Budget(epsilon=10.0), rng=SeededRandomSource(seed))
 
 
 def _run(cursor: dpsql.Cursor, sql: str, **options: object) -> list[pa.Table]:
@@ -256,3 +257,26 @@ def test_releases_in_the_ledger_answer_a_later_process_for_free(tmp_path: Path, 
         db.execute("UPDATE releases SET payload = replace(payload, '\"label\":\"count', '\"label\":\"xount')")
     with dpsql.connect(path, schema=SCHEMA) as connection, pytest.raises(LedgerError):
         connection.cursor().execute(sql, epsilon=0.5)
+
+
+def test_a_residual_planner_release_is_kept_and_its_gls_is_residual_planners_own_answer(data: pa.Table) -> None:
+    """ResidualPlanner's integer releases Ξ_S x + z_S, kept as measurements of their marginals,
+    answer the same batch again for free; GLS over them reproduces ResidualPlanner's own
+    reconstruction (values and standard errors) — two independent computations of one BLUE."""
+    connection = _connect(data, seed=4, budget=Budget(rho=10.0))
+    cursor = connection.cursor()
+    sql = ("SELECT age, sex, COUNT(*) FROM people GROUP BY age, sex; SELECT age, COUNT(*) FROM people GROUP BY age; "
+           "SELECT sex, COUNT(*) FROM people GROUP BY sex")
+    first = _run(cursor, sql, rho=0.5)
+    assert _meta(first[0])["mechanism"].startswith("ResidualPlanner")
+    again = _run(cursor, sql, rho=0.5)
+    assert connection.budget.spent == pytest.approx(0.5)
+    for a, b in zip(first, again):
+        assert _meta(b)["budget_spent"].startswith("nothing: answered by release(s) #1")
+        np.testing.assert_allclose(b["count"].to_numpy(), a["count"].to_numpy(), rtol=1e-9, atol=1e-8)
+        np.testing.assert_allclose(b["count_stddev"].to_numpy(), a["count_stddev"].to_numpy(), rtol=1e-9)
+    marginal = _run(cursor, "SELECT COUNT(*) FROM people WHERE sex = 'F' AND age >= 40", rho=0.5)[0]
+    assert connection.budget.spent == pytest.approx(0.5)  # a sum of cells of the (age, sex) marginal: free
+    expected = first[0].filter(pc.and_(pc.equal(first[0]["sex"], "F"),
+                                               pc.greater_equal(first[0]["age"], 40)))
+    assert marginal["count"][0].as_py() == pytest.approx(sum(expected["count"].to_numpy()), rel=1e-9)

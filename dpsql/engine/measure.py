@@ -37,6 +37,7 @@ class MeasuredVector:
     quantum: float
     bounds: tuple[float, float] | None
     measurement: mechanism.Measurement
+    axes: tuple[int, ...] | None = None  # the group's axes it is over, in order (None: all; a marginal's: some)
 
 
 def measure_groups(compiled: CompiledBatch, measurements: Sequence[PlannedVector], truncated: Mapping[str, Column], *,

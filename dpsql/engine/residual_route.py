@@ -28,9 +28,10 @@ batch is ρ-zCDP per unit. Pure ε is not offered: ResidualPlanner is a Gaussian
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -38,10 +39,11 @@ import numpy.typing as npt
 from dpsql.accounting import PrivacyCost
 from dpsql.backends import Backend
 from dpsql.engine.guard import StatementError, guard_notes, statement_errors
+from dpsql.engine.measure import MeasuredVector
 from dpsql.engine.metadata import Release, ReleaseMetadata, family_name
 from dpsql.engine.vocabulary import AnswerKey, AnswerSet, NotApplicable, Report, unit_rows
 from dpsql.errors import DomainTooLargeError, ShapeError
-from dpsql.mechanism import Answers
+from dpsql.mechanism import Answers, Measurement
 from dpsql.noise import RandomSource
 from dpsql.residual import planner as residual
 from dpsql.residual import queries as mq
@@ -137,8 +139,10 @@ class ResidualPlan:
         metadata = ReleaseMetadata(mechanism=f"ResidualPlanner, {family_name(self.cost)}",
                                    strategy={"batch": self.describe()},
                                    expected_rmse={"batch": math.sqrt(self.total_variance / self.answer_count)})
-        return Release(compiled=self.compiled, answers=answer(self, backend=backend, rng=rng, report=report),
-                       errors=self.statement_errors(), metadata=metadata, guard_rounds=0)
+        measured: list[MeasuredVector] = []
+        answers = answer(self, backend=backend, rng=rng, report=report, measured=measured)
+        return Release(compiled=self.compiled, answers=answers, errors=self.statement_errors(), metadata=metadata,
+                       guard_rounds=0, measured=tuple(measured))
 
     def explain_lines(self) -> list[str]:
         """ResidualPlanner's marginals, measurements and optimality certificate."""
@@ -232,8 +236,11 @@ def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: Sequence[f
                         block_weights=block_weights)
 
 
-def answer(route: ResidualPlan, *, backend: Backend, rng: RandomSource | None, report: Report) -> AnswerSet:
-    """Scan once, measure every residual, reconstruct and answer every block (group 0).
+def answer(route: ResidualPlan, *, backend: Backend, rng: RandomSource | None, report: Report,
+           measured: list[MeasuredVector] | None = None) -> AnswerSet:
+    """Scan once, measure every residual, reconstruct and answer every block (group 0). Each
+    residual's integer release y_S = Ξ_S x_S + z_S (Ξ_S = ⊗_{i∈S} (nᵢI − J), z_S iid N_ℤ(0, γ_S²))
+    is appended to ``measured``, when given: a measurement of the marginal S, kept for reuse.
 
     Privacy: ``residual.measure`` at ρ/k² per row is ρ-zCDP per privacy unit (module docstring);
     this is the one place the route touches data and randomness, after the charge."""
@@ -246,10 +253,13 @@ def answer(route: ResidualPlan, *, backend: Backend, rng: RandomSource | None, r
         a: _coarsen(table, [axes[i].cell_of_base for i in a])[tuple(slice(0, selection.domains[i]) for i in a)]
         for a, table in base.items()}
     report(f"measuring with {route.describe()}")
-    measured = residual.measure(selection, tables, rng=rng)
+    integer: dict[int, npt.NDArray[Any]] = {}
+    releases = residual.measure(selection, tables, rng=rng, integer_releases=integer)
+    if measured is not None:
+        measured.extend(_marginal_releases(selection, integer))
     report(f"reconstructing {len(selection.marginals)} marginals")
-    estimates = residual.reconstruct(selection, measured)
-    scale = _sigma2_lookup(selection.closure, measured.sigma2)
+    estimates = residual.reconstruct(selection, releases)
+    scale = _sigma2_lookup(selection.closure, releases.sigma2)
     answers = {}
     for b, (q, block) in enumerate(zip(route.queries, compiled.groups[0].blocks)):
         if q is None:
@@ -259,6 +269,21 @@ def answer(route: ResidualPlan, *, backend: Backend, rng: RandomSource | None, r
             answers[AnswerKey(0, b)] = Answers(values=mq.answer(q, estimates[q.marginal]),
                                                variances=mq.variances(q, scale))
     return AnswerSet(answers)
+
+
+def _marginal_releases(selection: residual.Selection,
+                       integer: Mapping[int, npt.NDArray[Any]]) -> list[MeasuredVector]:
+    """Each closure set's integer release as a measurement of its marginal's cell counts."""
+    found = []
+    for s, (gamma2, variance) in enumerate(residual.release_noise(selection)):
+        marginal = tuple(selection.closure[s])
+        factors = [Explicit(n * np.eye(n) - np.ones((n, n))) for n in (selection.domains[i] for i in marginal)]
+        strategy: Workload = Kron(factors) if factors else Explicit(np.ones((1, 1)))
+        release = Measurement(strategy=strategy, y=np.asarray(integer[s], dtype=np.float64).ravel(), noise="gaussian",
+                              noise_scale=gamma2, noise_variance=variance)
+        found.append(MeasuredVector(group=0, vector=COUNTS, quantum=1.0, bounds=None, measurement=release,
+                                    axes=marginal))
+    return found
 
 
 def _marginal_queries(workload: Workload, sizes: Sequence[int]) -> mq.MarginalQueries | NotApplicable | None:

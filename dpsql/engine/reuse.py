@@ -85,9 +85,11 @@ def kept_measurements(compiled: CompiledBatch,
     kept, skipped = [], []
     for item in measured:
         group = compiled.groups[item.group]
-        label = f"{item.vector.label} over {', '.join(f'{a.column.name}({a.size})' for a in group.axes) or 'all rows'}"
-        if group.cells > REUSE_CELLS:
-            skipped.append(f"{label}: {group.cells:,} cells (more than {REUSE_CELLS:,}) not kept for reuse")
+        axes = group.axes if item.axes is None else tuple(group.axes[i] for i in item.axes)
+        cells = int(np.prod([axis.size for axis in axes], dtype=np.int64))
+        label = f"{item.vector.label} over {', '.join(f'{a.column.name}({a.size})' for a in axes) or 'all rows'}"
+        if cells > REUSE_CELLS:
+            skipped.append(f"{label}: {cells:,} cells (more than {REUSE_CELLS:,}) not kept for reuse")
             continue
         release = item.measurement
         if not release.noise_variance >= MIN_NOISE_VARIANCE:
@@ -99,8 +101,9 @@ def kept_measurements(compiled: CompiledBatch,
             skipped.append(f"{label}: {err}")
             continue
         kept.append(KeptMeasurement(table=table.name, vector=vector_key(item.vector, item.bounds, item.quantum),
-                                    axes=group_axes(group, table), strategy=release.strategy,
-                                    y=np.asarray(release.y, dtype=np.float64),
+                                    axes=tuple((axis_key(a, table), np.asarray(a.cell_of_base, dtype=np.int64))
+                                               for a in axes),
+                                    strategy=release.strategy, y=np.asarray(release.y, dtype=np.float64),
                                     noise_variance=float(release.noise_variance), label=label))
     return kept, skipped
 

@@ -70,7 +70,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -381,6 +381,7 @@ def measure(
     selection: Selection,
     marginal_tables: Mapping[Sequence[int], npt.ArrayLike],
     rng: noise.RandomSource | None = None,
+    integer_releases: dict[int, npt.NDArray[Any]] | None = None,
 ) -> Measurements:
     """Release ω_S = Y⁺(Ξ_S x + z_S) for every closure set S (Algorithm 3, discrete Gaussian).
 
@@ -390,6 +391,9 @@ def measure(
             one data set. Every closure set must be one of them or a subset of one (the requested
             maximal marginals suffice); smaller tables are computed by summing a superset's.
         rng: the randomness (default: a fresh SystemRandomSource; tests pass SeededRandomSource).
+        integer_releases: if given, receives each closure set's integer release Ξ_S x + z_S (by its
+            index in the closure, shaped (nᵢ)_{i∈S}), whose noise is iid N_ℤ(0, γ_S²): public, and
+            what a later batch reuses (``dpsql.engine.reuse``).
 
     Privacy: ``selection.rho``-zCDP under adding or removing one record, when each record adds 1
     to exactly one cell of each table (module doc: ρ_S = Π nᵢ(nᵢ − 1)/(2γ_S²) per set, the
@@ -409,7 +413,7 @@ def measure(
     streams = [_NoiseStream(g, int(n) * math.prod(shape), source)
                for g, n, shape in zip(gamma2, count.tolist(), shapes)]
     blocks = tuple(
-        _measure_group(tables, members, shape, selection.classes, streams)
+        _measure_group(tables, members, shape, selection.classes, streams, integer_releases)
         for shape, members in zip(lattice.group_shapes, lattice.group_members)
     )
     return Measurements(selection=selection, blocks=blocks, sigma2=effective_sigma2(selection), rho=selection.rho)
@@ -421,6 +425,13 @@ def _class_noise(selection: Selection) -> tuple[list[tuple[int, ...]], list[int]
     shapes = [selection.lattice.shape(int(f)) for f in first.tolist()]
     squares = [math.prod(n * n for n in shape) for shape in shapes]
     return shapes, squares, [sigma2 * square for sigma2, square in zip(selection.class_sigma2, squares)]
+
+
+def release_noise(selection: Selection) -> list[tuple[Fraction, float]]:
+    """Per closure set, the noise of its integer release: (γ_S², Var N_ℤ(0, γ_S²)) of each draw."""
+    _, _, gamma2 = _class_noise(selection)
+    per_class = [(g, float(noise.discrete_gaussian_variance(g))) for g in gamma2]
+    return [per_class[int(k)] for k in selection.classes.tolist()]
 
 
 def effective_sigma2(selection: Selection) -> FloatArray:
@@ -456,9 +467,10 @@ class _NoiseStream:
 
 def _measure_group(
     tables: list[npt.NDArray[np.integer]], members: IntArray, shape: tuple[int, ...], classes: IntArray,
-    streams: list[_NoiseStream],
+    streams: list[_NoiseStream], integer_releases: dict[int, npt.NDArray[Any]] | None = None,
 ) -> FloatArray:
-    """ω rows for the closure sets of one table shape, in batches of about BATCH_CELLS cells."""
+    """ω rows for the closure sets of one table shape, in batches of about BATCH_CELLS cells (and
+    each set's integer release into ``integer_releases``, when given)."""
     cells = math.prod(shape)
     out = np.empty((len(members), math.prod(n - 1 for n in shape)))
     batch = max(1, BATCH_CELLS // cells)
@@ -467,6 +479,8 @@ def _measure_group(
         counts = np.stack([tables[s] for s in chunk.tolist()]).astype(np.int64, copy=False)
         counts = counts.reshape((len(chunk), *shape))
         y = _integer_release(counts, classes[chunk], streams)
+        if integer_releases is not None:
+            integer_releases.update(zip(chunk.tolist(), y))
         released = y.astype(np.float64)
         for axis in range(1, len(shape) + 1):
             released = sub_axis(released, axis)
