@@ -276,6 +276,24 @@ def test_budget_show_reads_a_rho_spend_as_epsilon_delta(files: dict[str, str],
     assert "total  ρ=0.03125  ≡ (ε=0.688, δ=0.001)-DP" in capsys.readouterr().out
 
 
+def test_a_second_run_of_the_same_queries_is_answered_from_the_first_for_free(
+        files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    books = ["--db", files["db"], "--schema", files["schema"]]
+    assert main(["budget", "set", *books, "--epsilon", "2"]) == 0
+    capsys.readouterr()
+    assert main(arguments(files)) == 0
+    first = capsys.readouterr()
+    assert main(arguments(files)) == 0
+    second = capsys.readouterr()
+    assert "budget: charged ε=1" in first.err and "budget: charged nothing: answered by release(s) #" in second.err
+    assert first.out == second.out  # the same answers, read from the kept release
+    assert main(arguments(files, "explain")) == 0
+    assert "Statement 1: free (answered by release #" in capsys.readouterr().out
+    assert main(["budget", "show", "--db", files["db"]]) == 0
+    shown = capsys.readouterr().out
+    assert "spent  ε=1" in shown and "release #" in shown and "noisy values" in shown
+
+
 def test_an_analyst_sub_budget(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["budget", "set", "--db", files["db"], "--analyst", "ana", "--rho", "0.5"]) == 0
     assert main(arguments(files, "run", "--analyst", "ana", cost=("--rho", "0.5"))) == 0
