@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -63,3 +66,12 @@ class ScansOnce(DuckDBBackend):
 
     def marginal_counts(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         return self._once("marginal_counts", *args, **kwargs)
+
+
+def sql_tampering(*statements: str) -> Callable[[Path], None]:
+    """A change to a ledger file made with plain SQLite, without the key (tamper-evidence tests)."""
+    def tamper(path: Path) -> None:
+        with sqlite3.connect(path) as db:
+            for statement in statements:
+                db.execute(statement)
+    return tamper

@@ -23,6 +23,7 @@ import duckdb
 import pytest
 
 import dpsql
+from _helpers import sql_tampering as _sql
 from dpsql.accounting import PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.cli import main
@@ -245,14 +246,6 @@ def test_analyst_names_with_totals_are_required_once_the_owner_sets_one(owner: d
 
 
 # ------------------------------------------------------------------------------- tamper evidence
-def _sql(*statements: str) -> Callable[[Path], None]:
-    def tamper(path: Path) -> None:
-        with sqlite3.connect(path) as db:
-            for statement in statements:
-                db.execute(statement)
-    return tamper
-
-
 TAMPERING: dict[str, Callable[[Path], None]] = {
     "edited amount": _sql("UPDATE charges SET price = '1/100', cost = '1/100' WHERE id = 3"),
     "edited total": _sql("UPDATE actions SET total = '500' WHERE id = 1"),

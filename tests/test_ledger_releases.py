@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from _helpers import sql_tampering as _sql
 from dpsql.accounting import PrivacyCost
 from dpsql.cli import main
 from dpsql.errors import LedgerError, ProgrammingError
@@ -141,14 +142,6 @@ def test_a_payload_that_is_not_text_or_a_charge_that_is_not_an_id_is_a_programmi
 
 
 # ------------------------------------------------------------------------------- failing closed
-def _sql(*statements: str) -> Callable[[Path], None]:
-    def tamper(path: Path) -> None:
-        with sqlite3.connect(path) as db:
-            for statement in statements:
-                db.execute(statement)
-    return tamper
-
-
 TAMPERING: dict[str, Callable[[Path], None]] = {
     "edited payload": _sql("UPDATE releases SET payload = replace(payload, '1.5', '2.5') WHERE id = 3"),
     "payload as a blob": _sql("UPDATE releases SET payload = CAST(payload AS BLOB) WHERE id = 3"),
