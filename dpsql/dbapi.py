@@ -208,7 +208,8 @@ class Connection:
         self._backend, self.schema, self._books, self._rng = backend, schema, books, rng
         #: Where releases are kept for reuse: in memory with an in-memory budget, else in the ledger.
         self.releases: ReleaseStore = (MemoryStore() if isinstance(books, Budget)
-                                       else LedgerStore(account=books, schema=schema.fingerprint()))
+                                       else LedgerStore(account=books, schema=schema.fingerprint(),
+                                                        identity=backend.identity))
         #: The cost of a batch executed without epsilon= or rho= (``connect(epsilon_per_batch=...)``), or None.
         self.default_cost = default_cost
         self._closed = False

@@ -380,10 +380,10 @@ def test_empirical_errors_at_the_found_cost_match_the_reported_stddev(data: duck
     truth = dict(zip(("n", "s"), data.execute("SELECT COUNT(*), SUM(income) FROM t WHERE rooms >= 2 AND age < 10")
                      .fetchone() or ()))
     budget = Budget(epsilon=1e9) if family == "epsilon" else Budget(rho=1e9)
-    cursor = connect(data, budget, seed=2024).cursor()
     errors: dict[str, list[float]] = {"n": [], "s": []}
     reported: dict[str, float] = {}
-    for _ in range(RELEASES):
+    for release in range(RELEASES):  # a connection each: one connection would answer the repeats from the first
+        cursor = connect(data, budget, seed=2024 + release).cursor()
         table = cursor.execute(sql, max_relative_stddev=3.0, family=family).fetch_arrow_table()
         for alias in errors:
             errors[alias].append(float(table.column(alias)[0].as_py()) - float(truth[alias]))

@@ -234,7 +234,8 @@ def test_reused_answers_errors_match_their_reported_variance_monte_carlo(data: p
 
 def test_releases_in_the_ledger_answer_a_later_process_for_free(tmp_path: Path, data: pa.Table) -> None:
     """A release kept in the ledger answers the same batch from a new connection without a second
-    charge; the release names its charge, and an edited release fails closed."""
+    charge; the release names its charge; once rows are written to the file it is not used; an
+    edited release fails closed."""
     path = tmp_path / "people.duckdb"
     with duckdb.connect(str(path)) as con:
         con.register("source", data)
@@ -253,6 +254,12 @@ def test_releases_in_the_ledger_answer_a_later_process_for_free(tmp_path: Path, 
     assert f"free (answered by release #{number}" in explained
     assert again["count"][0].as_py() == pytest.approx(sum(first["count"].to_numpy()[4:]), rel=1e-9)
     assert _meta(again)["budget_spent"] == f"nothing: answered by release(s) #{number}"
+    with duckdb.connect(str(path)) as con:  # rows written since: the kept release describes other data
+        con.execute("INSERT INTO people SELECT * FROM people LIMIT 10")
+    with dpsql.connect(path, schema=SCHEMA) as connection:
+        assert "Statement 1: free" not in connection.cursor().explain(sql, epsilon=0.5)
+        _run(connection.cursor(), sql, epsilon=0.5)
+    assert len(ledger.history(path.name)) == 2
     with sqlite3.connect(ledger.path) as db:  # an edit the MAC chain does not cover
         db.execute("UPDATE releases SET payload = replace(payload, '\"label\":\"count', '\"label\":\"xount')")
     with dpsql.connect(path, schema=SCHEMA) as connection, pytest.raises(LedgerError):

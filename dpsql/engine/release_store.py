@@ -4,13 +4,17 @@ rest of the history and verified on every open.
 
 A kept release is the public part of what a charge measured (:mod:`dpsql.releases.kept`): the
 strategy, the noisy values, the noise variance and the cells, under one schema version (the
-schema's fingerprint; a release under another version is never used). A release is kept only
+schema's fingerprint) and one data version (for a database file, its modification time and size
+when the release was made: rows written since make the kept releases describe other data, so they
+are no longer used; data on a server has no such version, and the owner rebinds after a change). A release is kept only
 after its charge is committed and names that charge, so nothing is kept, or answered from, without
 a charge. A stored release that cannot be read fails closed (LedgerError).
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -56,12 +60,14 @@ class LedgerStore:
 
     account: Account
     schema: str
+    identity: str = ""  # the backend's identity (a database file's path and inode), for the data version
 
     def kept(self) -> list[KeptMeasurement]:
         found = []
+        data = data_version(self.identity)
         for release in self.account.ledger.releases(self.account.dataset):
             try:
-                found.extend(read_payload(release.payload, release.id, self.schema))
+                found.extend(read_payload(release.payload, release.id, self.schema, data))
             except (ValueError, KeyError, TypeError) as err:
                 raise LedgerError(f"release #{release.id} in ledger '{self.account.ledger.path}' cannot be read "
                                   f"({type(err).__name__}), so what it answers is unknown. Nothing was run or charged. "
@@ -73,4 +79,16 @@ class LedgerStore:
         if not isinstance(charge, int):
             raise ProgrammingError("a release is kept only after its charge: the budget has no charge to name.")
         return self.account.ledger.keep_release(self.account.dataset, charge,
-                                                payload(list(measurements), list(summary), self.schema))
+                                                payload(list(measurements), list(summary), self.schema,
+                                                        data_version(self.identity)))
+
+
+def data_version(identity: str) -> str:
+    """A database file's modification time (ns) and size, from a backend identity naming its path
+    (file metadata, not rows); "" when there is no file or it cannot be read."""
+    try:
+        path = json.loads(identity)["path"] if identity else None
+        found = os.stat(path) if isinstance(path, str) else None
+    except (ValueError, KeyError, TypeError, OSError):
+        return ""
+    return "" if found is None else f"{found.st_mtime_ns}:{found.st_size}"

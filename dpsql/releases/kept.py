@@ -84,18 +84,20 @@ class KeptMeasurement:
         return kept
 
 
-def payload(measurements: list[KeptMeasurement], summary: list[str], schema: str) -> str:
-    """A release's stored text: canonical JSON of its measurements, what they answer, and the schema version."""
-    return json.dumps({"schema": schema, "summary": summary, "measurements": [m.to_json() for m in measurements]},
-                      sort_keys=True, separators=(",", ":"))
+def payload(measurements: list[KeptMeasurement], summary: list[str], schema: str, data: str = "") -> str:
+    """A release's stored text: canonical JSON of its measurements, what they answer, the schema
+    version and the data version (e.g. the database file's modification time and size)."""
+    return json.dumps({"schema": schema, "data": data, "summary": summary,
+                       "measurements": [m.to_json() for m in measurements]}, sort_keys=True, separators=(",", ":"))
 
 
-def read_payload(text: str, release: int, schema: str) -> list[KeptMeasurement]:
-    """The measurements of a stored release made under ``schema`` (none under another schema
-    version); ValueError for a text that is not a release."""
+def read_payload(text: str, release: int, schema: str, data: str = "") -> list[KeptMeasurement]:
+    """The measurements of a stored release made under ``schema`` of the data version ``data``
+    (none under another version of either: they describe other data); ValueError for a text that
+    is not a release."""
     value = json.loads(text)
     if not isinstance(value, dict) or not isinstance(value.get("measurements"), list):
         raise ValueError("not a dpsql release")
-    if value.get("schema") != schema:
+    if value.get("schema") != schema or value.get("data", "") != data:
         return []
     return [KeptMeasurement.from_json(entry, release) for entry in value["measurements"]]
