@@ -287,3 +287,24 @@ def test_a_residual_planner_release_is_kept_and_its_gls_is_residual_planners_own
     expected = first[0].filter(pc.and_(pc.equal(first[0]["sex"], "F"),
                                                pc.greater_equal(first[0]["age"], 40)))
     assert marginal["count"][0].as_py() == pytest.approx(sum(expected["count"].to_numpy()), rel=1e-9)
+
+
+def test_releases_made_before_the_owner_rebinds_are_not_used(tmp_path: Path, data: pa.Table) -> None:
+    path = tmp_path / "people.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.register("source", data)
+        con.execute("CREATE TABLE people AS SELECT * FROM source")
+    ledger = Ledger(default_path(path))
+    ledger.set_total(path.name, PrivacyCost(epsilon=2.0), binding=Binding.of(SCHEMA, path))
+    sql = "SELECT sex, COUNT(*) FROM people GROUP BY sex"
+    with dpsql.connect(path, schema=SCHEMA) as connection:
+        _run(connection.cursor(), sql, epsilon=0.5)
+        assert "Statement 1: free" in connection.cursor().explain(sql, epsilon=0.5)
+    fresh = tmp_path / "fresh.duckdb"  # the data replaced by a new file: the owner rebinds the dataset to it
+    with duckdb.connect(str(fresh)) as con:
+        con.register("source", data)
+        con.execute("CREATE TABLE people AS SELECT * FROM source")
+    fresh.replace(path)
+    ledger.set_total(path.name, PrivacyCost(epsilon=2.0), binding=Binding.of(SCHEMA, path), rebind=True)
+    with dpsql.connect(path, schema=SCHEMA) as connection:
+        assert "Statement 1: free" not in connection.cursor().explain(sql, epsilon=0.5)

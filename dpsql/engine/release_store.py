@@ -6,7 +6,8 @@ A kept release is the public part of what a charge measured (:mod:`dpsql.release
 strategy, the noisy values, the noise variance and the cells, under one schema version (the
 schema's fingerprint) and one data version (for a database file, its modification time and size
 when the release was made: rows written since make the kept releases describe other data, so they
-are no longer used; data on a server has no such version, and the owner rebinds after a change). A release is kept only
+are no longer used; data on a server has no such version). Releases made before the dataset's
+latest binding (a rebind to a new file or schema) are not used either. A release is kept only
 after its charge is committed and names that charge, so nothing is kept, or answered from, without
 a charge. A stored release that cannot be read fails closed (LedgerError).
 """
@@ -65,7 +66,11 @@ class LedgerStore:
     def kept(self) -> list[KeptMeasurement]:
         found = []
         data = data_version(self.identity)
-        for release in self.account.ledger.releases(self.account.dataset):
+        ledger, dataset = self.account.ledger, self.account.dataset
+        bound = max((a.id for a in ledger.actions(dataset) if a.binding is not None), default=0)
+        for release in ledger.releases(dataset):
+            if release.id < bound:  # made before the owner bound the dataset (again): other data, maybe
+                continue
             try:
                 found.extend(read_payload(release.payload, release.id, self.schema, data))
             except (ValueError, KeyError, TypeError) as err:
