@@ -16,6 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dpsql
 from dpsql.accounting import Budget, PrivacyCost
@@ -115,6 +117,45 @@ def test_gls_pool_equals_dense_generalized_least_squares() -> None:
     outside = np.zeros((1, domain.cells))
     outside[0, 0] = 1.0  # one joint cell alone: finer than the measurements tell apart
     assert not found.answerable(outside)[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), members=st.integers(1, 3))
+def test_pools_equal_dense_gls_on_the_base_cells(seed: int, members: int) -> None:
+    """Random partitions of two columns' base cells, random column subsets and random strategies:
+    the pool's answers and variances for a query over one measurement's cells equal q M⁺ b and
+    q M⁺ qᵀ computed densely on the base cells with the test's own 0/1 lifting."""
+    rng = np.random.default_rng(seed)
+    sizes = {"a": int(rng.integers(2, 5)) + 1, "b": int(rng.integers(2, 4)) + 1}  # base cells, outside included
+    kept = []
+    for number in range(members):
+        keys = [k for k in ("a", "b") if rng.random() < 0.7]
+        axes = tuple((k, np.unique(rng.integers(0, 3, sizes[k]), return_inverse=True)[1].astype(np.int64))
+                     for k in keys)
+        cells = int(np.prod([c.max() + 1 for _, c in axes]))
+        rows = cells + int(rng.integers(0, 3))
+        kept.append(KeptMeasurement(table="t", vector="count", axes=axes,
+                                    strategy=Explicit(rng.normal(size=(rows, cells))), y=rng.normal(size=rows),
+                                    noise_variance=float(rng.uniform(0.5, 2.0)), release=number + 1))
+    domain = joint_domain([m.axes for m in kept])
+    found = pool(domain, kept)
+    assert found is not None
+
+    def lift(member: KeptMeasurement) -> np.ndarray:
+        mine = dict(member.axes)
+        factors = [_aggregation(mine[k]) if k in mine else np.ones((1, sizes[k])) for k in ("a", "b")]
+        return np.kron(factors[0], factors[1])
+
+    information = sum(lift(m).T @ m.strategy.dense().T @ m.strategy.dense() @ lift(m) / m.noise_variance for m in kept)
+    rhs = sum(lift(m).T @ m.strategy.dense().T @ m.y / m.noise_variance for m in kept)
+    inverse = np.linalg.pinv(information)
+    asked = kept[-1]
+    query = rng.normal(size=(2, asked.cells))
+    on_base, full = query @ lift(asked), query[:, domain.index(asked.axes)]
+    assert np.all(found.answerable(full))
+    np.testing.assert_allclose(found.values(full), on_base @ inverse @ rhs, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(found.covariances(full, full), np.einsum("ij,jk,ik->i", on_base, inverse, on_base),
+                               rtol=1e-6, atol=1e-8)
 
 
 def test_strategy_recipes_round_trip_exactly() -> None:
@@ -308,3 +349,14 @@ def test_releases_made_before_the_owner_rebinds_are_not_used(tmp_path: Path, dat
     ledger.set_total(path.name, PrivacyCost(epsilon=2.0), binding=Binding.of(SCHEMA, path), rebind=True)
     with dpsql.connect(path, schema=SCHEMA) as connection:
         assert "Statement 1: free" not in connection.cursor().explain(sql, epsilon=0.5)
+
+
+def test_a_total_count_is_free_after_a_total_count(data: pa.Table) -> None:
+    """A statement with no columns (the total) pools measurements with no axes: one joint cell."""
+    connection = _connect(data, seed=6)
+    cursor = connection.cursor()
+    first = _run(cursor, "SELECT COUNT(*) AS n FROM people", epsilon=1.0)[0]
+    again = _run(cursor, "SELECT COUNT(*) AS n FROM people", epsilon=1.0)[0]
+    assert connection.budget.spent == pytest.approx(1.0)
+    assert again["n"][0].as_py() == pytest.approx(first["n"][0].as_py(), rel=1e-12)
+    assert again["n_stddev"][0].as_py() == pytest.approx(first["n_stddev"][0].as_py(), rel=1e-12)

@@ -39,6 +39,8 @@ class JointDomain:
 
     def index(self, axes: Axes) -> IntArray:
         """For each joint cell (row-major over ``keys``), the flat index of the participant's cell holding it."""
+        if not self.keys:  # no axes at all: one joint cell, the total
+            return np.zeros(1, dtype=np.int64)
         sizes = [int(cells.max()) + 1 for _, cells in axes]
         grid = np.indices(self.shape, dtype=np.int64).reshape(len(self.keys), -1)
         per_axis = []
