@@ -316,9 +316,10 @@ class Cursor:
         results' metadata ``accuracy_target`` records the target and the cost found.
 
         Statements that earlier releases on this dataset already determine (within the target, if
-        one is given) are answered from them for free (``reuse=False`` measures every statement
-        again); the others are measured, and every answer combines the new and the kept
-        measurements by generalized least squares (``dpsql.engine.reuse``).
+        one is given) are answered from them for free; the others are measured, and every answer
+        combines the new and the kept measurements by generalized least squares
+        (``dpsql.engine.reuse``). ``reuse=False`` measures every statement again and answers from
+        this batch's measurements alone (independent replicates); its release is still kept.
 
         ``progress``, if given, receives a message before each long step. ``postprocess`` opts in
         to "nonnegative" and/or "isotonic" (``dpsql.engine.postprocess``; free, but biased). ``weights``
@@ -352,7 +353,7 @@ class Cursor:
             _check_unit_options(units, prepared)
             budget = connection._budget_for(operation, parameters, prepared)
             measured = engine.run(prepared, backend=connection._backend, budget=budget, rng=connection._rng,
-                                  progress=progress, postprocess=postprocess, store=store, merge=False)
+                                  progress=progress, postprocess=postprocess, store=store, combine=reuse, merge=False)
         free = free_tables(split, store.kept(), budget, postprocess)
         if targeted:
             measured = accuracy_target.annotate(measured, found, request, accuracy_target.statement_ratios(found)

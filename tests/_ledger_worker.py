@@ -53,13 +53,13 @@ def main(mode: str, database: str, path: str) -> int:
         while not os.path.exists(path):
             time.sleep(0.001)
         try:
-            cursor.execute(BATCH, [0], epsilon=1.0)
+            cursor.execute(BATCH, [0], epsilon=1.0, reuse=False)
         except dpsql.BudgetExhaustedError:
             return EXHAUSTED
         return 0
     with open(path, "a", encoding="utf-8") as answers:
         for number in range(10**9):
-            rows = cursor.execute(BATCH, [number % 100], epsilon=1.0).fetchall()
+            rows = cursor.execute(BATCH, [number % 100], epsilon=1.0, reuse=False).fetchall()
             answers.write(f"{number} {rows}\n")
             answers.flush()
             os.fsync(answers.fileno())

@@ -195,10 +195,16 @@ def test_the_same_batch_twice_charges_once(data: pa.Table) -> None:
             else:
                 assert a[name].equals(b[name])
         assert _meta(b)["budget_spent"].startswith("nothing: answered by release(s) #1")
-    again = _run(cursor, sql, epsilon=1.0, reuse=False)  # measured again on request, combined with the first
+    again = _run(cursor, sql, epsilon=1.0, reuse=False)  # measured again on request: an independent replicate
     assert connection.budget.remaining == pytest.approx(8.0)
-    assert _meta(again[0])["reuse"]["answered_by_releases"] == [1, 2]
-    assert np.all(again[0]["count_stddev"].to_numpy() < first[0]["count_stddev"].to_numpy())
+    assert "reuse" not in _meta(again[0])
+    np.testing.assert_allclose(again[0]["count_stddev"].to_numpy(), first[0]["count_stddev"].to_numpy())
+    assert not np.allclose(again[0]["count"].to_numpy(), first[0]["count"].to_numpy())
+    combined = _run(cursor, sql, epsilon=1.0)  # the third batch is free and combines both releases
+    assert connection.budget.remaining == pytest.approx(8.0)
+    assert _meta(combined[0])["reuse"]["answered_by_releases"] == [1, 2]
+    np.testing.assert_allclose(combined[0]["count_stddev"].to_numpy(), first[0]["count_stddev"].to_numpy() / np.sqrt(2),
+                               rtol=1e-9)  # two equal, independent releases: half the variance
 
 
 def test_subranges_of_released_ranges_are_free(data: pa.Table) -> None:

@@ -252,11 +252,12 @@ def summary(measurements: Sequence[KeptMeasurement]) -> list[str]:
 
 
 def keep_and_answer(compiled: CompiledBatch, measured: Sequence[MeasuredVector], answers: AnswerSet,
-                    store: ReleaseStore, budget: PrivacyBudget) -> tuple[AnswerSet, dict[int, tuple[int, ...]]]:
-    """Keep a charged release's measurements, then answer every statement over all kept ones."""
+                    store: ReleaseStore, budget: PrivacyBudget,
+                    combine: bool = True) -> tuple[AnswerSet, dict[int, tuple[int, ...]]]:
+    """Keep a charged release's measurements, then (``combine``) answer every statement over all kept ones."""
     kept, _ = kept_measurements(compiled, measured)
     own = store.keep(kept, summary(kept), budget) if kept else None
-    if not_kept_reason(compiled.table) is not None:
+    if not combine or not_kept_reason(compiled.table) is not None:
         return answers, {}
     reuse = Reuse(compiled=compiled, kept=store.kept(), keys=measured_keys(measured))
     return answer_all(reuse, answers, range(len(compiled.statements)), own)

@@ -29,7 +29,7 @@ NOTHING_SPENT = "nothing: every statement's WHERE clause is never TRUE (exact ze
 @blas.single_threaded()
 def run(prepared: Prepared, *, backend: Backend, budget: PrivacyBudget, rng: RandomSource | None = None,
         progress: Report | None = None, postprocess: Sequence[str] = (), store: ReleaseStore | None = None,
-        merge: bool = True) -> list[pa.Table]:
+        combine: bool = True, merge: bool = True) -> list[pa.Table]:
     """Charge the batch, then let the chosen route scan, measure and answer; one table per statement.
 
     The cost is checked against the budget and charged (durably, for a ledger) before the first
@@ -37,8 +37,9 @@ def run(prepared: Prepared, *, backend: Backend, budget: PrivacyBudget, rng: Ran
     zeros and charges nothing. ``progress`` receives a short message before each step (scan,
     measurement, packaging). ``postprocess`` lists opt-in steps of
     :mod:`dpsql.engine.postprocess` ("nonnegative", "isotonic"). With a ``store``, the release's
-    measurements are kept there (after the charge) and every statement is answered by generalized
-    least squares over them and the measurements kept before (:mod:`dpsql.engine.reuse`).
+    measurements are kept there (after the charge) and, with ``combine``, every statement is
+    answered by generalized least squares over them and the measurements kept before
+    (:mod:`dpsql.engine.reuse`); without, from this release alone.
     ``merge=False`` returns one table per batch statement, UNION ALL parts apart.
     """
     report = progress or (lambda message: None)
@@ -60,7 +61,7 @@ def run(prepared: Prepared, *, backend: Backend, budget: PrivacyBudget, rng: Ran
     answers, metadata = release.answers, release.metadata
     reused: dict[int, tuple[int, ...]] = {}
     if store is not None and release.measured:
-        answers, reused = keep_and_answer(release.compiled, release.measured, answers, store, budget)
+        answers, reused = keep_and_answer(release.compiled, release.measured, answers, store, budget, combine)
     if postprocess:
         answers, steps = postprocessing.apply(release.compiled, answers, postprocess)
         metadata = replace(metadata, postprocessing=tuple(steps or [f"{', '.join(postprocess)}: nothing to change"]))
