@@ -104,7 +104,7 @@ def kept_measurements(compiled: CompiledBatch,
                                     axes=tuple((axis_key(a, table), np.asarray(a.cell_of_base, dtype=np.int64))
                                                for a in axes),
                                     strategy=release.strategy, y=np.asarray(release.y, dtype=np.float64),
-                                    noise_variance=float(release.noise_variance), label=label))
+                                    noise_variance=float(release.noise_variance), label=label, unit=item.quantum))
     return kept, skipped
 
 
@@ -247,8 +247,14 @@ def planned_answers(compiled: CompiledBatch, measurements: Sequence[PlannedVecto
 
 def summary(measurements: Sequence[KeptMeasurement]) -> list[str]:
     """What a release can answer, one line per measurement (``dpsql budget show`` lists them)."""
-    return [f"{m.label} on '{m.table}': {m.y.shape[0]:,} noisy values (noise stddev {m.noise_variance ** 0.5:.4g}); "
-            "answers any linear query over these cells" for m in measurements]
+    lines = []
+    for m in measurements:
+        stddev = m.cell_stddev()
+        each = (f"each cell's estimate within a stddev of {stddev:.4g}" if stddev is not None
+                else "its cells are determined together with other measurements (a residual)")
+        lines.append(f"{m.label} on '{m.table}': {m.y.shape[0]:,} noisy values, {each}; answers any linear query over "
+                     "these cells")
+    return lines
 
 
 def keep_and_answer(compiled: CompiledBatch, measured: Sequence[MeasuredVector], answers: AnswerSet,

@@ -39,6 +39,7 @@ class KeptMeasurement:
     y: FloatArray
     noise_variance: float
     label: str = ""
+    unit: float = 1.0  # the value of one integer unit of x (a sum's quantum; 1 for counts): for what is shown
     release: int = 0
     _information: list[tuple[FloatArray, FloatArray]] = field(default_factory=list, repr=False)
 
@@ -58,16 +59,29 @@ class KeptMeasurement:
             self._information.append((gram, self.strategy.rmatvec(self.y) / self.noise_variance))
         return self._information[0]
 
+    def cell_stddev(self) -> float | None:
+        """The largest standard error of one cell's estimate from this measurement alone, in data
+        units (None when some cell is not determined by it alone, e.g. a residual)."""
+        gram, _ = self.information()
+        eigenvalues, vectors = np.linalg.eigh(gram)
+        keep = eigenvalues > 1e-10 * max(float(eigenvalues.max()), 0.0) if eigenvalues.size else eigenvalues > 0
+        if not np.any(keep):
+            return None
+        basis = vectors[:, keep]
+        if not np.allclose(np.sum(basis**2, axis=1), 1.0, atol=1e-7):  # some cell outside the measured span
+            return None
+        return float(np.sqrt(np.max(np.sum(basis**2 / eigenvalues[keep], axis=1)))) * self.unit
+
     def with_release(self, release: int) -> KeptMeasurement:
         return KeptMeasurement(table=self.table, vector=self.vector, axes=self.axes,
                                strategy=self.strategy, y=self.y, noise_variance=self.noise_variance, label=self.label,
-                               release=release)
+                               unit=self.unit, release=release)
 
     def to_json(self) -> dict[str, Any]:
         return {"table": self.table, "vector": self.vector,
                 "axes": [[key, encode_array(cells)] for key, cells in self.axes],
                 "strategy": to_recipe(self.strategy), "y": encode_array(self.y),
-                "noise_variance": self.noise_variance, "label": self.label}
+                "noise_variance": self.noise_variance, "label": self.label, "unit": self.unit}
 
     @classmethod
     def from_json(cls, value: dict[str, Any], release: int) -> KeptMeasurement:
@@ -76,7 +90,8 @@ class KeptMeasurement:
         kept = cls(table=str(value["table"]), vector=str(value["vector"]), axes=axes,
                    strategy=from_recipe(value["strategy"]),
                    y=np.asarray(decode_array(value["y"]), dtype=np.float64),
-                   noise_variance=float(value["noise_variance"]), label=str(value.get("label", "")), release=release)
+                   noise_variance=float(value["noise_variance"]), label=str(value.get("label", "")),
+                   unit=float(value.get("unit", 1.0)), release=release)
         rows, columns = kept.strategy.shape
         if columns != kept.cells or rows != kept.y.shape[0] or not kept.noise_variance > 0:
             raise ValueError(f"a kept measurement of {rows} × {columns} with {kept.y.shape[0]} values over "
