@@ -5,8 +5,13 @@ Passes, in order (each a module of this package):
     routes           the Route protocol, ``Prepared``, and the choice between route plans;
       group_route    statement groups: grouping → value cells or apart → budget split → guard;
       residual_route ResidualPlanner over all the batch's marginals (COUNT(*) under ρ-zCDP);
-    run              check and charge the cost, answer with the chosen route, post-process, package;
+    run              check and charge the cost, answer with the chosen route, keep the release,
+                     post-process, package;
     explain          the plan as text, spending nothing.
+Around them: ``free`` splits a batch into statements earlier releases answer (``reuse``: GLS over
+kept measurements, ``release_store``: where they are kept) and statements to measure;
+``accuracy_target`` finds the least cost meeting a standard-error target from ``predicted``
+standard errors, before any data is read.
 Answering touches data and randomness only in ``scan``, ``measure``, ``residual_route.answer`` and
 the threshold selections of ``thresholds``, all after the charge.
 """
