@@ -57,6 +57,14 @@ def _connect(data: pa.Table, seed: int, budget: Budget | None = None) -> dpsql.C
     return dpsql.connect(con, schema=SCHEMA, budget=budget or Budget(epsilon=10.0), rng=SeededRandomSource(seed))
 
 
+def _write(path: Path, data: pa.Table) -> Path:
+    """A DuckDB database file with the table ``people``."""
+    with duckdb.connect(str(path)) as con:
+        con.register("source", data)
+        con.execute("CREATE TABLE people AS SELECT * FROM source")
+    return path
+
+
 def _run(cursor: dpsql.Cursor, sql: str, **options: object) -> list[pa.Table]:
     cursor.execute(sql, **options)
     return list(cursor._results)
@@ -283,10 +291,7 @@ def test_releases_in_the_ledger_answer_a_later_process_for_free(tmp_path: Path, 
     """A release kept in the ledger answers the same batch from a new connection without a second
     charge; the release names its charge; once rows are written to the file it is not used; an
     edited release fails closed."""
-    path = tmp_path / "people.duckdb"
-    with duckdb.connect(str(path)) as con:
-        con.register("source", data)
-        con.execute("CREATE TABLE people AS SELECT * FROM source")
+    path = _write(tmp_path / "people.duckdb", data)
     ledger = Ledger(default_path(path))
     ledger.set_total(path.name, PrivacyCost(epsilon=2.0), binding=Binding.of(SCHEMA, path))
     sql = "SELECT age, COUNT(*) FROM people GROUP BY age"
@@ -337,21 +342,14 @@ def test_a_residual_planner_release_is_kept_and_its_gls_is_residual_planners_own
 
 
 def test_releases_made_before_the_owner_rebinds_are_not_used(tmp_path: Path, data: pa.Table) -> None:
-    path = tmp_path / "people.duckdb"
-    with duckdb.connect(str(path)) as con:
-        con.register("source", data)
-        con.execute("CREATE TABLE people AS SELECT * FROM source")
+    path = _write(tmp_path / "people.duckdb", data)
     ledger = Ledger(default_path(path))
     ledger.set_total(path.name, PrivacyCost(epsilon=2.0), binding=Binding.of(SCHEMA, path))
     sql = "SELECT sex, COUNT(*) FROM people GROUP BY sex"
     with dpsql.connect(path, schema=SCHEMA) as connection:
         _run(connection.cursor(), sql, epsilon=0.5)
         assert "Statement 1: free" in connection.cursor().explain(sql, epsilon=0.5)
-    fresh = tmp_path / "fresh.duckdb"  # the data replaced by a new file: the owner rebinds the dataset to it
-    with duckdb.connect(str(fresh)) as con:
-        con.register("source", data)
-        con.execute("CREATE TABLE people AS SELECT * FROM source")
-    fresh.replace(path)
+    _write(tmp_path / "fresh.duckdb", data).replace(path)  # the data replaced by a new file: the owner rebinds
     ledger.set_total(path.name, PrivacyCost(epsilon=2.0), binding=Binding.of(SCHEMA, path), rebind=True)
     with dpsql.connect(path, schema=SCHEMA) as connection:
         assert "Statement 1: free" not in connection.cursor().explain(sql, epsilon=0.5)
