@@ -62,6 +62,9 @@ class LedgerStore:
     account: Account
     schema: str
     identity: str = ""  # the backend's identity (a database file's path and inode), for the data version
+    #: Releases already read, by id: their stored text and measurements (each measurement caches its
+    #: information matrix, so a long session does not recompute every release's on every batch).
+    _read: dict[int, tuple[str, list[KeptMeasurement]]] = field(default_factory=dict)
 
     def kept(self) -> list[KeptMeasurement]:
         found = []
@@ -71,12 +74,18 @@ class LedgerStore:
         for release in ledger.releases(dataset):
             if release.id < bound:  # made before the owner bound the dataset (again): other data, maybe
                 continue
+            cached = self._read.get(release.id)
+            if cached is not None and cached[0] == release.payload + data:  # the same verified text, the same data
+                found.extend(cached[1])
+                continue
             try:
-                found.extend(read_payload(release.payload, release.id, self.schema, data))
+                measurements = read_payload(release.payload, release.id, self.schema, data)
             except (ValueError, KeyError, TypeError) as err:
                 raise LedgerError(f"release #{release.id} in ledger '{self.account.ledger.path}' cannot be read "
                                   f"({type(err).__name__}), so what it answers is unknown. Nothing was run or charged. "
                                   "Restore the ledger from a backup.") from None
+            self._read[release.id] = (release.payload + data, measurements)
+            found.extend(measurements)
         return found
 
     def keep(self, measurements: Sequence[KeptMeasurement], summary: Sequence[str], budget: PrivacyBudget) -> int:

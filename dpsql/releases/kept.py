@@ -63,7 +63,10 @@ class KeptMeasurement:
         """The largest standard error of one cell's estimate from this measurement alone, in data
         units (None when some cell is not determined by it alone, e.g. a residual)."""
         gram, _ = self.information()
-        eigenvalues, vectors = np.linalg.eigh(gram)
+        try:
+            eigenvalues, vectors = np.linalg.eigh(gram)
+        except np.linalg.LinAlgError:
+            return None
         keep = eigenvalues > 1e-10 * max(float(eigenvalues.max()), 0.0) if eigenvalues.size else eigenvalues > 0
         if not np.any(keep):
             return None
