@@ -38,7 +38,8 @@ from dpsql.errors import (
 from dpsql.ledger import Account, BatchRecord, Binding, Ledger, default_path
 from dpsql.noise import RandomSource
 from dpsql.releases.kept import KeptMeasurement
-from dpsql.schema import Schema
+from dpsql.schema import Schema, Table
+from dpsql.sql.compile import batch_table
 from dpsql.sql.dp_options import StatementOptions, batch_cost, read_options
 
 _ARROW_TYPE_CODES = {pa.string(): "STRING", pa.int64(): "NUMBER", pa.float64(): "NUMBER", pa.date32(): "DATETIME"}
@@ -274,9 +275,9 @@ def _mechanism(prepared: engine.Prepared) -> str:
     return f"{route}, {'discrete Laplace' if prepared.cost.family == 'epsilon' else 'discrete Gaussian'}"
 
 
-def _check_unit_options(options: Sequence[StatementOptions], prepared: engine.Prepared) -> None:
+def _check_unit_options(options: Sequence[StatementOptions], table: Table) -> None:
     """A ``privacy_unit_column`` option must name the table's declared privacy unit (the bound is the schema's)."""
-    unit = prepared.chosen.compiled.table.privacy_unit
+    unit = table.privacy_unit
     for option in options:
         named = option.privacy_unit_column
         if named is not None and (unit.column is None or named.lower() != unit.column.lower()):
@@ -340,6 +341,7 @@ class Cursor:
                             request if targeted else None)
         found = None
         if split.all_free:
+            _check_unit_options(units, batch_table(split.batch, connection.schema))
             budget = connection.budget
             measured: list[pa.Table] = []
         else:
@@ -350,11 +352,11 @@ class Cursor:
                 connection.budget.check(cost)  # an unreadable ledger or a spent budget fails before the planning work
                 prepared = engine.prepare(text, connection.schema, cost, parameters, progress=progress,
                                           weights=weights, statements=split.measured)
-            _check_unit_options(units, prepared)
+            _check_unit_options(units, prepared.chosen.compiled.table)
             budget = connection._budget_for(operation, parameters, prepared)
             measured = engine.run(prepared, backend=connection._backend, budget=budget, rng=connection._rng,
                                   progress=progress, postprocess=postprocess, store=store, combine=reuse, merge=False)
-        free = free_tables(split, store.kept(), budget, postprocess)
+        free = free_tables(split, store.kept() if split.free else [], budget, postprocess)
         if targeted:
             measured = accuracy_target.annotate(measured, found, request, accuracy_target.statement_ratios(found)
                                                 if found is not None else [])
@@ -402,6 +404,7 @@ class Cursor:
                             request if targeted else None)
         reused = "\n".join(explain_lines(split)) + "\n" if split.free else ""
         if split.all_free:
+            _check_unit_options(units, batch_table(split.batch, self.connection.schema))
             return reused + self.connection.backend_name
         targeted_lines: list[str] = []
         if targeted:
@@ -410,7 +413,7 @@ class Cursor:
         else:
             prepared = engine.prepare(text, self.connection.schema, cost, parameters, weights=weights,
                                       statements=split.measured)
-        _check_unit_options(units, prepared)
+        _check_unit_options(units, prepared.chosen.compiled.table)
         backend = "\n".join([*targeted_lines, self.connection.backend_name])
         try:
             budget = self.connection.budget

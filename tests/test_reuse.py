@@ -372,3 +372,14 @@ def test_the_release_metadata_says_what_was_kept_and_why_not(data: pa.Table) -> 
     assert kept == ["kept as release #1: 1 measurement(s), reused by later batches"]
     exact = _meta(_run(cursor, "SELECT sex, COUNT(*) FROM people GROUP BY sex", epsilon=1e6)[0])["kept"]
     assert len(exact) == 1 and "is nearly exact, not kept for reuse" in exact[0]
+
+
+def test_a_free_batch_still_checks_its_privacy_unit_option(data: pa.Table) -> None:
+    cursor = _connect(data, seed=8).cursor()
+    _run(cursor, "SELECT sex, COUNT(*) FROM people GROUP BY sex", epsilon=1.0)
+    wrong = ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, privacy_unit_column = person) sex, COUNT(*) "
+             "FROM people GROUP BY sex")
+    with pytest.raises(dpsql.ProgrammingError, match="is not the table's declared privacy unit"):
+        cursor.execute(wrong)
+    with pytest.raises(dpsql.ProgrammingError, match="is not the table's declared privacy unit"):
+        cursor.explain(wrong)
