@@ -366,14 +366,6 @@ def test_a_total_count_is_free_after_a_total_count(data: pa.Table) -> None:
     assert again["n_stddev"][0].as_py() == pytest.approx(first["n_stddev"][0].as_py(), rel=1e-12)
 
 
-def test_the_release_metadata_says_what_was_kept_and_why_not(data: pa.Table) -> None:
-    cursor = _connect(data, seed=7, budget=Budget(epsilon=2e6)).cursor()
-    kept = _meta(_run(cursor, "SELECT age, COUNT(*) FROM people GROUP BY age", epsilon=1.0)[0])["kept"]
-    assert kept == ["kept as release #1: 1 measurement(s), reused by later batches"]
-    exact = _meta(_run(cursor, "SELECT sex, COUNT(*) FROM people GROUP BY sex", epsilon=1e6)[0])["kept"]
-    assert len(exact) == 1 and "is nearly exact, not kept for reuse" in exact[0]
-
-
 def test_a_free_batch_still_checks_its_privacy_unit_option(data: pa.Table) -> None:
     cursor = _connect(data, seed=8).cursor()
     _run(cursor, "SELECT sex, COUNT(*) FROM people GROUP BY sex", epsilon=1.0)

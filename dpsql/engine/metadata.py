@@ -27,7 +27,6 @@ class ReleaseMetadata:
     truncation_threshold: Mapping[str, float] = field(default_factory=dict)
     truncation: Mapping[str, str] = field(default_factory=dict)
     postprocessing: tuple[str, ...] = ()
-    reuse: tuple[str, ...] = ()  # what the release kept for reuse (and why anything was not)
     budget_spent: str = ""
     budget_remaining: str = ""
 
@@ -40,8 +39,7 @@ class ReleaseMetadata:
                                     "expected_rmse": dict(self.expected_rmse)}
         optional: dict[str, object] = {"answering": list(self.answering), "bias_bound": dict(self.bias_bound),
                                        "truncation_threshold": dict(self.truncation_threshold),
-                                       "truncation": dict(self.truncation), "postprocessing": list(self.postprocessing),
-                                       "kept": list(self.reuse)}
+                                       "truncation": dict(self.truncation), "postprocessing": list(self.postprocessing)}
         found.update({key: value for key, value in optional.items() if value})
         return {**found, "budget_spent": self.budget_spent, "budget_remaining": self.budget_remaining}
 

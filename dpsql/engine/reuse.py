@@ -73,12 +73,7 @@ def vector_key(vector: DataVector, bounds: tuple[float, float] | None, quantum: 
 
 
 def group_axes(group: CompiledGroup, table: Table) -> tuple[tuple[str, npt.NDArray[np.int64]], ...]:
-    return keyed_axes(group.axes, table)
-
-
-def keyed_axes(axes: Sequence[Axis], table: Table) -> tuple[tuple[str, npt.NDArray[np.int64]], ...]:
-    """Each axis's key and its map from base cells to cells: a measurement's cells across batches."""
-    return tuple((axis_key(axis, table), np.asarray(axis.cell_of_base, dtype=np.int64)) for axis in axes)
+    return tuple((axis_key(axis, table), np.asarray(axis.cell_of_base, dtype=np.int64)) for axis in group.axes)
 
 
 def kept_measurements(compiled: CompiledBatch,
@@ -106,8 +101,9 @@ def kept_measurements(compiled: CompiledBatch,
             skipped.append(f"{label}: {err}")
             continue
         kept.append(KeptMeasurement(table=table.name, vector=vector_key(item.vector, item.bounds, item.quantum),
-                                    axes=keyed_axes(axes, table), strategy=release.strategy,
-                                    y=np.asarray(release.y, dtype=np.float64),
+                                    axes=tuple((axis_key(a, table), np.asarray(a.cell_of_base, dtype=np.int64))
+                                               for a in axes),
+                                    strategy=release.strategy, y=np.asarray(release.y, dtype=np.float64),
                                     noise_variance=float(release.noise_variance), label=label, unit=item.quantum))
     return kept, skipped
 
@@ -263,17 +259,14 @@ def summary(measurements: Sequence[KeptMeasurement]) -> list[str]:
 
 def keep_and_answer(compiled: CompiledBatch, measured: Sequence[MeasuredVector], answers: AnswerSet,
                     store: ReleaseStore, budget: PrivacyBudget,
-                    combine: bool = True) -> tuple[AnswerSet, dict[int, tuple[int, ...]], list[str]]:
-    """Keep a charged release's measurements, then (``combine``) answer every statement over all
-    kept ones. Also says what was kept, as which release, and why anything was not."""
-    kept, notes = kept_measurements(compiled, measured)
+                    combine: bool = True) -> tuple[AnswerSet, dict[int, tuple[int, ...]]]:
+    """Keep a charged release's measurements, then (``combine``) answer every statement over all kept ones."""
+    kept, _ = kept_measurements(compiled, measured)
     own = store.keep(kept, summary(kept), budget) if kept else None
-    if own is not None:
-        notes = [f"kept as release #{own}: {len(kept)} measurement(s), reused by later batches", *notes]
     if not combine or not_kept_reason(compiled.table) is not None:
-        return answers, {}, notes
+        return answers, {}
     reuse = Reuse(compiled=compiled, kept=store.kept(), keys=measured_keys(measured))
-    return (*answer_all(reuse, answers, range(len(compiled.statements)), own), notes)
+    return answer_all(reuse, answers, range(len(compiled.statements)), own)
 
 
 def reuse_entry(releases: tuple[int, ...] | None) -> dict[str, object]:

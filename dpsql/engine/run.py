@@ -61,8 +61,7 @@ def run(prepared: Prepared, *, backend: Backend, budget: PrivacyBudget, rng: Ran
     answers, metadata = release.answers, release.metadata
     reused: dict[int, tuple[int, ...]] = {}
     if store is not None and release.measured:
-        answers, reused, kept = keep_and_answer(release.compiled, release.measured, answers, store, budget, combine)
-        metadata = replace(metadata, reuse=tuple(kept))
+        answers, reused = keep_and_answer(release.compiled, release.measured, answers, store, budget, combine)
     if postprocess:
         answers, steps = postprocessing.apply(release.compiled, answers, postprocess)
         metadata = replace(metadata, postprocessing=tuple(steps or [f"{', '.join(postprocess)}: nothing to change"]))
