@@ -18,6 +18,7 @@ from dpsql import __version__
 from dpsql.cli import accuracy as accuracy_cli
 from dpsql.cli import budget as budget_cli
 from dpsql.cli import local as local_cli
+from dpsql.cli import serve as serve_cli
 from dpsql.cli.files import read_queries, result_folder, write_tables
 from dpsql.errors import Error, PrivacyParameterError
 from dpsql.results import format_table
@@ -66,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="make nested single-answer statements (e.g. prefix sums) non-decreasing")
     budget_cli.add_commands(commands)
     local_cli.add_commands(commands)
+    serve_cli.add_commands(commands)
     schema = commands.add_parser("schema", help="schema helpers").add_subparsers(dest="action", required=True)
     suggest = schema.add_parser("suggest", help="print a starting schema read from a table (NOT private)")
     suggest.add_argument("--db", required=True)

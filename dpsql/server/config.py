@@ -1,0 +1,158 @@
+"""The data owner's ``serve.toml``: where to listen, TLS, and each analyst's credentials, cap and limits.
+
+::
+
+    [server]
+    host = "127.0.0.1"          # default; "0.0.0.0" listens on every interface (then configure TLS)
+    port = 5433                  # default
+    tls_certificate = "server.crt"   # optional, with tls_key: PEM files; clients then may use sslmode=require
+    tls_key = "server.key"
+    require_tls = false          # true refuses clients that do not ask for TLS (needs the two files)
+    workers = 2                  # batches planned and answered at once (the rest wait their turn)
+
+    [analysts.alice]
+    password = "SCRAM-SHA-256$4096:...$...:..."   # a verifier from `dpsql serve --hash-password`, never the password
+    budget_epsilon = 1.0         # alice's cap within the dataset's total (or budget_rho); written to the ledger
+    default_epsilon = 0.1        # optional: a batch's cost when the session set none (or default_rho)
+    batches_per_minute = 30      # optional (default 60): batches and EXPLAINs a minute, over all her sessions
+    max_sessions = 4             # optional (default 8): her sessions open at once
+
+An analyst's identity is the name she authenticated as; no parameter of a session can change it.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpsql.accounting import PrivacyCost
+from dpsql.errors import ProgrammingError
+from dpsql.server.scram import Verifier
+
+DEFAULT_PORT = 5433
+DEFAULT_RATE = 60
+DEFAULT_SESSIONS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Analyst:
+    """One analyst as the owner configured them."""
+
+    name: str
+    verifier: Verifier
+    cap: PrivacyCost | None = None
+    default_cost: PrivacyCost | None = None
+    batches_per_minute: int = DEFAULT_RATE
+    max_sessions: int = DEFAULT_SESSIONS
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    """Where the server listens, its TLS files, its concurrency and its analysts."""
+
+    analysts: Mapping[str, Analyst]
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    tls_certificate: Path | None = None
+    tls_key: Path | None = None
+    require_tls: bool = False
+    workers: int = 2
+
+    @classmethod
+    def load(cls, path: Path) -> ServeConfig:
+        """Read ``serve.toml``; ProgrammingError naming the file and key of any mistake."""
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ProgrammingError(f"no server configuration at {path}: write one (README, 'A private SQL "
+                                   "endpoint').") from None
+        except tomllib.TOMLDecodeError as err:
+            raise ProgrammingError(f"{path} is not valid TOML: {err}.") from None
+        return cls.of(data, where=str(path), base=path.parent)
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any], *, where: str = "serve.toml", base: Path = Path(".")) -> ServeConfig:
+        """The configuration in ``data`` (a parsed TOML document); relative TLS paths are read from ``base``."""
+        _only(data, {"server", "analysts"}, where)
+        server = _table(data.get("server", {}), f"{where} [server]")
+        _only(server, {"host", "port", "tls_certificate", "tls_key", "require_tls", "workers"}, f"{where} [server]")
+        analysts_table = _table(data.get("analysts", {}), f"{where} [analysts]")
+        if not analysts_table:
+            raise ProgrammingError(f"{where} declares no analyst: add [analysts.NAME] with a password verifier "
+                                   "(`dpsql serve --hash-password`) and budget_epsilon.")
+        analysts = {name: _analyst(name, spec, f"{where} [analysts.{name}]") for name, spec in analysts_table.items()}
+        certificate, key = server.get("tls_certificate"), server.get("tls_key")
+        if (certificate is None) != (key is None):
+            raise ProgrammingError(f"{where} [server]: tls_certificate and tls_key go together (PEM files).")
+        require_tls = server.get("require_tls", False)
+        if require_tls is not False and (require_tls is not True or certificate is None):
+            raise ProgrammingError(f"{where} [server] require_tls: true or false; true needs tls_certificate and "
+                                   "tls_key.")
+        return cls(analysts=analysts, host=_text(server.get("host", "127.0.0.1"), f"{where} [server] host"),
+                   port=_count(server.get("port", DEFAULT_PORT), f"{where} [server] port", upper=65535, lower=0),
+                   tls_certificate=None if certificate is None else base / _text(certificate, "tls_certificate"),
+                   tls_key=None if key is None else base / _text(key, "tls_key"), require_tls=require_tls,
+                   workers=_count(server.get("workers", 2), f"{where} [server] workers", upper=256))
+
+
+def _analyst(name: str, spec: Any, where: str) -> Analyst:
+    spec = _table(spec, where)
+    _only(spec, {"password", "budget_epsilon", "budget_rho", "default_epsilon", "default_rho", "batches_per_minute",
+                 "max_sessions"}, where)
+    if not name.strip() or name != name.strip():
+        raise ProgrammingError(f"{where}: an analyst's name must be a non-empty word without surrounding blanks.")
+    if "password" not in spec:
+        raise ProgrammingError(f"{where} has no password: add password = \"SCRAM-SHA-256$...\" from "
+                               "`dpsql serve --hash-password`.")
+    try:
+        verifier = Verifier.parse(_text(spec["password"], f"{where} password"))
+    except ValueError as err:
+        raise ProgrammingError(f"{where} password: {err}.") from None
+    return Analyst(name=name, verifier=verifier, cap=_cost(spec, "budget", where),
+                   default_cost=_cost(spec, "default", where),
+                   batches_per_minute=_count(spec.get("batches_per_minute", DEFAULT_RATE),
+                                             f"{where} batches_per_minute", upper=10**6),
+                   max_sessions=_count(spec.get("max_sessions", DEFAULT_SESSIONS), f"{where} max_sessions",
+                                       upper=10**4))
+
+
+def _cost(spec: Mapping[str, Any], prefix: str, where: str) -> PrivacyCost | None:
+    epsilon, rho = spec.get(f"{prefix}_epsilon"), spec.get(f"{prefix}_rho")
+    if epsilon is None and rho is None:
+        return None
+    if epsilon is not None and rho is not None:
+        raise ProgrammingError(f"{where}: give {prefix}_epsilon or {prefix}_rho, not both.")
+    value = epsilon if epsilon is not None else rho
+    key = f"{prefix}_{'epsilon' if epsilon is not None else 'rho'}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ProgrammingError(f"{where} {key} = {value!r}: a positive finite number.")
+    return PrivacyCost(epsilon=float(value)) if epsilon is not None else PrivacyCost(rho=float(value))
+
+
+def _table(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ProgrammingError(f"{where} must be a table.")
+    return value
+
+
+def _only(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ProgrammingError(f"{where}: unknown key(s) {', '.join(unknown)}; the keys are "
+                               f"{', '.join(sorted(allowed))}.")
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ProgrammingError(f"{where} must be a non-empty string.")
+    return value
+
+
+def _count(value: Any, where: str, *, upper: int, lower: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lower <= value <= upper:
+        raise ProgrammingError(f"{where} = {value!r}: a whole number from {lower} to {upper}.")
+    return value

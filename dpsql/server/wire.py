@@ -1,0 +1,367 @@
+"""The PostgreSQL wire protocol (version 3), over pygwire's codec, for one client connection.
+
+pygwire (a sans-I/O codec: message framing, encoding and decoding) reads and writes the messages;
+this module does the I/O and the conversation:
+
+* start-up: TLS when the client asks and the owner configured it (``SSLRequest`` → ``S``, then the
+  socket is wrapped), refused when ``require_tls`` and the client did not ask; GSS encryption is
+  declined; a cancel request is ignored (a batch, once charged, runs to its end);
+* authentication: SCRAM-SHA-256 against the owner's verifier (:mod:`dpsql.server.scram`), the same
+  exchange for unknown names, then the analyst's session count is checked;
+* the simple query protocol (psql, ``psycopg`` without parameters, pandas): a query string of
+  one or more statements, each result sent as it is ready;
+* the extended query protocol (JDBC, ``psycopg`` with parameters): Parse/Bind/Describe/Execute/
+  Sync, one statement each, ``$n`` parameters. Describing a portal runs it (its rows' shape depends
+  on the plan), and its Execute then sends the rows already charged for. Describing a statement
+  before Bind tells its parameters, and no row shape for a private statement (none is known
+  without planning it at a cost).
+
+Every release a client receives was charged before the rows were written; a client that leaves
+while rows are sent has them charged all the same, and nothing is ever sent uncharged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import secrets
+import socket
+import socketserver
+import ssl
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pygwire import BackendConnection, PygwireError, TransactionStatus
+from pygwire import messages as m
+
+from dpsql import errors
+from dpsql.server import pgtypes
+from dpsql.server.scram import MECHANISM, AuthenticationFailedError, Exchange
+from dpsql.server.session import SERVER_PARAMETERS, Outcome, QueryError, Session, public_error, statement_offsets
+from dpsql.sql.source import tokenize
+
+if TYPE_CHECKING:
+    from dpsql.server.server import DpsqlServer
+
+log = logging.getLogger("dpsql.server")
+logging.getLogger("pygwire").setLevel(logging.ERROR)  # its non-strict warnings are about pipelined clients
+
+_RECEIVE = 65536
+
+
+class ClientGoneError(Exception):
+    """The client closed the connection."""
+
+
+@dataclass(slots=True)
+class Portal:
+    """A bound statement: its text with ``?`` marks, its parameters, result formats and, once run, its rows."""
+
+    text: str
+    parameters: list[object]
+    formats: list[int]
+    outcome: Outcome | None = None
+    sent: int = 0
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A parsed statement: its text with ``?`` marks, the ``$n`` of each mark, and each ``$n``'s type OID."""
+
+    text: str
+    order: list[int] = field(default_factory=list)
+    types: list[int] = field(default_factory=list)
+
+
+class WireHandler(socketserver.BaseRequestHandler):
+    """One client connection, from start-up to Terminate."""
+
+    server: DpsqlServer
+
+    def setup(self) -> None:
+        self.sock: socket.socket = self.request
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.pg = BackendConnection(strict=False)
+        self.pending: deque[Any] = deque()
+        self.statements: dict[str, Prepared] = {}
+        self.portals: dict[str, Portal] = {}
+        self.session: Session | None = None
+        self.tls = False
+
+    def handle(self) -> None:
+        try:
+            self.session = self._start()
+            if self.session is not None:
+                self._serve(self.session)
+        except (ClientGoneError, ConnectionError, ssl.SSLError, OSError, PygwireError) as err:
+            log.info("client %s left: %s", self.client_address[0], type(err).__name__)
+
+    def finish(self) -> None:
+        if self.session is not None:
+            self.server.end_session(self.session)
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    # ---------------------------------------------------------------------------------- I/O
+    def _next(self) -> Any:
+        while not self.pending:
+            data = self.sock.recv(_RECEIVE)
+            if not data:
+                raise ClientGoneError
+            self.pending.extend(self.pg.receive(data))
+        return self.pending.popleft()
+
+    def _send(self, *messages: Any) -> None:
+        self.sock.sendall(b"".join(self.pg.send(message) for message in messages))
+
+    def _fail(self, sqlstate: str, message: str, hint: str | None = None, *, fatal: bool = False) -> None:
+        fields = {"S": "FATAL" if fatal else "ERROR", "V": "FATAL" if fatal else "ERROR", "C": sqlstate, "M": message}
+        if hint:
+            fields["H"] = hint
+        self._send(m.ErrorResponse(fields=fields))
+
+    # ----------------------------------------------------------------------------- start-up
+    def _start(self) -> Session | None:
+        message = self._next()
+        while isinstance(message, (m.SSLRequest, m.GSSEncRequest)):
+            if isinstance(message, m.SSLRequest) and self.server.tls is not None and not self.tls:
+                self._send(m.SSLResponse(accepted=True))
+                self.sock = self.server.tls.wrap_socket(self.sock, server_side=True)
+                self.tls = True
+            else:
+                self._send(m.SSLResponse(accepted=False) if isinstance(message, m.SSLRequest)
+                           else m.GSSResponse(accepted=False))
+            message = self._next()
+        if isinstance(message, m.CancelRequest):
+            return None
+        if not isinstance(message, m.StartupMessage):
+            return None
+        user, database = message.params.get("user", ""), message.params.get("database", "")
+        if self.server.config.require_tls and not self.tls:
+            self._fail("28000", "this server accepts only TLS connections: connect with sslmode=require.", fatal=True)
+            return None
+        if not self._authenticate(user):
+            return None
+        if database and database != self.server.dataset:
+            self._fail("3D000", f'database "{database}" does not exist: this server answers for '
+                       f'"{self.server.dataset}".', fatal=True)
+            return None
+        try:
+            session = self.server.open_session(user)
+        except QueryError as err:
+            self._fail(err.sqlstate, err.message, fatal=True)
+            return None
+        self._send(m.AuthenticationOk(),
+                   *(m.ParameterStatus(name=k, value=v) for k, v in
+                     {**SERVER_PARAMETERS, "application_name": message.params.get("application_name", ""),
+                      "session_authorization": user}.items()),
+                   m.BackendKeyData(process_id=secrets.randbits(31), secret_key=secrets.token_bytes(4)),
+                   m.ReadyForQuery(status=TransactionStatus.IDLE))
+        log.info("analyst %s connected from %s%s", user, self.client_address[0], " over TLS" if self.tls else "")
+        return session
+
+    def _authenticate(self, user: str) -> bool:
+        analyst = self.server.config.analysts.get(user)
+        exchange = Exchange(None if analyst is None else analyst.verifier)
+        self._send(m.AuthenticationSASL(mechanisms=[MECHANISM]))
+        try:
+            first = self._next()
+            if not isinstance(first, m.SASLInitialResponse) or first.mechanism != MECHANISM:
+                raise AuthenticationFailedError("the client did not start SCRAM-SHA-256")
+            self._send(m.AuthenticationSASLContinue(data=exchange.first(first.data)))
+            final = self._next()
+            if not isinstance(final, m.SASLResponse):
+                raise AuthenticationFailedError("the client did not finish SCRAM-SHA-256")
+            self._send(m.AuthenticationSASLFinal(data=exchange.final(final.data)))
+            return True
+        except AuthenticationFailedError as err:
+            log.warning("authentication failed for %r from %s: %s", user, self.client_address[0], err)
+            self._fail("28P01", f'password authentication failed for user "{user}"', fatal=True)
+            return False
+
+    # ------------------------------------------------------------------------------ queries
+    def _serve(self, session: Session) -> None:
+        failed = False  # in the extended protocol, after an error everything up to Sync is skipped
+        while True:
+            message = self._next()
+            if isinstance(message, m.Terminate):
+                return
+            if isinstance(message, m.Query):
+                self._simple(session, message.query_string)
+                failed = False
+            elif isinstance(message, m.Sync):
+                failed = False
+                self._send(self._ready(session))
+            elif isinstance(message, m.Flush):
+                continue
+            elif not failed:
+                try:
+                    self._extended(session, message)
+                except QueryError as err:
+                    self._fail(err.sqlstate, err.message, err.hint)
+                    failed = True
+
+    def _ready(self, session: Session) -> Any:
+        return m.ReadyForQuery(status=TransactionStatus.IN_TRANSACTION if session.in_transaction
+                               else TransactionStatus.IDLE)
+
+    def _simple(self, session: Session, text: str) -> None:
+        if not text.strip():
+            self._send(m.EmptyQueryResponse(), self._ready(session))
+            return
+        try:
+            for outcome in _run(session, text, []):
+                self._send(*self._result(outcome, [], describe=True))
+        except QueryError as err:
+            self._fail(err.sqlstate, err.message, err.hint)
+        self._send(self._ready(session))
+
+    def _extended(self, session: Session, message: Any) -> None:
+        if isinstance(message, m.Parse):
+            text, order = dollar_parameters(message.query)
+            if len(statement_offsets(text)) > 1:
+                raise QueryError("42601", "cannot insert multiple commands into a prepared statement: send a batch "
+                                 "of several statements as one simple query (psql -c, psycopg's ClientCursor or "
+                                 "execute() without parameters).")
+            types = list(message.param_types)
+            types += [0] * (max(order, default=0) - len(types))
+            self.statements[message.statement] = Prepared(text, order, types)
+            self._send(m.ParseComplete())
+        elif isinstance(message, m.Bind):
+            prepared = self._statement(message.statement)
+            if len(message.param_values) != len(prepared.types):
+                raise QueryError("08P01", f"bind message supplies {len(message.param_values)} parameters, but the "
+                                 f"prepared statement requires {len(prepared.types)}.")
+            values = [decode_parameter(v, f, t) for v, f, t in
+                      zip(message.param_values, pgtypes.formats_for(len(message.param_values), message.param_formats),
+                          prepared.types)]
+            self.portals[message.portal] = Portal(prepared.text, [values[n - 1] for n in prepared.order],
+                                                  list(message.result_formats))
+            self._send(m.BindComplete())
+        elif isinstance(message, m.Describe):
+            if message.kind == "S":
+                prepared = self._statement(message.name)
+                self._send(m.ParameterDescription(type_oids=[t or pgtypes.TEXT for t in prepared.types]), m.NoData())
+            else:
+                portal = self._portal(message.name)
+                outcome = self._run_portal(session, portal)
+                self._send(self._description(outcome, portal.formats))
+        elif isinstance(message, m.Execute):
+            portal = self._portal(message.portal)
+            outcome = self._run_portal(session, portal)
+            self._send(*self._rows(outcome, portal, message.max_rows))
+        elif isinstance(message, m.Close):
+            (self.statements if message.kind == "S" else self.portals).pop(message.name, None)
+            self._send(m.CloseComplete())
+        else:
+            raise QueryError("0A000", f"{type(message).__name__} is not supported by this server.")
+
+    def _run_portal(self, session: Session, portal: Portal) -> Outcome:
+        if portal.outcome is None:
+            outcomes = _run(session, portal.text, portal.parameters) if portal.text.strip() else [Outcome("EMPTY")]
+            portal.outcome = outcomes[-1] if outcomes else Outcome("EMPTY")
+        return portal.outcome
+
+    def _statement(self, name: str) -> Prepared:
+        if name not in self.statements:
+            raise QueryError("26000", f'prepared statement "{name}" does not exist.')
+        return self.statements[name]
+
+    def _portal(self, name: str) -> Portal:
+        if name not in self.portals:
+            raise QueryError("34000", f'portal "{name}" does not exist.')
+        return self.portals[name]
+
+    # ------------------------------------------------------------------------------ results
+    def _description(self, outcome: Outcome, formats: list[int]) -> Any:
+        if outcome.table is None:
+            return m.NoData()
+        chosen = pgtypes.formats_for(outcome.table.num_columns, formats)
+        fields = []
+        for field_, form in zip(outcome.table.schema, chosen):
+            column = pgtypes.column_of(field_.type)
+            fields.append(m.FieldDescription(name=field_.name, type_oid=column.oid, type_size=column.size,
+                                             type_modifier=-1, format_code=form))
+        return m.RowDescription(fields=fields)
+
+    def _result(self, outcome: Outcome, formats: list[int], *, describe: bool) -> list[Any]:
+        if outcome.tag == "EMPTY":
+            return [m.EmptyQueryResponse()]
+        messages = [self._description(outcome, formats)] if describe and outcome.table is not None else []
+        if outcome.table is not None:
+            messages += [m.DataRow(columns=row) for row in pgtypes.rows(outcome.table, formats)]
+        return messages + [m.CommandComplete(tag=outcome.tag)]
+
+    def _rows(self, outcome: Outcome, portal: Portal, limit: int) -> list[Any]:
+        if outcome.table is None:
+            return self._result(outcome, portal.formats, describe=False)
+        rows = pgtypes.rows(outcome.table, portal.formats)[portal.sent:]
+        if 0 < limit < len(rows):
+            portal.sent += limit
+            return [*(m.DataRow(columns=row) for row in rows[:limit]), m.PortalSuspended()]
+        portal.sent += len(rows)
+        return [*(m.DataRow(columns=row) for row in rows), m.CommandComplete(tag=outcome.tag)]
+
+
+def _run(session: Session, text: str, parameters: list[object]) -> list[Outcome]:
+    """Every outcome of ``text``; a failure that is not a QueryError becomes one (public_error)."""
+    outcomes: list[Outcome] = []
+    try:
+        for outcome in session.run(text, parameters):
+            outcomes.append(outcome)
+    except QueryError:
+        raise
+    except Exception as err:  # the session guards the engine; this is the last line for anything else
+        raise public_error(err, session.analyst.name) from None
+    return outcomes
+
+
+def dollar_parameters(text: str) -> tuple[str, list[int]]:
+    """PostgreSQL's ``$n`` parameters as dpsql's ``?`` marks, and the ``n`` of each mark in text order.
+
+    Bind's values (``$1``, ``$2``, ...) are then passed in mark order: ``[values[n - 1] for n in order]``.
+    Text that does not tokenize is returned as it is (executing it reports the syntax error).
+    """
+    try:
+        tokens = tokenize(text)
+    except errors.SqlSyntaxError:
+        return text, []
+    pieces, last, order = [], 0, []
+    for token, following in itertools.pairwise(tokens):
+        if token.text == "$" and following.start == token.end + 1 and following.text.isdigit():
+            pieces += [text[last:token.start], "?"]
+            last = following.end + 1
+            order.append(int(following.text))
+    pieces.append(text[last:])
+    return "".join(pieces), order
+
+
+def decode_parameter(value: bytes | None, form: int, oid: int) -> object:
+    """A Bind value as a Python value dpsql accepts (int, float, str, date)."""
+    if value is None:
+        raise QueryError("22004", "a NULL parameter cannot be bound: dpsql's parameters are numbers, text or dates.")
+    if form == 1:
+        binary = {21: "!h", 23: "!i", 20: "!q", 700: "!f", 701: "!d"}
+        if oid in binary:
+            return struct.unpack(binary[oid], value)[0]
+        if oid in (25, 1043, 0, 705):
+            return value.decode("utf-8")
+        raise QueryError("0A000", f"a binary parameter of type OID {oid} is not supported: send it as text.")
+    text = value.decode("utf-8")
+    if oid in (20, 21, 23, 26):
+        return int(text)
+    if oid in (700, 701, 1700):
+        return int(text) if oid == 1700 and text.lstrip("-").isdigit() else float(text)
+    if oid in (0, 705):  # untyped: PostgreSQL infers from context; a number written as text is a number
+        try:
+            return int(text)
+        except ValueError:
+            try:
+                return float(text)
+            except ValueError:
+                return text
+    return text

@@ -1,0 +1,136 @@
+"""A real ``dpsql serve`` process for the tests: a generated DuckDB file, a ledger, analysts, a loopback port.
+
+The server is started as its own process (``python -m dpsql.cli serve ... --port 0``), its port read
+from the line it announces, and stopped by its process id with SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+from dpsql.accounting import PrivacyCost
+from dpsql.ledger import Ledger, default_path
+from dpsql.ledger_records import Binding
+from dpsql.schema import Schema
+from dpsql.server.scram import Verifier
+
+SCHEMA = textwrap.dedent("""
+    [tables.census]
+    privacy_unit = "row"
+    [tables.census.columns.age]
+    type = "integer"
+    lower = 0
+    upper = 99
+    bin_width = 10
+    [tables.census.columns.sex]
+    type = "categorical"
+    values = ["F", "M"]
+    [tables.census.columns.income]
+    type = "numeric"
+    lower = 0
+    upper = 100000
+    bin_width = 25000
+    """)
+PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "carol": "carol-secret"}
+ROWS = 5000
+
+
+@dataclass
+class Served:
+    """A running server: where it listens, its files, and its process."""
+
+    port: int
+    folder: Path
+    process: subprocess.Popen[str]
+    log: Path
+    database: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.database = self.folder / "people.duckdb"
+
+    def dsn(self, user: str, password: str | None = None, **extra: str) -> str:
+        parts = {"host": "127.0.0.1", "port": str(self.port), "user": user, "dbname": "people.duckdb",
+                 "password": PASSWORDS.get(user, "x") if password is None else password, "sslmode": "disable",
+                 "connect_timeout": "30", **extra}
+        return " ".join(f"{key}={value}" for key, value in parts.items())
+
+    def ledger(self) -> Ledger:
+        return Ledger(default_path(self.database))
+
+    def spent(self, analyst: str) -> float:
+        return float(self.ledger().balance("people.duckdb", analyst).limits[-1].spent)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+def make_database(folder: Path, total: float = 10.0) -> None:
+    """A census table of ROWS generated people, its schema, and a ledger with ε = total."""
+    rng = np.random.default_rng(7)
+    con = duckdb.connect(str(folder / "people.duckdb"))
+    ages, sexes, incomes = (rng.integers(0, 100, ROWS), rng.choice(["F", "M"], ROWS),
+                            rng.integers(0, 100_000, ROWS))
+    con.execute("CREATE TABLE census (age BIGINT, sex VARCHAR, income DOUBLE)")
+    con.executemany("INSERT INTO census VALUES (?, ?, ?)",
+                    [(int(a), str(s), float(i)) for a, s, i in zip(ages, sexes, incomes)])
+    con.close()
+    (folder / "schema.toml").write_text(SCHEMA)
+    Ledger(default_path(folder / "people.duckdb")).set_total(
+        "people.duckdb", PrivacyCost(epsilon=total),
+        binding=Binding.of(Schema.load(SCHEMA), folder / "people.duckdb"))
+
+
+def write_config(folder: Path, *, server: str = "", analysts: dict[str, str] | None = None) -> Path:
+    """serve.toml with alice (cap ε=1, default ε=0.1) and bob (cap ε=0.5), plus ``analysts`` extras."""
+    extra = analysts or {}
+    blocks = [f"[server]\nport = 0\nworkers = 2\n{server}"]
+    caps = {"alice": "budget_epsilon = 1.0\ndefault_epsilon = 0.1", "bob": "budget_epsilon = 0.5"}
+    for name in ("alice", "bob"):
+        verifier = Verifier.of_password(PASSWORDS[name], iterations=64).text()
+        blocks.append(f'[analysts.{name}]\npassword = "{verifier}"\n{caps[name]}\n{extra.get(name, "")}')
+    path = folder / "serve.toml"
+    path.write_text("\n".join(blocks))
+    return path
+
+
+def start(folder: Path, config: Path) -> Served:
+    """Start ``dpsql serve`` on a free loopback port and wait for its announcement."""
+    log = folder / "server.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dpsql.cli", "serve", "--db", str(folder / "people.duckdb"), "--schema",
+         str(folder / "schema.toml"), "--config", str(config)],
+        stdout=subprocess.PIPE, stderr=log.open("w"), text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    match = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+    if match is None:
+        process.wait(timeout=30)
+        raise RuntimeError(f"dpsql serve did not start: {line!r}\n{log.read_text()}")
+    return Served(int(match.group(1)), folder, process, log)
+
+
+def wait_until(condition, timeout: float = 60.0) -> bool:  # type: ignore[no-untyped-def]
+    """Poll ``condition`` (a callable) until true; for the state after a client left (not a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return False
