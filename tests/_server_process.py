@@ -18,6 +18,7 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 
 from dpsql.accounting import PrivacyCost
 from dpsql.ledger import Ledger, default_path
@@ -87,9 +88,9 @@ def make_database(folder: Path, total: float = 10.0) -> None:
     con = duckdb.connect(str(folder / "people.duckdb"))
     ages, sexes, incomes = (rng.integers(0, 100, ROWS), rng.choice(["F", "M"], ROWS),
                             rng.integers(0, 100_000, ROWS))
-    con.execute("CREATE TABLE census (age BIGINT, sex VARCHAR, income DOUBLE)")
-    con.executemany("INSERT INTO census VALUES (?, ?, ?)",
-                    [(int(a), str(s), float(i)) for a, s, i in zip(ages, sexes, incomes)])
+    con.register("people", pa.table({"age": ages.astype(np.int64), "sex": sexes.astype(str),
+                                     "income": incomes.astype(np.float64)}))
+    con.execute("CREATE TABLE census AS SELECT * FROM people")
     con.close()
     (folder / "schema.toml").write_text(SCHEMA)
     Ledger(default_path(folder / "people.duckdb")).set_total(

@@ -78,13 +78,14 @@ class Exchange:
     always fails at ``final``, so a client cannot tell unknown names from wrong passwords.
     """
 
-    def __init__(self, verifier: Verifier | None) -> None:
+    def __init__(self, verifier: Verifier | None, *, server_nonce: str | None = None) -> None:
         self._verifier = verifier or Verifier(ITERATIONS, os.urandom(16), os.urandom(32), os.urandom(32))
         self._known = verifier is not None
         self._gs2 = ""
         self._client_first_bare = ""
         self._server_first = ""
         self._nonce = ""
+        self._server_nonce = server_nonce or _b64(os.urandom(18))  # given only by tests (RFC 7677's example)
 
     def first(self, client_first: bytes) -> bytes:
         """server-first-message ``r=<nonce>,s=<salt>,i=<iterations>`` for client-first ``gs2,n=,r=<cnonce>``."""
@@ -98,7 +99,7 @@ class Exchange:
             raise AuthenticationFailedError("SCRAM client-first-message without a nonce")
         self._gs2 = header
         self._client_first_bare = bare
-        self._nonce = client_nonce + _b64(os.urandom(18))
+        self._nonce = client_nonce + self._server_nonce
         self._server_first = f"r={self._nonce},s={_b64(self._verifier.salt)},i={self._verifier.iterations}"
         return self._server_first.encode()
 
