@@ -255,10 +255,14 @@ class Session:
         return self.settings.other.get(name, defaults.get(name, ""))
 
     def _budget(self) -> str:
-        """The analyst's own budget as the ledger reads now: total, spent, left (in its unit)."""
-        budget = _guarded(lambda: self.connection.budget, self.analyst.name)
-        unit = UNIT[budget.total.family]
-        return f"{unit} total {budget.total.value:g}, spent {budget.spent:.6g}, left {budget.remaining:.6g}"
+        """The analyst's cap and the dataset's total as the ledger reads now: total, spent, left of each."""
+        account = self.connection.account
+        if account is None:  # pragma: no cover - the server always charges a ledger account
+            raise QueryError("55000", "this session has no ledger account.")
+        balance = _guarded(lambda: account.budget().balance, self.analyst.name)
+        unit = UNIT[balance.family]
+        return "; ".join(f"{limit.scope}: {unit} total {float(limit.total):g}, spent {float(limit.spent):.6g}, "
+                         f"left {float(limit.left):.6g}" for limit in reversed(balance.limits))
 
     # ------------------------------------------------------------------------------- helpers
     def _admit(self) -> None:
