@@ -98,7 +98,8 @@ def test_explain_spends_nothing_and_a_batch_without_a_cost_is_refused(served: Se
     before = served.spent("bob")
     with connect(served, "bob") as conn:
         plan = [row[0] for row in conn.execute("EXPLAIN SELECT age, COUNT(*) FROM census GROUP BY age").fetchall()]
-        assert any(line.startswith("Cost:") for line in plan)
+        assert any(line.startswith("Cost: ε=1") for line in plan)
+        assert plan[0].startswith("No cost is set in this session")  # bob has no default cost
         with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"SET dpsql\.epsilon"):
             conn.execute("SELECT COUNT(*) FROM census WHERE age < 50")
         with pytest.raises(psycopg.errors.FeatureNotSupported, match="EXPLAIN ANALYZE"):

@@ -149,17 +149,19 @@ class Session:
     def _explain(self, batch: str, parameters: Sequence[object]) -> Outcome:
         """EXPLAIN: the plan and the cost, nothing spent."""
         self._admit()
-        self.connection.default_cost = None if self._target() else self.settings.cost
-        cost = self.settings.cost
-        if not _options(batch) and cost is None and not self._target():
-            cost = PrivacyCost(epsilon=1.0)  # a plan is the same shape at any cost; say which one is shown
-        cursor = self.connection.cursor()
         arguments: dict[str, Any] = {"reuse": self.settings.reuse, **self._target()}
-        if not _options(batch) and not self._target() and cost is not None:
+        shown = ""
+        if not _options(batch) and not self._target():
+            cost = self.settings.cost
+            if cost is None:  # EXPLAIN without a cost still shows the plan, at a cost it names
+                cost, shown = PrivacyCost(epsilon=1.0), ("No cost is set in this session: the plan is shown at "
+                                                         "ε = 1 (SET dpsql.epsilon = ... to see your own).")
             arguments[cost.family] = cost.value
+        cursor = self.connection.cursor()
         with self.limits.worker():
             text = _guarded(lambda: cursor.explain(batch, list(parameters) or None, **arguments), self.analyst.name)
-        return Outcome("EXPLAIN", pa.table({"QUERY PLAN": pa.array(text.splitlines(), pa.string())}))
+        lines = ([shown] if shown else []) + text.splitlines()
+        return Outcome("EXPLAIN", pa.table({"QUERY PLAN": pa.array(lines, pa.string())}))
 
     def _catalog(self, statement: str) -> Outcome:
         table = _guarded(lambda: self.catalog.answer(statement, user=self.analyst.name), self.analyst.name)
