@@ -6,7 +6,7 @@ process id; the budget checks read the server's ledger file directly.
 
 from __future__ import annotations
 
-import json
+import re
 import shutil
 import socket
 import subprocess
@@ -239,10 +239,25 @@ def test_tls_when_configured_and_required(tmp_path: Path) -> None:
         served.stop()
 
 
-def test_the_server_log_explains_incidents_the_client_sees_only_by_number(served: Served) -> None:
-    text = served.log.read_text()
-    assert "analyst alice connected" in text
-    assert json.dumps(PASSWORDS["alice"]).strip('"') not in text  # passwords never reach the log
+def test_a_failure_reaches_the_client_as_an_incident_number_and_the_owners_log_has_the_details(
+        tmp_path: Path) -> None:
+    make_database(tmp_path)
+    served = start(tmp_path, write_config(tmp_path))
+    try:
+        with connect(served, "bob") as conn:
+            conn.execute("SET dpsql.epsilon = 0.01")
+            ledger = served.ledger().path
+            ledger.write_bytes(b"not a ledger" * 100)  # the owner's file is damaged while the server runs
+            with pytest.raises(psycopg.errors.InternalError_) as raised:
+                conn.execute("SELECT COUNT(*) AS n FROM census")
+        shown = str(raised.value)
+        incident = re.search(r"incident ([0-9a-f]{8})", shown)
+        assert incident is not None and str(tmp_path) not in shown and "ledger" not in shown
+    finally:
+        served.stop()
+    log = served.log.read_text()
+    assert f"incident {incident.group(1)}" in log and str(ledger) in log
+    assert PASSWORDS["bob"] not in log  # passwords never reach the log
 
 
 def test_a_port_in_use_is_reported(served: Served, tmp_path: Path) -> None:
