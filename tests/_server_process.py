@@ -111,12 +111,13 @@ def write_config(folder: Path, *, server: str = "", analysts: dict[str, str] | N
     return path
 
 
-def start(folder: Path, config: Path) -> Served:
-    """Start ``dpsql serve`` on a free loopback port and wait for its announcement."""
+def start(folder: Path, config: Path, *, database: str | None = None, options: tuple[str, ...] = ()) -> Served:
+    """Start ``dpsql serve`` on a free loopback port and wait for its announcement (``database``: default
+    the folder's DuckDB file; ``options``: more command-line options, e.g. ``--ledger``)."""
     log = folder / "server.log"
     process = subprocess.Popen(
-        [sys.executable, "-m", "dpsql.cli", "serve", "--db", str(folder / "people.duckdb"), "--schema",
-         str(folder / "schema.toml"), "--config", str(config)],
+        [sys.executable, "-m", "dpsql.cli", "serve", "--db", database or str(folder / "people.duckdb"), "--schema",
+         str(folder / "schema.toml"), "--config", str(config), *options],
         stdout=subprocess.PIPE, stderr=log.open("w"), text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert process.stdout is not None
     line = process.stdout.readline()
