@@ -31,10 +31,9 @@ def test_serve_answers_from_a_postgresql_database(postgres_uri: str, tmp_path: P
     (tmp_path / "schema.toml").write_text(SCHEMA)
     ledger = tmp_path / "census.ledger"
     where = ("--db", postgres_uri, "--tables", "census=census_served", "--ledger", str(ledger), "--dataset", "census")
-    subprocess.run([sys.executable, "-m", "dpsql.cli", "budget", "set", *where, "--schema", str(tmp_path / "schema.toml"),
-                    "--epsilon", "5"], check=True, capture_output=True, text=True)
-    served = start(tmp_path, write_config(tmp_path), database=postgres_uri,
-                   options=("--tables", "census=census_served", "--ledger", str(ledger), "--dataset", "census"))
+    subprocess.run([sys.executable, "-m", "dpsql.cli", "budget", "set", *where, "--schema",
+                    str(tmp_path / "schema.toml"), "--epsilon", "5"], check=True, capture_output=True, text=True)
+    served = start(tmp_path, write_config(tmp_path), database=postgres_uri, options=where[2:])
     try:
         dsn = served.dsn("alice").replace("dbname=people.duckdb", "dbname=census")
         with psycopg.connect(dsn, autocommit=True) as conn:
