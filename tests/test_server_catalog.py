@@ -2,7 +2,8 @@
 answered from the declared schema alone, and every other statement refused.
 
 The psql texts below are what psql 15.18 sent to a PostgreSQL 15 server (``psql -E``) for ``\\dt``,
-``\\d census``, ``\\d+ census``, ``\\dn``, ``\\l``, ``\\du`` and ``\\dT``.
+``\\dt+``, ``\\d census``, ``\\d+ census``, ``\\dn``, ``\\dn+``, ``\\l``, ``\\l+``, ``\\du``, ``\\dT``, ``\\dp``,
+``\\dd``, ``\\db`` and ``\\dx``.
 """
 # ruff: noqa: E501 (the captured psql queries are kept exactly as psql sends them)
 
@@ -223,6 +224,161 @@ WHERE (t.typrelid = 0 OR (SELECT c.relkind = 'c' FROM pg_catalog.pg_class c WHER
 ORDER BY 1, 2;"""
 
 
+PSQL_L_PLUS = """\
+SELECT d.datname as "Name",
+       pg_catalog.pg_get_userbyid(d.datdba) as "Owner",
+       pg_catalog.pg_encoding_to_char(d.encoding) as "Encoding",
+       d.datcollate as "Collate",
+       d.datctype as "Ctype",
+       d.daticulocale as "ICU Locale",
+       CASE d.datlocprovider WHEN 'c' THEN 'libc' WHEN 'i' THEN 'icu' END AS "Locale Provider",
+       pg_catalog.array_to_string(d.datacl, E'\\n') AS "Access privileges",
+       CASE WHEN pg_catalog.has_database_privilege(d.datname, 'CONNECT')
+            THEN pg_catalog.pg_size_pretty(pg_catalog.pg_database_size(d.datname))
+            ELSE 'No Access'
+       END as "Size",
+       t.spcname as "Tablespace",
+       pg_catalog.shobj_description(d.oid, 'pg_database') as "Description"
+FROM pg_catalog.pg_database d
+  JOIN pg_catalog.pg_tablespace t on d.dattablespace = t.oid
+ORDER BY 1;"""
+
+PSQL_DN_PLUS = """\
+SELECT n.nspname AS "Name",
+  pg_catalog.pg_get_userbyid(n.nspowner) AS "Owner",
+  pg_catalog.array_to_string(n.nspacl, E'\\n') AS "Access privileges",
+  pg_catalog.obj_description(n.oid, 'pg_namespace') AS "Description"
+FROM pg_catalog.pg_namespace n
+WHERE n.nspname !~ '^pg_' AND n.nspname <> 'information_schema'
+ORDER BY 1;"""
+
+PSQL_DP = """\
+SELECT n.nspname as "Schema",
+  c.relname as "Name",
+  CASE c.relkind WHEN 'r' THEN 'table' WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' WHEN 'S' THEN 'sequence' WHEN 'f' THEN 'foreign table' WHEN 'p' THEN 'partitioned table' END as "Type",
+  pg_catalog.array_to_string(c.relacl, E'\\n') AS "Access privileges",
+  pg_catalog.array_to_string(ARRAY(
+    SELECT attname || E':\\n  ' || pg_catalog.array_to_string(attacl, E'\\n  ')
+    FROM pg_catalog.pg_attribute a
+    WHERE attrelid = c.oid AND NOT attisdropped AND attacl IS NOT NULL
+  ), E'\\n') AS "Column privileges",
+  pg_catalog.array_to_string(ARRAY(
+    SELECT polname
+    || CASE WHEN NOT polpermissive THEN
+       E' (RESTRICTIVE)'
+       ELSE '' END
+    || CASE WHEN polcmd != '*' THEN
+           E' (' || polcmd::pg_catalog.text || E'):'
+       ELSE E':'
+       END
+    || CASE WHEN polqual IS NOT NULL THEN
+           E'\\n  (u): ' || pg_catalog.pg_get_expr(polqual, polrelid)
+       ELSE E''
+       END
+    || CASE WHEN polwithcheck IS NOT NULL THEN
+           E'\\n  (c): ' || pg_catalog.pg_get_expr(polwithcheck, polrelid)
+       ELSE E''
+       END    || CASE WHEN polroles <> '{0}' THEN
+           E'\\n  to: ' || pg_catalog.array_to_string(
+               ARRAY(
+                   SELECT rolname
+                   FROM pg_catalog.pg_roles
+                   WHERE oid = ANY (polroles)
+                   ORDER BY 1
+               ), E', ')
+       ELSE E''
+       END
+    FROM pg_catalog.pg_policy pol
+    WHERE polrelid = c.oid), E'\\n')
+    AS "Policies"
+FROM pg_catalog.pg_class c
+     LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r','v','m','S','f','p')
+  AND n.nspname !~ '^pg_' AND pg_catalog.pg_table_is_visible(c.oid)
+ORDER BY 1, 2;"""
+
+PSQL_DD = """\
+SELECT DISTINCT tt.nspname AS "Schema", tt.name AS "Name", tt.object AS "Object", d.description AS "Description"
+FROM (
+  SELECT pgc.oid as oid, pgc.tableoid AS tableoid,
+  n.nspname as nspname,
+  CAST(pgc.conname AS pg_catalog.text) as name,  CAST('table constraint' AS pg_catalog.text) as object
+  FROM pg_catalog.pg_constraint pgc
+    JOIN pg_catalog.pg_class c ON c.oid = pgc.conrelid
+    LEFT JOIN pg_catalog.pg_namespace n     ON n.oid = c.relnamespace
+WHERE n.nspname <> 'pg_catalog'
+      AND n.nspname <> 'information_schema'
+  AND pg_catalog.pg_table_is_visible(c.oid)
+UNION ALL
+  SELECT pgc.oid as oid, pgc.tableoid AS tableoid,
+  n.nspname as nspname,
+  CAST(pgc.conname AS pg_catalog.text) as name,  CAST('domain constraint' AS pg_catalog.text) as object
+  FROM pg_catalog.pg_constraint pgc
+    JOIN pg_catalog.pg_type t ON t.oid = pgc.contypid
+    LEFT JOIN pg_catalog.pg_namespace n     ON n.oid = t.typnamespace
+WHERE n.nspname <> 'pg_catalog'
+      AND n.nspname <> 'information_schema'
+  AND pg_catalog.pg_type_is_visible(t.oid)
+UNION ALL
+  SELECT o.oid as oid, o.tableoid as tableoid,
+  n.nspname as nspname,
+  CAST(o.opcname AS pg_catalog.text) as name,
+  CAST('operator class' AS pg_catalog.text) as object
+  FROM pg_catalog.pg_opclass o
+    JOIN pg_catalog.pg_am am ON o.opcmethod = am.oid
+    JOIN pg_catalog.pg_namespace n ON n.oid = o.opcnamespace
+      AND n.nspname <> 'pg_catalog'
+      AND n.nspname <> 'information_schema'
+  AND pg_catalog.pg_opclass_is_visible(o.oid)
+UNION ALL
+  SELECT opf.oid as oid, opf.tableoid as tableoid,
+  n.nspname as nspname,
+  CAST(opf.opfname AS pg_catalog.text) AS name,
+  CAST('operator family' AS pg_catalog.text) as object
+  FROM pg_catalog.pg_opfamily opf
+    JOIN pg_catalog.pg_am am ON opf.opfmethod = am.oid
+    JOIN pg_catalog.pg_namespace n ON opf.opfnamespace = n.oid
+      AND n.nspname <> 'pg_catalog'
+      AND n.nspname <> 'information_schema'
+  AND pg_catalog.pg_opfamily_is_visible(opf.oid)
+UNION ALL
+  SELECT r.oid as oid, r.tableoid as tableoid,
+  n.nspname as nspname,
+  CAST(r.rulename AS pg_catalog.text) as name,  CAST('rule' AS pg_catalog.text) as object
+  FROM pg_catalog.pg_rewrite r
+       JOIN pg_catalog.pg_class c ON c.oid = r.ev_class
+       LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+  WHERE r.rulename != '_RETURN'
+      AND n.nspname <> 'pg_catalog'
+      AND n.nspname <> 'information_schema'
+  AND pg_catalog.pg_table_is_visible(c.oid)
+UNION ALL
+  SELECT t.oid as oid, t.tableoid as tableoid,
+  n.nspname as nspname,
+  CAST(t.tgname AS pg_catalog.text) as name,  CAST('trigger' AS pg_catalog.text) as object
+  FROM pg_catalog.pg_trigger t
+       JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
+       LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname <> 'pg_catalog'
+      AND n.nspname <> 'information_schema'
+  AND pg_catalog.pg_table_is_visible(c.oid)
+) AS tt
+  JOIN pg_catalog.pg_description d ON (tt.oid = d.objoid AND tt.tableoid = d.classoid AND d.objsubid = 0)
+ORDER BY 1, 2, 3;"""
+
+PSQL_DB = """\
+SELECT spcname AS "Name",
+  pg_catalog.pg_get_userbyid(spcowner) AS "Owner",
+  pg_catalog.pg_tablespace_location(oid) AS "Location"
+FROM pg_catalog.pg_tablespace
+ORDER BY 1;"""
+
+PSQL_DX = """\
+SELECT e.extname AS "Name", e.extversion AS "Version", n.nspname AS "Schema", c.description AS "Description"
+FROM pg_catalog.pg_extension e LEFT JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace LEFT JOIN pg_catalog.pg_description c ON c.objoid = e.oid AND c.classoid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+ORDER BY 1;"""
+
+
 SCHEMA = {"tables": {
     "census": {"privacy_unit": {"column": "person", "max_rows": 3}, "columns": {
         "age": {"type": "integer", "lower": 0, "upper": 99, "bin_width": 5},
@@ -326,6 +482,18 @@ def test_psql_dn_l_du_dT(catalog: Catalog) -> None:
     assert rows(catalog, PSQL_DT_TYPES) == []
 
 
+def test_psql_plus_variants_and_privileges(catalog: Catalog) -> None:
+    databases = rows(catalog, PSQL_L_PLUS)
+    assert [(d["Name"], d["Size"], d["Tablespace"]) for d in databases] == [("people", None, "pg_default")]
+    assert [(r["Name"], r["Owner"]) for r in rows(catalog, PSQL_DN_PLUS)] == [("public", "dpsql")]
+    privileges = rows(catalog, PSQL_DP)
+    assert [(r["Name"], r["Access privileges"], r["Policies"]) for r in privileges] == [
+        ("census", None, ""), ("pg_data", None, ""), ("regions", None, "")]
+    assert rows(catalog, PSQL_DD) == []
+    assert [r["Name"] for r in rows(catalog, PSQL_DB)] == ["pg_default"]
+    assert rows(catalog, PSQL_DX) == []
+
+
 def test_psql_pattern_matches_only_the_named_table(catalog: Catalog) -> None:
     query = PSQL_D_CENSUS[0].replace("^(census)$", "^(re.*)$")
     assert [r["relname"] for r in rows(catalog, query)] == ["regions"]
@@ -355,6 +523,38 @@ def test_jdbc_metadata_queries(catalog: Catalog) -> None:
     assert catalog.answer(JDBC_TYPE_BY_OID, user="a", params=[1043]).to_pylist() == [
         {"?column?": True, "nspname": "pg_catalog", "typname": "varchar"}]
     assert [r["TABLE_SCHEM"] for r in rows(catalog, JDBC_SCHEMAS)] == ["information_schema", "pg_catalog", "public"]
+
+
+#: SQLAlchemy's PostgreSQL dialect (has_table): columns qualified as pg_catalog.pg_class.relname.
+SQLALCHEMY_HAS_TABLE = """SELECT pg_catalog.pg_class.relname FROM pg_catalog.pg_class JOIN pg_catalog.pg_namespace ON pg_catalog.pg_namespace.oid = pg_catalog.pg_class.relnamespace WHERE pg_catalog.pg_class.relname = $1 AND pg_catalog.pg_class.relkind = ANY (ARRAY['r', 'p', 'f', 'v', 'm']) AND pg_catalog.pg_table_is_visible(pg_catalog.pg_class.oid) AND pg_catalog.pg_namespace.nspname != 'pg_catalog'"""
+#: Metabase's table sync: the estimated row count comes from pg_stat_user_tables.n_live_tup.
+METABASE_TABLES = """SELECT "n"."nspname" AS "schema", "c"."relname" AS "name", CASE "c"."relkind" WHEN 'r' THEN 'TABLE' WHEN 'p' THEN 'PARTITIONED TABLE' WHEN 'v' THEN 'VIEW' WHEN 'f' THEN 'FOREIGN TABLE' WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE NULL END AS "type", "d"."description" AS "description", "stat"."n_live_tup" AS "estimated_row_count" FROM "pg_catalog"."pg_class" AS "c" INNER JOIN "pg_catalog"."pg_namespace" AS "n" ON "c"."relnamespace" = "n"."oid" LEFT JOIN "pg_catalog"."pg_description" AS "d" ON ("c"."oid" = "d"."objoid") AND ("d"."objsubid" = 0) AND ("d"."classoid" = 'pg_class'::regclass) LEFT JOIN "pg_stat_user_tables" AS "stat" ON ("n"."nspname" = "stat"."schemaname") AND ("c"."relname" = "stat"."relname") WHERE ("c"."relnamespace" = "n"."oid") AND ("n"."nspname" !~ '^pg_') AND ("n"."nspname" <> 'information_schema') AND c.relkind IN ('r', 'p', 'v', 'f', 'm') AND has_table_privilege(c.oid, 'SELECT') ORDER BY "type" ASC, "schema" ASC, "name" ASC"""
+#: DBeaver's schema list and column list.
+DBEAVER_SCHEMAS = """select n.oid,n.*,d.description from pg_catalog.pg_namespace n left outer join pg_catalog.pg_description d on d.objoid=n.oid and d.objsubid=0 and d.classoid='pg_namespace'::regclass order by nspname"""
+DBEAVER_COLUMNS = """select c.relname,a.*,pg_catalog.pg_get_expr(ad.adbin, ad.adrelid, true) as def_value,dsc.description,dep.objid from pg_catalog.pg_attribute a inner join pg_catalog.pg_class c on (a.attrelid=c.oid) left outer join pg_catalog.pg_attrdef ad on (a.attrelid=ad.adrelid and a.attnum = ad.adnum) left outer join pg_catalog.pg_description dsc on (c.oid=dsc.objoid and a.attnum = dsc.objsubid) left outer join pg_depend dep on dep.refobjid = a.attrelid AND dep.deptype = 'i' and dep.refobjsubid = a.attnum and dep.classid = dep.refclassid where a.attnum > 0 and not a.attisdropped and c.oid=$1 order by a.attnum"""
+REMARKS_BY_REGCLASS = """SELECT c.column_name, pg_catalog.col_description(('"' || c.table_schema || '"."' || c.table_name || '"')::regclass::oid, c.ordinal_position) AS remarks FROM information_schema.columns c WHERE c.table_name = 'census' ORDER BY c.ordinal_position"""
+
+
+def test_bi_tool_queries(catalog: Catalog) -> None:
+    assert catalog.answer(SQLALCHEMY_HAS_TABLE, user="a", params=["census"]).to_pylist() == [{"relname": "census"}]
+    assert catalog.answer(SQLALCHEMY_HAS_TABLE, user="a", params=["nope"]).num_rows == 0
+    tables = rows(catalog, METABASE_TABLES)
+    assert [(t["name"], t["estimated_row_count"]) for t in tables] == [
+        ("census", None), ("pg_data", None), ("regions", None)]  # no row counts: they describe the data
+    assert [r["nspname"] for r in rows(catalog, DBEAVER_SCHEMAS)] == ["information_schema", "pg_catalog", "public"]
+    columns = catalog.answer(DBEAVER_COLUMNS, user="a", params=[CENSUS_OID]).to_pylist()
+    assert [(c["relname"], c["attname"], c["description"]) for c in columns][:2] == [
+        ("census", "age", "integer 0..99, GROUP BY bins of 5"), ("census", "sex", "one of F, M")]
+    remarks = rows(catalog, REMARKS_BY_REGCLASS)
+    assert [r["remarks"] for r in remarks][:2] == ["integer 0..99, GROUP BY bins of 5", "one of F, M"]
+
+
+def test_macros_see_the_callers_relation(catalog: Catalog) -> None:
+    """pg_table_is_visible(pg_class.oid) on an unaliased pg_class: the macro's own lookup must not
+    capture the caller's column (one row per table, not an error)."""
+    found = rows(catalog, "SELECT relname FROM pg_catalog.pg_class WHERE pg_table_is_visible(pg_class.oid) "
+                          "AND relnamespace = 2200 ORDER BY 1")
+    assert [r["relname"] for r in found] == ["census", "pg_data", "regions"]
 
 
 @pytest.mark.parametrize(("name", "oid", "array", "regtype"), [

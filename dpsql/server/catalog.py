@@ -288,8 +288,9 @@ _PG_RELATIONS: dict[str, str] = {
         "indisreplident BOOLEAN, indkey SMALLINT[], indcollation BIGINT[], indclass BIGINT[], indoption SMALLINT[], "
         "indexprs VARCHAR, indpred VARCHAR"),
     "pg_constraint": (
-        "oid BIGINT, conname VARCHAR, connamespace BIGINT, contype VARCHAR, condeferrable BOOLEAN, "
-        "condeferred BOOLEAN, convalidated BOOLEAN, conrelid BIGINT, contypid BIGINT, conindid BIGINT, "
+        "oid BIGINT, tableoid BIGINT DEFAULT 2606, conname VARCHAR, connamespace BIGINT, contype VARCHAR, "
+        "condeferrable BOOLEAN, condeferred BOOLEAN, convalidated BOOLEAN, conrelid BIGINT, contypid BIGINT, "
+        "conindid BIGINT, "
         "conparentid BIGINT, confrelid BIGINT, confupdtype VARCHAR, confdeltype VARCHAR, confmatchtype VARCHAR, "
         "conislocal BOOLEAN, coninhcount INTEGER, connoinherit BOOLEAN, conkey SMALLINT[], confkey SMALLINT[], "
         "conpfeqop BIGINT[], conppeqop BIGINT[], conffeqop BIGINT[], confdelsetcols SMALLINT[], conexclop BIGINT[], "
@@ -302,14 +303,29 @@ _PG_RELATIONS: dict[str, str] = {
         "proallargtypes BIGINT[], proargmodes VARCHAR[], proargnames VARCHAR[], proargdefaults VARCHAR, "
         "protrftypes BIGINT[], prosrc VARCHAR, probin VARCHAR, prosqlbody VARCHAR, proconfig VARCHAR[], "
         "proacl VARCHAR[]"),
-    "pg_trigger": ("oid BIGINT, tgrelid BIGINT, tgparentid BIGINT, tgname VARCHAR, tgfoid BIGINT, tgtype SMALLINT, "
+    "pg_trigger": ("oid BIGINT, tableoid BIGINT DEFAULT 2620, tgrelid BIGINT, tgparentid BIGINT, tgname VARCHAR, "
+                   "tgfoid BIGINT, tgtype SMALLINT, "
                    "tgenabled VARCHAR, tgisinternal BOOLEAN, tgconstrrelid BIGINT, tgconstrindid BIGINT, "
                    "tgconstraint BIGINT, tgdeferrable BOOLEAN, tginitdeferred BOOLEAN, tgnargs SMALLINT, "
                    "tgattr SMALLINT[], tgargs VARCHAR, tgqual VARCHAR, tgoldtable VARCHAR, tgnewtable VARCHAR"),
-    "pg_rewrite": ("oid BIGINT, rulename VARCHAR, ev_class BIGINT, ev_type VARCHAR, ev_enabled VARCHAR, "
+    "pg_rewrite": ("oid BIGINT, tableoid BIGINT DEFAULT 2618, rulename VARCHAR, ev_class BIGINT, ev_type VARCHAR, "
+                   "ev_enabled VARCHAR, "
                    "is_instead BOOLEAN, ev_qual VARCHAR, ev_action VARCHAR"),
     "pg_depend": ("classid BIGINT, objid BIGINT, objsubid INTEGER, refclassid BIGINT, refobjid BIGINT, "
                   "refobjsubid INTEGER, deptype VARCHAR"),
+    "pg_opclass": ("oid BIGINT, tableoid BIGINT DEFAULT 2616, opcmethod BIGINT, opcname VARCHAR, "
+                   "opcnamespace BIGINT, opcowner BIGINT, opcfamily BIGINT, opcintype BIGINT, opcdefault BOOLEAN, "
+                   "opckeytype BIGINT"),
+    "pg_opfamily": ("oid BIGINT, tableoid BIGINT DEFAULT 2753, opfmethod BIGINT, opfname VARCHAR, "
+                    "opfnamespace BIGINT, opfowner BIGINT"),
+    "pg_indexes": "schemaname VARCHAR, tablename VARCHAR, indexname VARCHAR, tablespace VARCHAR, indexdef VARCHAR",
+    "pg_stat_user_tables": (  # every count NULL: they would describe the private data
+        "relid BIGINT, schemaname VARCHAR, relname VARCHAR, seq_scan BIGINT, seq_tup_read BIGINT, idx_scan BIGINT, "
+        "idx_tup_fetch BIGINT, n_tup_ins BIGINT, n_tup_upd BIGINT, n_tup_del BIGINT, n_tup_hot_upd BIGINT, "
+        "n_live_tup BIGINT, n_dead_tup BIGINT, n_mod_since_analyze BIGINT, n_ins_since_vacuum BIGINT, "
+        "last_vacuum TIMESTAMPTZ, last_autovacuum TIMESTAMPTZ, last_analyze TIMESTAMPTZ, "
+        "last_autoanalyze TIMESTAMPTZ, vacuum_count BIGINT, autovacuum_count BIGINT, analyze_count BIGINT, "
+        "autoanalyze_count BIGINT"),
     "pg_enum": "oid BIGINT, enumtypid BIGINT, enumsortorder REAL, enumlabel VARCHAR",
     "pg_extension": ("oid BIGINT, extname VARCHAR, extowner BIGINT, extnamespace BIGINT, extrelocatable BOOLEAN, "
                      "extversion VARCHAR, extconfig BIGINT[], extcondition VARCHAR[]"),
@@ -391,20 +407,36 @@ _INFO_RELATIONS: dict[str, str] = {
                        "default_collate_schema VARCHAR, default_collate_name VARCHAR"),
 }
 
+def _lookup(value: str, relation: str, condition: str) -> str:
+    """A scalar subquery on an emulated relation for a macro body. The relation is aliased dpsql_m
+    and its columns qualified, so a macro argument such as ``pg_class.oid`` still means the
+    caller's relation (macro arguments are substituted into the body)."""
+    if not value.startswith("dpsql_m.") and " " not in value:
+        value = f"dpsql_m.{value}"
+    return f"(SELECT {value} FROM dpsql_pg_catalog.{relation} AS dpsql_m WHERE {condition})"
+
+
+#: A name argument without schema and quotes, lower-cased ('"public"."census"' -> census).
+_UNQUOTED = "lower(replace(split_part(s, '.', -1), '\"', ''))"
+
 #: PostgreSQL functions answered by macros of the catalog database (name -> DuckDB macro parameters and body).
 #: Sizes and row counts are NULL by design: they would describe the private data.
 _MACROS: dict[str, str] = {
-    "format_type": "(t, m := NULL) AS (SELECT display FROM dpsql_pg_catalog.dpsql_type_names WHERE oid = t)",
-    "pg_get_userbyid": ("(r) AS COALESCE((SELECT rolname FROM dpsql_pg_catalog.pg_roles WHERE oid = r), "
+    "format_type": "(t, m := NULL) AS " + _lookup("display", "dpsql_type_names", "dpsql_m.oid = t"),
+    "pg_get_userbyid": (f"(r) AS COALESCE({_lookup('rolname', 'pg_roles', 'dpsql_m.oid = r')}, "
                         "'unknown (OID=' || CAST(r AS VARCHAR) || ')')"),
-    "pg_table_is_visible": ("(r) AS COALESCE((SELECT relnamespace IN (11, 2200) FROM dpsql_pg_catalog.pg_class "
-                            "WHERE oid = r), false)"),
+    "pg_table_is_visible": "(r) AS COALESCE(" + _lookup(
+        "dpsql_m.relnamespace IN (11, 2200)", "pg_class", "dpsql_m.oid = r") + ", false)",
     "pg_type_is_visible": "(r) AS true",
+    "pg_opclass_is_visible": "(r) AS true",
+    "pg_opfamily_is_visible": "(r) AS true",
+    "pg_tablespace_location": "(t) AS ''",
     "pg_function_is_visible": "(r) AS true",
-    "col_description": ("(r, n) AS (SELECT description FROM dpsql_pg_catalog.pg_description "
-                        "WHERE objoid = r AND objsubid = n AND classoid = 1259)"),
-    "obj_description": ("(r, c := 'pg_class') AS (SELECT description FROM dpsql_pg_catalog.pg_description "
-                        "WHERE objoid = r AND objsubid = 0 AND c = 'pg_class' AND classoid = 1259)"),
+    "col_description": "(r, n) AS " + _lookup(
+        "description", "pg_description", "dpsql_m.objoid = r AND dpsql_m.objsubid = n AND dpsql_m.classoid = 1259"),
+    "obj_description": "(r, c := 'pg_class') AS " + _lookup(
+        "description", "pg_description", "dpsql_m.objoid = r AND dpsql_m.objsubid = 0 AND c = 'pg_class' "
+        "AND dpsql_m.classoid = 1259"),
     "shobj_description": "(r, c) AS NULL",
     "pg_get_expr": "(e, r, p := NULL) AS CAST(NULL AS VARCHAR)",
     "pg_get_constraintdef": "(c, p := NULL) AS CAST(NULL AS VARCHAR)",
@@ -431,21 +463,19 @@ _MACROS: dict[str, str] = {
     "has_column_privilege": "(a, b, c, d := NULL) AS true",
     "pg_has_role": "(a, b, c := NULL) AS false",
     "pg_is_in_recovery": "() AS false",
-    "current_setting": ("(n, missing_ok := false) AS (SELECT setting FROM dpsql_pg_catalog.pg_settings "
-                        "WHERE lower(name) = lower(n))"),
+    "current_setting": "(n, missing_ok := false) AS " + _lookup(
+        "setting", "pg_settings", "lower(dpsql_m.name) = lower(n)"),
     "pg_backend_pid": "() AS 0",
-    "regclass_name": ("(r) AS COALESCE((SELECT relname FROM dpsql_pg_catalog.pg_class WHERE oid = r), "
-                      "CAST(r AS VARCHAR))"),
-    "regclass_oid": ("(s) AS (SELECT oid FROM dpsql_pg_catalog.pg_class "
-                     "WHERE relname = lower(replace(split_part(s, '.', -1), '\"', '')))"),
+    "regclass_name": f"(r) AS COALESCE({_lookup('relname', 'pg_class', 'dpsql_m.oid = r')}, CAST(r AS VARCHAR))",
+    "regclass_oid": "(s) AS " + _lookup("oid", "pg_class", f"dpsql_m.relname = {_UNQUOTED}"),
     "regtype_name": "(t) AS COALESCE(dpsql_format_type(t), CAST(t AS VARCHAR))",
-    "regtype_oid": ("(s) AS (SELECT oid FROM dpsql_pg_catalog.dpsql_type_names "
-                    "WHERE display = lower(s) OR typname = lower(replace(split_part(s, '.', -1), '\"', '')))"),
-    "regnamespace_name": ("(n) AS COALESCE((SELECT nspname FROM dpsql_pg_catalog.pg_namespace WHERE oid = n), "
+    "regtype_oid": "(s) AS " + _lookup("oid", "dpsql_type_names",
+                                       f"dpsql_m.display = lower(s) OR dpsql_m.typname = {_UNQUOTED}"),
+    "regnamespace_name": (f"(n) AS COALESCE({_lookup('nspname', 'pg_namespace', 'dpsql_m.oid = n')}, "
                           "CAST(n AS VARCHAR))"),
-    "regnamespace_oid": "(s) AS (SELECT oid FROM dpsql_pg_catalog.pg_namespace WHERE nspname = lower(s))",
+    "regnamespace_oid": "(s) AS " + _lookup("oid", "pg_namespace", f"dpsql_m.nspname = {_UNQUOTED}"),
     "regrole_name": "(r) AS dpsql_pg_get_userbyid(r)",
-    "regrole_oid": "(s) AS (SELECT oid FROM dpsql_pg_catalog.pg_roles WHERE rolname = s)",
+    "regrole_oid": "(s) AS " + _lookup("oid", "pg_roles", "dpsql_m.rolname = s"),
     "regproc_name": "(p) AS CAST(p AS VARCHAR)",
     "regproc_oid": "(s) AS CAST(NULL AS BIGINT)",
 }
@@ -647,6 +677,10 @@ def _rewrite_node(node: exp.Expr, session: _Session) -> exp.Expr:
         return _rewrite_operator(node)
     if isinstance(node, exp.Cast):
         return _rewrite_cast(node)
+    if isinstance(node, exp.Column) and node.db.lower() in (_PG, _INFO):
+        node.set("db", None)  # pg_catalog.pg_class.relname -> pg_class.relname (the emulated table keeps its name)
+        node.set("catalog", None)
+        return node
     if isinstance(node, exp.Column) and not node.table and node.name.lower() in ("user", "current_role") \
             and not node.this.quoted:
         return _string(session.user)
@@ -714,11 +748,20 @@ def _rewrite_cast(node: exp.Cast) -> exp.Expr:
     if name in _REG_CASTS:
         kind = _REG_CASTS[name]
         value = node.this
-        if isinstance(value, exp.Literal) and value.is_string and not value.name.isdigit():
+        if _is_name(value):
             return _macro(f"dpsql_{kind}_oid", value)
         return _macro(f"dpsql_{kind}_name", exp.cast(value, exp.DataType.build("BIGINT")))
     node.set("to", exp.DataType.build(_duck_type(name), dialect="duckdb"))
     return node
+
+
+def _is_name(value: exp.Expr) -> bool:
+    """Whether a reg* cast's argument is a name ('census', 'public.' || t) rather than an oid."""
+    while isinstance(value, exp.Paren):
+        value = value.this
+    if isinstance(value, exp.Literal):
+        return value.is_string and not value.name.isdigit()
+    return isinstance(value, (exp.DPipe, exp.Concat, exp.Lower, exp.Upper, exp.Trim))
 
 
 def _duck_type(name: str) -> str:
@@ -855,8 +898,10 @@ def _rows(schema: Schema, database: str) -> Iterator[tuple[str, str, dict[str, A
 _SYSTEM_OIDS = {"pg_type": 1247, "pg_attribute": 1249, "pg_proc": 1255, "pg_class": 1259, "pg_database": 1262,
                 "pg_am": 2601, "pg_attrdef": 2604, "pg_constraint": 2606, "pg_depend": 2608, "pg_description": 2609,
                 "pg_index": 2610, "pg_inherits": 2611, "pg_language": 2612, "pg_namespace": 2615, "pg_rewrite": 2618,
-                "pg_trigger": 2620, "pg_enum": 3501, "pg_collation": 3456, "pg_extension": 3079}
-_SYSTEM_VIEWS = frozenset({"pg_roles", "pg_user", "pg_settings", "pg_tables", "pg_views", "pg_matviews"})
+                "pg_opclass": 2616, "pg_trigger": 2620, "pg_opfamily": 2753, "pg_enum": 3501,
+                "pg_collation": 3456, "pg_extension": 3079}
+_SYSTEM_VIEWS = frozenset({"pg_roles", "pg_user", "pg_settings", "pg_tables", "pg_views", "pg_matviews", "pg_indexes",
+                           "pg_stat_user_tables"})
 
 #: What pg_settings shows (read only; SET and SHOW are the server's).
 _SETTINGS = {"server_version": SERVER_VERSION, "server_version_num": "150000", "server_encoding": "UTF8",
@@ -886,6 +931,7 @@ def _relation_rows(relation: _Relation, database: str) -> Iterator[tuple[str, st
     pg, info = _EMULATED[_PG], _EMULATED[_INFO]
     yield pg, "pg_class", {"oid": relation.oid, "relname": relation.name, "relnatts": len(relation.columns)}
     yield pg, "pg_tables", {"schemaname": "public", "tablename": relation.name, "tableowner": OWNER}
+    yield pg, "pg_stat_user_tables", {"relid": relation.oid, "schemaname": "public", "relname": relation.name}
     yield pg, "pg_description", {"objoid": relation.oid, "classoid": _PG_CLASS_OID, "objsubid": 0,
                                  "description": relation.comment}
     yield info, "tables", {"table_catalog": database, "table_name": relation.name}
