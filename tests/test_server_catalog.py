@@ -515,14 +515,14 @@ ORDER BY t.oid
 
 
 def test_jdbc_metadata_queries(catalog: Catalog) -> None:
-    tables = rows(catalog, JDBC_GET_TABLES)
-    assert [(t["TABLE_NAME"], t["TABLE_TYPE"]) for t in tables] == [
+    tables = rows(catalog, JDBC_GET_TABLES)  # unquoted aliases fold to lower case, as in PostgreSQL
+    assert [(t["table_name"], t["table_type"]) for t in tables] == [
         ("census", "TABLE"), ("pg_data", "TABLE"), ("regions", "TABLE")]
-    assert tables[0]["REMARKS"].startswith("private table; privacy unit")  # 'pg_class'::regclass resolved to 1259
+    assert tables[0]["remarks"].startswith("private table; privacy unit")  # 'pg_class'::regclass resolved to 1259
     assert catalog.answer(JDBC_TYPE_BY_NAME, user="a", params=["int8"]).to_pylist() == [{"oid": 20, "typname": "int8"}]
     assert catalog.answer(JDBC_TYPE_BY_OID, user="a", params=[1043]).to_pylist() == [
         {"?column?": True, "nspname": "pg_catalog", "typname": "varchar"}]
-    assert [r["TABLE_SCHEM"] for r in rows(catalog, JDBC_SCHEMAS)] == ["information_schema", "pg_catalog", "public"]
+    assert [r["table_schem"] for r in rows(catalog, JDBC_SCHEMAS)] == ["information_schema", "pg_catalog", "public"]
 
 
 #: SQLAlchemy's PostgreSQL dialect (has_table): columns qualified as pg_catalog.pg_class.relname.
@@ -574,6 +574,18 @@ def test_no_from_queries_report_the_server_the_dataset_and_the_analyst(catalog: 
     assert rows(catalog, "SELECT pg_catalog.current_setting('server_version_num')") == [
         {"current_setting": "150000"}]
     assert rows(catalog, "SELECT $$it's$$ || current_user AS who", user="o'brien") == [{"who": "it'so'brien"}]
+
+
+def test_result_columns_are_named_as_postgresql_names_them(catalog: Catalog) -> None:
+    """Names checked against PostgreSQL 15 by hand (FigureColname): function and column names,
+    a cast's or CASE's argument name, else the type name or "case", else ?column?."""
+    found = catalog.answer("SELECT 1, 1::bigint, 'a'::text, relname::text, CASE WHEN true THEN relname END, "
+                           "CASE WHEN true THEN 1 END, (SELECT relname FROM pg_class LIMIT 1), coalesce(relname, 'x'), "
+                           "relname || 'x', ARRAY[1], pg_catalog.format_type(20, NULL), n.nspname AS Schema_Name, "
+                           'c.relkind AS "Kind", CASE WHEN true THEN 1 ELSE relnatts END FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace LIMIT 1',
+                           user="a")
+    assert found.column_names == ["?column?", "int8", "text", "relname", "case", "case", "relname", "coalesce",
+                                  "?column?", "array", "format_type", "schema_name", "Kind", "relnatts"]
 
 
 def test_parameters_are_bound_as_literals(catalog: Catalog) -> None:

@@ -795,7 +795,8 @@ def _rewrite_function(node: exp.Func, session: _Session) -> exp.Expr:
 _NAMED_FUNCTIONS: dict[type[exp.Expr], str] = {
     exp.CurrentUser: "current_user", exp.SessionUser: "session_user", exp.CurrentDatabase: "current_database",
     exp.CurrentCatalog: "current_catalog", exp.CurrentSchema: "current_schema", exp.CurrentVersion: "version",
-    exp.Case: "case", exp.Exists: "exists", exp.Array: "array", exp.RegexpLike: "?column?"}
+    exp.Exists: "exists", exp.Array: "array", exp.Coalesce: "coalesce", exp.Nullif: "nullif",
+    exp.Greatest: "greatest", exp.Least: "least"}
 
 
 def _output_select(tree: exp.Expr) -> exp.Select | None:
@@ -806,26 +807,54 @@ def _output_select(tree: exp.Expr) -> exp.Select | None:
 
 
 def _pg_name(node: exp.Expr) -> str | None:
-    """The column name PostgreSQL gives an unaliased select expression (None: keep DuckDB's)."""
-    if isinstance(node, (exp.Alias, exp.Star)) or isinstance(node.this, exp.Star):
+    """The column name PostgreSQL gives an unaliased select expression (None: keep the alias or star)."""
+    if isinstance(node, exp.Alias):
+        identifier = node.args.get("alias")
+        quoted = isinstance(identifier, exp.Identifier) and identifier.quoted
+        return node.alias if quoted else node.alias.lower()  # AS TABLE_CAT is table_cat in PostgreSQL
+    if isinstance(node, exp.Star) or isinstance(node.this, exp.Star):
         return None
+    return _figure_name(node)[0]
+
+
+def _figure_name(node: exp.Expr) -> tuple[str, int]:
+    """PostgreSQL's FigureColname (parser/parse_target.c): a name and its strength, 2 for column and
+    function names, 1 for a cast's type or "case", 0 for "?column?"; casts and CASE pass on a
+    strong name of their argument (a CASE: of its ELSE)."""
     if isinstance(node, exp.Column):
-        return node.name
+        return node.name, 2
     if isinstance(node, exp.Dot):
-        return _pg_name(node.expression)
+        return _figure_name(node.expression)
     if isinstance(node, exp.Cast):
-        inner = _pg_name(node.this)
-        return inner if inner not in (None, "?column?") else _type_name(node.args["to"]) or \
-            node.args["to"].sql(dialect="postgres").lower()
+        inner = _figure_name(node.this)
+        to = node.args["to"]
+        return inner if inner[1] > 1 else (_type_name(to) or _internal_type_name(to), 1)
+    if isinstance(node, exp.Case):
+        default = node.args.get("default")
+        inner = _figure_name(default) if isinstance(default, exp.Expr) else ("?column?", 0)
+        return inner if inner[1] > 1 else ("case", 1)
     if isinstance(node, exp.Subquery):
         select = _output_select(node.this)
-        return _pg_name(select.expressions[0]) if select is not None and select.expressions else "?column?"
+        first = select.expressions[0] if select is not None and select.expressions else None
+        return (first.alias_or_name, 2) if isinstance(first, exp.Alias) else \
+            _figure_name(first) if first is not None else ("?column?", 0)
     named = next((name for kind, name in _NAMED_FUNCTIONS.items() if isinstance(node, kind)), None)
     if named is not None:
-        return named
+        return named, 2
     if isinstance(node, exp.Func) and not isinstance(node, (exp.Binary, exp.Not, exp.Paren)):
-        return _function_name(node)
-    return "?column?"
+        return _function_name(node), 2
+    return "?column?", 0
+
+
+#: PostgreSQL's internal names of the SQL type names (``1::bigint`` is a column named int8).
+_INTERNAL_NAMES = {"bigint": "int8", "int": "int4", "integer": "int4", "smallint": "int2", "double": "float8",
+                   "double precision": "float8", "real": "float4", "float": "float8", "boolean": "bool",
+                   "char": "bpchar", "decimal": "numeric"}
+
+
+def _internal_type_name(to: exp.Expr) -> str:
+    written = to.sql(dialect="postgres").lower().split("(")[0]
+    return _INTERNAL_NAMES.get(written, written)
 
 
 def _name_columns(tree: exp.Expr, names: Sequence[str | None]) -> None:
@@ -833,7 +862,9 @@ def _name_columns(tree: exp.Expr, names: Sequence[str | None]) -> None:
     select = _output_select(tree)
     if select is None:
         return
-    select.set("expressions", [expression if name is None else exp.alias_(expression, name, quoted=True)
+    select.set("expressions", [expression if name is None else
+                               exp.alias_(expression.unalias() if isinstance(expression, exp.Alias) else expression,
+                                          name, quoted=True)
                                for expression, name in zip(select.expressions, names, strict=True)])
 
 
