@@ -549,6 +549,32 @@ def test_bi_tool_queries(catalog: Catalog) -> None:
     assert [r["remarks"] for r in remarks][:2] == ["integer 0..99, GROUP BY bins of 5", "one of F, M"]
 
 
+#: The ADBC PostgreSQL driver (libadbc_driver_postgresql 1.13): its type resolver on connect, get_objects' column
+#: and table queries.
+ADBC_TYPES = """SELECT oid, typname, typreceive, typbasetype, typrelid, typarray FROM pg_catalog.pg_type WHERE (typreceive != 0 OR typsend != 0) AND typtype != 'r' AND typreceive::TEXT != 'array_recv'"""
+ADBC_COLUMNS = """SELECT attr.attname, attr.attnum, pg_catalog.col_description(cls.oid, attr.attnum), typ.typname FROM pg_catalog.pg_attribute AS attr INNER JOIN pg_catalog.pg_class AS cls ON attr.attrelid = cls.oid INNER JOIN pg_catalog.pg_namespace AS nsp ON nsp.oid = cls.relnamespace INNER JOIN pg_catalog.pg_type AS typ ON attr.atttypid = typ.oid WHERE attr.attnum > 0 AND NOT attr.attisdropped AND nsp.nspname LIKE $1 AND cls.relname LIKE $2"""
+ADBC_TABLES = """SELECT c.relname, CASE c.relkind WHEN 'r' THEN 'table' WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' WHEN 't' THEN 'TOAST table' WHEN 'f' THEN 'foreign table' WHEN 'p' THEN 'partitioned table' END AS reltype FROM pg_catalog.pg_class c LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = ANY($2)"""
+
+
+def test_adbc_driver_queries(catalog: Catalog) -> None:
+    types = {r["typname"]: r for r in rows(catalog, ADBC_TYPES)}
+    assert types["int8"]["typreceive"] == "int8recv" and types["date"]["typreceive"] == "date_recv"
+    assert types["int8"]["typarray"] == 1016 and "_int8" not in types  # arrays are array_recv, left out
+    columns = catalog.answer(ADBC_COLUMNS, user="a", params=["public", "census"]).to_pylist()
+    assert sorted((c["attnum"], c["attname"], c["typname"]) for c in columns) == [
+        (1, "age", "int8"), (2, "sex", "text"), (3, "income", "float8"), (4, "born", "date"),
+        (5, "region_id", "int8"), (6, "person", "int8")]
+    tables = catalog.answer(ADBC_TABLES, user="a", params=["public", ["r", "v"]]).to_pylist()
+    assert sorted(t["relname"] for t in tables) == ["census", "pg_data", "regions"]
+
+
+def test_psql_tab_completion_quotes_identifiers(catalog: Catalog) -> None:
+    found = rows(catalog, "SELECT pg_catalog.quote_ident(c.relname) FROM pg_catalog.pg_class c WHERE "
+                          "substring(pg_catalog.quote_ident(c.relname), 1, 3) = 'cen' "
+                          "AND pg_catalog.pg_table_is_visible(c.oid) UNION ALL SELECT quote_ident('Mixed \"Case')")
+    assert found == [{"quote_ident": "census"}, {"quote_ident": '"Mixed ""Case"'}]
+
+
 def test_macros_see_the_callers_relation(catalog: Catalog) -> None:
     """pg_table_is_visible(pg_class.oid) on an unaliased pg_class: the macro's own lookup must not
     capture the caller's column (one row per table, not an error)."""

@@ -78,7 +78,7 @@ class _PgType:
 _TYPES = (
     _PgType(16, "bool", "boolean", 1, "B", 1000),
     _PgType(17, "bytea", "bytea", -1, "U", 1001),
-    _PgType(18, "char", '"char"', 1, "Z", 1002, 950),
+    _PgType(18, "char", '"char"', 1, "Z", 1002),
     _PgType(19, "name", "name", 64, "S", 1003, 950),
     _PgType(20, "int8", "bigint", 8, "N", 1016),
     _PgType(21, "int2", "smallint", 2, "N", 1005),
@@ -241,7 +241,7 @@ _PG_RELATIONS: dict[str, str] = {
         "oid BIGINT, typname VARCHAR, typnamespace BIGINT DEFAULT 11, typowner BIGINT DEFAULT 10, typlen SMALLINT, "
         "typbyval BOOLEAN, typtype VARCHAR DEFAULT 'b', typcategory VARCHAR, typispreferred BOOLEAN DEFAULT false, "
         "typisdefined BOOLEAN DEFAULT true, typdelim VARCHAR DEFAULT ',', typrelid BIGINT DEFAULT 0, "
-        "typsubscript BIGINT DEFAULT 0, typelem BIGINT DEFAULT 0, typarray BIGINT DEFAULT 0, typinput VARCHAR, "
+        "typsubscript VARCHAR DEFAULT '-', typelem BIGINT DEFAULT 0, typarray BIGINT DEFAULT 0, typinput VARCHAR, "
         "typoutput VARCHAR, typreceive VARCHAR, typsend VARCHAR, typmodin VARCHAR DEFAULT '-', "
         "typmodout VARCHAR DEFAULT '-', typanalyze VARCHAR DEFAULT '-', typalign VARCHAR DEFAULT 'i', "
         "typstorage VARCHAR DEFAULT 'p', typnotnull BOOLEAN DEFAULT false, typbasetype BIGINT DEFAULT 0, "
@@ -466,6 +466,8 @@ _MACROS: dict[str, str] = {
     "current_setting": "(n, missing_ok := false) AS " + _lookup(
         "setting", "pg_settings", "lower(dpsql_m.name) = lower(n)"),
     "pg_backend_pid": "() AS 0",
+    "quote_ident": ("(s) AS CASE WHEN regexp_full_match(s, '[a-z_][a-z0-9_$]*') THEN s "
+                    "ELSE '\"' || replace(s, '\"', '\"\"') || '\"' END"),
     "regclass_name": f"(r) AS COALESCE({_lookup('relname', 'pg_class', 'dpsql_m.oid = r')}, CAST(r AS VARCHAR))",
     "regclass_oid": "(s) AS " + _lookup("oid", "pg_class", f"dpsql_m.relname = {_UNQUOTED}"),
     "regtype_name": "(t) AS COALESCE(dpsql_format_type(t), CAST(t AS VARCHAR))",
@@ -633,7 +635,10 @@ def _literal(value: object) -> exp.Expr:
         return exp.Literal.number(value)
     if isinstance(value, (str, dt.date)):
         return _string(str(value))
-    raise ProgrammingError(f"a catalog query parameter must be NULL, a boolean, number, string or date; "
+    if isinstance(value, (list, tuple)):
+        return exp.Array(expressions=[_literal(v) for v in value])
+    raise ProgrammingError(f"a catalog query parameter must be NULL, a boolean, number, string, date or a list "
+                           "of them; "
                            f"got a {type(value).__name__}.")
 
 
@@ -686,6 +691,22 @@ def _rewrite_node(node: exp.Expr, session: _Session) -> exp.Expr:
         return _string(session.user)
     if isinstance(node, exp.Func):
         return _rewrite_function(node, session)
+    if isinstance(node, (exp.EQ, exp.NEQ)):
+        return _regproc_zero(node)
+    return node
+
+
+#: Columns of type regproc (kept as the function's name; 0 shows as '-').
+_REGPROC_COLUMNS = frozenset({"typinput", "typoutput", "typreceive", "typsend", "typmodin", "typmodout", "typanalyze",
+                              "typsubscript", "amhandler", "prosupport", "rngcanonical", "rngsubdiff"})
+
+
+def _regproc_zero(node: exp.EQ | exp.NEQ) -> exp.Expr:
+    """``typreceive != 0``: a regproc compared with oid 0 is compared with '-', its name for none."""
+    for column, other in ((node.this, node.expression), (node.expression, node.this)):
+        if isinstance(column, exp.Column) and column.name.lower() in _REGPROC_COLUMNS and \
+                isinstance(other, exp.Literal) and not other.is_string and other.name == "0":
+            other.replace(_string("-"))
     return node
 
 
@@ -941,20 +962,32 @@ _SETTINGS = {"server_version": SERVER_VERSION, "server_version_num": "150000", "
              "default_transaction_read_only": "on", "transaction_isolation": "read committed"}
 
 
+#: Types whose I/O functions are named with an underscore (date_in, date_recv, ...), as in PostgreSQL.
+_UNDERSCORE_IO = frozenset({"json", "date", "time", "timestamp", "timestamptz", "interval", "numeric", "record",
+                            "void", "uuid", "jsonb"})
+
+
+def _io_functions(name: str) -> dict[str, str]:
+    """pg_type's typinput/typoutput/typreceive/typsend: clients (ADBC) recognise types by typreceive."""
+    separator = "_" if name in _UNDERSCORE_IO else ""
+    return {f"typ{role}": f"{name}{separator}{suffix}"
+            for role, suffix in (("input", "in"), ("output", "out"), ("receive", "recv"), ("send", "send"))}
+
+
 def _type_rows() -> Iterator[tuple[str, str, dict[str, Any]]]:
     pg = _EMULATED[_PG]
     for t in _TYPES:
         common = {"typnamespace": 11, "typdelim": ",", "typcollation": t.collation}
+        functions = _io_functions(t.name)
         yield pg, "pg_type", {"oid": t.oid, "typname": t.name, "typlen": t.length, "typbyval": 0 < t.length <= 8,
-                              "typcategory": t.category, "typarray": t.array, "typinput": f"{t.name}in",
-                              "typoutput": f"{t.name}out", "typreceive": f"{t.name}recv", "typsend": f"{t.name}send",
-                              "typstorage": "x" if t.length < 0 else "p", **common}
+                              "typtype": "p" if t.category in "PX" else "b", "typcategory": t.category,
+                              "typarray": t.array, **functions, "typstorage": "x" if t.length < 0 else "p", **common}
         yield pg, "dpsql_type_names", {"oid": t.oid, "typname": t.name, "display": t.display}
         if t.array:
             yield pg, "pg_type", {"oid": t.array, "typname": f"_{t.name}", "typlen": -1, "typbyval": False,
                                   "typcategory": "A", "typelem": t.oid, "typinput": "array_in",
                                   "typoutput": "array_out", "typreceive": "array_recv", "typsend": "array_send",
-                                  "typsubscript": 1, "typstorage": "x", **common}
+                                  "typsubscript": "array_subscript_handler", "typstorage": "x", **common}
             yield pg, "dpsql_type_names", {"oid": t.array, "typname": f"_{t.name}", "display": f"{t.display}[]"}
 
 
