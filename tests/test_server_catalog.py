@@ -575,6 +575,11 @@ def test_psql_tab_completion_quotes_identifiers(catalog: Catalog) -> None:
     assert found == [{"quote_ident": "census"}, {"quote_ident": '"Mixed ""Case"'}]
 
 
+def test_a_cte_may_shadow_a_catalog_name(catalog: Catalog) -> None:
+    assert rows(catalog, "WITH pg_class AS (SELECT 'mine' AS relname) SELECT relname FROM pg_class") == [
+        {"relname": "mine"}]
+
+
 def test_macros_see_the_callers_relation(catalog: Catalog) -> None:
     """pg_table_is_visible(pg_class.oid) on an unaliased pg_class: the macro's own lookup must not
     capture the caller's column (one row per table, not an error)."""

@@ -111,8 +111,7 @@ _TYPE_BY_NAME = {t.name: t for t in _TYPES}
 #: information_schema.columns' numeric_precision, numeric_precision_radix, numeric_scale, datetime_precision.
 _PRECISION: dict[str, tuple[int | None, int | None, int | None, int | None]] = {
     "int8": (64, 2, 0, None), "float8": (53, 2, None, None), "date": (None, None, None, 0),
-    "timestamp": (None, None, None, 6), "bool": (None, None, None, None), "text": (None, None, None, None),
-}
+    "timestamp": (None, None, None, 6)}
 
 #: PostgreSQL type names in casts -> DuckDB types.
 _CAST_TYPES = {
@@ -180,11 +179,10 @@ def _categorical_words(domain: Categorical) -> str:
 
 
 def _ordered_words(domain: Ordered) -> str:
-    values = [domain.to_value(b) for b in domain.boundaries]
     if domain.kind == "date":
         unit = domain.unit or "day"
-        last = domain.to_value(domain.boundaries[-1] - 1)
-        words = f"date {values[0]}..{last} by {unit}"
+        first, last = domain.to_value(domain.lower), domain.to_value(domain.upper - 1)  # the grid's last day
+        words = f"date {first}..{last} by {unit}"
         return words if domain.bin_starts == tuple(range(domain.size)) else \
             f"{words}, GROUP BY bins of {_bin_cells(domain)} {unit}s"
     if domain.uniform_step is None:
@@ -466,6 +464,7 @@ _MACROS: dict[str, str] = {
     "current_setting": "(n, missing_ok := false) AS " + _lookup(
         "setting", "pg_settings", "lower(dpsql_m.name) = lower(n)"),
     "pg_backend_pid": "() AS 0",
+    "pg_my_temp_schema": "() AS 0",
     "quote_ident": ("(s) AS CASE WHEN regexp_full_match(s, '[a-z_][a-z0-9_$]*') THEN s "
                     "ELSE '\"' || replace(s, '\"', '\"\"') || '\"' END"),
     "regclass_name": f"(r) AS COALESCE({_lookup('relname', 'pg_class', 'dpsql_m.oid = r')}, CAST(r AS VARCHAR))",
@@ -637,9 +636,8 @@ def _literal(value: object) -> exp.Expr:
         return _string(str(value))
     if isinstance(value, (list, tuple)):
         return exp.Array(expressions=[_literal(v) for v in value])
-    raise ProgrammingError(f"a catalog query parameter must be NULL, a boolean, number, string, date or a list "
-                           "of them; "
-                           f"got a {type(value).__name__}.")
+    raise ProgrammingError("a catalog query parameter must be NULL, a boolean, number, string, date or a list of "
+                           f"them; got a {type(value).__name__}.")
 
 
 _OPERATORS: dict[str, Callable[[exp.Expr, exp.Expr], exp.Expr]] = {
@@ -718,7 +716,7 @@ def _rewrite_table(table: exp.Table) -> exp.Expr:
             alias.set("columns", [exp.to_identifier(alias.name)])  # FROM unnest(a) x: x names the column too
         return table
     schema, name = table.db.lower(), table.name.lower()
-    if not schema and not name.startswith("pg_"):
+    if not schema and (not name.startswith("pg_") or _cte_in_scope(table)):
         return table  # a CTE in scope (is_catalog_query admitted nothing else)
     schema = schema or _PG
     known = _PG_RELATIONS if schema == _PG else _INFO_RELATIONS
