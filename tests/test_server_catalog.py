@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.schema import Schema
-from dpsql.server.catalog import Catalog, describe_domain, is_catalog_query, version_string
+from dpsql.server.catalog import Catalog, is_catalog_query, version_string
+from dpsql.server.catalog_relations import describe_domain
 
 PSQL_DT = """\
 SELECT n.nspname as "Schema",
