@@ -526,6 +526,20 @@ def test_jdbc_metadata_queries(catalog: Catalog) -> None:
     assert [r["table_schem"] for r in rows(catalog, JDBC_SCHEMAS)] == ["information_schema", "pg_catalog", "public"]
 
 
+#: pgjdbc's DatabaseMetaData.getColumns and getPrimaryKeys.
+JDBC_GET_COLUMNS = """SELECT * FROM (SELECT n.nspname,c.relname,a.attname,a.atttypid,a.attnotnull OR (t.typtype = 'd' AND t.typnotnull) AS attnotnull,a.atttypmod,a.attlen,t.typtypmod,row_number() OVER (PARTITION BY a.attrelid ORDER BY a.attnum) AS attnum, nullif(a.attidentity, '') as attidentity,nullif(a.attgenerated, '') as attgenerated,pg_catalog.pg_get_expr(def.adbin, def.adrelid) AS adsrc,dsc.description,t.typbasetype,t.typtype  FROM pg_catalog.pg_namespace n  JOIN pg_catalog.pg_class c ON (c.relnamespace = n.oid)  JOIN pg_catalog.pg_attribute a ON (a.attrelid=c.oid)  JOIN pg_catalog.pg_type t ON (a.atttypid = t.oid)  LEFT JOIN pg_catalog.pg_attrdef def ON (a.attrelid=def.adrelid AND a.attnum = def.adnum)  LEFT JOIN pg_catalog.pg_description dsc ON (c.oid=dsc.objoid AND a.attnum = dsc.objsubid)  LEFT JOIN pg_catalog.pg_class dc ON (dc.oid=dsc.classoid AND dc.relname='pg_class')  LEFT JOIN pg_catalog.pg_namespace dn ON (dc.relnamespace=dn.oid AND dn.nspname='pg_catalog')  WHERE c.relkind in ('r','p','v','f','m') and a.attnum > 0 AND NOT a.attisdropped  AND n.nspname LIKE 'public' AND c.relname LIKE 'census') c WHERE true  ORDER BY nspname,c.relname,attnum"""
+JDBC_PRIMARY_KEYS = """SELECT result.TABLE_CAT, result.TABLE_SCHEM, result.TABLE_NAME, result.COLUMN_NAME, result.KEY_SEQ, result.PK_NAME FROM (SELECT NULL AS TABLE_CAT, n.nspname AS TABLE_SCHEM,   ct.relname AS TABLE_NAME, a.attname AS COLUMN_NAME,   (information_schema._pg_expandarray(i.indkey)).n AS KEY_SEQ, ci.relname AS PK_NAME,   information_schema._pg_expandarray(i.indkey) AS KEYS, a.attnum AS A_ATTNUM FROM pg_catalog.pg_class ct   JOIN pg_catalog.pg_attribute a ON (ct.oid = a.attrelid)   JOIN pg_catalog.pg_namespace n ON (ct.relnamespace = n.oid)   JOIN pg_catalog.pg_index i ON ( a.attrelid = i.indrelid)   JOIN pg_catalog.pg_class ci ON (ci.oid = i.indexrelid) WHERE true  AND n.nspname = E'public' AND ct.relname = E'census' AND i.indisprimary  ) result where  result.A_ATTNUM = (result.KEYS).x  ORDER BY result.table_name, result.pk_name, result.key_seq"""
+
+
+def test_jdbc_columns_and_primary_keys(catalog: Catalog) -> None:
+    columns = rows(catalog, JDBC_GET_COLUMNS)
+    assert [(c["attname"], c["atttypid"], c["attnum"], c["description"]) for c in columns][:2] == [
+        ("age", 20, 1, "integer 0..99, GROUP BY bins of 5"), ("sex", 25, 2, "one of F, M")]
+    keys = catalog.answer(JDBC_PRIMARY_KEYS, user="a")
+    assert keys.num_rows == 0  # no keys are declared
+    assert keys.column_names == ["table_cat", "table_schem", "table_name", "column_name", "key_seq", "pk_name"]
+
+
 #: SQLAlchemy's PostgreSQL dialect (has_table): columns qualified as pg_catalog.pg_class.relname.
 SQLALCHEMY_HAS_TABLE = """SELECT pg_catalog.pg_class.relname FROM pg_catalog.pg_class JOIN pg_catalog.pg_namespace ON pg_catalog.pg_namespace.oid = pg_catalog.pg_class.relnamespace WHERE pg_catalog.pg_class.relname = $1 AND pg_catalog.pg_class.relkind = ANY (ARRAY['r', 'p', 'f', 'v', 'm']) AND pg_catalog.pg_table_is_visible(pg_catalog.pg_class.oid) AND pg_catalog.pg_namespace.nspname != 'pg_catalog'"""
 #: Metabase's table sync: the estimated row count comes from pg_stat_user_tables.n_live_tup.

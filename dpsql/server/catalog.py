@@ -257,7 +257,7 @@ def _rewrite(node: exp.Expr, session: _Session) -> exp.Expr:
 def _rewrite_node(node: exp.Expr, session: _Session) -> exp.Expr:
     if isinstance(node, exp.Table):
         return _rewrite_table(node)
-    if isinstance(node, exp.Dot) and isinstance(node.this, exp.Identifier) and node.this.name.lower() == PG:
+    if isinstance(node, exp.Dot) and isinstance(node.this, exp.Identifier) and node.this.name.lower() in (PG, INFO):
         return node.expression  # pg_catalog.f(...) -> f(...), already rewritten
     if isinstance(node, exp.Collate):
         return node.this  # COLLATE pg_catalog.default / "C": DuckDB compares bytes like C
@@ -426,7 +426,7 @@ def _figure_name(node: exp.Expr) -> tuple[str, int]:
     function names, 1 for a cast's type or "case", 0 for "?column?"; casts and CASE pass on a
     strong name of their argument (a CASE: of its ELSE)."""
     if isinstance(node, exp.Column):
-        return node.name, 2
+        return (node.name if node.this.quoted else node.name.lower()), 2  # unquoted names fold to lower case
     if isinstance(node, exp.Dot):
         return _figure_name(node.expression)
     if isinstance(node, exp.Cast):

@@ -432,6 +432,9 @@ MACROS: dict[str, str] = {
     "current_setting": "(n, missing_ok := false) AS " + _lookup(
         "setting", "pg_settings", "lower(dpsql_m.name) = lower(n)"),
     "pg_backend_pid": "() AS 0",
+    # information_schema._pg_expandarray(a): a set of (x, n) rows in PostgreSQL; JDBC applies it to
+    # pg_index.indkey only, always empty here (no indexes), so a row's first element is enough.
+    "_pg_expandarray": "(a) AS {'x': a[1], 'n': CASE WHEN len(a) > 0 THEN 1 END}",
     "pg_my_temp_schema": "() AS 0",
     "quote_ident": ("(s) AS CASE WHEN regexp_full_match(s, '[a-z_][a-z0-9_$]*') THEN s "
                     "ELSE '\"' || replace(s, '\"', '\"\"') || '\"' END"),
