@@ -808,6 +808,29 @@ def test_is_catalog_query_never_raises_on_sql_like_text(words: list[str]) -> Non
         assert not is_catalog_query(sql)
 
 
+_CATALOG_WORDS = ["SELECT", "FROM", "WHERE", "pg_class c", "pg_catalog.pg_type t", "information_schema.columns", "(", ")",
+                  ",", "*", "1", "'x'", "JOIN", "ON", "=", "AS", "UNION", "::regclass", "::regtype", "::oid", "::text",
+                  "::int2[]", "OPERATOR(pg_catalog.~)", "$1", "relname", "c.oid", "format_type(", "array(", "ANY(",
+                  "CASE", "WHEN", "THEN", "END", "COLLATE pg_catalog.default", "version()", "current_user", "t.*",
+                  "LIMIT", "ORDER BY", "unnest(", "generate_series(", "NULL", "||", "!~", "EXISTS", "(SELECT",
+                  "WITH x AS"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(_CATALOG_WORDS), min_size=1, max_size=25))
+def test_answer_raises_only_dpsql_errors(catalog: Catalog, words: list[str]) -> None:
+    """Whatever catalog-like text arrives, the server gets an Arrow table or a PEP 249 error."""
+    try:
+        catalog.answer("SELECT " + " ".join(words), user="a", params=["x"])
+    except (NotSupportedError, ProgrammingError):
+        pass
+
+
+def test_deeply_nested_queries_are_refused_cleanly(catalog: Catalog) -> None:
+    with pytest.raises(ProgrammingError, match="nested too deeply"):
+        catalog.answer("SELECT " + " + ".join(["1"] * 3000), user="a")
+
+
 # ==================================================================================== domains in words
 @pytest.mark.parametrize(("spec", "words"), [
     ({"type": "integer", "lower": 0, "upper": 99}, "integer 0..99"),

@@ -426,7 +426,8 @@ def _figure_name(node: exp.Expr) -> tuple[str, int]:
     function names, 1 for a cast's type or "case", 0 for "?column?"; casts and CASE pass on a
     strong name of their argument (a CASE: of its ELSE)."""
     if isinstance(node, exp.Column):
-        return (node.name if node.this.quoted else node.name.lower()), 2  # unquoted names fold to lower case
+        quoted = isinstance(node.this, exp.Identifier) and node.this.quoted
+        return (node.name if quoted else node.name.lower()), 2  # unquoted names fold to lower case
     if isinstance(node, exp.Dot):
         return _figure_name(node.expression)
     if isinstance(node, exp.Cast):
@@ -472,6 +473,15 @@ def _name_columns(tree: exp.Expr, names: Sequence[str | None]) -> None:
                                for expression, name in zip(select.expressions, names, strict=True)])
 
 
+def _duckdb_sql(tree: exp.Expr, session: _Session) -> str:
+    """The DuckDB text of a bound catalog query: rewritten, its columns named as PostgreSQL would."""
+    select = _output_select(tree)
+    names = [] if select is None else [_pg_name(expression) for expression in select.expressions]
+    rewritten = _rewrite(tree, session)
+    _name_columns(rewritten, names)
+    return rewritten.sql(dialect="duckdb")
+
+
 def version_string() -> str:
     """What ``SELECT version()`` returns: clients read the leading "PostgreSQL N"."""
     return f"PostgreSQL {SERVER_VERSION} (dpsql {dpsql.__version__} differential privacy server)"
@@ -508,12 +518,10 @@ class Catalog:
         if tree is None or not _catalog_tree(tree, self._private):
             raise _fail("This statement is not a catalog query (it reads a declared table, changes something or "
                         "is not one SELECT).")
-        tree = _bind(tree, params)
-        select = _output_select(tree)
-        names = [] if select is None else [_pg_name(expression) for expression in select.expressions]
-        rewritten = _rewrite(tree, _Session(user=user, database=self.database))
-        _name_columns(rewritten, names)
-        duck = rewritten.sql(dialect="duckdb")
+        try:
+            duck = _duckdb_sql(_bind(tree, params), _Session(user=user, database=self.database))
+        except RecursionError:
+            raise ProgrammingError("the catalog query is nested too deeply to translate; simplify it.") from None
         return self._run(duck)
 
     def _run(self, duck: str) -> pa.Table:
