@@ -695,6 +695,8 @@ PRIVATE_QUERIES = [
     "SELECT * FROM other.pg_catalog.pg_class",
     "SELECT * FROM regions",
     "SELECT * FROM census, LATERAL (SELECT * FROM pg_class) p",
+    "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=1, privacy_unit_column=person) COUNT(*) FROM census",
+    "EXPLAIN SELECT COUNT(*) FROM census",
 ]
 
 
@@ -720,6 +722,8 @@ REFUSED = [
     "LOAD httpfs",
     "SET enable_external_access = true",
     "SET search_path = public",
+    "SET dpsql.epsilon = 0.5",
+    "SHOW dpsql.epsilon",
     "CREATE TABLE pg_x AS SELECT 1",
     "INSERT INTO pg_class VALUES (1)",
     "DELETE FROM pg_class",
