@@ -85,6 +85,7 @@ TOUCHING: dict[str, frozenset[str]] = {
     "dpsql.suggest": frozenset({DATA}),                     # `dpsql schema suggest`: drafts a schema from the data
                                                             # (not private; its output says so)
     "dpsql.cli.demo": frozenset({DATA, RANDOMNESS}),        # writes a synthetic demo database from a seeded generator
+    "dpsql.server.catalog": frozenset({DATA}),              # its own in-memory DuckDB of the declared schema only
 }
 
 
