@@ -86,6 +86,9 @@ TOUCHING: dict[str, frozenset[str]] = {
                                                             # (not private; its output says so)
     "dpsql.cli.demo": frozenset({DATA, RANDOMNESS}),        # writes a synthetic demo database from a seeded generator
     "dpsql.server.catalog": frozenset({DATA}),              # its own in-memory DuckDB of the declared schema only
+    "dpsql.server.scram": frozenset({RANDOMNESS}),          # SCRAM salts and nonces (os.urandom), never noise
+    "dpsql.server.session": frozenset({RANDOMNESS}),        # incident numbers (secrets), never noise
+    "dpsql.server.wire": frozenset({RANDOMNESS}),           # the protocol's BackendKeyData (secrets), never noise
 }
 
 

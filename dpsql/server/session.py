@@ -32,7 +32,7 @@ import sqlglot.errors
 from dpsql import errors
 from dpsql.accounting import UNIT, PrivacyCost
 from dpsql.dbapi import Connection
-from dpsql.server.catalog import Catalog, is_catalog_query
+from dpsql.server.catalog import Catalog
 from dpsql.server.config import Analyst
 from dpsql.server.limits import Limits
 from dpsql.sql.dp_options import read_options
@@ -116,11 +116,11 @@ class Session:
                 return
             if word in _SESSION_WORDS:
                 yield self._command(word, statement)
-            elif is_catalog_query(statement):
+            elif self.catalog.is_catalog_query(statement):
                 yield self._catalog(statement)
             else:
                 end = index
-                while end + 1 < len(pieces) and _is_private(text[slice(*pieces[end + 1])]):
+                while end + 1 < len(pieces) and self._is_private(text[slice(*pieces[end + 1])]):
                     end += 1
                 yield from self._batch(text[start:pieces[end][1]], parameters)
                 index = end
@@ -267,6 +267,11 @@ class Session:
                          f"left {float(limit.left):.6g}" for limit in reversed(balance.limits))
 
     # ------------------------------------------------------------------------------- helpers
+    def _is_private(self, statement: str) -> bool:
+        """Whether a statement belongs to a private batch (not a session command, EXPLAIN or catalog question)."""
+        word = _first_word(statement)
+        return word not in _SESSION_WORDS and word != "EXPLAIN" and not self.catalog.is_catalog_query(statement)
+
     def _admit(self) -> None:
         wait = self.limits.take(self.analyst)
         if wait is not None:
@@ -347,11 +352,6 @@ def statement_offsets(text: str) -> list[tuple[int, int]]:
 def _first_word(statement: str) -> str:
     match = re.match(r"\s*\(*\s*(\w+)", statement)
     return match.group(1).upper() if match else ""
-
-
-def _is_private(statement: str) -> bool:
-    word = _first_word(statement)
-    return word not in _SESSION_WORDS and word != "EXPLAIN" and not is_catalog_query(statement)
 
 
 def _options(batch: str) -> bool:
