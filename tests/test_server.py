@@ -127,6 +127,11 @@ def test_parameters_travel_in_the_extended_protocol(served: Served) -> None:
         assert len(cur.fetchall()) == 1
         with pytest.raises(psycopg.errors.SyntaxError, match="multiple commands"):
             conn.execute("SELECT COUNT(*) FROM census WHERE age >= %s; SELECT 1", (40,))
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=r"parameters\[0\] has type NoneType"):
+            conn.execute("SELECT COUNT(*) AS n FROM census WHERE age >= %s", (None,))
+        # a catalog question with a parameter (psycopg's own type lookup sends one like it)
+        info = psycopg.types.TypeInfo.fetch(conn, "text")
+        assert info is not None and info.oid == 25
 
 
 @pytest.mark.filterwarnings("ignore:pandas only supports SQLAlchemy")

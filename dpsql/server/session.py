@@ -117,7 +117,7 @@ class Session:
             if word in _SESSION_WORDS:
                 yield self._command(word, statement)
             elif self.catalog.is_catalog_query(statement):
-                yield self._catalog(statement)
+                yield self._catalog(statement, parameters)
             else:
                 end = index
                 while end + 1 < len(pieces) and self._is_private(text[slice(*pieces[end + 1])]):
@@ -163,8 +163,9 @@ class Session:
         lines = ([shown] if shown else []) + text.splitlines()
         return Outcome("EXPLAIN", pa.table({"QUERY PLAN": pa.array(lines, pa.string())}))
 
-    def _catalog(self, statement: str) -> Outcome:
-        table = _guarded(lambda: self.catalog.answer(statement, user=self.analyst.name), self.analyst.name)
+    def _catalog(self, statement: str, parameters: Sequence[object]) -> Outcome:
+        table = _guarded(lambda: self.catalog.answer(statement, user=self.analyst.name, params=parameters),
+                         self.analyst.name)
         return Outcome(f"SELECT {table.num_rows}", table)
 
     def _command(self, word: str, statement: str) -> Outcome:

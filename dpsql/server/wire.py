@@ -341,9 +341,9 @@ def dollar_parameters(text: str) -> tuple[str, list[int]]:
 
 
 def decode_parameter(value: bytes | None, form: int, oid: int) -> object:
-    """A Bind value as a Python value dpsql accepts (int, float, str, date)."""
+    """A Bind value as a Python value: int, float or str (None for NULL, which only catalog questions accept)."""
     if value is None:
-        raise QueryError("22004", "a NULL parameter cannot be bound: dpsql's parameters are numbers, text or dates.")
+        return None
     if form == 1:
         binary = {21: "!h", 23: "!i", 20: "!q", 700: "!f", 701: "!d"}
         if oid in binary:
