@@ -56,7 +56,7 @@ def test_the_command_line_lives_in_one_package() -> None:
                  if "cli" in path.stem and path.parent != package / "cli"]
     assert elsewhere == []
     assert {path.name for path in (package / "cli").glob("*.py")} == {
-        "__init__.py", "__main__.py", "accuracy.py", "budget.py", "demo.py", "files.py", "local.py"}
+        "__init__.py", "__main__.py", "accuracy.py", "budget.py", "demo.py", "files.py", "local.py", "serve.py"}
 
 
 def test_the_slow_marker_is_registered_and_markers_are_strict() -> None:
@@ -72,13 +72,15 @@ def test_the_core_install_has_five_dependencies_and_the_engines_are_extras() -> 
     extras = project["optional-dependencies"]
     assert extras["spark"] == ["pyspark>=4"] and extras["spark-connect"] == ["pyspark-client>=4", "pandas>=2.2,<3"]
     assert extras["postgres"] == ["adbc-driver-postgresql>=1.0"]
+    assert extras["serve"] == ["pygwire>=0.2,<0.3"]  # dpsql serve's protocol codec stays out of the core install
 
 
 def test_importing_dpsql_and_its_backends_imports_no_engine_driver() -> None:
-    """The Spark and PostgreSQL modules import pyspark, ADBC or psycopg only when a backend is opened."""
-    code = ("import sys, dpsql, dpsql.backends.choose, dpsql.backends.spark, dpsql.backends.postgres; "
+    """The Spark and PostgreSQL modules import pyspark, ADBC or psycopg only when a backend is opened, and the
+    command line imports pygwire only for ``dpsql serve``."""
+    code = ("import sys, dpsql, dpsql.cli, dpsql.backends.choose, dpsql.backends.spark, dpsql.backends.postgres; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'pyspark', 'adbc_driver_postgresql', "
-            "'adbc_driver_manager', 'psycopg', 'py4j', 'grpc', 'pandas'}))")
+            "'adbc_driver_manager', 'psycopg', 'py4j', 'grpc', 'pandas', 'pygwire'}))")
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert found.stdout.strip() == "[]", found.stdout + found.stderr
 
