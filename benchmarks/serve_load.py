@@ -270,7 +270,8 @@ def main() -> None:
                  f"{arguments.rows:,} rows"))
     folder = Path(tempfile.mkdtemp(prefix="dpsql-serve-bench-"))
     print(f"files in {folder}; [server] workers = {arguments.workers}; clients: threads of this process, one "
-          f"connection each; {arguments.batches} batches per analyst per phase; latency measured by the client\n")
+          f"connection each; {arguments.batches} batches per analyst per phase; latency measured by the client; "
+          f"load average before the run {os.getloadavg()[0]:.2f} (other processes share the cores)\n")
     print(f"{'mode':9} {'analysts':>8} {'batches':>7} {'queries/s':>10} {'batches/s':>9} {'p50 ms':>8} "
           f"{'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'charges/batches':>15}")
     rng = np.random.default_rng(20)

@@ -18,6 +18,7 @@ import math
 import os
 import re
 import shutil
+import struct
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,8 @@ import pytest
 from _server_process import PASSWORDS, Served, make_database, start, write_config
 
 from dpsql.server.scram import Verifier
+from dpsql.server.session import QueryError
+from dpsql.server.wire import decode_parameter
 
 JAR = Path(os.environ.get("POSTGRESQL_JDBC_JAR", "/usr/share/java/postgresql.jar"))
 
@@ -65,6 +68,11 @@ public class JdbcClient {
                     print("PREPARED" + round, prepared.executeQuery());
                 }
             }
+            try (PreparedStatement prepared = connection.prepareStatement(
+                    "SELECT COUNT(*) AS n FROM census WHERE income >= ?")) {
+                prepared.setBigDecimal(1, new java.math.BigDecimal("50000.00"));  // sent as a binary NUMERIC
+                print("NUMERIC", prepared.executeQuery());
+            }
         } catch (SQLException error) {
             System.out.println("ERROR " + error.getSQLState() + " " + error.getMessage());
             error.printStackTrace();
@@ -98,7 +106,7 @@ public class JdbcClient {
 }
 """
 
-pytestmark = pytest.mark.skipif(
+needs_java = pytest.mark.skipif(
     shutil.which("java") is None or shutil.which("javac") is None or not JAR.is_file(),
     reason=f"needs java, javac and PostgreSQL's JDBC driver at {JAR} (apt-get install libpostgresql-jdbc-java)")
 
@@ -158,6 +166,7 @@ def result_set(output: str, label: str) -> tuple[list[str], list[str], list[list
     return listed("COLUMNS"), listed("TYPES"), rows
 
 
+@needs_java
 def test_jdbc_runs_a_statement_and_a_prepared_statement_and_gets_standard_errors(program: Path,
                                                                                   served: Served) -> None:
     before = served.spent("alice")
@@ -174,10 +183,13 @@ def test_jdbc_runs_a_statement_and_a_prepared_statement_and_gets_standard_errors
         names, types, rows = result_set(result.stdout, f"PREPARED{round_}")
         assert names == ["n", "n_stddev"] and types == ["float8", "float8"]
         assert len(rows) == 1 and float(rows[0][1]) > 0
-    # seven batches at the session's ε = 0.05, charged to the authenticated analyst
-    assert served.spent("alice") == pytest.approx(before + 0.35)
+    names, _, rows = result_set(result.stdout, "NUMERIC")
+    assert names == ["n", "n_stddev"] and len(rows) == 1
+    # eight batches at the session's ε = 0.05, charged to the authenticated analyst
+    assert served.spent("alice") == pytest.approx(before + 0.4)
 
 
+@needs_java
 def test_jdbc_with_a_wrong_password_is_refused_and_charges_nothing(program: Path, served: Served) -> None:
     before = served.spent("alice")
     result = run_client(program, served, "alice", "not-her-password")
@@ -190,6 +202,7 @@ def test_jdbc_with_a_wrong_password_is_refused_and_charges_nothing(program: Path
 BATCH = "SELECT sex, COUNT(*) AS n FROM census GROUP BY sex; SELECT SUM(income) AS total FROM census WHERE age >= 30"
 
 
+@needs_java
 def test_jdbc_sends_a_batch_as_one_query_string_in_its_simple_query_mode(program: Path, served: Served) -> None:
     history = len(served.ledger().history("people.duckdb", "alice"))
     result = run_client(program, served, "alice", PASSWORDS["alice"], BATCH, options="?preferQueryMode=simple")
@@ -202,6 +215,7 @@ def test_jdbc_sends_a_batch_as_one_query_string_in_its_simple_query_mode(program
     assert [float(charge.cost.value) for charge in charges] == [pytest.approx(0.05)]  # one batch, one charge
 
 
+@needs_java
 def test_jdbc_in_its_default_mode_sends_each_statement_of_a_string_on_its_own(program: Path, served: Served) -> None:
     """The driver splits the string at its semicolons into one extended-protocol query each: two charges."""
     history = len(served.ledger().history("people.duckdb", "alice"))
@@ -210,3 +224,25 @@ def test_jdbc_in_its_default_mode_sends_each_statement_of_a_string_on_its_own(pr
     assert result_set(result.stdout, "BATCH1")[0] == ["total", "total_stddev"]
     charges = served.ledger().history("people.duckdb", "alice")[history:]
     assert [float(charge.cost.value) for charge in charges] == [pytest.approx(0.05)] * 2
+
+
+@pytest.mark.parametrize(("fields", "digits", "expected"), [
+    ((1, 1, 0, 0), (5,), 50000),  # 5 x 10,000^1
+    ((3, 1, 0, 2), (5, 0, 5000), 50000.5),  # BigDecimal("50000.50"): dscale 2, a float
+    ((2, 0, 0x4000, 1), (12, 5000), -12.5),
+    ((1, -1, 0, 3), (10,), 0.001),  # 10 x 10,000^-1
+    ((0, 0, 0, 0), (), 0),
+])
+def test_a_binary_numeric_parameter_is_decoded(fields: tuple[int, int, int, int], digits: tuple[int, ...],
+                                               expected: float) -> None:
+    """JDBC's setBigDecimal sends NUMERIC (OID 1700) in PostgreSQL's binary layout (numeric_send)."""
+    value = struct.pack("!hhHH", *fields) + struct.pack(f"!{len(digits)}h", *digits)
+    decoded = decode_parameter(value, 1, 1700)
+    assert decoded == expected and type(decoded) is type(expected)
+
+
+def test_a_numeric_parameter_that_is_nan_or_malformed_is_refused() -> None:
+    with pytest.raises(QueryError, match="NaN or infinite"):
+        decode_parameter(struct.pack("!hhHH", 0, 0, 0xC000, 0), 1, 1700)
+    with pytest.raises(QueryError, match="malformed"):
+        decode_parameter(struct.pack("!hhHH", 2, 0, 0, 0) + b"\x00", 1, 1700)
