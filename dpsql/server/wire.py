@@ -31,6 +31,7 @@ import ssl
 import struct
 from collections import deque
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from pygwire import BackendConnection, PygwireError, TransactionStatus
@@ -348,6 +349,8 @@ def decode_parameter(value: bytes | None, form: int, oid: int) -> object:
         binary = {21: "!h", 23: "!i", 20: "!q", 700: "!f", 701: "!d"}
         if oid in binary:
             return struct.unpack(binary[oid], value)[0]
+        if oid == 1700:  # JDBC sends a BigDecimal as a binary NUMERIC
+            return binary_numeric(value)
         if oid in (25, 1043, 0, 705):
             return value.decode("utf-8")
         raise QueryError("0A000", f"a binary parameter of type OID {oid} is not supported: send it as text.")
@@ -365,3 +368,22 @@ def decode_parameter(value: bytes | None, form: int, oid: int) -> object:
             except ValueError:
                 return text
     return text
+
+
+def binary_numeric(value: bytes) -> int | float:
+    """PostgreSQL's binary NUMERIC (``numeric_send``) as a number: an int without decimals (dscale 0), else a float.
+
+    The layout: ndigits, weight (int16), sign (0 or 0x4000 for negative), dscale (uint16), then ndigits
+    base-10,000 digits (int16), the first one worth 10,000^weight.
+    """
+    try:
+        count, weight, sign, scale = struct.unpack_from("!hhHH", value)
+        digits = struct.unpack_from(f"!{count}h", value, 8)
+    except struct.error:
+        raise QueryError("08P01", "a binary NUMERIC parameter is malformed.") from None
+    if sign not in (0, 0x4000):
+        raise QueryError("22023", "a NUMERIC parameter that is NaN or infinite cannot be bound: dpsql's parameters "
+                         "are finite numbers, text or dates.")
+    magnitude = sum((Decimal(digit).scaleb(4 * (weight - place)) for place, digit in enumerate(digits)), Decimal(0))
+    number = -magnitude if sign else magnitude
+    return int(number) if scale == 0 else float(number)
