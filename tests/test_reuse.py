@@ -375,3 +375,23 @@ def test_a_free_batch_still_checks_its_privacy_unit_option(data: pa.Table) -> No
         cursor.execute(wrong)
     with pytest.raises(dpsql.ProgrammingError, match="is not the table's declared privacy unit"):
         cursor.explain(wrong)
+
+
+def test_a_repeated_question_is_free_however_many_releases_came_after_it(data: pa.Table) -> None:
+    """Many later releases must neither crowd the one that answers a repeat out of its pool nor
+    grow the pool's work: a pool holds at most POOL_MEMBERS measurements, at most SAME_CELLS over
+    the same cells, the closest to the question's cells first."""
+    from dpsql.engine.reuse import POOL_MEMBERS, SAME_CELLS
+
+    cursor = _connect(data, 41, Budget(epsilon=100.0)).cursor()
+    question = "SELECT COUNT(*) AS n FROM people WHERE age >= 30 AND sex = 'F'"
+    cursor.execute(question, epsilon=0.5)
+    for _ in range(POOL_MEMBERS + 4):  # later releases over the sex cells alone
+        cursor.execute("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex", epsilon=0.5, reuse=False)
+    assert "Statement 1: free (answered by release" in cursor.explain(question, epsilon=0.5)
+    spent = cursor.connection.budget.spent
+    repeat = _meta(_run(cursor, question, epsilon=0.5)[0])
+    assert cursor.connection.budget.spent == spent
+    releases = repeat["reuse"]["answered_by_releases"]
+    assert min(releases) == min(k.release for k in cursor.connection.releases.kept())  # the question's own
+    assert len(releases) <= SAME_CELLS + 1  # ... and the newest SAME_CELLS over the sex cells

@@ -12,8 +12,13 @@ more is measured. Post-processing of released values: free, and nothing here rea
 Kept: measurements of tables where each row is the privacy unit (a per-unit cap keeps rows by a
 hash of the values each scan reads, so capped vectors are not marginals of each other), over at
 most REUSE_CELLS cells. A group pools the kept measurements over a subset or a superset of its
-columns (a marginal of its data, or data it is a marginal of), newest first while their joint
-cells number at most REUSE_CELLS; a measurement over other columns says little about its cells
+columns (a marginal of its data, or data it is a marginal of) while their joint cells number at
+most REUSE_CELLS, and at most POOL_MEMBERS of them, at most SAME_CELLS over the same cells, so a
+pool's work does not grow with the number of releases a dataset holds. They join in this order:
+the batch's own (once measured, or as planned); then those that refine the group's cells least
+and, among those, have the most cells of their own, so one over exactly the group's cells comes
+first and a repeated question finds its earlier answer however many releases came after it;
+newest first among equals. A measurement over other columns says little about the group's cells
 and would multiply the joint cells. Order statistics are always measured afresh.
 """
 
@@ -48,6 +53,10 @@ NEW_RELEASE = 2**62
 MIN_NOISE_VARIANCE = 1e-6
 #: The most joint cells a reuse may span (its information matrix is dense: REUSE_CELLS² numbers).
 REUSE_CELLS = 1024
+#: The most kept measurements one pool combines (the batch's own and those nearest the group's cells).
+POOL_MEMBERS = 32
+#: The most of them over the same cells (more of those only shrink a variance; other cells may answer more).
+SAME_CELLS = 4
 
 
 def not_kept_reason(table: Table) -> str | None:
@@ -118,6 +127,8 @@ class Reuse:
     #: (group, vector) → (vector key, value of one integer unit) where a vector is measured with
     #: other bounds than declared (truncated sums); see :func:`measured_keys`.
     keys: Mapping[tuple[int, DataVector], tuple[str, float]] = field(default_factory=dict)
+    #: The release whose measurements join every pool first: the batch's own (measured, or planned).
+    first: int | None = None
     _pools: dict[tuple[int, str], Pool | None] = field(default_factory=dict)
 
     def unit_key(self, index: int, vector: DataVector) -> tuple[str, float]:
@@ -144,15 +155,21 @@ class Reuse:
             return None
         participants: list[Axes] = [group_axes(group, table)]
         columns = {name for name, _ in participants[0]}
-        members = []
-        for kept in sorted((k for k in self.kept if k.table == table.name and k.vector == key),
-                           key=lambda k: -k.release):  # the newest first, while the joint cells fit
-            theirs = {name for name, _ in kept.axes}
-            if not (theirs <= columns or columns <= theirs):
-                continue  # other columns: they say little about these cells and would multiply the joint cells
-            if joint_cells([*participants, kept.axes]) <= REUSE_CELLS:
-                participants.append(kept.axes)
-                members.append(kept)
+        candidates = [k for k in self.kept if k.table == table.name and k.vector == key
+                      and ({n for n, _ in k.axes} <= columns or columns <= {n for n, _ in k.axes})]
+        ranked = sorted(candidates, key=lambda k: (k.release != self.first, joint_cells([participants[0], k.axes]),
+                                                   -joint_cells([k.axes]), -k.release))
+        members: list[KeptMeasurement] = []
+        alike: dict[tuple[tuple[str, bytes], ...], int] = {}
+        for kept in ranked:
+            if len(members) == POOL_MEMBERS:
+                break
+            cells = tuple((name, axis.tobytes()) for name, axis in kept.axes)
+            if alike.get(cells, 0) == SAME_CELLS or joint_cells([*participants, kept.axes]) > REUSE_CELLS:
+                continue
+            alike[cells] = alike.get(cells, 0) + 1
+            participants.append(kept.axes)
+            members.append(kept)
         if not members:
             return None
         return pool(joint_domain(participants), members)
@@ -237,7 +254,7 @@ def planned_answers(compiled: CompiledBatch, measurements: Sequence[PlannedVecto
             table=table.name, vector=Reuse(compiled=compiled, kept=()).unit_key(m.group, m.vector)[0],
             axes=group_axes(group, table), strategy=calibration.strategy, y=np.zeros(calibration.strategy.shape[0]),
             noise_variance=calibration.variance, release=NEW_RELEASE))
-    reuse = Reuse(compiled=compiled, kept=[*kept, *hypothetical])
+    reuse = Reuse(compiled=compiled, kept=[*kept, *hypothetical], first=NEW_RELEASE)
     for s in range(len(compiled.statements)):
         found = reuse.statement_answers(s)
         if found is not None:
@@ -265,7 +282,7 @@ def keep_and_answer(compiled: CompiledBatch, measured: Sequence[MeasuredVector],
     own = store.keep(kept, summary(kept), budget) if kept else None
     if not combine or not_kept_reason(compiled.table) is not None:
         return answers, {}
-    reuse = Reuse(compiled=compiled, kept=store.kept(), keys=measured_keys(measured))
+    reuse = Reuse(compiled=compiled, kept=store.kept(), keys=measured_keys(measured), first=own)
     return answer_all(reuse, answers, range(len(compiled.statements)), own)
 
 
