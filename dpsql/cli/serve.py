@@ -58,6 +58,7 @@ def _serve(arguments: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
+    logging.getLogger("sqlglot").setLevel(logging.WARNING)  # its INFO notes on catalog rewrites are not the owner's
     config = ServeConfig.load(arguments.config)
     overrides = {key: value for key, value in (("host", arguments.host), ("port", arguments.port)) if value is not None}
     config = dataclasses.replace(config, **overrides)
