@@ -70,6 +70,7 @@ file is upgraded by the owner's ``set_total`` (``_migrate``).
 
 from __future__ import annotations
 
+import functools
 import getpass
 import math
 import os
@@ -547,11 +548,8 @@ class Ledger:
                                              "the head was changed"))
 
     def _amount(self, text: object, where: str) -> Fraction:
-        try:
-            value = Fraction(text) if isinstance(text, str) and math.isfinite(float(Fraction(text))) else None
-        except (ValueError, ZeroDivisionError, OverflowError):
-            value = None
-        if value is None or value <= 0:
+        value = _positive_amount(text) if isinstance(text, str) else None
+        if value is None:
             raise LedgerError(self._corrupt(f"{where} holds {text!r}, not a positive exact amount"))
         return value
 
@@ -572,6 +570,16 @@ class Ledger:
             return LedgerError(f"ledger '{self.path}' stayed locked by another process for {LOCK_TIMEOUT:g} s; nothing "
                                "was run or charged. Try again.")
         return LedgerError(self._corrupt(f"SQLite: {err}"))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _positive_amount(text: str) -> Fraction | None:
+    """The exact positive finite amount ``text`` writes, or None (remembered: every session reads every amount)."""
+    try:
+        value = Fraction(text) if math.isfinite(float(Fraction(text))) else None
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return None
+    return value if value is not None and value > 0 else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,6 +4,7 @@ opens, verifies and writes the file with these; see its docstring for what the c
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -93,8 +94,13 @@ def row_mac(key: bytes, previous: str, table: str, row: list[Any]) -> str:
     return hmac.new(key, f"{previous}\n{text}".encode("ascii"), hashlib.sha256).hexdigest()
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def row_verifies(key: bytes, previous: str, table: str, row: tuple[Any, ...]) -> bool:
-    """The row's last column is its MAC; False too for a value dpsql never writes (a BLOB has no JSON)."""
+    """The row's last column is its MAC; False too for a value dpsql never writes (a BLOB has no JSON).
+
+    Remembered by the exact (key, previous MAC, table, row) verified: every session verifies the whole
+    history, and a row already verified, unchanged, is not hashed again (a changed row is another key).
+    """
     try:
         expected = row_mac(key, previous, table, list(row[:-1]))
     except (TypeError, ValueError):
