@@ -104,7 +104,7 @@ def write_config(folder: Path, *, server: str = "", analysts: dict[str, str] | N
     blocks = [f"[server]\nport = 0\nworkers = 2\n{server}"]
     caps = {"alice": "budget_epsilon = 1.0\ndefault_epsilon = 0.1", "bob": "budget_epsilon = 0.5"}
     for name in ("alice", "bob"):
-        verifier = Verifier.of_password(PASSWORDS[name], iterations=64).text()
+        verifier = Verifier.of_password(PASSWORDS[name]).text()
         blocks.append(f'[analysts.{name}]\npassword = "{verifier}"\n{caps[name]}\n{extra.get(name, "")}')
     path = folder / "serve.toml"
     path.write_text("\n".join(blocks))

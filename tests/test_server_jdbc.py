@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import shutil
 import struct
 import subprocess
@@ -28,7 +27,6 @@ import pytest
 from _required import unavailable
 from _server_process import PASSWORDS, Served, make_database, start, write_config
 
-from dpsql.server.scram import Verifier
 from dpsql.server.session import QueryError
 from dpsql.server.wire import decode_parameter
 
@@ -111,27 +109,11 @@ public class JdbcClient {
 REQUIRED = "DPSQL_REQUIRE_JDBC"  # CI sets it to 1 where it installed the driver: a missing piece then fails
 
 
-def jdbc_config(folder: Path) -> Path:
-    """write_config's serve.toml with verifiers of 4,096 iterations (PostgreSQL's default).
-
-    The JDBC driver's SCRAM client (ongres scram) refuses fewer ("iteration must be >= 4096", RFC 7677's
-    minimum); the other tests' verifiers use 64 to keep start-up quick.
-    """
-    path = write_config(folder)
-    text = path.read_text()
-    for name in ("alice", "bob"):
-        match = re.search(rf'\[analysts\.{name}\]\npassword = "([^"]+)"', text)
-        assert match is not None
-        text = text.replace(match.group(1), Verifier.of_password(PASSWORDS[name], iterations=4096).text())
-    path.write_text(text)
-    return path
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     folder = tmp_path_factory.mktemp("serve-jdbc")
     make_database(folder)
-    server = start(folder, jdbc_config(folder))
+    server = start(folder, write_config(folder))
     yield server
     server.stop()
 

@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 
 MECHANISM = "SCRAM-SHA-256"
-ITERATIONS = 4096  # PostgreSQL's default
+ITERATIONS = 4096  # PostgreSQL's default, and RFC 7677's least (the JDBC driver refuses fewer)
 
 
 class AuthenticationFailedError(Exception):
@@ -60,10 +60,12 @@ class Verifier:
         except ValueError:
             raise ValueError("a password verifier reads SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey> "
                              "(make one with `dpsql serve --hash-password`)") from None
-        if mechanism != MECHANISM or verifier.iterations < 1 or len(verifier.stored_key) != 32 \
-                or len(verifier.server_key) != 32:
+        if mechanism != MECHANISM or len(verifier.stored_key) != 32 or len(verifier.server_key) != 32:
             raise ValueError(f"not a {MECHANISM} verifier with 32-byte keys (make one with "
                              "`dpsql serve --hash-password`)")
+        if verifier.iterations < ITERATIONS:
+            raise ValueError(f"{verifier.iterations} iterations, fewer than RFC 7677's least of {ITERATIONS} (which "
+                             "JDBC clients refuse): make a new one with `dpsql serve --hash-password`")
         return verifier
 
     def text(self) -> str:
