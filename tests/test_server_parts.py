@@ -165,6 +165,10 @@ def test_bind_values_decode_by_type_and_format() -> None:
     assert decode_parameter(struct.pack("!q", -3), 1, 20) == -3
     assert decode_parameter(struct.pack("!d", 0.5), 1, 701) == 0.5
     assert decode_parameter(None, 0, 23) is None
+    for value, form, oid in ((b"forty", 0, 23), (b"\xff", 0, 25), (b"\x00", 1, 20)):
+        with pytest.raises(QueryError, match="not a value of its type") as raised:
+            decode_parameter(value, form, oid)
+        assert raised.value.sqlstate == "22P02"
 
 
 def test_arrow_values_travel_as_postgresql_text_and_binary() -> None:

@@ -205,6 +205,12 @@ class WireHandler(socketserver.BaseRequestHandler):
                 except QueryError as err:
                     self._fail(err.sqlstate, err.message, err.hint)
                     failed = True
+                except (ClientGoneError, OSError):
+                    raise
+                except Exception as err:  # anything else is an incident, never a stack trace on the wire
+                    shown = public_error(err, session.analyst.name)
+                    self._fail(shown.sqlstate, shown.message)
+                    failed = True
 
     def _ready(self, session: Session) -> Any:
         return m.ReadyForQuery(status=TransactionStatus.IN_TRANSACTION if session.in_transaction
@@ -345,6 +351,14 @@ def decode_parameter(value: bytes | None, form: int, oid: int) -> object:
     """A Bind value as a Python value: int, float or str (None for NULL, which only catalog questions accept)."""
     if value is None:
         return None
+    try:
+        return _decoded(value, form, oid)
+    except (ValueError, struct.error):  # UnicodeDecodeError too
+        raise QueryError("22P02", f"a parameter of type OID {oid} in {'binary' if form == 1 else 'text'} format is "
+                         "not a value of its type.") from None
+
+
+def _decoded(value: bytes, form: int, oid: int) -> object:
     if form == 1:
         binary = {21: "!h", 23: "!i", 20: "!q", 700: "!f", 701: "!d"}
         if oid in binary:
@@ -360,13 +374,11 @@ def decode_parameter(value: bytes | None, form: int, oid: int) -> object:
     if oid in (700, 701, 1700):
         return int(text) if oid == 1700 and text.lstrip("-").isdigit() else float(text)
     if oid in (0, 705):  # untyped: PostgreSQL infers from context; a number written as text is a number
-        try:
-            return int(text)
-        except ValueError:
+        for kind in (int, float):
             try:
-                return float(text)
+                return kind(text)
             except ValueError:
-                return text
+                pass
     return text
 
 
