@@ -134,6 +134,16 @@ def test_parameters_travel_in_the_extended_protocol(served: Served) -> None:
         assert info is not None and info.oid == 25
 
 
+def test_an_accuracy_target_set_in_the_session_is_met_at_its_least_cost(served: Served) -> None:
+    before = served.spent("bob")
+    with connect(served, "bob") as conn:
+        conn.execute("SET dpsql.max_stddev = 40")
+        conn.execute("SET dpsql.reuse = off")
+        rows = conn.execute("SELECT sex, COUNT(*) AS n FROM census WHERE age >= 50 GROUP BY sex").fetchall()
+    assert rows and all(0 < row[2] <= 40 for row in rows)
+    assert 0 < served.spent("bob") - before < 0.5  # the least cost meeting the target, not a default
+
+
 @pytest.mark.filterwarnings("ignore:pandas only supports SQLAlchemy")
 def test_pandas_reads_a_private_query_into_a_dataframe(served: Served) -> None:
     with connect(served) as conn:

@@ -129,18 +129,17 @@ class Session:
     # ------------------------------------------------------------------------------ statements
     def _batch(self, batch: str, parameters: Sequence[object]) -> Iterator[Outcome]:
         """Answer one private batch (charged once, before any data is read)."""
-        self._admit()
-        options = _options(batch)
-        targeted = self.settings.max_stddev is not None or self.settings.max_relative_stddev is not None
-        if not options and self.settings.cost is None and not targeted:
+        target = self._target()
+        if not _options(batch) and self.settings.cost is None and not target:
             raise QueryError("22023", "this batch has no privacy cost: run SET dpsql.epsilon = 0.5 (or dpsql.rho, or "
                              "dpsql.max_stddev for an accuracy target) first, or write SELECT WITH "
                              "DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5) ... Nothing was charged.")
+        self._admit()
         cursor = self.connection.cursor()
-        self.connection.default_cost = None if targeted else self.settings.cost
+        self.connection.default_cost = None if target else self.settings.cost
         with self.limits.worker():
-            _guarded(lambda: cursor.execute(batch, list(parameters) or None, reuse=self.settings.reuse,
-                                            **self._target()), self.analyst.name)
+            _guarded(lambda: cursor.execute(batch, list(parameters) or None, reuse=self.settings.reuse, **target),
+                     self.analyst.name)
             tables = cursor.fetch_arrow_tables()
         log.info("analyst %s: batch answered (%d statements)", self.analyst.name, len(tables))
         for table in tables:
@@ -149,9 +148,10 @@ class Session:
     def _explain(self, batch: str, parameters: Sequence[object]) -> Outcome:
         """EXPLAIN: the plan and the cost, nothing spent."""
         self._admit()
-        arguments: dict[str, Any] = {"reuse": self.settings.reuse, **self._target()}
+        target = self._target()
+        arguments: dict[str, Any] = {"reuse": self.settings.reuse, **target}
         shown = ""
-        if not _options(batch) and not self._target():
+        if not _options(batch) and not target:
             cost = self.settings.cost
             if cost is None:  # EXPLAIN without a cost still shows the plan, at a cost it names
                 cost, shown = PrivacyCost(epsilon=1.0), ("No cost is set in this session: the plan is shown at "
