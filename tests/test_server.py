@@ -59,6 +59,17 @@ def test_psql_runs_a_batch_and_prints_the_stddev_columns(served: Served) -> None
     assert "people_stddev" in result.stdout and "(10 rows)" in result.stdout
 
 
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql (PostgreSQL's client) is not installed")
+def test_a_charged_batch_is_sent_before_a_later_statement_of_the_string_fails(served: Served) -> None:
+    before = served.spent("bob")
+    text = ("SET dpsql.epsilon = 0.01; SET dpsql.reuse = off; SELECT COUNT(*) AS n FROM census WHERE age < 50; "
+            "SHOW dpsql.nothing")
+    result = subprocess.run(["psql", served.dsn("bob"), "-c", text], capture_output=True, text=True, timeout=120)
+    assert "n_stddev" in result.stdout and "(1 row)" in result.stdout  # the charged batch reached the client
+    assert "unrecognized setting dpsql.nothing" in result.stderr
+    assert served.spent("bob") == pytest.approx(before + 0.01)
+
+
 def test_unauthenticated_clients_are_refused_and_charge_nothing(served: Served) -> None:
     before = (served.spent("alice"), len(served.ledger().history("people.duckdb")))
     for user, password in (("alice", "wrong"), ("mallory", "anything"), ("carol", PASSWORDS["carol"])):

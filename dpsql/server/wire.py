@@ -30,6 +30,7 @@ import socketserver
 import ssl
 import struct
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -58,12 +59,15 @@ class ClientGoneError(Exception):
 
 @dataclass(slots=True)
 class Portal:
-    """A bound statement: its text with ``?`` marks, its parameters, result formats and, once run, its rows."""
+    """A bound statement: its text with ``?`` marks, its parameters, result formats and, once run, its
+    outcome, its rows as wire values (encoded once, however many Execute messages fetch them) and how
+    many of those were sent."""
 
     text: str
     parameters: list[object]
     formats: list[int]
     outcome: Outcome | None = None
+    rows: list[list[bytes | None]] | None = None
     sent: int = 0
 
 
@@ -221,8 +225,8 @@ class WireHandler(socketserver.BaseRequestHandler):
             self._send(m.EmptyQueryResponse(), self._ready(session))
             return
         try:
-            for outcome in _run(session, text, []):
-                self._send(*self._result(outcome, [], describe=True))
+            for outcome in _outcomes(session, text, []):  # each result is sent as soon as it is ready
+                self._send(*self._result(outcome, []))
         except QueryError as err:
             self._fail(err.sqlstate, err.message, err.hint)
         self._send(self._ready(session))
@@ -269,7 +273,7 @@ class WireHandler(socketserver.BaseRequestHandler):
 
     def _run_portal(self, session: Session, portal: Portal) -> Outcome:
         if portal.outcome is None:
-            outcomes = _run(session, portal.text, portal.parameters) if portal.text.strip() else [Outcome("EMPTY")]
+            outcomes = list(_outcomes(session, portal.text, portal.parameters)) if portal.text.strip() else []
             portal.outcome = outcomes[-1] if outcomes else Outcome("EMPTY")
         return portal.outcome
 
@@ -295,18 +299,23 @@ class WireHandler(socketserver.BaseRequestHandler):
                                              type_modifier=-1, format_code=form))
         return m.RowDescription(fields=fields)
 
-    def _result(self, outcome: Outcome, formats: list[int], *, describe: bool) -> list[Any]:
+    def _result(self, outcome: Outcome, formats: list[int]) -> list[Any]:
+        """A simple query's messages for one outcome: its row description and rows, then its tag."""
         if outcome.tag == "EMPTY":
             return [m.EmptyQueryResponse()]
-        messages = [self._description(outcome, formats)] if describe and outcome.table is not None else []
-        if outcome.table is not None:
-            messages += [m.DataRow(columns=row) for row in pgtypes.rows(outcome.table, formats)]
-        return messages + [m.CommandComplete(tag=outcome.tag)]
+        if outcome.table is None:
+            return [m.CommandComplete(tag=outcome.tag)]
+        return [self._description(outcome, formats),
+                *(m.DataRow(columns=row) for row in pgtypes.rows(outcome.table, formats)),
+                m.CommandComplete(tag=outcome.tag)]
 
     def _rows(self, outcome: Outcome, portal: Portal, limit: int) -> list[Any]:
+        """An Execute's messages: the next ``limit`` rows (all if 0), then PortalSuspended or the tag."""
         if outcome.table is None:
-            return self._result(outcome, portal.formats, describe=False)
-        rows = pgtypes.rows(outcome.table, portal.formats)[portal.sent:]
+            return self._result(outcome, portal.formats)
+        if portal.rows is None:
+            portal.rows = pgtypes.rows(outcome.table, portal.formats)
+        rows = portal.rows[portal.sent:]
         if 0 < limit < len(rows):
             portal.sent += limit
             return [*(m.DataRow(columns=row) for row in rows[:limit]), m.PortalSuspended()]
@@ -314,17 +323,14 @@ class WireHandler(socketserver.BaseRequestHandler):
         return [*(m.DataRow(columns=row) for row in rows), m.CommandComplete(tag=outcome.tag)]
 
 
-def _run(session: Session, text: str, parameters: list[object]) -> list[Outcome]:
-    """Every outcome of ``text``; a failure that is not a QueryError becomes one (public_error)."""
-    outcomes: list[Outcome] = []
+def _outcomes(session: Session, text: str, parameters: list[object]) -> Iterator[Outcome]:
+    """Each outcome of ``text`` as it is ready; a failure that is not a QueryError becomes one (public_error)."""
     try:
-        for outcome in session.run(text, parameters):
-            outcomes.append(outcome)
+        yield from session.run(text, parameters)
     except QueryError:
         raise
     except Exception as err:  # the session guards the engine; this is the last line for anything else
         raise public_error(err, session.analyst.name) from None
-    return outcomes
 
 
 def dollar_parameters(text: str) -> tuple[str, list[int]]:
