@@ -25,7 +25,15 @@ from dpsql.backends.base import Backend
 from dpsql.backends.choose import choose_backend, is_address
 from dpsql.backends.duckdb import attached_files
 from dpsql.engine import accuracy_target
-from dpsql.engine.free import Split, assemble, explain_lines, free_tables, split_batch, stddevs_with
+from dpsql.engine.free import (
+    Split,
+    assemble,
+    combined_stddevs,
+    explain_lines,
+    free_tables,
+    split_batch,
+    stddevs_with,
+)
 from dpsql.engine.release_store import LedgerStore, MemoryStore, ReleaseStore
 from dpsql.errors import (
     BudgetNotSetError,
@@ -338,7 +346,8 @@ class Cursor:
                              else self._cost_of(operation, epsilon, rho))
         store = connection.releases
         split = split_batch(text, parameters, connection.schema, store.kept() if reuse else [],
-                            request if targeted else None)
+                            request if targeted else None, cost=None if targeted else cost, weights=weights,
+                            cache=store.reductions)
         found = None
         if split.all_free:
             _check_unit_options(units, batch_table(split.batch, connection.schema))
@@ -356,7 +365,7 @@ class Cursor:
             budget = connection._budget_for(operation, parameters, prepared)
             measured = engine.run(prepared, backend=connection._backend, budget=budget, rng=connection._rng,
                                   progress=progress, postprocess=postprocess, store=store, combine=reuse, merge=False)
-        free = free_tables(split, store.kept() if split.free else [], budget, postprocess)
+        free = free_tables(split, store.kept() if split.free else [], budget, postprocess, store.reductions)
         if targeted:
             measured = accuracy_target.annotate(measured, found, request, accuracy_target.statement_ratios(found)
                                                 if found is not None else [])
@@ -400,9 +409,11 @@ class Cursor:
         targeted = request.asked
         text, cost, units = (self._target_text(operation, epsilon, rho, request) if targeted
                              else self._cost_of(operation, epsilon, rho))
-        split = split_batch(text, parameters, self.connection.schema, self._kept_for_explain() if reuse else [],
-                            request if targeted else None)
-        reused = "\n".join(explain_lines(split)) + "\n" if split.free else ""
+        store = self.connection.releases
+        kept = self._kept_for_explain() if reuse else []
+        split = split_batch(text, parameters, self.connection.schema, kept, request if targeted else None,
+                            cost=None if targeted else cost, weights=weights, cache=store.reductions)
+        reused = "\n".join(explain_lines(split)) + "\n" if split.releases else ""
         if split.all_free:
             _check_unit_options(units, batch_table(split.batch, self.connection.schema))
             return reused + self.connection.backend_name
@@ -413,6 +424,8 @@ class Cursor:
         else:
             prepared = engine.prepare(text, self.connection.schema, cost, parameters, weights=weights,
                                       statements=split.measured)
+        if split.combined:
+            reused = "\n".join(explain_lines(split, combined_stddevs(split, prepared, kept, store.reductions))) + "\n"
         _check_unit_options(units, prepared.chosen.compiled.table)
         backend = "\n".join([*targeted_lines, self.connection.backend_name])
         try:
@@ -443,7 +456,8 @@ class Cursor:
         answers combined with the kept measurements (``dpsql.engine.accuracy_target``)."""
         kept = self.connection.releases.kept() if split.compiled is not None else []
         return accuracy_target.find(request, text, self.connection.schema, parameters=parameters, weights=weights,
-                                    budget=budget, progress=progress, stddevs=stddevs_with(kept),
+                                    budget=budget, progress=progress,
+                                    stddevs=stddevs_with(kept, self.connection.releases.reductions),
                                     statements=split.measured, targets=split.measured_targets())
 
     def _cost_of(self, operation: str, epsilon: float | None,

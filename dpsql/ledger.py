@@ -13,9 +13,10 @@ Tables (format version 3; amounts are exact fractions written as text, e.g. ``'7
 numbering ``id`` = 1, 2, 3, … (the order of the history):
     ledger_meta  format = 'dpsql-ledger', version = '3', key_check = HMAC(key, "dpsql-ledger key")
     actions      every owner action: time, dataset, analyst ('' = the whole dataset), action
-                 ('set' | 'change' | 'bind' | 'rebind'), family ('epsilon' | 'rho'), the new total,
-                 the binding it makes (database identity and the schema's canonical privacy parts,
-                 '' when it binds nothing), who; a scope's total is that of its latest action
+                 ('set' | 'change' | 'bind' | 'rebind' | 'share-releases' | 'own-releases'), family
+                 ('epsilon' | 'rho'), the new total, the binding it makes (database identity and the
+                 schema's canonical privacy parts, '' when it binds nothing), who; a scope's total is
+                 that of its latest action (the two release-sharing actions repeat the dataset's total)
     charges      time, dataset, analyst, batch hash, SQL text hash, mechanism, the batch's cost
                  (family and amount) and its price in the dataset's unit (ε, or ρ with ε²/2)
     releases     time, dataset, analyst (the charge's), charge (the id of the charge that paid for
@@ -24,6 +25,11 @@ numbering ``id`` = 1, 2, 3, … (the order of the history):
                  noisy measurements, noise variances, schema version), stored and MAC'd verbatim, so
                  that later batches can be answered from it without a new charge
     head         the number of rows in the history and the last row's MAC, itself MAC'd
+
+Reuse: an analyst's batches are answered for free only from the releases her own charges paid for
+(a connection without an analyst: from those made without one), unless the data owner lets every
+analyst of the dataset reuse every release (``set_sharing``, ``dpsql budget set --share-releases``:
+an owner action, recorded; ``--no-share-releases`` returns to the default).
 
 Binding: the first total of a dataset binds it (``Binding``) to its database file's identity
 (``dpsql.backends.base.file_identity``: real path and inode) and to the schema's privacy-relevant parts
@@ -79,7 +85,7 @@ import secrets
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
@@ -93,9 +99,20 @@ from dpsql.errors import (
     PrivacyParameterError,
     ProgrammingError,
 )
+from dpsql.ledger_account import Account, LedgerBudget
 from dpsql.ledger_format import FORMAT, VERSION
-from dpsql.ledger_records import Action, Balance, BatchRecord, Binding, Charge, KeptRelease, Limit
-from dpsql.schema import Schema
+from dpsql.ledger_records import (
+    OWN_RELEASES,
+    SHARE_RELEASES,
+    Action,
+    Balance,
+    BatchRecord,
+    Binding,
+    Charge,
+    KeptRelease,
+    Limit,
+    shares_releases,
+)
 
 SUFFIX = ".dpsql-ledger"
 KEY_SUFFIX = ".key"
@@ -242,6 +259,28 @@ class Ledger:
             raise LedgerError(f"charge #{charge} on dataset '{dataset}' already has its release (#{kept[0][0]}) in "
                               f"ledger '{self.path}'; one charge pays for one release. Nothing was kept.")
         return str(found[0][1])
+
+    def set_sharing(self, dataset: str, share: bool) -> None:
+        """The owner's action: let every analyst of ``dataset`` reuse every kept release (``share``),
+        or each only the releases her own charges paid for (the default). Recorded in the history
+        as an action that repeats the dataset's total (so the total is unchanged).
+
+        Raises:
+            BudgetNotSetError: the dataset has no total yet.
+        """
+        with self._session(write=True) as books:
+            totals = self._totals(books, dataset)
+            if "" not in totals:
+                raise BudgetNotSetError(f"dataset '{dataset}' has no total in ledger '{self.path}'; set it first: "
+                                        "dpsql budget set --db DATABASE --schema SCHEMA --epsilon E. Nothing was set.")
+            family, total = totals[""]
+            fmt.append(books, "actions", time=_now(), dataset=dataset, analyst="",
+                       action=SHARE_RELEASES if share else OWN_RELEASES, family=family, total=total, database="",
+                       schema="", actor=_actor())
+
+    def shares_releases(self, dataset: str) -> bool:
+        """Whether the owner lets every analyst of ``dataset`` reuse every kept release (``set_sharing``)."""
+        return shares_releases(self.actions(dataset))
 
     def set_total(self, dataset: str, total: PrivacyCost, *, analyst: str | None = None, binding: Binding | None = None,
                   rebind: bool = False) -> Balance:
@@ -580,94 +619,6 @@ def _positive_amount(text: str) -> Fraction | None:
     except (ValueError, ZeroDivisionError, OverflowError):
         return None
     return value if value is not None and value > 0 else None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Account:
-    """Which budget a connection draws from: a ledger, a dataset in it, optionally an analyst, and
-    the connection's binding (its database file and schema), checked against the dataset's."""
-
-    ledger: Ledger
-    dataset: str
-    analyst: str | None = None
-    binding: Binding | None = None
-
-    def bound(self, schema: Schema, database: object) -> Account:
-        """This account with the binding of ``schema`` over ``database`` (a path, or no file)."""
-        return self.bound_to(Binding.of(schema, database))
-
-    def bound_to(self, binding: Binding) -> Account:
-        """This account with ``binding`` (e.g. a schema over a Backend's ``identity``)."""
-        return replace(self, binding=binding)
-
-    def budget(self, batch: BatchRecord | None = None) -> LedgerBudget:
-        """The current balance as a PrivacyBudget; with ``batch``, one whose ``charge`` records that batch."""
-        balance = self.ledger.balance(self.dataset, self.analyst, binding=self.binding)
-        return LedgerBudget(account=self, batch=batch, balance=balance)
-
-    def keep_release(self, payload: str, charge: int) -> int:
-        """Keep what charge ``charge`` (on this dataset) released; returns its id (``Ledger.keep_release``)."""
-        return self.ledger.keep_release(self.dataset, charge, payload)
-
-    def releases(self) -> list[KeptRelease]:
-        """Every release kept for this dataset, oldest first."""
-        return self.ledger.releases(self.dataset)
-
-
-@dataclass(slots=True, kw_only=True)
-class LedgerBudget:
-    """The ledger's ``PrivacyBudget``: ``check`` reads the ledger, ``charge`` is its atomic durable charge.
-
-    The engine calls ``check(cost)`` and then ``charge(cost)`` before it reads any data, and reads
-    ``remaining`` and ``total`` afterwards: they show the balance right after this batch's charge.
-    ``total``, ``spent`` and ``left`` are those of the binding level (the analyst's, if it has a total).
-    ``charge_id`` is the id of the charge ``charge`` appended (None until then): what pays for the
-    release kept with ``Account.keep_release``.
-    """
-
-    account: Account
-    balance: Balance
-    batch: BatchRecord | None = None
-    charge_id: int | None = None
-
-    @property
-    def total(self) -> PrivacyCost:
-        return PrivacyCost.of(self.balance.family, self.balance.binding.total)
-
-    @property
-    def spent(self) -> float:
-        return float(self.balance.binding.spent)
-
-    @property
-    def left(self) -> Fraction:
-        return self.balance.left
-
-    @property
-    def remaining(self) -> float:
-        return float(self.left)
-
-    @property
-    def durable(self) -> bool:
-        """True: the books are the ledger file."""
-        return True
-
-    def price(self, cost: PrivacyCost) -> Fraction:
-        return self.balance.price(cost)
-
-    def check(self, cost: PrivacyCost) -> Fraction:
-        """Read the ledger again (fail closed), then check the cost against it. Charges nothing."""
-        account = self.account
-        self.balance = account.ledger.balance(account.dataset, account.analyst, binding=account.binding)
-        return self.balance.check(cost)
-
-    def charge(self, cost: PrivacyCost) -> None:
-        """The ledger's atomic check-and-insert, committed durably before this returns."""
-        if self.batch is None:
-            raise ProgrammingError("a ledger charge needs its batch record: use Account.budget(batch).")
-        account = self.account
-        self.balance = account.ledger.charge(account.dataset, cost, self.batch, analyst=account.analyst,
-                                             binding=account.binding)
-        self.charge_id = self.balance.last_charge
 
 
 def _scope(dataset: str, analyst: str | None) -> str:

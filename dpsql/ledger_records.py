@@ -195,6 +195,18 @@ class Action:
     binding: Binding | None = None
 
 
+#: The owner actions that let every analyst reuse every release of a dataset, or only her own (the default).
+SHARE_RELEASES, OWN_RELEASES = "share-releases", "own-releases"
+
+
+def shares_releases(actions: list[Action]) -> bool:
+    """Whether the owner's latest release-sharing action lets every analyst reuse every release."""
+    for action in reversed(actions):
+        if action.action in (SHARE_RELEASES, OWN_RELEASES):
+            return action.action == SHARE_RELEASES
+    return False
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KeptRelease:
     """The public part of one release, kept next to the charge that paid for it.

@@ -26,7 +26,7 @@ MATH_MODULES = ["dpsql.workloads", "dpsql.kronvec", "dpsql.linalg", "dpsql.strat
                 "dpsql.residual.queries", "dpsql.sum_truncation", "dpsql.residual", "dpsql.residual.basis",
                 "dpsql.residual.planner", "dpsql.residual.plus", "dpsql.mechanism", "dpsql.accuracy", "dpsql.weights",
                 "dpsql.quantile_answers", "dpsql.releases", "dpsql.releases.recipes", "dpsql.releases.kept",
-                "dpsql.releases.joint", "dpsql.releases.gls"]
+                "dpsql.releases.reduce", "dpsql.releases.gls"]
 MATH_MODULES += ["dpsql.local", "dpsql.local.strategy", "dpsql.local.baselines", "dpsql.local.variance",
                  "dpsql.local.projection", "dpsql.local.factorization", "dpsql.local.selection", "dpsql.local.quantize",
                  "dpsql.local.layout", "dpsql.local.protocol", "dpsql.local.simulate"]

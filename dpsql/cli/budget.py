@@ -70,7 +70,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
         add_ledger_options(action)
         action.add_argument("--key-file", type=Path, help=f"the ledger's key (default: ${KEY_ENV}, else LEDGER.key)")
         action.set_defaults(handler=handler)
-    total = actions.choices["set"].add_mutually_exclusive_group(required=True)
+    total = actions.choices["set"].add_mutually_exclusive_group()
     total.add_argument("--epsilon", type=float, help="the total in pure ε-DP")
     total.add_argument("--rho", type=float, help="the total in ρ-zCDP (ε batches then cost ε²/2 each)")
     actions.choices["set"].add_argument("--schema", type=Path,
@@ -78,6 +78,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
                                         "time, and with --rebind); every charge checks it and the database file")
     actions.choices["set"].add_argument("--rebind", action="store_true", help="bind the dataset to a new database file "
                                         "or schema (recorded as an owner action)")
+    actions.choices["set"].add_argument("--share-releases", action=argparse.BooleanOptionalAction, default=None,
+                                        help="let every analyst of the dataset reuse every kept release for free "
+                                        "(recorded as an owner action); --no-share-releases: each analyst reuses "
+                                        "only the releases her own charges paid for (the default)")
     actions.choices["show"].add_argument("--delta", type=float, default=DEFAULT_DELTA,
                                          help=f"δ for the (ε, δ)-DP reading of a ρ budget (default {DEFAULT_DELTA:g})")
 
@@ -115,12 +119,23 @@ def _set(arguments: argparse.Namespace) -> int:
         raise OperationalError(f"no database file at '{arguments.db}'; pass the data file to "
                                "--db (its budget is kept in a ledger next to it, or in --ledger). Nothing was set.")
     books = account(arguments)
-    total = PrivacyCost(epsilon=arguments.epsilon) if arguments.epsilon is not None else PrivacyCost(rho=arguments.rho)
-    binding = _binding(arguments)
-    balance = books.ledger.set_total(books.dataset, total, analyst=books.analyst, binding=binding,
-                                     rebind=arguments.rebind)
+    sharing = arguments.share_releases
+    if arguments.epsilon is None and arguments.rho is None and sharing is None:
+        raise ProgrammingError("dpsql budget set needs a total (--epsilon E or --rho R), --share-releases or "
+                               "--no-share-releases. Nothing was set.")
+    if sharing is not None and books.analyst:
+        raise ProgrammingError("--share-releases is the dataset's setting, for every analyst: drop --analyst. "
+                               "Nothing was set.")
+    if arguments.epsilon is not None or arguments.rho is not None:
+        total = (PrivacyCost(epsilon=arguments.epsilon) if arguments.epsilon is not None
+                 else PrivacyCost(rho=arguments.rho))
+        books.ledger.set_total(books.dataset, total, analyst=books.analyst, binding=_binding(arguments),
+                               rebind=arguments.rebind)
+    if sharing is not None:
+        books.ledger.set_sharing(books.dataset, sharing)
     print(f"ledger: {books.ledger.path} (key {books.ledger.key_path})")
-    _print_balance(balance, DEFAULT_DELTA)
+    _print_balance(books.ledger.balance(books.dataset, books.analyst), DEFAULT_DELTA)
+    _print_sharing(books.ledger.shares_releases(books.dataset))
     return 0
 
 
@@ -131,6 +146,7 @@ def _show(arguments: argparse.Namespace) -> int:
     _print_balance(balance, arguments.delta)
     _print_charges(books.ledger.history(books.dataset, books.analyst))
     _print_releases(books.ledger.releases(books.dataset))
+    _print_sharing(books.ledger.shares_releases(books.dataset))
     return 0
 
 
@@ -180,6 +196,12 @@ def _print_charges(charges: list[Charge]) -> None:
         who = f"  analyst {charge.analyst}" if charge.analyst else ""
         print(f"  #{charge.id}  {charge.time}  {charge.cost.describe()}{priced}  {charge.mechanism}{who}  "
               f"sql {charge.sql_hash[:12]}  batch {charge.batch_hash[:12]}")
+
+
+def _print_sharing(shared: bool) -> None:
+    print("kept releases: " + ("shared by every analyst of the dataset (dpsql budget set --no-share-releases to stop)"
+                               if shared else "each analyst reuses only her own (dpsql budget set --share-releases "
+                               "to share them)"))
 
 
 def _print_releases(releases: list[KeptRelease]) -> None:

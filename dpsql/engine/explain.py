@@ -11,6 +11,7 @@ from dpsql.accounting import PrivacyBudget
 from dpsql.engine.group_route import GroupsPlan
 from dpsql.engine.measurements import PlannedVector
 from dpsql.engine.residual_route import ResidualPlan
+from dpsql.engine.reuse import not_kept_notes
 from dpsql.engine.routes import Prepared
 from dpsql.engine.vocabulary import NotApplicable
 from dpsql.sql import quantiles as qs
@@ -48,7 +49,8 @@ def explain(prepared: Prepared, budget: PrivacyBudget | None = None) -> str:
         if chosen is residual:
             return "\n".join(lines + _statements(prepared))
         lines.append("")
-    return "\n".join(lines + _groups(groups) + _statements(prepared))
+    return "\n".join(lines + _groups(groups) + _statements(prepared)
+                     + not_kept_notes(compiled, groups.measurements))
 
 
 def _groups(plan: GroupsPlan) -> list[str]:

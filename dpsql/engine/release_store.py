@@ -10,6 +10,11 @@ are no longer used; data on a server has no such version). Releases made before 
 latest binding (a rebind to a new file or schema) are not used either. A release is kept only
 after its charge is committed and names that charge, so nothing is kept, or answered from, without
 a charge. A stored release that cannot be read fails closed (LedgerError).
+
+Scope: a connection reuses the releases its own analyst's charges paid for (a connection without
+an analyst: those made without one), unless the data owner shares every release of the dataset
+with every analyst (``Ledger.set_sharing``; ``dpsql budget set --share-releases``); another
+analyst's release then comes marked ``shared``, so that its number is never shown.
 """
 
 from __future__ import annotations
@@ -18,16 +23,20 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from dpsql.accounting import PrivacyBudget
 from dpsql.errors import LedgerError, ProgrammingError
 from dpsql.ledger import Account
+from dpsql.ledger_records import shares_releases
 from dpsql.releases.kept import KeptMeasurement, payload, read_payload
 
 
 class ReleaseStore(Protocol):
-    """The kept releases of one dataset under one schema."""
+    """The kept releases of one dataset under one schema, and the reductions of their measurements
+    computed so far (``dpsql.engine.reuse.Reuse.cache``: kept across the batches of a connection)."""
+
+    reductions: dict[Any, Any]
 
     def kept(self) -> list[KeptMeasurement]:
         """Every kept measurement, each knowing its release's id."""
@@ -44,24 +53,27 @@ class MemoryStore:
 
     releases: list[list[KeptMeasurement]] = field(default_factory=list)
     summaries: list[list[str]] = field(default_factory=list)
+    reductions: dict[Any, Any] = field(default_factory=dict)
 
     def kept(self) -> list[KeptMeasurement]:
         return [m for release in self.releases for m in release]
 
     def keep(self, measurements: Sequence[KeptMeasurement], summary: Sequence[str], budget: PrivacyBudget) -> int:
         number = len(self.releases) + 1
-        self.releases.append([m.with_release(number) for m in measurements])
+        self.releases.append([m.with_release(number, index) for index, m in enumerate(measurements)])
         self.summaries.append(list(summary))
         return number
 
 
 @dataclass(slots=True, kw_only=True)
 class LedgerStore:
-    """A dataset's releases in its ledger, read under the schema version ``schema`` (a fingerprint)."""
+    """A dataset's releases in its ledger that the account's analyst may reuse, read under the schema
+    version ``schema`` (a fingerprint)."""
 
     account: Account
     schema: str
     identity: str = ""  # the backend's identity (a database file's path and inode), for the data version
+    reductions: dict[Any, Any] = field(default_factory=dict)
     #: Releases already read, by id: their stored text and measurements (each measurement caches its
     #: information matrix, so a long session does not recompute every release's on every batch).
     _read: dict[int, tuple[str, list[KeptMeasurement]]] = field(default_factory=dict)
@@ -69,17 +81,22 @@ class LedgerStore:
     def kept(self) -> list[KeptMeasurement]:
         found = []
         data = data_version(self.identity)
-        ledger, dataset = self.account.ledger, self.account.dataset
-        bound = max((a.id for a in ledger.actions(dataset) if a.binding is not None), default=0)
+        ledger, dataset, analyst = self.account.ledger, self.account.dataset, self.account.analyst or None
+        actions = ledger.actions(dataset)
+        bound = max((a.id for a in actions if a.binding is not None), default=0)
+        shared = shares_releases(actions)
         for release in ledger.releases(dataset):
             if release.id < bound:  # made before the owner bound the dataset (again): other data, maybe
+                continue
+            if release.analyst != analyst and not shared:  # another analyst's, not shared by the owner
                 continue
             cached = self._read.get(release.id)
             if cached is not None and cached[0] == release.payload + data:  # the same verified text, the same data
                 found.extend(cached[1])
                 continue
             try:
-                measurements = read_payload(release.payload, release.id, self.schema, data)
+                measurements = [m.with_release(release.id, m.index, shared=release.analyst != analyst)
+                                for m in read_payload(release.payload, release.id, self.schema, data)]
             except (ValueError, KeyError, TypeError) as err:
                 raise LedgerError(f"release #{release.id} in ledger '{self.account.ledger.path}' cannot be read "
                                   f"({type(err).__name__}), so what it answers is unknown. Nothing was run or charged. "

@@ -1,25 +1,35 @@
 """Answers from earlier releases: which statements they already determine, and the generalized
 least-squares answer of every statement over all kept measurements.
 
-A statement group's block W over data vector v (its cells: the group's axes) is lifted onto the
-joint cells of the group and the kept measurements of v (:mod:`dpsql.releases.joint`); where every
-row lies in the span of those measurements, W x̂ with x̂ their GLS estimate is its answer, with
-exact variance W M⁺ Wᵀ (:mod:`dpsql.releases.gls`). A statement all of whose blocks are answerable
-is *free*: no new measurement, no charge. After a batch is measured, its own measurements join the
-kept ones and every statement is answered over all of them, so an old question's error shrinks as
-more is measured. Post-processing of released values: free, and nothing here reads data.
+A statement group's block W over data vector v (its cells: the group's axes) is answered from a
+*pool*: every kept measurement of v, each reduced to what it says about the group's cells
+(:mod:`dpsql.releases.reduce`: the measurement's information about the cells both can speak of,
+with the rest a free nuisance), summed (:mod:`dpsql.releases.gls`). Where every row of W lies in
+the span of the pool, W x̂ with x̂ its GLS estimate is its answer, with exact variance W M⁺ Wᵀ.
+Post-processing of released values: free, and nothing here reads data.
+
+The contract (each part tested as a property, ``tests/test_reuse_contract.py``):
+
+- **Monotone.** A group's pool takes the kept measurements over the same cells together, in the
+  order their cells were first measured, while the pool's work (MAX_POOL_WORK, a count of
+  multiply-adds) allows; a batch's own measurements always join. A later release can only add to
+  a pool that existed before, and adding information never increases a GLS variance, so no
+  answer's variance grows as releases accumulate (unless a new layout is over the work bound:
+  then it is left out, EXPLAIN says so, and the statement can be measured).
+- **Never worse than paid for** (:mod:`dpsql.engine.free`): with a cost, a statement is free only
+  if the kept answer is at least as accurate as the batch's plan at that cost would make it
+  without reuse; otherwise it is measured and combined with the kept measurements, so paying
+  always helps. With an accuracy target, it is free exactly when the kept answer meets it.
+- **Scoped** (:mod:`dpsql.engine.release_store`): an analyst reuses the releases her own charges
+  paid for, unless the data owner shares them; another analyst's release numbers are never shown.
+- **Visible**: EXPLAIN says per statement whether it is free, measured, or measured and combined,
+  from which releases and with what stddev on each path; why a measurement is not kept is said in
+  EXPLAIN, in the results' metadata and in ``dpsql budget show``.
 
 Kept: measurements of tables where each row is the privacy unit (a per-unit cap keeps rows by a
 hash of the values each scan reads, so capped vectors are not marginals of each other), over at
-most REUSE_CELLS cells. A group pools the kept measurements over a subset or a superset of its
-columns (a marginal of its data, or data it is a marginal of) while their joint cells number at
-most REUSE_CELLS, and at most POOL_MEMBERS of them, at most SAME_CELLS over the same cells, so a
-pool's work does not grow with the number of releases a dataset holds. They join in this order:
-the batch's own (once measured, or as planned); then those that refine the group's cells least
-and, among those, have the most cells of their own, so one over exactly the group's cells comes
-first and a repeated question finds its earlier answer however many releases came after it;
-newest first among equals. A measurement over other columns says little about the group's cells
-and would multiply the joint cells. Order statistics are always measured afresh.
+most REUSE_CELLS cells, with noise variance at least MIN_NOISE_VARIANCE. Order statistics are
+always measured afresh.
 """
 
 from __future__ import annotations
@@ -36,13 +46,14 @@ from dpsql.engine.measure import MeasuredVector
 from dpsql.engine.measurements import PlannedVector
 from dpsql.engine.release_store import ReleaseStore
 from dpsql.releases.gls import Pool, pool
-from dpsql.releases.joint import Axes, joint_cells, joint_domain
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.releases.recipes import NotKeptError, to_recipe
+from dpsql.releases.reduce import Axes, Meet, cell_map, meet, reduce, reduction_work, refinement
 from dpsql.results import AnswerKey, AnswerSet
 from dpsql.schema import Table, measure_quantum
 from dpsql.sql.compile import Axis, CompiledBatch, CompiledGroup
 from dpsql.sql.vectors import DataVector
+from dpsql.workloads import Workload
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -51,12 +62,14 @@ NEW_RELEASE = 2**62
 #: Measurements with less noise variance than this (ε of about 20 and above) are nearly exact and
 #: not kept: beside ordinary ones their information matrix would be too ill-conditioned to invert.
 MIN_NOISE_VARIANCE = 1e-6
-#: The most joint cells a reuse may span (its information matrix is dense: REUSE_CELLS² numbers).
+#: The most cells a kept measurement, and a group answered from a pool, may have (a measurement's
+#: information matrix is dense: REUSE_CELLS² numbers).
 REUSE_CELLS = 1024
-#: The most kept measurements one pool combines (the batch's own and those nearest the group's cells).
-POOL_MEMBERS = 32
-#: The most of them over the same cells (more of those only shrink a variance; other cells may answer more).
-SAME_CELLS = 4
+#: The most work (multiply-adds: n³ to reduce a measurement's n cells onto fewer, n² to lift them)
+#: one pool may take for the releases kept before the batch: 64 reductions of the largest kept size.
+MAX_POOL_WORK = 64 * 3 * REUSE_CELLS**3
+#: Reductions a store remembers across batches (then it forgets them all and starts again).
+CACHED_REDUCTIONS = 4096
 
 
 def not_kept_reason(table: Table) -> str | None:
@@ -95,19 +108,12 @@ def kept_measurements(compiled: CompiledBatch,
     for item in measured:
         group = compiled.groups[item.group]
         axes = group.axes if item.axes is None else tuple(group.axes[i] for i in item.axes)
-        cells = int(np.prod([axis.size for axis in axes], dtype=np.int64))
-        label = f"{item.vector.label} over {', '.join(f'{a.column.name}({a.size})' for a in axes) or 'all rows'}"
-        if cells > REUSE_CELLS:
-            skipped.append(f"{label}: {cells:,} cells (more than {REUSE_CELLS:,}) not kept for reuse")
-            continue
+        label = _label(item.vector, axes)
         release = item.measurement
-        if not release.noise_variance >= MIN_NOISE_VARIANCE:
-            skipped.append(f"{label}: noise variance {release.noise_variance:.3g} is nearly exact, not kept for reuse")
-            continue
-        try:
-            to_recipe(release.strategy)
-        except NotKeptError as err:
-            skipped.append(f"{label}: {err}")
+        why = _why_not_kept(int(np.prod([axis.size for axis in axes], dtype=np.int64)), release.noise_variance,
+                            release.strategy)
+        if why is not None:
+            skipped.append(f"{label}: {why}")
             continue
         kept.append(KeptMeasurement(table=table.name, vector=vector_key(item.vector, item.bounds, item.quantum),
                                     axes=tuple((axis_key(a, table), np.asarray(a.cell_of_base, dtype=np.int64))
@@ -117,19 +123,101 @@ def kept_measurements(compiled: CompiledBatch,
     return kept, skipped
 
 
+def not_kept_notes(compiled: CompiledBatch, measurements: Sequence[PlannedVector]) -> list[str]:
+    """EXPLAIN's lines on the planned measurements that will not be kept for reuse, and why."""
+    measured = [m for m in measurements if m.share > 0]
+    if (reason := not_kept_reason(compiled.table)) is not None:
+        return [f"Reuse: {reason}."] if measured else []
+    lines = []
+    for m in measured:
+        group = compiled.groups[m.group]
+        calibration = m.calibration()
+        why = _why_not_kept(group.cells, calibration.variance, calibration.strategy)
+        if why is not None:
+            lines.append(f"Reuse: {_label(m.vector, group.axes)} will not be kept: {why}.")
+    return lines
+
+
+def _label(vector: DataVector, axes: Sequence[Axis]) -> str:
+    return f"{vector.label} over {', '.join(f'{a.column.name}({a.size})' for a in axes) or 'all rows'}"
+
+
+def _why_not_kept(cells: int, noise_variance: float, strategy: Workload) -> str | None:
+    """Why a measurement over ``cells`` cells is not kept for reuse (None: it is)."""
+    if cells > REUSE_CELLS:
+        return f"{cells:,} cells, more than dpsql.engine.reuse.REUSE_CELLS = {REUSE_CELLS:,}"
+    if not noise_variance >= MIN_NOISE_VARIANCE:
+        return (f"noise variance {noise_variance:.3g} is below dpsql.engine.reuse.MIN_NOISE_VARIANCE = "
+                f"{MIN_NOISE_VARIANCE:g} (nearly exact)")
+    try:
+        to_recipe(strategy)
+    except NotKeptError as err:
+        return str(err)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Sources:
+    """Which kept releases answer a statement: the numbers of those the connection's own charges paid
+    for, and the others the data owner shares (counted when shown, never numbered)."""
+
+    own: tuple[int, ...] = ()
+    others: frozenset[int] = frozenset()
+
+    @property
+    def shared(self) -> int:
+        return len(self.others)
+
+    def describe(self, noun: str = "release(s)") -> str:
+        """E.g. "release(s) #1, #3" or "release(s) #2 and 1 release shared by other analysts"."""
+        own = f"{noun} {', '.join(f'#{r}' for r in self.own)}" if self.own else ""
+        shared = (f"{self.shared} release{'s' if self.shared != 1 else ''} shared by other analysts"
+                  if self.shared else "")
+        return " and ".join(part for part in (own, shared) if part) or "no release"
+
+    def __or__(self, other: Sources) -> Sources:
+        return Sources(own=tuple(sorted({*self.own, *other.own})), others=self.others | other.others)
+
+    def __bool__(self) -> bool:
+        return bool(self.own) or bool(self.others)
+
+
+def sources(members: Iterable[KeptMeasurement]) -> Sources:
+    """The releases ``members`` come from (a planned measurement, NEW_RELEASE, is none of them)."""
+    found = {(m.release, m.shared) for m in members if m.release != NEW_RELEASE}
+    return Sources(own=tuple(sorted(r for r, shared in found if not shared)),
+                   others=frozenset(r for r, shared in found if shared))
+
+
+#: A pool's reductions, by the measurements reduced together and their meet with the group's cells.
+Reductions = dict[tuple[tuple[tuple[int, int], ...], bytes], tuple[FloatArray, FloatArray]]
+
+
 @dataclass(slots=True, kw_only=True)
 class Reuse:
     """Answering statements of one compiled batch from kept measurements (pools built once per
-    group and data vector)."""
+    group and data vector).
+
+    A group's pool takes every kept measurement of the same data vector (:mod:`dpsql.releases.reduce`
+    reduces each to what it says about the group's cells), those over the same cells together, in
+    the order their cells were first measured (oldest first), as long as the pool's work stays
+    within MAX_POOL_WORK; the batch's own measurements (release ``first``) always join. A later
+    release therefore only adds to the pool of every group that pooled before (or is left out by
+    the bound): no answer's variance grows as releases accumulate.
+    """
 
     compiled: CompiledBatch
     kept: Sequence[KeptMeasurement]
     #: (group, vector) → (vector key, value of one integer unit) where a vector is measured with
     #: other bounds than declared (truncated sums); see :func:`measured_keys`.
     keys: Mapping[tuple[int, DataVector], tuple[str, float]] = field(default_factory=dict)
-    #: The release whose measurements join every pool first: the batch's own (measured, or planned).
+    #: The release whose measurements join every pool whatever the bound: the batch's own (measured, or planned).
     first: int | None = None
+    #: Reductions computed before (a store keeps them across batches); only kept releases' are cached.
+    cache: Reductions = field(default_factory=dict)
     _pools: dict[tuple[int, str], Pool | None] = field(default_factory=dict)
+    #: Per pool, the kept measurements the work bound left out.
+    left_out: dict[tuple[int, str], list[KeptMeasurement]] = field(default_factory=dict)
 
     def unit_key(self, index: int, vector: DataVector) -> tuple[str, float]:
         """(vector key, value of one integer unit of the vector) of a group's vector: as measured,
@@ -146,33 +234,59 @@ class Reuse:
         """The GLS pool of one group's data vector (None: nothing kept fits)."""
         key = (index, self.unit_key(index, vector)[0])
         if key not in self._pools:
-            self._pools[key] = self._build(self.compiled.groups[index], key[1])
+            self._pools[key] = self._build(key)
         return self._pools[key]
 
-    def _build(self, group: CompiledGroup, key: str) -> Pool | None:
+    def _build(self, key: tuple[int, str]) -> Pool | None:
         table = self.compiled.table
-        if not_kept_reason(table) is not None:
+        group = self.compiled.groups[key[0]]
+        if not_kept_reason(table) is not None or group.cells > REUSE_CELLS:
             return None
-        participants: list[Axes] = [group_axes(group, table)]
-        columns = {name for name, _ in participants[0]}
-        candidates = [k for k in self.kept if k.table == table.name and k.vector == key
-                      and ({n for n, _ in k.axes} <= columns or columns <= {n for n, _ in k.axes})]
-        ranked = sorted(candidates, key=lambda k: (k.release != self.first, joint_cells([participants[0], k.axes]),
-                                                   -joint_cells([k.axes]), -k.release))
-        members: list[KeptMeasurement] = []
-        alike: dict[tuple[tuple[str, bytes], ...], int] = {}
-        for kept in ranked:
-            if len(members) == POOL_MEMBERS:
-                break
-            cells = tuple((name, axis.tobytes()) for name, axis in kept.axes)
-            if alike.get(cells, 0) == SAME_CELLS or joint_cells([*participants, kept.axes]) > REUSE_CELLS:
-                continue
-            alike[cells] = alike.get(cells, 0) + 1
-            participants.append(kept.axes)
-            members.append(kept)
-        if not members:
+        axes = group_axes(group, table)
+        classes: dict[tuple[tuple[str, bytes], ...], list[KeptMeasurement]] = {}
+        for kept in self.kept:
+            if kept.table == table.name and kept.vector == key[1]:
+                classes.setdefault(_cells_of(kept.axes), []).append(kept)
+        work, admitted, left = 0, [], []
+        for measured in sorted(classes.values(), key=lambda ms: min(m.release for m in ms)):  # oldest cells first
+            earlier = [m for m in measured if m.release != self.first]
+            cost = reduction_work(measured[0].cells)
+            if earlier and work + cost > MAX_POOL_WORK:  # left out; the batch's own still join
+                left.extend(earlier)
+                measured = [m for m in measured if m.release == self.first]
+                if not measured:
+                    continue
+            elif earlier:
+                work += cost
+            admitted.append(measured)
+        if left:
+            self.left_out[key] = left
+        if not admitted:
             return None
-        return pool(joint_domain(participants), members)
+        target = refinement(axes, [measured[0].axes for measured in admitted], REUSE_CELLS)
+        lift = cell_map(target, axes)
+        members, parts = [], []
+        for measured in admitted:
+            found = meet(measured[0].axes, target)
+            members.extend(measured)
+            parts.append(self._reduced(measured, found))
+            lift = np.where(found.of_group < 0, -1, lift)
+        return pool(members, parts, lift)
+
+    def _reduced(self, members: Sequence[KeptMeasurement], found: Meet) -> tuple[FloatArray, FloatArray]:
+        """Members over the same cells, their information summed and reduced onto the group's cells."""
+        cacheable = all(m.release != NEW_RELEASE and m.release != 0 for m in members)
+        name = (tuple(m.identity for m in members), found.of_group.tobytes() + b"|" + found.of_measured.tobytes())
+        if cacheable and name in self.cache:
+            return self.cache[name]
+        information = sum(m.information()[0] for m in members)
+        score = sum(m.information()[1] for m in members)
+        found_parts = reduce(np.asarray(information), np.asarray(score), found)
+        if cacheable:
+            if len(self.cache) >= CACHED_REDUCTIONS:
+                self.cache.clear()
+            self.cache[name] = found_parts
+        return found_parts
 
     def statement_answers(self, statement: int) -> dict[AnswerKey, mechanism.Answers] | None:
         """Every block of a statement answered from the pools, with covariances between blocks that
@@ -182,14 +296,13 @@ class Reuse:
         positions = sorted({p for output in compiled.aggregates for p in output.blocks})
         if any(group.blocks[p].total is not None for p in positions) or group.cells > REUSE_CELLS:
             return None
-        axes = group_axes(group, self.compiled.table)
         rows: dict[int, tuple[Pool, FloatArray, float]] = {}
         for p in positions:
             block = group.blocks[p]
             found = self.pool_of(compiled.group, block.data)
             if found is None:
                 return None
-            lifted = np.asarray(block.workload.dense(), dtype=np.float64)[:, found.domain.index(axes)]
+            lifted = np.asarray(block.workload.dense(), dtype=np.float64)  # over the group's cells
             if not np.all(found.answerable(lifted)):
                 return None
             rows[p] = (found, lifted, block.scale * self.unit_key(compiled.group, block.data)[1])
@@ -202,26 +315,41 @@ class Reuse:
                 covariances=covariances)
         return answers
 
-    def releases_of(self, statement: int) -> tuple[int, ...]:
+    def sources_of(self, statement: int) -> Sources:
         """The releases whose measurements answer a statement (after ``statement_answers`` found it answerable)."""
         compiled = self.compiled.statements[statement]
         group = self.compiled.groups[compiled.group]
         vectors = {group.blocks[p].data for output in compiled.aggregates for p in output.blocks}
         found = [self.pool_of(compiled.group, v) for v in vectors]
-        return tuple(sorted({r for f in found if f is not None for r in f.releases}))
+        return sources(m for f in found if f is not None for m in f.members)
+
+    def left_out_of(self, statement: int) -> list[KeptMeasurement]:
+        """The kept measurements the work bound left out of a statement's pools."""
+        compiled = self.compiled.statements[statement]
+        group = self.compiled.groups[compiled.group]
+        keys = {(compiled.group, self.unit_key(compiled.group, group.blocks[p].data)[0])
+                for output in compiled.aggregates for p in output.blocks}
+        return [m for key in sorted(keys) for m in self.left_out.get(key, [])]
+
+
+def _cells_of(axes: Axes) -> tuple[tuple[str, bytes], ...]:
+    """A measurement's cells as a key: per axis, its key and map from base cells."""
+    return tuple((name, np.asarray(cells, dtype=np.int64).tobytes()) for name, cells in axes)
 
 
 def answer_all(reuse: Reuse, answers: AnswerSet, statements: Iterable[int],
-               own: int | None = None) -> tuple[AnswerSet, dict[int, tuple[int, ...]]]:
+               own: int | None = None) -> tuple[AnswerSet, dict[int, Sources]]:
     """``answers`` with each listed statement's blocks replaced by their GLS answers where kept
     measurements determine them; also which releases answered each statement. A statement only
     release ``own`` answers keeps its answers as they are (the same, but for float rounding)."""
     found = dict(answers)
-    used: dict[int, tuple[int, ...]] = {}
+    used: dict[int, Sources] = {}
     for statement in statements:
         mine = reuse.statement_answers(statement)
-        releases = reuse.releases_of(statement) if mine is not None else ()
-        if mine is not None and set(releases) - {own}:
+        if mine is None:
+            continue
+        releases = reuse.sources_of(statement)
+        if set(releases.own) - {own} or releases.shared:
             found.update(mine)
             used[statement] = releases
     return AnswerSet(found), used
@@ -233,11 +361,12 @@ def measured_keys(measured: Sequence[MeasuredVector]) -> dict[tuple[int, DataVec
 
 
 def planned_answers(compiled: CompiledBatch, measurements: Sequence[PlannedVector], kept: Sequence[KeptMeasurement],
-                    alone: Mapping[AnswerKey, mechanism.Answers]) -> dict[AnswerKey, mechanism.Answers]:
+                    alone: Mapping[AnswerKey, mechanism.Answers],
+                    cache: Reductions | None = None) -> dict[AnswerKey, mechanism.Answers]:
     """Each block's variances (and covariances) once the planned measurements join the kept ones
     (GLS over all of them; no data: the new measurements' strategies and calibrated noise variances
     are public, the values are zeros). ``alone``: the blocks under the plan by itself, kept where
-    no pool applies."""
+    no pool applies. ``cache``: a store's reductions of its kept measurements."""
     result = dict(alone)
     if not kept or not_kept_reason(compiled.table) is not None:
         return result
@@ -254,7 +383,8 @@ def planned_answers(compiled: CompiledBatch, measurements: Sequence[PlannedVecto
             table=table.name, vector=Reuse(compiled=compiled, kept=()).unit_key(m.group, m.vector)[0],
             axes=group_axes(group, table), strategy=calibration.strategy, y=np.zeros(calibration.strategy.shape[0]),
             noise_variance=calibration.variance, release=NEW_RELEASE))
-    reuse = Reuse(compiled=compiled, kept=[*kept, *hypothetical], first=NEW_RELEASE)
+    reuse = Reuse(compiled=compiled, kept=[*kept, *hypothetical], first=NEW_RELEASE,
+                  cache=cache if cache is not None else {})
     for s in range(len(compiled.statements)):
         found = reuse.statement_answers(s)
         if found is not None:
@@ -276,19 +406,25 @@ def summary(measurements: Sequence[KeptMeasurement]) -> list[str]:
 
 def keep_and_answer(compiled: CompiledBatch, measured: Sequence[MeasuredVector], answers: AnswerSet,
                     store: ReleaseStore, budget: PrivacyBudget,
-                    combine: bool = True) -> tuple[AnswerSet, dict[int, tuple[int, ...]]]:
-    """Keep a charged release's measurements, then (``combine``) answer every statement over all kept ones."""
-    kept, _ = kept_measurements(compiled, measured)
-    own = store.keep(kept, summary(kept), budget) if kept else None
+                    combine: bool = True) -> tuple[AnswerSet, dict[int, Sources]]:
+    """Keep a charged release's measurements (with why the others are not kept: ``dpsql budget
+    show`` lists both), then (``combine``) answer every statement over all kept ones."""
+    kept, skipped = kept_measurements(compiled, measured)
+    own = store.keep(kept, [*summary(kept), *(f"not kept for reuse: {why}" for why in skipped)], budget) \
+        if kept or skipped else None
     if not combine or not_kept_reason(compiled.table) is not None:
         return answers, {}
-    reuse = Reuse(compiled=compiled, kept=store.kept(), keys=measured_keys(measured), first=own)
+    reuse = Reuse(compiled=compiled, kept=store.kept(), keys=measured_keys(measured), first=own, cache=store.reductions)
     return answer_all(reuse, answers, range(len(compiled.statements)), own)
 
 
-def reuse_entry(releases: tuple[int, ...] | None) -> dict[str, object]:
-    """A statement's ``reuse`` metadata: the releases whose measurements answered it."""
+def reuse_entry(releases: Sources | None) -> dict[str, object]:
+    """A statement's ``reuse`` metadata: the releases whose measurements answered it (another
+    analyst's, shared by the data owner, only counted)."""
     if not releases:
         return {}
-    return {"reuse": {"answered_by_releases": list(releases),
-                      "method": "generalized least squares over every kept measurement of its cells"}}
+    entry: dict[str, object] = {"answered_by_releases": list(releases.own),
+                                "method": "generalized least squares over every kept measurement of its cells"}
+    if releases.shared:
+        entry["shared_releases"] = releases.shared
+    return {"reuse": entry}

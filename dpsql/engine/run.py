@@ -15,7 +15,7 @@ from dpsql.derived_answers import merge_unions
 from dpsql.engine import postprocess as postprocessing
 from dpsql.engine.metadata import statement_metadata
 from dpsql.engine.release_store import ReleaseStore
-from dpsql.engine.reuse import keep_and_answer, reuse_entry
+from dpsql.engine.reuse import Sources, keep_and_answer, reuse_entry
 from dpsql.engine.routes import Prepared
 from dpsql.engine.vocabulary import Report
 from dpsql.errors import ProgrammingError
@@ -59,7 +59,7 @@ def run(prepared: Prepared, *, backend: Backend, budget: PrivacyBudget, rng: Ran
         budget.charge(prepared.cost)
     release = chosen.answer(backend=backend, rng=rng, report=report)
     answers, metadata = release.answers, release.metadata
-    reused: dict[int, tuple[int, ...]] = {}
+    reused: dict[int, Sources] = {}
     if store is not None and release.measured:
         answers, reused = keep_and_answer(release.compiled, release.measured, answers, store, budget, combine)
     if postprocess:

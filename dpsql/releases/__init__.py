@@ -4,8 +4,8 @@ noise variance, over cells defined by the schema), and answering later statement
 Math (numpy only, no SQL or database):
     ``recipes``  a strategy as JSON and back (Kronecker products, stacks, weights, dense or sparse factors);
     ``kept``     one kept measurement y = Ã x + z with its cells, and its JSON form;
-    ``joint``    the common refinement of several measurements' cells and the lifting of each onto it;
-    ``gls``      generalized least squares over every kept measurement of one data vector.
+    ``reduce``   what a measurement says about a group's cells (the meet of their cells, a Schur complement);
+    ``gls``      generalized least squares over the reduced measurements of one data vector, on a group's cells.
 
 Privacy: everything here is post-processing of released noisy values and public plans, so
 answering from kept measurements costs nothing (Dwork and Roth, "The Algorithmic Foundations of

@@ -30,7 +30,9 @@ Axes = tuple[tuple[str, IntArray], ...]
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class KeptMeasurement:
-    """A measurement kept for reuse (``release``: the id of the release that holds it, 0 before it is kept)."""
+    """A measurement kept for reuse (``release``: the id of the release that holds it, 0 before it is
+    kept; ``index``: its place in that release; ``shared``: a release another analyst's charge paid
+    for, which the data owner lets this connection reuse, so its number is not shown)."""
 
     table: str
     vector: str
@@ -41,6 +43,8 @@ class KeptMeasurement:
     label: str = ""
     unit: float = 1.0  # the value of one integer unit of x (a sum's quantum; 1 for counts): for what is shown
     release: int = 0
+    index: int = 0
+    shared: bool = False
     _information: list[tuple[FloatArray, FloatArray]] = field(default_factory=list, repr=False)
 
     @property
@@ -75,10 +79,16 @@ class KeptMeasurement:
             return None
         return float(np.sqrt(np.max(np.sum(basis**2 / eigenvalues[keep], axis=1)))) * self.unit
 
-    def with_release(self, release: int) -> KeptMeasurement:
+    @property
+    def identity(self) -> tuple[int, int]:
+        """(release, index): which kept measurement this is, within one store."""
+        return self.release, self.index
+
+    def with_release(self, release: int, index: int = 0, shared: bool = False) -> KeptMeasurement:
         return KeptMeasurement(table=self.table, vector=self.vector, axes=self.axes,
                                strategy=self.strategy, y=self.y, noise_variance=self.noise_variance, label=self.label,
-                               unit=self.unit, release=release)
+                               unit=self.unit, release=release, index=index, shared=shared,
+                               _information=self._information)
 
     def to_json(self) -> dict[str, Any]:
         return {"table": self.table, "vector": self.vector,
@@ -87,14 +97,14 @@ class KeptMeasurement:
                 "noise_variance": self.noise_variance, "label": self.label, "unit": self.unit}
 
     @classmethod
-    def from_json(cls, value: dict[str, Any], release: int) -> KeptMeasurement:
+    def from_json(cls, value: dict[str, Any], release: int, index: int = 0) -> KeptMeasurement:
         """The measurement a payload entry describes; ValueError if it is not one (shapes included)."""
         axes = tuple((str(key), np.asarray(decode_array(text), dtype=np.int64)) for key, text in value["axes"])
         kept = cls(table=str(value["table"]), vector=str(value["vector"]), axes=axes,
                    strategy=from_recipe(value["strategy"]),
                    y=np.asarray(decode_array(value["y"]), dtype=np.float64),
                    noise_variance=float(value["noise_variance"]), label=str(value.get("label", "")),
-                   unit=float(value.get("unit", 1.0)), release=release)
+                   unit=float(value.get("unit", 1.0)), release=release, index=index)
         rows, columns = kept.strategy.shape
         if columns != kept.cells or rows != kept.y.shape[0] or not kept.noise_variance > 0:
             raise ValueError(f"a kept measurement of {rows} × {columns} with {kept.y.shape[0]} values over "
@@ -118,4 +128,4 @@ def read_payload(text: str, release: int, schema: str, data: str = "") -> list[K
         raise ValueError("not a dpsql release")
     if value.get("schema") != schema or value.get("data", "") != data:
         return []
-    return [KeptMeasurement.from_json(entry, release) for entry in value["measurements"]]
+    return [KeptMeasurement.from_json(entry, release, index) for index, entry in enumerate(value["measurements"])]

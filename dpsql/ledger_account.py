@@ -1,0 +1,105 @@
+"""Which budget a connection draws from in a ledger (:class:`Account`), and that budget as the
+engine's ``PrivacyBudget`` (:class:`LedgerBudget`): ``check`` reads the ledger, ``charge`` is its
+atomic, durable charge (:mod:`dpsql.ledger`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from dpsql.accounting import PrivacyCost
+from dpsql.errors import ProgrammingError
+from dpsql.ledger_records import Balance, BatchRecord, Binding, KeptRelease
+from dpsql.schema import Schema
+
+if TYPE_CHECKING:
+    from dpsql.ledger import Ledger
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Account:
+    """Which budget a connection draws from: a ledger, a dataset in it, optionally an analyst, and
+    the connection's binding (its database file and schema), checked against the dataset's."""
+
+    ledger: Ledger
+    dataset: str
+    analyst: str | None = None
+    binding: Binding | None = None
+
+    def bound(self, schema: Schema, database: object) -> Account:
+        """This account with the binding of ``schema`` over ``database`` (a path, or no file)."""
+        return self.bound_to(Binding.of(schema, database))
+
+    def bound_to(self, binding: Binding) -> Account:
+        """This account with ``binding`` (e.g. a schema over a Backend's ``identity``)."""
+        return replace(self, binding=binding)
+
+    def budget(self, batch: BatchRecord | None = None) -> LedgerBudget:
+        """The current balance as a PrivacyBudget; with ``batch``, one whose ``charge`` records that batch."""
+        balance = self.ledger.balance(self.dataset, self.analyst, binding=self.binding)
+        return LedgerBudget(account=self, batch=batch, balance=balance)
+
+    def keep_release(self, payload: str, charge: int) -> int:
+        """Keep what charge ``charge`` (on this dataset) released; returns its id (``Ledger.keep_release``)."""
+        return self.ledger.keep_release(self.dataset, charge, payload)
+
+    def releases(self) -> list[KeptRelease]:
+        """Every release kept for this dataset, oldest first."""
+        return self.ledger.releases(self.dataset)
+
+
+@dataclass(slots=True, kw_only=True)
+class LedgerBudget:
+    """The ledger's ``PrivacyBudget``: ``check`` reads the ledger, ``charge`` is its atomic durable charge.
+
+    The engine calls ``check(cost)`` and then ``charge(cost)`` before it reads any data, and reads
+    ``remaining`` and ``total`` afterwards: they show the balance right after this batch's charge.
+    ``total``, ``spent`` and ``left`` are those of the binding level (the analyst's, if it has a total).
+    ``charge_id`` is the id of the charge ``charge`` appended (None until then): what pays for the
+    release kept with ``Account.keep_release``.
+    """
+
+    account: Account
+    balance: Balance
+    batch: BatchRecord | None = None
+    charge_id: int | None = None
+
+    @property
+    def total(self) -> PrivacyCost:
+        return PrivacyCost.of(self.balance.family, self.balance.binding.total)
+
+    @property
+    def spent(self) -> float:
+        return float(self.balance.binding.spent)
+
+    @property
+    def left(self) -> Fraction:
+        return self.balance.left
+
+    @property
+    def remaining(self) -> float:
+        return float(self.left)
+
+    @property
+    def durable(self) -> bool:
+        """True: the books are the ledger file."""
+        return True
+
+    def price(self, cost: PrivacyCost) -> Fraction:
+        return self.balance.price(cost)
+
+    def check(self, cost: PrivacyCost) -> Fraction:
+        """Read the ledger again (fail closed), then check the cost against it. Charges nothing."""
+        account = self.account
+        self.balance = account.ledger.balance(account.dataset, account.analyst, binding=account.binding)
+        return self.balance.check(cost)
+
+    def charge(self, cost: PrivacyCost) -> None:
+        """The ledger's atomic check-and-insert, committed durably before this returns."""
+        if self.batch is None:
+            raise ProgrammingError("a ledger charge needs its batch record: use Account.budget(batch).")
+        account = self.account
+        self.balance = account.ledger.charge(account.dataset, cost, self.batch, analyst=account.analyst,
+                                             binding=account.binding)
+        self.charge_id = self.balance.last_charge

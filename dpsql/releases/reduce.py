@@ -1,0 +1,232 @@
+"""A kept measurement's information about a statement group's cells.
+
+A group asks about x_G, its data vector over the product of its axes (per axis, a partition of the
+column's base cells). Its pool works on a *target* T that refines G on G's columns only: each of
+them at the common refinement of G's cells and the cells of the measurements that join, while T has
+at most a given number of cells (:func:`refinement`), so that measurements over crossing cells of
+one column are combined exactly. A kept measurement y = Ã x_K + z lives on its own cells K. On
+each column both have, the *meet* of the two partitions — the finest partition both refine: the connected
+classes of base cells, a K cell and a G cell being linked by every base cell they share — is what
+both can speak of. Over the product of the meet classes of the shared columns, θ = P x_K = Q x_G
+is a marginal of both: P sums K's cells into classes (columns only K has are summed out), Q sums
+G's cells (columns only G has lie inside each class).
+
+With everything about x_K other than θ a free nuisance parameter η, write x_K = U φ + N η with
+[U N] orthonormal, U = Pᵀ D^(-1/2) (D the class sizes, so φ = D^(-1/2) θ) and N the within-class
+contrasts. The measurement's information about φ is the Schur complement of the information
+M = Ãᵀ Ã / σ² in those coordinates,
+
+    S_φ = Uᵀ M U − Uᵀ M N (Nᵀ M N)⁺ Nᵀ M U,     r_φ = Uᵀ b − Uᵀ M N (Nᵀ M N)⁺ Nᵀ b   (b = Ãᵀ y / σ²),
+
+with E[r_φ] = S_φ φ and Cov[r_φ] = S_φ whatever η is (Rao, "Linear Statistical Inference and
+Its Applications", 1973, 4a.4; the profile information). On G's cells: S_G = Qᵀ D^(-1/2) S_φ
+D^(-1/2) Q and r_G = Qᵀ D^(-1/2) r_φ. Independent measurements add: Σ S_G and Σ r_G are the
+information and score of a GLS estimate of x_G that is unbiased on every answerable query, with
+exact variance w (Σ S_G)⁺ wᵀ (:mod:`dpsql.releases.gls`). Where a measurement's cells refine
+nothing away (every K cell its own class: K is G or a coarsening of it), S_G is M itself, lifted.
+
+Summing several measurements' information over the same cells before the reduction keeps what they
+say jointly about the nuisance (S of a sum ⪰ the sum of the S's); measurements over other cells
+have their own nuisance, and reducing each alone loses nothing when the nuisances are unrelated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+Axes = Sequence[tuple[str, IntArray]]
+
+#: Eigenvalues of Nᵀ M N below this share of the largest are its null space (η directions not measured).
+EIGEN_CUTOFF = 1e-10
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Meet:
+    """The meet of a measurement's cells K with a group's cells G: per K cell and per G cell (flat,
+    row-major over each one's axes), its class (-1: a cell no row can fall in), and the classes."""
+
+    of_measured: IntArray
+    of_group: IntArray
+    classes: int
+
+    @property
+    def refines(self) -> bool:
+        """Whether the measurement's cells are the classes themselves (nothing to reduce)."""
+        return bool(np.all(self.of_measured >= 0)) and np.unique(self.of_measured).size == self.of_measured.size
+
+
+def reduction_work(cells: int) -> int:
+    """Multiply-adds to reduce a measurement over ``cells`` cells, at most (a dense Schur complement:
+    three products of n × n matrices); it does not depend on the target, so a pool's admissions do not."""
+    return 3 * cells**3 + cells**2
+
+
+def refinement(group: Axes, others: Sequence[Axes], limit: int) -> tuple[tuple[str, IntArray], ...]:
+    """The group's columns, each at the common refinement of its cells and those of ``others`` on it
+    (taken in order, each only while the product of cells stays at most ``limit``). A base cell any
+    participant maps to -1 (rows no scan reads) is left out."""
+    current = {key: np.asarray(cells, dtype=np.int64) for key, cells in group}
+    for axes in others:
+        trial = dict(current)
+        for key, cells in axes:
+            if key in trial:
+                trial[key] = _common_refinement(trial[key], np.asarray(cells, dtype=np.int64))
+        if int(np.prod([int(c.max()) + 1 for c in trial.values()], dtype=np.int64)) <= limit:
+            current = trial
+    return tuple((key, current[key]) for key, _ in group)
+
+
+def _common_refinement(first: IntArray, second: IntArray) -> IntArray:
+    """Per base cell, its class among the base cells neither partition tells apart (-1: left out)."""
+    dropped = (first < 0) | (second < 0)
+    classes = np.full(first.size, -1, dtype=np.int64)
+    if not np.all(dropped):
+        pairs = np.stack([first[~dropped], second[~dropped]], axis=1)
+        classes[~dropped] = np.unique(pairs, axis=0, return_inverse=True)[1].ravel()
+    return classes
+
+
+def cell_map(finer: Axes, coarser: Axes) -> IntArray:
+    """For each cell of ``finer`` (flat), the flat index of the ``coarser`` cell holding it (same axes
+    in the same order; ``finer`` refines ``coarser`` on each); -1 where none."""
+    per_axis = []
+    for (_, fine), (_, coarse) in zip(finer, coarser):
+        size = int(fine.max()) + 1
+        of_class = np.full(size, -1, dtype=np.int64)
+        kept = fine >= 0
+        of_class[fine[kept]] = coarse[kept]
+        per_axis.append(of_class)
+    if not per_axis:
+        return np.zeros(1, dtype=np.int64)
+    grid = _grid([c.size for c in per_axis])
+    cells = [per[g] for per, g in zip(per_axis, grid)]
+    sizes = [int(c.max()) + 1 for _, c in coarser]
+    missing = np.any(np.stack(cells) < 0, axis=0)
+    flat = np.ravel_multi_index(tuple(np.maximum(c, 0) for c in cells), sizes)
+    return np.where(missing, -1, flat).astype(np.int64)
+
+
+def axis_meet(measured: IntArray, group: IntArray) -> tuple[IntArray, IntArray, int]:
+    """One column: per measured cell and per group cell, its meet class (-1: none of its base cells
+    holds rows), and the number of classes. Both arrays map the column's base cells to cells."""
+    sizes = int(measured.max()) + 1, int(group.max()) + 1
+    linked = (measured >= 0) & (group >= 0)
+    nodes = sizes[0] + sizes[1]
+    graph = sp.coo_array((np.ones(int(linked.sum())), (measured[linked], sizes[0] + group[linked])),
+                         shape=(nodes, nodes))
+    _, labels = connected_components(graph, directed=False)
+    touched = np.zeros(nodes, dtype=bool)
+    touched[measured[linked]] = True
+    touched[sizes[0] + group[linked]] = True
+    kept, renumbered = np.unique(labels[touched], return_inverse=True)
+    classes = np.full(nodes, -1, dtype=np.int64)
+    classes[touched] = renumbered.ravel()
+    return classes[:sizes[0]], classes[sizes[0]:], int(kept.size)
+
+
+def meet(measured: Axes, group: Axes) -> Meet:
+    """The meet of a measurement's cells with a group's, over the columns both have (in the group's order)."""
+    mine, theirs = dict(measured), dict(group)
+    shared = [key for key, _ in group if key in mine]
+    measured_shape = [int(cells.max()) + 1 for _, cells in measured]
+    group_shape = [int(cells.max()) + 1 for _, cells in group]
+    of_measured = np.zeros(int(np.prod(measured_shape, dtype=np.int64)), dtype=np.int64)
+    of_group = np.zeros(int(np.prod(group_shape, dtype=np.int64)), dtype=np.int64)
+    measured_grid, group_grid = _grid(measured_shape), _grid(group_shape)
+    measured_keys, group_keys = [key for key, _ in measured], [key for key, _ in group]
+    classes = 1
+    for key in shared:
+        on_measured, on_group, count = axis_meet(mine[key], theirs[key])
+        column_measured = on_measured[measured_grid[measured_keys.index(key)]]
+        column_group = on_group[group_grid[group_keys.index(key)]]
+        of_measured = np.where((of_measured < 0) | (column_measured < 0), -1, of_measured * count + column_measured)
+        of_group = np.where((of_group < 0) | (column_group < 0), -1, of_group * count + column_group)
+        classes *= count
+    return Meet(of_measured=of_measured, of_group=of_group, classes=classes)
+
+
+def _grid(shape: Sequence[int]) -> IntArray:
+    """Per axis, the cell of every flat index (row-major): shape (axes, cells); one cell with no axes."""
+    cells = int(np.prod(shape, dtype=np.int64))
+    return np.indices(tuple(shape), dtype=np.int64).reshape(len(shape), cells)
+
+
+def reduce(information: FloatArray, score: FloatArray, found: Meet) -> tuple[FloatArray, FloatArray]:
+    """(S_G, r_G): the information and score about the group's cells of a measurement with
+    information M = ``information`` and score b = ``score`` over its own cells (module docstring)."""
+    theta, rhs = _on_classes(information, score, found)
+    cells = found.of_group.size
+    on = found.of_group >= 0
+    index = found.of_group[on]
+    S = np.zeros((cells, cells))
+    S[np.ix_(on, on)] = theta[np.ix_(index, index)]
+    r = np.zeros(cells)
+    r[on] = rhs[index]
+    return S, r
+
+
+def _on_classes(M: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, FloatArray]:
+    """The Schur complement onto θ (the classes' totals) and its score."""
+    classes, t = found.of_measured, found.classes
+    if found.refines:  # K cells are the classes: a relabelling
+        S, r = np.zeros((t, t)), np.zeros(t)
+        S[np.ix_(classes, classes)] = M
+        r[classes] = b
+        return S, r
+    sizes = np.bincount(classes[classes >= 0], minlength=t).astype(np.float64)
+    scale = np.zeros(t)
+    scale[sizes > 0] = 1.0 / np.sqrt(sizes[sizes > 0])
+    n = classes.size
+    members = np.flatnonzero(classes >= 0)
+    U = sp.csr_array((scale[classes[members]], (members, classes[members])), shape=(n, t))
+    N = _contrasts(classes)
+    MU, MN = np.asarray(M @ U), np.asarray(M @ N)
+    Muu, Mun, Mnn = np.asarray(U.T @ MU), np.asarray(U.T @ MN), np.asarray(N.T @ MN)
+    eigenvalues, vectors = np.linalg.eigh(Mnn) if Mnn.size else (np.zeros(0), np.zeros((0, 0)))
+    largest = float(eigenvalues.max()) if eigenvalues.size else 0.0
+    keep = eigenvalues > EIGEN_CUTOFF * largest if largest > 0 else np.zeros(eigenvalues.size, dtype=bool)
+    half = vectors[:, keep] / np.sqrt(eigenvalues[keep])       # (Nᵀ M N)⁺ = half halfᵀ
+    cross = Mun @ half
+    S_phi = Muu - cross @ cross.T
+    r_phi = np.asarray(U.T @ b) - cross @ (half.T @ np.asarray(N.T @ b))
+    S_phi = (S_phi + S_phi.T) / 2
+    return S_phi * np.outer(scale, scale) * np.outer(sizes > 0, sizes > 0), r_phi * scale
+
+
+def _contrasts(classes: IntArray) -> sp.csc_array:
+    """An orthonormal basis of the vectors over K's cells that sum to zero within every class (and
+    are free on cells of no class): Helmert contrasts per class, unit vectors for the rest."""
+    rows: list[IntArray] = []
+    columns: list[IntArray] = []
+    values: list[FloatArray] = []
+    column = 0
+    order = np.argsort(classes, kind="stable")
+    boundaries = np.flatnonzero(np.diff(classes[order])) + 1
+    for members in np.split(order, boundaries):
+        if members.size == 0:
+            continue
+        if classes[members[0]] < 0:  # cells no row falls in: free directions
+            count = members.size
+            rows.append(members)
+            columns.append(column + np.arange(count))
+            values.append(np.ones(count))
+            column += count
+            continue
+        for j in range(1, members.size):  # (1, …, 1, −j, 0, …)/√(j(j+1))
+            norm = 1.0 / np.sqrt(j * (j + 1.0))
+            rows.append(members[: j + 1])
+            columns.append(np.full(j + 1, column))
+            values.append(np.concatenate([np.full(j, norm), [-j * norm]]))
+            column += 1
+    if not rows:
+        return sp.csc_array((classes.size, 0))
+    return sp.csc_array((np.concatenate(values), (np.concatenate(rows), np.concatenate(columns))),
+                        shape=(classes.size, column))
