@@ -77,7 +77,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
                                         help="the schema the dataset is bound to (needed the first "
                                         "time, and with --rebind); every charge checks it and the database file")
     actions.choices["set"].add_argument("--rebind", action="store_true", help="bind the dataset to a new database file "
-                                        "or schema (recorded as an owner action)")
+                                        "or schema, or to a file another dataset is bound to (recorded as an owner "
+                                        "action)")
     actions.choices["show"].add_argument("--delta", type=float, default=DEFAULT_DELTA,
                                          help=f"δ for the (ε, δ)-DP reading of a ρ budget (default {DEFAULT_DELTA:g})")
 
