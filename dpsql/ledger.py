@@ -30,10 +30,9 @@ Binding: the first total of a dataset binds it (``Binding``) to its database fil
 (``Schema.canonical``: tables, privacy unit and ``max_rows``, domains, measure bounds, truncation).
 Every charge, in its own transaction, compares the connection's binding with the dataset's and
 refuses a difference (LedgerError naming what differs, never data). Rebinding is an explicit,
-recorded owner action (``set_total(..., rebind=True)``, ``dpsql budget set --rebind``), and so is
-binding a second dataset to data another dataset is bound to (two budgets on one file, whose caps
-would not apply to each other; refused without ``rebind``). Once a dataset has per-analyst totals,
-every charge must name an analyst with one.
+recorded owner action (``set_total(..., rebind=True)``, ``dpsql budget set --rebind``), as is binding
+data another dataset is bound to (:mod:`dpsql.ledger_sharing`). Once a dataset has per-analyst
+totals, every charge must name an analyst with one.
 
 Tamper evidence: every row of the history carries mac = HMAC-SHA256(key, previous mac ‖ the row
 as canonical JSON), and the head row holds the count and the last mac under its own MAC, updated
@@ -97,6 +96,7 @@ from dpsql.errors import (
 )
 from dpsql.ledger_format import FORMAT, VERSION
 from dpsql.ledger_records import Action, Balance, BatchRecord, Binding, Charge, KeptRelease, Limit
+from dpsql.ledger_sharing import check_sharing
 from dpsql.schema import Schema
 
 SUFFIX = ".dpsql-ledger"
@@ -257,9 +257,8 @@ class Ledger:
             PrivacyParameterError: the total is below what is already spent, or changes the unit
                 of a dataset that has charges, or an analyst's unit differs from the dataset's.
             BudgetNotSetError: an analyst's total before the dataset has one.
-            ProgrammingError: no binding for an unbound dataset, a binding that differs (or whose data
-                another dataset is bound to) without ``rebind``, or ``rebind`` without a binding or with
-                an analyst.
+            ProgrammingError: no binding for an unbound dataset, a binding that differs (or is another
+                dataset's) without ``rebind``, or ``rebind`` without a binding or with an analyst.
         """
         with self._session(write=True, create=True) as books:
             self._check_family(books, dataset, total.family, analyst)
@@ -291,23 +290,15 @@ class Ledger:
                     f"dataset '{dataset}' is not bound yet: its first total binds it to its database file and schema. "
                     "Nothing was set. Run: dpsql budget set --db DATABASE --schema SCHEMA --epsilon E (in Python: "
                     "set_total(..., binding=Binding.of(schema, database))).")
-            shared = self._sharing(books, dataset, binding)
-            if shared and not rebind:
-                raise ProgrammingError(
-                    f"{binding.data} is already bound to dataset '{shared}' in ledger '{self.path}'; a "
-                    f"second dataset on the same data would keep a second budget, and the caps set on one would not "
-                    f"apply to the other. Nothing was set. Set the total of dataset '{shared}' (--dataset {shared}), "
-                    "or add --rebind (rebind=True) if a second budget on these data is meant.")
+            shared = check_sharing(books, dataset, binding, rebind=rebind, ledger=self.path)
             return ("rebind" if shared else "bind" if exists else "set"), binding
         if binding is None or binding == current[0]:
             if rebind:
                 raise ProgrammingError("rebind= (--rebind) needs the new binding: pass --schema SCHEMA (and --db).")
             return "change", None
-        shared = self._sharing(books, dataset, binding)
         if not rebind:
-            also = f" (and dataset '{shared}' is bound to those data)" if shared else ""
-            raise ProgrammingError(f"{self._mismatch(dataset, binding, current)}{also} Nothing was set. If the data or "
-                                   "the schema changed on purpose, add --rebind (rebind=True).")
+            raise ProgrammingError(f"{self._mismatch(dataset, binding, current)} Nothing was set. If the data or the "
+                                   "schema changed on purpose, add --rebind (rebind=True).")
         return "rebind", binding
 
     def _check_family(self, books: fmt.Books, dataset: str, family: Family, analyst: str | None) -> None:
@@ -358,15 +349,6 @@ class Ledger:
     def _mismatch(self, dataset: str, binding: Binding, current: tuple[Binding, str]) -> str:
         return (f"dataset '{dataset}' in ledger '{self.path}' is bound (by the data owner with dpsql budget set on "
                 f"{current[1]}) to another database or schema: {'; '.join(binding.differences(current[0]))}.")
-
-    def _sharing(self, books: fmt.Books, dataset: str, binding: Binding) -> str | None:
-        """Another dataset whose binding is now to the same data as ``binding`` (none for no database)."""
-        if not binding.database:
-            return None
-        rows = books.rows("SELECT dataset FROM actions AS a WHERE analyst = '' AND schema != '' AND database = ? AND "
-                          "dataset != ? AND id = (SELECT MAX(id) FROM actions WHERE dataset = a.dataset AND "
-                          "analyst = '' AND schema != '') ORDER BY id LIMIT 1", (binding.database, dataset))
-        return str(rows[0][0]) if rows else None
 
     def _binding(self, books: fmt.Books, dataset: str) -> tuple[Binding, str] | None:
         """The dataset's binding and when it was made: its latest action that binds, or None."""
@@ -458,6 +440,10 @@ class Ledger:
         if new:
             _sync_directory(self.path.parent)
 
+    def derived_secret(self, purpose: str) -> bytes:
+        """A secret for ``purpose`` derived from the key (``ledger_format.derived``); LedgerError if unreadable."""
+        return fmt.derived(self._read_key(), purpose)
+
     def _make_key(self) -> bool:
         """Create the key file (32 random bytes in hex, mode 0600) unless one exists; True if created."""
         try:
@@ -466,8 +452,7 @@ class Ledger:
             return False
         except OSError as err:
             raise LedgerError(f"cannot create the ledger's key file '{self.key_path}' ({err.strerror or err}). Nothing "
-                              "was "
-                              "set.") from None
+                              "was set.") from None
         try:
             os.write(descriptor, (secrets.token_bytes(_KEY_BYTES).hex() + "\n").encode("ascii"))
             os.fsync(descriptor)
