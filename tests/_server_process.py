@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,6 +127,16 @@ def start(folder: Path, config: Path, *, database: str | None = None, options: t
         process.wait(timeout=30)
         raise RuntimeError(f"dpsql serve did not start: {line!r}\n{log.read_text()}")
     return Served(int(match.group(1)), folder, process, log)
+
+
+def serving(folder: Path) -> Iterator[Served]:
+    """A module's server with the default configuration in ``folder``, stopped when the module is done."""
+    make_database(folder)
+    server = start(folder, write_config(folder))
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def wait_until(condition, timeout: float = 60.0) -> bool:  # type: ignore[no-untyped-def]

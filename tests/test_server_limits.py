@@ -6,14 +6,16 @@ for inputs that used to fail inside the server.
 
 from __future__ import annotations
 
+import shutil
 import struct
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 from _raw_client import RawClient, error_states, frame, salt_of
-from _server_process import PASSWORDS, Served, make_database, start, wait_until, write_config
+from _server_process import PASSWORDS, Served, make_database, serving, start, wait_until, write_config
 from pygwire import messages as m
 
 from dpsql.sql.parse import MAX_SQL_LENGTH
@@ -24,11 +26,7 @@ POSTGRESQL_STARTUP_LIMIT = 10_000
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    folder = tmp_path_factory.mktemp("limits")
-    make_database(folder)
-    server = start(folder, write_config(folder))
-    yield server
-    server.stop()
+    yield from serving(tmp_path_factory.mktemp("limits"))
 
 
 def connect(served: Served, user: str = "bob") -> psycopg.Connection:
@@ -71,6 +69,23 @@ def test_after_authentication_a_batch_of_max_sql_length_is_read_and_a_larger_mes
         assert error_states(client.read_to_close()) == ["08P01"]
     finally:
         client.close()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make a test certificate")
+def test_bytes_sent_after_an_ssl_request_before_the_handshake_are_refused(tmp_path: Path) -> None:
+    """They would be read as if they had come under TLS (PostgreSQL's CVE-2021-23214)."""
+    make_database(tmp_path)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-days", "1",
+                    "-keyout", str(tmp_path / "server.key"), "-out", str(tmp_path / "server.crt")],
+                   check=True, capture_output=True)
+    served = start(tmp_path, write_config(tmp_path, server='tls_certificate = "server.crt"\ntls_key = "server.key"\n'))
+    client = RawClient(served.port)
+    try:
+        client.send_bytes(m.SSLRequest().to_wire() + m.StartupMessage(params={"user": "alice"}).to_wire())
+        assert error_states(client.read_to_close()) == ["08P01"]
+    finally:
+        client.close()
+        served.stop()
 
 
 # ------------------------------------------------------------------------------------------ timeouts
@@ -138,11 +153,9 @@ def _logs_in(served: Served, clients: list[RawClient]) -> bool:
 
 
 # ------------------------------------------------------------------------------------------ catalog questions
-def test_catalog_questions_take_from_the_rate_limit_and_the_dataset_budget_is_the_owners_to_show(
-        tmp_path: Path) -> None:
+def test_catalog_questions_take_from_the_rate_limit(tmp_path: Path) -> None:
     make_database(tmp_path)
-    served = start(tmp_path, write_config(tmp_path, analysts={"bob": "batches_per_minute = 2",
-                                                              "alice": "show_dataset_budget = true"}))
+    served = start(tmp_path, write_config(tmp_path, analysts={"bob": "batches_per_minute = 2"}))
     try:
         with connect(served) as conn:
             conn.execute("SET dpsql.epsilon = 0.01")
@@ -153,9 +166,6 @@ def test_catalog_questions_take_from_the_rate_limit_and_the_dataset_budget_is_th
             with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="rate limit"):
                 conn.execute("SELECT COUNT(*) AS n FROM census")
         assert served.spent("bob") == 0
-        with connect(served, "alice") as conn:
-            shown = conn.execute("SHOW dpsql.budget").fetchone()
-        assert shown is not None and "dataset 'people.duckdb': ε total 10" in shown[0]
     finally:
         served.stop()
 
@@ -197,6 +207,18 @@ def test_show_budget_shows_an_analyst_her_own_cap_only_by_default(served: Served
         shown = conn.execute("SHOW dpsql.budget").fetchone()
     assert shown is not None and shown[0].startswith("analyst 'bob' on dataset 'people.duckdb': ε total 0.5")
     assert "dataset 'people.duckdb': ε total 10" not in shown[0]
+
+
+def test_the_owner_may_show_an_analyst_the_datasets_total(tmp_path: Path) -> None:
+    make_database(tmp_path)
+    served = start(tmp_path, write_config(tmp_path, analysts={"alice": "show_dataset_budget = true"}))
+    try:
+        with connect(served, "alice") as conn:
+            shown = conn.execute("SHOW dpsql.budget").fetchone()
+        assert shown is not None and shown[0].startswith("analyst 'alice' on dataset 'people.duckdb': ε total 1")
+        assert "; dataset 'people.duckdb': ε total 10" in shown[0]
+    finally:
+        served.stop()
 
 
 # ------------------------------------------------------------------------------------------ robustness
