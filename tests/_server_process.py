@@ -129,6 +129,14 @@ def start(folder: Path, config: Path, *, database: str | None = None, options: t
     return Served(int(match.group(1)), folder, process, log)
 
 
+def make_certificate(folder: Path) -> str:
+    """A self-signed certificate and key for localhost in ``folder`` (openssl); the [server] lines naming them."""
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-days", "1",
+                    "-keyout", str(folder / "server.key"), "-out", str(folder / "server.crt")],
+                   check=True, capture_output=True)
+    return 'tls_certificate = "server.crt"\ntls_key = "server.key"\n'
+
+
 def serving(folder: Path) -> Iterator[Served]:
     """A module's server with the default configuration in ``folder``, stopped when the module is done."""
     make_database(folder)

@@ -8,14 +8,22 @@ from __future__ import annotations
 
 import shutil
 import struct
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 from _raw_client import RawClient, error_states, frame, salt_of
-from _server_process import PASSWORDS, Served, make_database, serving, start, wait_until, write_config
+from _server_process import (
+    PASSWORDS,
+    Served,
+    make_certificate,
+    make_database,
+    serving,
+    start,
+    wait_until,
+    write_config,
+)
 from pygwire import messages as m
 
 from dpsql.sql.parse import MAX_SQL_LENGTH
@@ -75,10 +83,7 @@ def test_after_authentication_a_batch_of_max_sql_length_is_read_and_a_larger_mes
 def test_bytes_sent_after_an_ssl_request_before_the_handshake_are_refused(tmp_path: Path) -> None:
     """They would be read as if they had come under TLS (PostgreSQL's CVE-2021-23214)."""
     make_database(tmp_path)
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-days", "1",
-                    "-keyout", str(tmp_path / "server.key"), "-out", str(tmp_path / "server.crt")],
-                   check=True, capture_output=True)
-    served = start(tmp_path, write_config(tmp_path, server='tls_certificate = "server.crt"\ntls_key = "server.key"\n'))
+    served = start(tmp_path, write_config(tmp_path, server=make_certificate(tmp_path)))
     client = RawClient(served.port)
     try:
         client.send_bytes(m.SSLRequest().to_wire() + m.StartupMessage(params={"user": "alice"}).to_wire())
