@@ -41,6 +41,16 @@ from dpsql.errors import BudgetExhaustedError, PrivacyParameterError
 
 Family = Literal["epsilon", "rho"]
 UNIT = {"epsilon": "ε", "rho": "ρ"}
+#: The largest cost of one batch (ε, or ρ): far beyond any protection, and far below the costs at
+#: which the planner's noise variances (∝ 1/ε², 1/ρ) underflow a double (ε ≈ 1e160 did).
+MAX_BATCH_COST = 1e9
+
+
+def check_batch_cost(cost: PrivacyCost) -> None:
+    """PrivacyParameterError when ``cost`` is above :data:`MAX_BATCH_COST`."""
+    if cost.value > MAX_BATCH_COST:
+        raise PrivacyParameterError(f"the batch's cost {cost.describe()} is above MAX_BATCH_COST = {MAX_BATCH_COST:g}, "
+                                    "the largest a batch may have. Nothing was charged. Give a smaller cost.")
 
 
 def exact(value: float | Fraction) -> Fraction:

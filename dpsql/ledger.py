@@ -36,8 +36,9 @@ Binding: the first total of a dataset binds it (``Binding``) to its database fil
 (``Schema.canonical``: tables, privacy unit and ``max_rows``, domains, measure bounds, truncation).
 Every charge, in its own transaction, compares the connection's binding with the dataset's and
 refuses a difference (LedgerError naming what differs, never data). Rebinding is an explicit,
-recorded owner action (``set_total(..., rebind=True)``, ``dpsql budget set --rebind``). Once a
-dataset has per-analyst totals, every charge must name an analyst with one.
+recorded owner action (``set_total(..., rebind=True)``, ``dpsql budget set --rebind``), as is binding
+data another dataset is bound to (:mod:`dpsql.ledger_same_data`). Once a dataset has per-analyst
+totals, every charge must name an analyst with one.
 
 Tamper evidence: every row of the history carries mac = HMAC-SHA256(key, previous mac ‖ the row
 as canonical JSON), and the head row holds the count and the last mac under its own MAC, updated
@@ -113,6 +114,7 @@ from dpsql.ledger_records import (
     Limit,
     shares_releases,
 )
+from dpsql.ledger_same_data import check_sharing
 
 SUFFIX = ".dpsql-ledger"
 KEY_SUFFIX = ".key"
@@ -294,8 +296,8 @@ class Ledger:
             PrivacyParameterError: the total is below what is already spent, or changes the unit
                 of a dataset that has charges, or an analyst's unit differs from the dataset's.
             BudgetNotSetError: an analyst's total before the dataset has one.
-            ProgrammingError: no binding for an unbound dataset, a binding that differs without
-                ``rebind``, or ``rebind`` without a binding or with an analyst.
+            ProgrammingError: no binding for an unbound dataset, a binding that differs (or is another
+                dataset's) without ``rebind``, or ``rebind`` without a binding or with an analyst.
         """
         with self._session(write=True, create=True) as books:
             self._check_family(books, dataset, total.family, analyst)
@@ -327,7 +329,8 @@ class Ledger:
                     f"dataset '{dataset}' is not bound yet: its first total binds it to its database file and schema. "
                     "Nothing was set. Run: dpsql budget set --db DATABASE --schema SCHEMA --epsilon E (in Python: "
                     "set_total(..., binding=Binding.of(schema, database))).")
-            return ("bind" if exists else "set"), binding
+            shared = check_same_data(books, dataset, binding, rebind=rebind, ledger=self.path)
+            return ("rebind" if shared else "bind" if exists else "set"), binding
         if binding is None or binding == current[0]:
             if rebind:
                 raise ProgrammingError("rebind= (--rebind) needs the new binding: pass --schema SCHEMA (and --db).")
@@ -476,6 +479,10 @@ class Ledger:
         if new:
             _sync_directory(self.path.parent)
 
+    def derived_secret(self, purpose: str) -> bytes:
+        """A secret for ``purpose`` derived from the key (``ledger_format.derived``); LedgerError if unreadable."""
+        return fmt.derived(self._read_key(), purpose)
+
     def _make_key(self) -> bool:
         """Create the key file (32 random bytes in hex, mode 0600) unless one exists; True if created."""
         try:
@@ -484,8 +491,7 @@ class Ledger:
             return False
         except OSError as err:
             raise LedgerError(f"cannot create the ledger's key file '{self.key_path}' ({err.strerror or err}). Nothing "
-                              "was "
-                              "set.") from None
+                              "was set.") from None
         try:
             os.write(descriptor, (secrets.token_bytes(_KEY_BYTES).hex() + "\n").encode("ascii"))
             os.fsync(descriptor)

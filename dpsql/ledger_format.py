@@ -121,6 +121,11 @@ def head_mac(key: bytes, count: int, last: str) -> str:
     return hmac.new(key, f"head\n{count}\n{last}".encode("ascii"), hashlib.sha256).hexdigest()
 
 
+def derived(key: bytes, purpose: str) -> bytes:
+    """HMAC-SHA256(key, "dpsql " ‖ purpose): a secret for another use, stable with the key, telling nothing of it."""
+    return hmac.new(key, f"dpsql {purpose}".encode(), hashlib.sha256).digest()
+
+
 def key_check(key: bytes) -> str:
     return hmac.new(key, KEY_CHECK, hashlib.sha256).hexdigest()
 

@@ -43,6 +43,11 @@ class Binding:
         """SHA-256 of the schema's canonical privacy parts (``Schema.fingerprint``)."""
         return sha256_hex(self.schema)
 
+    @property
+    def data(self) -> str:
+        """The bound data in words: ``file '<path>' (inode N)``, or a backend's identity."""
+        return _describe_file(self.database)
+
     def differences(self, bound: Binding) -> list[str]:
         """What differs from ``bound``, by schema keys and file identity (public facts, never data)."""
         problems = []

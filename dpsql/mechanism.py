@@ -56,6 +56,7 @@ from dpsql.kronvec import ColumnTerm
 from dpsql.linalg import bilinear_diag, pinv_gram, quadratic_diag
 from dpsql.noise import Noise
 from dpsql.residual.basis import marginal_form
+from dpsql.tail_bounds import NoiseLaw
 from dpsql.workloads import (
     Explicit,
     FloatArray,
@@ -93,11 +94,13 @@ class Measurement:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Answers:
     """W x̂ with each answer's exact variance (and, keyed by another block of the same
-    measurement, the row-by-row covariances with that block's answers)."""
+    measurement, the row-by-row covariances with that block's answers; and, where an interval
+    needs tail bounds, the law of the noise the answers are linear in)."""
 
     values: FloatArray
     variances: FloatArray
     covariances: Mapping[int, FloatArray] = field(default_factory=dict)
+    law: NoiseLaw | None = None
 
     @property
     def stddevs(self) -> FloatArray:

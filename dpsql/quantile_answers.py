@@ -12,12 +12,7 @@ F̂(c_0) = 0, F̂(c_{k+1}) = P̂_k, and linear in between.
   [c_{j−1}, c_j] where the interpolated F̂ reaches t; clamped to the domain. With exact counts the
   estimate lies in the cell where the true quantile lies, so its error from the quantile (under any
   interpolation convention of the data's values) is at most the cell's width: the bias bound.
-- MIN: the point where F̂ first reaches τ_j = max(1, z·sd(F̂(c_j))) (at least one row, and a count
-  noise cannot fake at 95 %). CI: low is the largest boundary c_j ≤ estimate with F̂(c_j) + z·sd < 1
-  (counts are whole: then F(c_j) = 0 and the minimum is above c_j), else the domain's lower bound
-  — at moderate ε differential privacy hides whether a few rows lie lower; high is the smallest
-  c_j ≥ estimate with F̂(c_j) > z·sd (then F(c_j) ≥ 1). MAX is MIN of the mirrored counts
-  N̂ − F̂(c_j) on the mirrored axis.
+- MIN and MAX: a confidence interval that holds for any data, and its midpoint (below).
 - Confidence interval (normal approximation, z = 1.96 for 95 %): with D_j = F̂(c_j) − p·N̂ and
   Var D_j = Var F̂(c_j) + p²·Var N̂ − 2p·Cov(F̂(c_j), N̂), the low end is the largest boundary
   c_j ≤ estimate with D_j < −z·sd(D_j) (then F(c_j) < p·N: the quantile is above c_j), the high
@@ -27,15 +22,38 @@ F̂(c_0) = 0, F̂(c_{k+1}) = P̂_k, and linear in between.
   (the estimate's sampling distribution is not normal; the CI is the primary figure).
 - The 0 and 1 quantiles (PERCENTILE_CONT(0), ...) are MIN and MAX.
 - NULL: when N̂ < max(1, MIN_TOTAL_STDDEVS·sd(N̂)) — decided from noisy values only.
+
+MIN, simultaneously over the boundaries. F(c_j), the rows in cells 0..j−1, is a whole number and
+F̂(c_j) = F(c_j) + e_j, e_j = a_j·z a public linear combination of the measurement's iid
+noise z (discrete Laplace or discrete Gaussian), symmetric, of standard deviation s_j. With K′ the
+boundaries where s_j > 0, α = 1 − (the CI's level) = 0.05 and κ = ``tail_multiplier(law, α/K′)``
+(``dpsql.tail_bounds``: P(e_j ≥ κ·s_j) ≤ α/K′ whatever a_j is), q_j = κ·s_j and
+  high = the first c_j with F̂(c_j) > q_j       ("surely occupied": then F(c_j) ≥ 1, unless e_j ≥ q_j),
+  low  = the last c_j ≤ high with F̂(c_j) + q_j < 1  ("surely empty": then F(c_j) = 0, unless e_j ≤ −q_j),
+(c_K and c_0 when there is none; c_0 always qualifies: F̂(c_0) = 0 exactly). If the minimum lies in
+cell k*, F(c_j) = 0 for j ≤ k* and ≥ 1 for j > k*, so [low, high] misses that cell only if
+e_j ≥ q_j for some j ≤ k* or e_j ≤ −q_j for some j > k*: each boundary can fail one way only, and
+by the union bound P(miss) ≤ K′·α/K′ = α — for every data set with at least one row and every
+strategy, whatever the cells scanned and however sparse the tail (Bonferroni over the boundaries;
+a boundary without noise cannot fail). The value is the interval's midpoint and the stddev its
+half-width / z (after clamping the three to the domain; whole values v stand for [v − ½, v + ½], so
+the clamped half-width still reaches the true MIN), so the number returned is within z·stddev of
+the true MIN with probability ≥ 1 − α. Where no noisy count can show an empty tail (moderate ε:
+q_j ≫ 1), low is the domain's bound and the midpoint lies halfway to it. MAX is MIN of the counts above each boundary,
+N̂ − F̂(c_j) (again a combination of the noise, with variance Var N̂ + Var F̂ − 2 Cov), on the
+mirrored axis. The thresholds are post-processing of the same release: no privacy cost.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
+
+from dpsql.tail_bounds import NoiseLaw, tail_multiplier
 
 FloatArray = npt.NDArray[np.float64]
 QuantileKind = Literal["cont", "disc", "min", "max"]
@@ -68,7 +86,7 @@ class QuantileEstimate:
 
 def estimate_quantile(prefix: PrefixCounts, boundaries: npt.ArrayLike, fraction: float, kind: QuantileKind = "cont",
                       *, clamp: tuple[float, float] | None = None, representatives: npt.ArrayLike | None = None,
-                      z: float = Z95) -> QuantileEstimate:
+                      z: float = Z95, law: NoiseLaw | None = None) -> QuantileEstimate:
     """The quantile of one group (see the module docstring).
 
     Args:
@@ -79,6 +97,9 @@ def estimate_quantile(prefix: PrefixCounts, boundaries: npt.ArrayLike, fraction:
             "min" or "max".
         clamp: the domain's value range the estimate and CI are clamped to (default [c_0, c_K]).
         representatives: each cell's representative value for "disc" (default: its midpoint).
+        z: the CI's standard-normal quantile (its level is 1 − erfc(z/√2): 95 % at 1.96).
+        law: the noise the prefix counts are linear in; MIN and MAX need it unless every
+            variance is 0.
     """
     c = np.asarray(boundaries, dtype=np.float64)
     values, variances = np.asarray(prefix.values, np.float64), np.asarray(prefix.variances, np.float64)
@@ -90,7 +111,8 @@ def estimate_quantile(prefix: PrefixCounts, boundaries: npt.ArrayLike, fraction:
                                 null=f"the noisy count of rows with a value is below max(1, {MIN_TOTAL_STDDEVS:g} "
                                      "standard errors): too few rows for an order statistic")
     if kind in ("cont", "disc") and fraction in (0.0, 1.0):  # the 0 and 1 quantiles are MIN and MAX
-        extreme = estimate_quantile(prefix, c, fraction, "min" if fraction == 0.0 else "max", clamp=clamp, z=z)
+        extreme = estimate_quantile(prefix, c, fraction, "min" if fraction == 0.0 else "max", clamp=clamp, z=z,
+                                    law=law)
         return extreme if kind == "cont" else replace(extreme, value=_representative(c, extreme.value, representatives))
     f = np.concatenate([[0.0], values])
     var_f = np.concatenate([[0.0], np.maximum(variances, 0.0)])
@@ -99,17 +121,36 @@ def estimate_quantile(prefix: PrefixCounts, boundaries: npt.ArrayLike, fraction:
         f, var_f, cov_f = total - f[::-1], np.maximum(total_var + var_f[::-1] - 2 * cov_f[::-1], 0.0), \
             total_var - cov_f[::-1]
         mirrored = estimate_quantile(PrefixCounts(values=f[1:], variances=var_f[1:], total_covariances=cov_f[1:]),
-                                     -c[::-1], 0.0, "min", clamp=(-hi, -lo), z=z)
+                                     -c[::-1], 0.0, "min", clamp=(-hi, -lo), z=z, law=law)
         return QuantileEstimate(value=-mirrored.value, low=-mirrored.high, high=-mirrored.low,
                                 stddev=mirrored.stddev)
-    p = 0.0 if kind == "min" else float(fraction)
-    targets = np.maximum(1.0, z * np.sqrt(var_f)) if kind == "min" else np.full(f.shape, p * total)
-    value = _crossing(c, f, targets)
+    if kind == "min":
+        return _minimum(c, f, np.sqrt(var_f), (lo, hi), z, law)
+    p = float(fraction)
+    value = _crossing(c, f, np.full(f.shape, p * total))
     if kind == "disc":
         value = _representative(c, value, representatives)
     spread = np.sqrt(np.maximum(var_f + p * p * total_var - 2 * p * cov_f, 0.0))
-    low, high = _interval(c, f - (1.0 if kind == "min" else p * total), f - p * total, spread, value, z)
+    low, high = _interval(c, f - p * total, spread, value, z)
     value, low, high = (float(np.clip(v, lo, hi)) for v in (value, low, high))
+    return QuantileEstimate(value=value, low=low, high=high, stddev=(high - low) / (2 * z))
+
+
+def _minimum(c: FloatArray, f: FloatArray, sd: FloatArray, clamp: tuple[float, float], z: float,
+             law: NoiseLaw | None) -> QuantileEstimate:
+    """MIN from the counts f_j = F̂(c_j) at or below each boundary (f_0 = 0 exactly) and their
+    standard errors: the simultaneous interval [low, high] and its midpoint (module docstring)."""
+    noisy = int(np.count_nonzero(sd > 0))
+    if not noisy:
+        q = sd
+    elif law is None:
+        raise ValueError("MIN and MAX of noisy counts need the noise law of their measurement")
+    else:
+        q = tail_multiplier(law, math.erfc(z / math.sqrt(2.0)) / noisy) * sd
+    occupied = np.flatnonzero(f > q)
+    high = float(c[occupied[0]]) if occupied.size else float(c[-1])
+    low = float(c[np.flatnonzero((f + q < 1.0) & (c <= high))[-1]])  # c_0 qualifies: f_0 = 0, sd 0
+    value, low, high = (float(np.clip(v, *clamp)) for v in ((low + high) / 2, low, high))
     return QuantileEstimate(value=value, low=low, high=high, stddev=(high - low) / (2 * z))
 
 
@@ -135,12 +176,10 @@ def _crossing(c: FloatArray, f: FloatArray, targets: FloatArray) -> float:
     return float(c[j - 1] + share * (c[j] - c[j - 1]))
 
 
-def _interval(c: FloatArray, d_low: FloatArray, d_high: FloatArray, sd: FloatArray, value: float,
-              z: float) -> tuple[float, float]:
-    """[largest c_j ≤ value with d_low_j < −z·sd_j, smallest c_j ≥ value with d_high_j > z·sd_j]
-    (else c_0, c_K)."""
-    below = np.flatnonzero((d_low < -z * sd) & (c <= value))
-    above = np.flatnonzero((d_high > z * sd) & (c >= value))
+def _interval(c: FloatArray, d: FloatArray, sd: FloatArray, value: float, z: float) -> tuple[float, float]:
+    """[largest c_j ≤ value with d_j < −z·sd_j, smallest c_j ≥ value with d_j > z·sd_j] (else c_0, c_K)."""
+    below = np.flatnonzero((d < -z * sd) & (c <= value))
+    above = np.flatnonzero((d > z * sd) & (c >= value))
     return (float(c[below[-1]]) if below.size else float(c[0]),
             float(c[above[0]]) if above.size else float(c[-1]))
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,6 +127,24 @@ def start(folder: Path, config: Path, *, database: str | None = None, options: t
         process.wait(timeout=30)
         raise RuntimeError(f"dpsql serve did not start: {line!r}\n{log.read_text()}")
     return Served(int(match.group(1)), folder, process, log)
+
+
+def make_certificate(folder: Path) -> str:
+    """A self-signed certificate and key for localhost in ``folder`` (openssl); the [server] lines naming them."""
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-days", "1",
+                    "-keyout", str(folder / "server.key"), "-out", str(folder / "server.crt")],
+                   check=True, capture_output=True)
+    return 'tls_certificate = "server.crt"\ntls_key = "server.key"\n'
+
+
+def serving(folder: Path) -> Iterator[Served]:
+    """A module's server with the default configuration in ``folder``, stopped when the module is done."""
+    make_database(folder)
+    server = start(folder, write_config(folder))
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def wait_until(condition, timeout: float = 60.0) -> bool:  # type: ignore[no-untyped-def]

@@ -270,7 +270,7 @@ def test_budget_set_show_and_history(files: dict[str, str], tmp_path: Path, caps
 def test_budget_show_reads_a_rho_spend_as_epsilon_delta(files: dict[str, str],
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["budget", "set", "--db", files["db"], "--schema", files["schema"], "--dataset", "tiny", "--rho",
-                 "0.03125"]) == 0
+                 "0.03125", "--rebind"]) == 0  # a second budget on the fixture's file, on purpose
     assert main(["budget", "show", "--db", files["db"], "--dataset", "tiny", "--delta", "1e-3"]) == 0
     # ρ = 1/32 is (0.688, 10⁻³)-DP by the Canonne–Kamath–Steinke conversion (OpenDP's test value 0.6880024554878086)
     assert "total  ρ=0.03125  ≡ (ε=0.688, δ=0.001)-DP" in capsys.readouterr().out

@@ -75,6 +75,8 @@ def test_a_batch_costs_the_sum_of_its_statements_clauses(data: duckdb.DuckDBPyCo
     ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, max_groups_contributed = 2) COUNT(*) FROM people",
      dpsql.ProgrammingError,
      r"max_groups_contributed is not supported \(line 1, col 56: \"max_groups_contributed = 2\"\).*max_rows"),
+    ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 5, epsilon = 0.001) COUNT(*) FROM people",
+     dpsql.SqlSyntaxError, r"epsilon is given twice \(line 1, col 56: \"epsilon = 0.001\"\)"),
     ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, privacy_unit_column = age) COUNT(*) FROM people",
      dpsql.ProgrammingError, "is not the table's declared privacy unit, which is 'person'"),
 ])

@@ -228,6 +228,28 @@ def test_rebinding_is_an_explicit_recorded_owner_action(owner: dict[str, Path], 
     assert f"rebind total ε=5; bound to schema {fingerprint[:12]}" in capsys.readouterr().out
 
 
+def test_a_second_dataset_on_the_same_database_file_is_refused_unless_rebound(
+        owner: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """Two datasets bound to one file would keep two budgets, and caps set on one would not apply to the other."""
+    books = ["budget", "set", "--db", str(owner["db"]), "--schema", str(owner["schema"]), "--dataset", "again",
+             "--epsilon", "5"]
+    assert main(books) == 2
+    err = capsys.readouterr().err
+    assert "ProgrammingError" in err and "dataset 'people.duckdb'" in err and "--rebind" in err
+    ledger = Ledger(owner["ledger"])
+    with pytest.raises(BudgetNotSetError):
+        ledger.balance("again")  # nothing was set
+    binding = Binding.of(Schema.load(SCHEMA), owner["db"])
+    with pytest.raises(ProgrammingError, match=r"already bound to dataset 'people\.duckdb'"):
+        ledger.set_total("again", PrivacyCost(epsilon=5.0), binding=binding)
+    assert main([*books, "--rebind"]) == 0  # the owner's decision, recorded
+    assert [a.action for a in ledger.actions("again")] == ["rebind"]
+    assert [a.action for a in ledger.actions("people.duckdb")] == ["set"]
+    other = _make_database(owner["db"].parent / "other.duckdb")
+    ledger.set_total("other", PrivacyCost(epsilon=1.0), binding=Binding.of(Schema.load(SCHEMA), other))
+    assert [a.action for a in ledger.actions("other")] == ["set"]  # another file binds without --rebind
+
+
 def test_a_total_change_without_schema_keeps_the_binding(owner: dict[str, Path]) -> None:
     assert main(["budget", "set", "--db", str(owner["db"]), "--epsilon", "7"]) == 0
     with dpsql.connect(owner["db"], schema=SCHEMA) as connection:

@@ -17,6 +17,7 @@ from dpsql.errors import (
     InvalidQueryError,
     NotSupportedError,
     ParameterError,
+    PrivacyParameterError,
     ProgrammingError,
     UnsupportedQueryError,
 )
@@ -75,6 +76,16 @@ def test_numbers_beyond_a_double_name_their_position(literal: str) -> None:
             compile_batch(parse_batch(sql), SCHEMA)
     with pytest.raises(ParameterError, match=r"parameters\[0\] is an integer outside the range of a double"):
         parse_batch(COUNT + "a < ?", [10**400])
+
+
+def test_a_cost_beyond_max_batch_cost_is_refused_before_planning(connection: dpsql.Connection) -> None:
+    """A cost so large that the planner's noise variances would underflow a double (1e300 did)."""
+    for cost in ({"epsilon": 1e300}, {"rho": 1e300}):
+        with pytest.raises(PrivacyParameterError, match="MAX_BATCH_COST"):
+            connection.cursor().explain(COUNT + "a = 1", **cost)
+    with pytest.raises(PrivacyParameterError, match="MAX_BATCH_COST"):
+        connection.cursor().explain("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1e300) COUNT(*) FROM t")
+    assert "Cost: ε=1e+09" in connection.cursor().explain(COUNT + "a = 1", epsilon=1e9)  # the limit itself plans
 
 
 def test_batch_size_limits(monkeypatch: pytest.MonkeyPatch) -> None:

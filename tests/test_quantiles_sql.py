@@ -30,9 +30,10 @@ from hypothesis import strategies as st
 import dpsql
 from dpsql.accounting import Budget
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
-from dpsql.noise import SeededRandomSource
+from dpsql.noise import SeededRandomSource, discrete_gaussian_variance
 from dpsql.quantile_answers import PrefixCounts, cell_boundaries, estimate_quantile
 from dpsql.schema import Schema
+from dpsql.tail_bounds import NoiseLaw
 
 SLACK = 1e-3
 HUGE = 1e6
@@ -105,23 +106,41 @@ def test_the_estimate_is_clamped_to_the_domain_and_disc_returns_the_cell_value()
 def test_min_and_max_with_exact_counts_lie_in_the_extreme_cells() -> None:
     c = cell_boundaries(range(5), range(5), discrete=True)  # values 0..4; rows at 2 (4) and 3 (1)
     low = estimate_quantile(exact([0, 0, 4, 1, 0]), c, 0.0, "min")
-    assert low.value == pytest.approx(1.75)  # one row reached a quarter into [1.5, 2.5]
     assert (low.low, low.high) == (1.5, 2.5)  # F(1.5) = 0 surely, F(2.5) ≥ 1 surely
+    assert low.value == 2.0 and low.stddev == pytest.approx(0.5 / 1.959963984540054)  # the middle of the interval
     high = estimate_quantile(exact([0, 0, 4, 1, 0]), c, 1.0, "max")
-    assert 2.5 <= high.value <= 3.5
     assert (high.low, high.high) == (2.5, 3.5)
+    assert high.value == 3.0
+
+
+#: Noise of sd 3 per prefix count: a discrete Gaussian with σ² = 9 and coefficients of norm 1.
+GAUSS9 = NoiseLaw(kind="gaussian", scale=9.0, variance=discrete_gaussian_variance(9))
 
 
 def test_noisy_min_does_not_claim_an_empty_lower_tail() -> None:
-    """With noise of sd 3 per prefix count, a count must exceed 1.96·sd before MIN stops; the CI's
-    low end stays at the domain's bound, as no noisy count can show F = 0 with 95 % confidence."""
+    """With noise of sd 3 per prefix count, no count can show F = 0 (that needs F̂ + q < 1 with
+    q = κ·3 ≫ 1), so the CI's low end stays at the domain's bound; the value is its midpoint."""
     counts = exact([0, 0, 0, 50, 50])
     noisy = PrefixCounts(values=counts.values + np.array([2.0, -1.0, 5.0, 0.0, 0.0]),
                          variances=np.full(5, 9.0), total_covariances=np.full(5, 9.0))
     found = estimate_quantile(noisy, cell_boundaries(range(5), range(5), discrete=True), 0.0, "min",
-                              clamp=(0.0, 4.0))
-    assert 2.5 <= found.value <= 3.5
+                              clamp=(0.0, 4.0), law=GAUSS9)
     assert found.low == 0.0 and found.high == 3.5
+    assert found.value == 1.5  # (−0.5 + 3.5) / 2: the middle of the boundaries, then clamped
+
+
+def test_the_threshold_grows_with_the_boundaries_scanned() -> None:
+    """A count of 7 at sd 3 (2.3 standard errors) is not proof of a row when 5 boundaries are
+    scanned: q = κ·3 with P(e ≥ κ·3) ≤ 0.05/5 for each, κ = √(2 ln 100) ≈ 3.03 (σ²-sub-Gaussian).
+    With exact counts no threshold is needed; without the noise's law noisy counts are refused."""
+    c = cell_boundaries(range(5), range(5), discrete=True)
+    kappa = math.sqrt(9.0 / discrete_gaussian_variance(9)) * math.sqrt(2 * math.log(5 / 0.05))
+    for seven, expected_high in [(7.0, 2.5), (3 * kappa + 0.01, 1.5)]:  # F̂(1.5) = seven, F̂(2.5) = 50
+        noisy = PrefixCounts(values=np.array([0.0, seven, 50.0, 100.0, 100.0]), variances=np.full(5, 9.0),
+                             total_covariances=np.full(5, 9.0))
+        assert estimate_quantile(noisy, c, 0.0, "min", law=GAUSS9).high == expected_high
+    with pytest.raises(ValueError, match="noise law"):
+        estimate_quantile(noisy, c, 0.0, "min")
 
 
 def test_a_group_with_too_few_rows_is_null_with_a_reason() -> None:
@@ -244,6 +263,17 @@ def test_explain_names_the_order_statistic_and_its_bias_bound(data: duckdb.DuckD
     report = cursor.explain("SELECT MEDIAN(age) FROM t", epsilon=1.0)
     assert "order statistic median_age: the 0.5 quantile, interpolated, from 100 noisy prefix counts" in report
     assert "bias ≤ the cell width 1" in report and "ratio 0.0" in report
+
+
+def test_explain_and_metadata_describe_the_min_max_interval(data: duckdb.DuckDBPyConnection) -> None:
+    cursor = dpsql.connect(data, schema=SCHEMA, budget=Budget(epsilon=1.0)).cursor()
+    report = cursor.explain("SELECT MAX(age) AS top, PERCENTILE_CONT(0) WITHIN GROUP (ORDER BY age) AS bottom FROM t",
+                            epsilon=1.0)
+    assert "order statistic top: approximate MAX, the middle of a 95% CI that holds for any data" in report
+    assert "order statistic bottom: approximate MIN" in report and "union bound" in report
+    entry = run(data, "SELECT MIN(age) AS m FROM t")["_meta"][0]["order_statistics"]["m"]
+    assert "approximate MIN: the middle of a 95% CI that holds for any data" in entry["definition"]
+    assert "1.96·stddev" in entry["bias_note"]
 
 
 def test_under_rho_the_statement_groups_answer_and_say_why_not_residual_planner(

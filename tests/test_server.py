@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import psycopg
 import pytest
-from _server_process import PASSWORDS, Served, make_database, start, wait_until, write_config
+from _server_process import PASSWORDS, Served, make_certificate, make_database, start, wait_until, write_config
 
 
 @pytest.fixture(scope="module")
@@ -250,10 +250,7 @@ def test_rate_limits_and_session_limits(tmp_path: Path) -> None:
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make a test certificate")
 def test_tls_when_configured_and_required(tmp_path: Path) -> None:
     make_database(tmp_path)
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-days", "1",
-                    "-keyout", str(tmp_path / "server.key"), "-out", str(tmp_path / "server.crt")],
-                   check=True, capture_output=True)
-    tls = 'tls_certificate = "server.crt"\ntls_key = "server.key"\nrequire_tls = true\n'
+    tls = make_certificate(tmp_path) + "require_tls = true\n"
     config = write_config(tmp_path, server=tls)
     served = start(tmp_path, config)
     try:

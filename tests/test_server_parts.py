@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import hashlib
 import struct
 
 import duckdb
@@ -15,8 +16,8 @@ from hypothesis import given
 from dpsql import errors
 from dpsql.server import pgtypes
 from dpsql.server.config import ServeConfig
-from dpsql.server.limits import Limits
-from dpsql.server.scram import AuthenticationFailedError, Exchange, Verifier, client_proof
+from dpsql.server.limits import Connections, Limits
+from dpsql.server.scram import AuthenticationFailedError, Exchange, Verifier, client_proof, mock_verifier
 from dpsql.server.session import QueryError, public_error, statement_offsets
 from dpsql.server.wire import decode_parameter, dollar_parameters
 
@@ -44,7 +45,7 @@ def test_scram_refuses_a_wrong_password_an_unknown_user_and_a_replayed_nonce() -
     wrong.first(RFC_CLIENT_FIRST)
     with pytest.raises(AuthenticationFailedError, match="wrong password"):
         wrong.final(RFC_CLIENT_FINAL)
-    unknown = Exchange(None, server_nonce=RFC_SERVER_NONCE)  # same messages, random salt: fails the same way
+    unknown = Exchange(mock_verifier(b"secret", "user"), known=False, server_nonce=RFC_SERVER_NONCE)
     unknown.first(RFC_CLIENT_FIRST)
     with pytest.raises(AuthenticationFailedError, match="wrong password"):
         unknown.final(RFC_CLIENT_FINAL)
@@ -58,6 +59,15 @@ def test_scram_client_proof_helper_agrees_with_the_rfc() -> None:
     without_proof = RFC_CLIENT_FINAL.decode().rsplit(",p=", 1)[0]
     proof = client_proof("pencil", "n=user,r=rOprNGfwEbeRWgbNEkqO", RFC_SERVER_FIRST.decode(), without_proof)
     assert proof == "dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+
+
+def test_an_unknown_names_salt_is_postgresqls_mock_salt() -> None:
+    """SHA-256(name ‖ secret), cut to a verifier's 16-byte salt, at the iterations --hash-password uses."""
+    mock = mock_verifier(b"nonce", "mallory")
+    assert mock.salt == hashlib.sha256(b"mallory" + b"nonce").digest()[:16]
+    assert mock.iterations == Verifier.of_password("pw").iterations
+    assert mock_verifier(b"nonce", "mallory").salt == mock.salt
+    assert mock_verifier(b"other", "mallory").salt != mock.salt != mock_verifier(b"nonce", "trudy").salt
 
 
 def test_a_verifier_round_trips_and_never_holds_the_password() -> None:
@@ -101,6 +111,32 @@ def test_configuration_mistakes_at_the_server_level() -> None:
         ServeConfig.of({**config(), "server": {"tls_certificate": "a.pem"}})
     with pytest.raises(errors.ProgrammingError, match="require_tls"):
         ServeConfig.of({**config(), "server": {"require_tls": True}})
+
+
+@pytest.mark.parametrize(("server", "message"), [
+    ({"startup_timeout": 0}, "startup_timeout = 0: a number of seconds above 0"),
+    ({"idle_timeout": "1 h"}, "idle_timeout = '1 h': a number of seconds"),
+    ({"max_connections": 0}, "max_connections = 0: a whole number"),
+    ({"max_connections": 4, "max_unauthenticated": 5}, "max_unauthenticated = 5: a whole number from 1 to 4"),
+])
+def test_connection_limits_are_checked(server: dict[str, object], message: str) -> None:
+    with pytest.raises(errors.ProgrammingError, match=message):
+        ServeConfig.of({**config(), "server": server})
+    with pytest.raises(errors.ProgrammingError, match="show_dataset_budget = 'yes': true or false"):
+        ServeConfig.of(config(show_dataset_budget="yes"))
+
+
+def test_connections_are_capped_in_total_and_while_authenticating() -> None:
+    connections = Connections(most=3, unauthenticated=2)
+    assert connections.enter() is None and connections.enter() is None
+    assert "max_unauthenticated = 2" in (connections.enter() or "")
+    connections.authenticated()
+    assert connections.enter() is None
+    assert "max_connections = 3" in (connections.enter() or "")
+    connections.leave(authenticated=True)
+    assert "max_unauthenticated = 2" in (connections.enter() or "")  # two still authenticating
+    connections.leave(authenticated=False)
+    assert connections.enter() is None
 
 
 def test_rate_limit_is_a_token_bucket_per_analyst() -> None:

@@ -77,7 +77,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
                                         help="the schema the dataset is bound to (needed the first "
                                         "time, and with --rebind); every charge checks it and the database file")
     actions.choices["set"].add_argument("--rebind", action="store_true", help="bind the dataset to a new database file "
-                                        "or schema (recorded as an owner action)")
+                                        "or schema, or to a file another dataset is bound to (recorded as an owner "
+                                        "action)")
     actions.choices["set"].add_argument("--share-releases", action=argparse.BooleanOptionalAction, default=None,
                                         help="let every analyst of the dataset reuse every kept release for free "
                                         "(recorded as an owner action); --no-share-releases: each analyst reuses "

@@ -44,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from dpsql.accounting import UNIT, Family, PrivacyBudget, PrivacyCost
+from dpsql.accounting import MAX_BATCH_COST, UNIT, Family, PrivacyBudget, PrivacyCost
 from dpsql.engine.predicted import predicted_stddevs, unguaranteed
 from dpsql.engine.routes import Prepared
 from dpsql.errors import BudgetExhaustedError, DpsqlWarning, NotSupportedError, ProgrammingError
@@ -70,7 +70,7 @@ REFERENCE = 1.0
 SCALING_STEPS = 6
 SCALING_AGREEMENT = 1e-3
 #: Costs searched: a target needing more than MAX_COST (or less than MIN_COST) is refused as unattainable.
-MIN_COST, MAX_COST = 1e-9, 1e9
+MIN_COST, MAX_COST = 1e-9, MAX_BATCH_COST
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

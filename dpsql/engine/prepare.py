@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from dpsql import blas
-from dpsql.accounting import PrivacyCost
+from dpsql.accounting import PrivacyCost, check_batch_cost
 from dpsql.derived_answers import check_unions
 from dpsql.engine.measurements import check_plan_cost
 from dpsql.engine.residual_route import ResidualPlan
@@ -42,8 +42,10 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
     weights (``dpsql.engine.guard``, ``dpsql.engine.group_route``); if it stays worse, the plan's
     ``guard_notes`` say so (EXPLAIN and the statement's result metadata show it). ``statements``
     plans only those statements of the batch (0-based; the others are answered from earlier
-    releases, :mod:`dpsql.engine.free`).
+    releases, :mod:`dpsql.engine.free`). A cost above ``MAX_BATCH_COST`` is refused first
+    (PrivacyParameterError).
     """
+    check_batch_cost(cost)
     batch = public_tables.resolve(parse_batch(text, parameters), schema)  # public joins → lookups on the key
     planned = statement_weights_of(expand_weights(batch, weights), len(batch.statements))
     if statements is not None:

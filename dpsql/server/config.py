@@ -9,6 +9,10 @@
     tls_key = "server.key"
     require_tls = false          # true refuses clients that do not ask for TLS (needs the two files)
     workers = 2                  # batches planned and answered at once (the rest wait their turn)
+    startup_timeout = 10         # seconds from connecting to the end of authentication (default 10)
+    idle_timeout = 900           # seconds a session may send nothing (or read nothing) before it is closed
+    max_connections = 64         # connections at once, authenticated or not (default 64)
+    max_unauthenticated = 16     # of those, still in start-up or authentication (default 16)
 
     [analysts.alice]
     password = "SCRAM-SHA-256$4096:...$...:..."   # a verifier from `dpsql serve --hash-password`, never the password
@@ -16,6 +20,7 @@
     default_epsilon = 0.1        # optional: a batch's cost when the session set none (or default_rho)
     batches_per_minute = 30      # optional (default 60): batches and EXPLAINs a minute, over all her sessions
     max_sessions = 4             # optional (default 8): her sessions open at once
+    show_dataset_budget = false  # optional (default false): SHOW dpsql.budget also shows the dataset's total
 
 An analyst's identity is the name she authenticated as; no parameter of a session can change it.
 """
@@ -36,6 +41,14 @@ from dpsql.server.scram import Verifier
 DEFAULT_PORT = 5433
 DEFAULT_RATE = 60
 DEFAULT_SESSIONS = 8
+#: Seconds from connecting to the end of authentication (PostgreSQL's authentication_timeout is 60).
+DEFAULT_STARTUP_TIMEOUT = 10.0
+#: Seconds a session may wait for the client's next message, or for it to read an answer.
+DEFAULT_IDLE_TIMEOUT = 900.0
+#: Connections at once (PostgreSQL's max_connections is 100), and of those, not yet authenticated.
+DEFAULT_CONNECTIONS = 64
+DEFAULT_UNAUTHENTICATED = 16
+_LONGEST = 86_400.0  # the longest timeout, in seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +61,7 @@ class Analyst:
     default_cost: PrivacyCost | None = None
     batches_per_minute: int = DEFAULT_RATE
     max_sessions: int = DEFAULT_SESSIONS
+    show_dataset_budget: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +75,10 @@ class ServeConfig:
     tls_key: Path | None = None
     require_tls: bool = False
     workers: int = 2
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    max_connections: int = DEFAULT_CONNECTIONS
+    max_unauthenticated: int = DEFAULT_UNAUTHENTICATED
 
     @classmethod
     def load(cls, path: Path) -> ServeConfig:
@@ -79,7 +97,8 @@ class ServeConfig:
         """The configuration in ``data`` (a parsed TOML document); relative TLS paths are read from ``base``."""
         _only(data, {"server", "analysts"}, where)
         server = _table(data.get("server", {}), f"{where} [server]")
-        _only(server, {"host", "port", "tls_certificate", "tls_key", "require_tls", "workers"}, f"{where} [server]")
+        _only(server, {"host", "port", "tls_certificate", "tls_key", "require_tls", "workers", "startup_timeout",
+                       "idle_timeout", "max_connections", "max_unauthenticated"}, f"{where} [server]")
         analysts_table = _table(data.get("analysts", {}), f"{where} [analysts]")
         if not analysts_table:
             raise ProgrammingError(f"{where} declares no analyst: add [analysts.NAME] with a password verifier "
@@ -92,17 +111,27 @@ class ServeConfig:
         if require_tls is not False and (require_tls is not True or certificate is None):
             raise ProgrammingError(f"{where} [server] require_tls: true or false; true needs tls_certificate and "
                                    "tls_key.")
+        connections = _count(server.get("max_connections", DEFAULT_CONNECTIONS),
+                             f"{where} [server] max_connections", upper=10_000)
         return cls(analysts=analysts, host=_text(server.get("host", "127.0.0.1"), f"{where} [server] host"),
                    port=_count(server.get("port", DEFAULT_PORT), f"{where} [server] port", upper=65535, lower=0),
                    tls_certificate=None if certificate is None else base / _text(certificate, "tls_certificate"),
                    tls_key=None if key is None else base / _text(key, "tls_key"), require_tls=require_tls,
-                   workers=_count(server.get("workers", 2), f"{where} [server] workers", upper=256))
+                   workers=_count(server.get("workers", 2), f"{where} [server] workers", upper=256),
+                   startup_timeout=_seconds(server.get("startup_timeout", DEFAULT_STARTUP_TIMEOUT),
+                                            f"{where} [server] startup_timeout"),
+                   idle_timeout=_seconds(server.get("idle_timeout", DEFAULT_IDLE_TIMEOUT),
+                                         f"{where} [server] idle_timeout"),
+                   max_connections=connections,
+                   max_unauthenticated=_count(server.get("max_unauthenticated", min(DEFAULT_UNAUTHENTICATED,
+                                                                                    connections)),
+                                              f"{where} [server] max_unauthenticated", upper=connections))
 
 
 def _analyst(name: str, spec: Any, where: str) -> Analyst:
     spec = _table(spec, where)
     _only(spec, {"password", "budget_epsilon", "budget_rho", "default_epsilon", "default_rho", "batches_per_minute",
-                 "max_sessions"}, where)
+                 "max_sessions", "show_dataset_budget"}, where)
     if not name.strip() or name != name.strip():
         raise ProgrammingError(f"{where}: an analyst's name must be a non-empty word without surrounding blanks.")
     if "password" not in spec:
@@ -117,7 +146,8 @@ def _analyst(name: str, spec: Any, where: str) -> Analyst:
                    batches_per_minute=_count(spec.get("batches_per_minute", DEFAULT_RATE),
                                              f"{where} batches_per_minute", upper=10**6),
                    max_sessions=_count(spec.get("max_sessions", DEFAULT_SESSIONS), f"{where} max_sessions",
-                                       upper=10**4))
+                                       upper=10**4),
+                   show_dataset_budget=_flag(spec.get("show_dataset_budget", False), f"{where} show_dataset_budget"))
 
 
 def _cost(spec: Mapping[str, Any], prefix: str, where: str) -> PrivacyCost | None:
@@ -150,6 +180,18 @@ def _text(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value:
         raise ProgrammingError(f"{where} must be a non-empty string.")
     return value
+
+
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ProgrammingError(f"{where} = {value!r}: true or false.")
+    return value
+
+
+def _seconds(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= _LONGEST:
+        raise ProgrammingError(f"{where} = {value!r}: a number of seconds above 0 and at most {_LONGEST:g}.")
+    return float(value)
 
 
 def _count(value: Any, where: str, *, upper: int, lower: int = 1) -> int:

@@ -5,7 +5,13 @@ it holds at most ``batches_per_minute`` tokens, refills at that many a minute, a
 EXPLAIN takes one, so an analyst can burst up to the limit and then sustain the rate. Planning
 itself is bounded by the planner's own work limits, never by time; the clock here only paces
 requests. ``workers`` batches are planned and answered at once; the others wait their turn, so
-a burst from many sessions cannot take more CPU than the owner allowed.
+a burst from many sessions cannot take more CPU than the owner allowed. Catalog questions take a
+token and a worker too: they are answered by a query engine, and some cost seconds.
+
+Connections are counted before a thread is started for them: at most ``max_connections`` at once,
+and of those at most ``max_unauthenticated`` still in start-up or authentication, so clients that
+never log in can hold neither threads nor memory beyond those caps (and the start-up timeout
+frees their places).
 """
 
 from __future__ import annotations
@@ -59,3 +65,35 @@ class Limits:
         """Hold one of the ``workers`` slots while a batch is planned and answered."""
         with self._workers:
             yield
+
+
+class Connections:
+    """The open connections, and how many of them are not authenticated yet; thread-safe."""
+
+    def __init__(self, most: int, unauthenticated: int) -> None:
+        self._most, self._most_unauthenticated = most, unauthenticated
+        self._lock = threading.Lock()
+        self._open = self._unauthenticated = 0
+
+    def enter(self) -> str | None:
+        """Count a new, unauthenticated connection; or, when a cap is reached, why it is refused (not counted)."""
+        with self._lock:
+            if self._open >= self._most:
+                return f"the server has max_connections = {self._most} connections open: try again later."
+            if self._unauthenticated >= self._most_unauthenticated:
+                return (f"the server has max_unauthenticated = {self._most_unauthenticated} connections still "
+                        "authenticating: try again later.")
+            self._open += 1
+            self._unauthenticated += 1
+            return None
+
+    def authenticated(self) -> None:
+        """One counted connection has authenticated."""
+        with self._lock:
+            self._unauthenticated -= 1
+
+    def leave(self, *, authenticated: bool) -> None:
+        """One counted connection has closed."""
+        with self._lock:
+            self._open -= 1
+            self._unauthenticated -= 0 if authenticated else 1

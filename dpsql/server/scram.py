@@ -73,16 +73,26 @@ class Verifier:
                 f"{_b64(self.stored_key)}:{_b64(self.server_key)}")
 
 
+def mock_verifier(secret: bytes, user: str) -> Verifier:
+    """The verifier an unknown name is answered with, as PostgreSQL's ``scram_mock_salt`` makes it: the
+    salt is the first 16 bytes of SHA-256(name ‖ secret) and the iterations are ``ITERATIONS`` (what
+    ``--hash-password`` uses), so the same name gets the same salt at every try, as a known one does,
+    and no two names share one; its keys are random (no proof verifies against them)."""
+    salt = hashlib.sha256(user.encode("utf-8") + secret).digest()[:16]
+    return Verifier(ITERATIONS, salt, os.urandom(32), os.urandom(32))
+
+
 class Exchange:
     """One SCRAM exchange: ``first`` answers the client-first message, ``final`` checks the proof.
 
-    For an unknown user, pass ``verifier=None``: the exchange then runs with a random salt and
-    always fails at ``final``, so a client cannot tell unknown names from wrong passwords.
+    For an unknown user, pass ``mock_verifier(secret, name)`` and ``known=False``: the exchange then
+    runs as for a known name and always fails at ``final``, so a client cannot tell unknown names
+    from wrong passwords.
     """
 
-    def __init__(self, verifier: Verifier | None, *, server_nonce: str | None = None) -> None:
-        self._verifier = verifier or Verifier(ITERATIONS, os.urandom(16), os.urandom(32), os.urandom(32))
-        self._known = verifier is not None
+    def __init__(self, verifier: Verifier, *, known: bool = True, server_nonce: str | None = None) -> None:
+        self._verifier = verifier
+        self._known = known
         self._gs2 = ""
         self._client_first_bare = ""
         self._server_first = ""

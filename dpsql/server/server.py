@@ -7,12 +7,20 @@ and an analyst with neither is refused. Each session then opens its own dpsql co
 authenticated name as its analyst (``dpsql.connect(..., analyst=name)``), so every charge checks
 both the analyst's cap and the dataset's total atomically in the ledger, across sessions and
 processes alike.
+
+Connections are counted as they are accepted, before a thread is started for them: over
+``max_connections``, or with ``max_unauthenticated`` still authenticating, a new one is told
+53300 and closed at once. An unknown name's SCRAM salt is derived from a secret of the server's,
+itself derived from the ledger's key (``Ledger.derived_secret``): the owner's process already holds
+that key and keeps it across restarts, so the salt is the same at every try and after a restart,
+as a known name's is, and nobody without the key can compute it.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
+import socket
 import socketserver
 import ssl
 import threading
@@ -26,9 +34,9 @@ from dpsql.errors import BudgetNotSetError, OperationalError, ProgrammingError
 from dpsql.schema import Schema
 from dpsql.server.catalog import Catalog
 from dpsql.server.config import ServeConfig
-from dpsql.server.limits import Limits
+from dpsql.server.limits import Connections, Limits
 from dpsql.server.session import QueryError, Session, public_error
-from dpsql.server.wire import WireHandler
+from dpsql.server.wire import WireHandler, error_response
 
 log = logging.getLogger("dpsql.server")
 
@@ -44,9 +52,10 @@ class DpsqlServer(socketserver.ThreadingTCPServer):
         self.config, self.schema = config, schema
         self._connect: Callable[[str | None], Connection] = lambda analyst: dpsql.connect(
             database, schema=schema, ledger=ledger, dataset=dataset, analyst=analyst, tables=tables)
-        self.dataset = self._prepare_ledger()
+        self.dataset, self.mock_secret = self._prepare_ledger()
         self.catalog = Catalog(schema, self.dataset)
         self.limits = Limits(config.workers)
+        self.connections = Connections(config.max_connections, config.max_unauthenticated)
         self.tls = _tls(config)
         try:
             super().__init__((config.host, config.port), WireHandler)
@@ -54,8 +63,9 @@ class DpsqlServer(socketserver.ThreadingTCPServer):
             raise OperationalError(f"cannot listen on {config.host}:{config.port}: {err.strerror or err}. Pick "
                                    "another port (--port, or port = ... under [server]).") from None
 
-    def _prepare_ledger(self) -> str:
-        """Check the dataset's total and write each analyst's configured cap; the dataset's name."""
+    def _prepare_ledger(self) -> tuple[str, bytes]:
+        """Check the dataset's total and write each analyst's configured cap; the dataset's name, and the
+        secret unknown names' SCRAM salts are derived from."""
         with self._connect(None) as connection:
             account = connection.account
             if account is None:  # pragma: no cover - connect always gives stored data a ledger account
@@ -77,7 +87,21 @@ class DpsqlServer(socketserver.ThreadingTCPServer):
                         f"analyst '{analyst.name}' has no cap: add budget_epsilon = ... under [analysts."
                         f"{analyst.name}] in the configuration, or run dpsql budget set --analyst {analyst.name}. "
                         "An analyst's cap keeps one analyst from spending the whole dataset's budget.")
-            return account.dataset
+            return account.dataset, account.ledger.derived_secret("serve mock SCRAM nonce")
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Start a thread for the connection if it is within the caps; else tell it 53300 and close it."""
+        refusal = self.connections.enter()
+        if refusal is not None:
+            log.warning("connection from %s refused: %s", client_address[0], refusal)
+            _refuse(request, refusal)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.connections.leave(authenticated=False)
+            raise
 
     def open_session(self, user: str) -> Session:
         """The authenticated analyst's session; QueryError if she has too many open or it cannot open."""
@@ -99,6 +123,15 @@ class DpsqlServer(socketserver.ThreadingTCPServer):
     def address(self) -> tuple[str, int]:
         host, port = self.server_address[:2]
         return str(host), int(port)
+
+
+def _refuse(sock: socket.socket, message: str) -> None:
+    """Send a FATAL 53300 without waiting (PostgreSQL's postmaster does so when it cannot start a backend)."""
+    try:
+        sock.setblocking(False)
+        sock.send(error_response("53300", message, fatal=True).to_wire())
+    except OSError:
+        pass
 
 
 def _tls(config: ServeConfig) -> ssl.SSLContext | None:

@@ -5,7 +5,8 @@ A query string is split at its semicolons. Session commands (``SET``, ``RESET``,
 ``pg_catalog``, ``SELECT version()``; answered by :mod:`dpsql.server.catalog` from the declared schema
 alone) run one by one; each maximal run of the other statements is one private batch, planned
 jointly and charged once (``dpsql.dbapi.Cursor.execute``). ``EXPLAIN`` followed by a batch returns
-its plan and cost without spending.
+its plan and cost without spending. A batch, an EXPLAIN and a catalog question each take a token
+of the analyst's rate limit and one of the server's workers.
 
 The cost of a batch: ``WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = ...)`` in the SQL, else the
 session's ``SET dpsql.epsilon`` (or ``dpsql.rho``, or an accuracy target ``dpsql.max_stddev``), else
@@ -108,7 +109,11 @@ class Session:
             statement = text[start:stop]
             word = _first_word(statement)
             if word == "EXPLAIN":
-                rest = text[_EXPLAIN.match(text, start).end():]  # type: ignore[union-attr]
+                explain = _EXPLAIN.match(text, start)
+                if explain is None:  # (EXPLAIN ...): PostgreSQL has no EXPLAIN in parentheses either
+                    raise QueryError("42601", "EXPLAIN cannot stand in parentheses: write EXPLAIN followed by the "
+                                     "batch, e.g. EXPLAIN SELECT COUNT(*) FROM t. Nothing was charged.")
+                rest = text[explain.end():]
                 if _first_word(rest) == "ANALYZE":
                     raise QueryError("0A000", "EXPLAIN ANALYZE would run and charge the batch: use EXPLAIN to see the "
                                      "plan and cost for free, then run the batch itself.")
@@ -164,8 +169,11 @@ class Session:
         return Outcome("EXPLAIN", pa.table({"QUERY PLAN": pa.array(lines, pa.string())}))
 
     def _catalog(self, statement: str, parameters: Sequence[object]) -> Outcome:
-        table = _guarded(lambda: self.catalog.answer(statement, user=self.analyst.name, params=parameters),
-                         self.analyst.name)
+        """A catalog question: free of privacy cost, but a rate-limit token and a worker like a batch."""
+        self._admit()
+        with self.limits.worker():
+            table = _guarded(lambda: self.catalog.answer(statement, user=self.analyst.name, params=parameters),
+                             self.analyst.name)
         return Outcome(f"SELECT {table.num_rows}", table)
 
     def _command(self, word: str, statement: str) -> Outcome:
@@ -258,14 +266,16 @@ class Session:
         return self.settings.other.get(name, defaults.get(name, ""))
 
     def _budget(self) -> str:
-        """The analyst's cap and the dataset's total as the ledger reads now: total, spent, left of each."""
+        """The analyst's cap as the ledger reads now: total, spent, left; and the dataset's total too if
+        the owner set ``show_dataset_budget`` for her (the dataset's spend is every analyst's)."""
         account = self.connection.account
         if account is None:  # pragma: no cover - the server always charges a ledger account
             raise QueryError("55000", "this session has no ledger account.")
         balance = _guarded(lambda: account.budget().balance, self.analyst.name)
         unit = UNIT[balance.family]
+        shown = balance.limits[::-1] if self.analyst.show_dataset_budget else balance.limits[-1:]
         return "; ".join(f"{limit.scope}: {unit} total {float(limit.total):g}, spent {float(limit.spent):.6g}, "
-                         f"left {float(limit.left):.6g}" for limit in reversed(balance.limits))
+                         f"left {float(limit.left):.6g}" for limit in shown)
 
     # ------------------------------------------------------------------------------- helpers
     def _is_private(self, statement: str) -> bool:

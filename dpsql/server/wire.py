@@ -7,7 +7,12 @@ this module does the I/O and the conversation:
   socket is wrapped), refused when ``require_tls`` and the client did not ask; GSS encryption is
   declined; a cancel request is ignored (a batch, once charged, runs to its end);
 * authentication: SCRAM-SHA-256 against the owner's verifier (:mod:`dpsql.server.scram`), the same
-  exchange for unknown names, then the analyst's session count is checked;
+  exchange for unknown names (a salt derived from the name and the server's secret), then the
+  analyst's session count is checked; start-up and authentication end within ``startup_timeout``
+  (else 08006), and every message is read whole only within the limits of
+  :mod:`dpsql.server.framing` (else 08P01); a session that sends nothing, or reads nothing, for
+  ``idle_timeout`` is closed (57P05). A message pygwire cannot decode is answered with 08P01 and the
+  session goes on;
 * the simple query protocol (psql, ``psycopg`` without parameters, pandas): a query string of
   one or more statements, each result sent as it is ready;
 * the extended query protocol (JDBC, ``psycopg`` with parameters): Parse/Bind/Describe/Execute/
@@ -29,18 +34,20 @@ import socket
 import socketserver
 import ssl
 import struct
+import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from pygwire import BackendConnection, PygwireError, TransactionStatus
+from pygwire import BackendConnection, ConnectionPhase, PygwireError, TransactionStatus
 from pygwire import messages as m
 
 from dpsql import errors
 from dpsql.server import pgtypes
-from dpsql.server.scram import MECHANISM, AuthenticationFailedError, Exchange
+from dpsql.server.framing import MAX_MESSAGE, ClientGoneError, FrameError, Frames
+from dpsql.server.scram import MECHANISM, AuthenticationFailedError, Exchange, mock_verifier
 from dpsql.server.session import SERVER_PARAMETERS, Outcome, QueryError, Session, public_error, statement_offsets
 from dpsql.sql.source import tokenize
 
@@ -50,11 +57,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("dpsql.server")
 logging.getLogger("pygwire").setLevel(logging.ERROR)  # its non-strict warnings are about pipelined clients
 
-_RECEIVE = 65536
 
+class MalformedMessageError(Exception):
+    """A whole message that pygwire could not decode; ``kind`` is its type byte (b"" in start-up framing)."""
 
-class ClientGoneError(Exception):
-    """The client closed the connection."""
+    def __init__(self, kind: bytes, problem: BaseException) -> None:
+        name = f"{kind.decode('latin-1')!r}" if kind else "start-up"
+        super().__init__(f"a malformed {name} message ({type(problem).__name__}): the client broke the PostgreSQL "
+                         "protocol")
+        self.kind = kind
 
 
 @dataclass(slots=True)
@@ -86,26 +97,40 @@ class WireHandler(socketserver.BaseRequestHandler):
     server: DpsqlServer
 
     def setup(self) -> None:
+        config = self.server.config
         self.sock: socket.socket = self.request
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.frames = Frames(self.sock, deadline=time.monotonic() + config.startup_timeout, idle=config.idle_timeout)
         self.pg = BackendConnection(strict=False)
         self.pending: deque[Any] = deque()
         self.statements: dict[str, Prepared] = {}
         self.portals: dict[str, Portal] = {}
         self.session: Session | None = None
         self.tls = False
+        self.authenticated = False
 
     def handle(self) -> None:
+        config = self.server.config
         try:
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.session = self._start()
             if self.session is not None:
                 self._serve(self.session)
+        except (FrameError, MalformedMessageError) as err:
+            self._farewell("08P01", f"{err}; the connection is closed.")
+        except TimeoutError:
+            if self.authenticated:
+                self._farewell("57P05", f"terminating connection: nothing was sent or read for idle_timeout = "
+                               f"{config.idle_timeout:g} s.")
+            else:
+                self._farewell("08006", f"start-up and authentication took longer than startup_timeout = "
+                               f"{config.startup_timeout:g} s.")
         except (ClientGoneError, ConnectionError, ssl.SSLError, OSError, PygwireError) as err:
             log.info("client %s left: %s", self.client_address[0], type(err).__name__)
 
     def finish(self) -> None:
         if self.session is not None:
             self.server.end_session(self.session)
+        self.server.connections.leave(authenticated=self.authenticated)
         try:
             self.sock.close()
         except OSError:
@@ -113,29 +138,42 @@ class WireHandler(socketserver.BaseRequestHandler):
 
     # ---------------------------------------------------------------------------------- I/O
     def _next(self) -> Any:
+        """The client's next message (FrameError, MalformedMessageError, TimeoutError, ClientGoneError)."""
         while not self.pending:
-            data = self.sock.recv(_RECEIVE)
-            if not data:
-                raise ClientGoneError
-            self.pending.extend(self.pg.receive(data))
+            startup = self.pg.phase is ConnectionPhase.STARTUP
+            data = self.frames.next(startup=startup)
+            try:
+                self.pending.extend(self.pg.receive(data))
+            except Exception as err:  # pygwire's decoding of one whole frame failed (IndexError too): drop it
+                self.pg = BackendConnection(initial_phase=self.pg.phase, strict=False)
+                raise MalformedMessageError(b"" if startup else data[:1], err) from None
         return self.pending.popleft()
 
     def _send(self, *messages: Any) -> None:
+        self.frames.arm()
         self.sock.sendall(b"".join(self.pg.send(message) for message in messages))
 
+    def _farewell(self, sqlstate: str, message: str) -> None:
+        """A FATAL error sent without waiting (the client may not be reading), before the connection closes."""
+        log.info("client %s: %s %s", self.client_address[0], sqlstate, message)
+        try:
+            self.sock.setblocking(False)
+            self.sock.send(self.pg.send(error_response(sqlstate, message, fatal=True)))
+        except OSError:
+            pass
+
     def _fail(self, sqlstate: str, message: str, hint: str | None = None, *, fatal: bool = False) -> None:
-        fields = {"S": "FATAL" if fatal else "ERROR", "V": "FATAL" if fatal else "ERROR", "C": sqlstate, "M": message}
-        if hint:
-            fields["H"] = hint
-        self._send(m.ErrorResponse(fields=fields))
+        self._send(error_response(sqlstate, message, hint, fatal=fatal))
 
     # ----------------------------------------------------------------------------- start-up
     def _start(self) -> Session | None:
         message = self._next()
         while isinstance(message, (m.SSLRequest, m.GSSEncRequest)):
             if isinstance(message, m.SSLRequest) and self.server.tls is not None and not self.tls:
+                if self.frames.buffered:  # bytes sent before the handshake would be read as if under TLS
+                    raise FrameError("the client sent data after SSLRequest, before the TLS handshake")
                 self._send(m.SSLResponse(accepted=True))
-                self.sock = self.server.tls.wrap_socket(self.sock, server_side=True)
+                self.sock = self.frames.sock = self.server.tls.wrap_socket(self.sock, server_side=True)
                 self.tls = True
             else:
                 self._send(m.SSLResponse(accepted=False) if isinstance(message, m.SSLRequest)
@@ -151,6 +189,8 @@ class WireHandler(socketserver.BaseRequestHandler):
             return None
         if not self._authenticate(user):
             return None
+        self.authenticated, self.frames.limit, self.frames.deadline = True, MAX_MESSAGE, None
+        self.server.connections.authenticated()
         if database and database != self.server.dataset:
             self._fail("3D000", f'database "{database}" does not exist: this server answers for '
                        f'"{self.server.dataset}".', fatal=True)
@@ -171,7 +211,8 @@ class WireHandler(socketserver.BaseRequestHandler):
 
     def _authenticate(self, user: str) -> bool:
         analyst = self.server.config.analysts.get(user)
-        exchange = Exchange(None if analyst is None else analyst.verifier)
+        exchange = (Exchange(analyst.verifier) if analyst is not None
+                    else Exchange(mock_verifier(self.server.mock_secret, user), known=False))
         self._send(m.AuthenticationSASL(mechanisms=[MECHANISM]))
         try:
             first = self._next()
@@ -192,7 +233,14 @@ class WireHandler(socketserver.BaseRequestHandler):
     def _serve(self, session: Session) -> None:
         failed = False  # in the extended protocol, after an error everything up to Sync is skipped
         while True:
-            message = self._next()
+            try:
+                message = self._next()
+            except MalformedMessageError as err:
+                self._fail("08P01", str(err))
+                if err.kind == b"Q":  # a simple query's answer ends with ReadyForQuery
+                    self._send(self._ready(session))
+                failed = err.kind != b"Q"
+                continue
             if isinstance(message, m.Terminate):
                 return
             if isinstance(message, m.Query):
@@ -321,6 +369,15 @@ class WireHandler(socketserver.BaseRequestHandler):
             return [*(m.DataRow(columns=row) for row in rows[:limit]), m.PortalSuspended()]
         portal.sent += len(rows)
         return [*(m.DataRow(columns=row) for row in rows), m.CommandComplete(tag=outcome.tag)]
+
+
+def error_response(sqlstate: str, message: str, hint: str | None = None, *, fatal: bool = False) -> m.ErrorResponse:
+    """PostgreSQL's ErrorResponse: severity (ERROR, or FATAL before the server closes), SQLSTATE, message, hint."""
+    severity = "FATAL" if fatal else "ERROR"
+    fields = {"S": severity, "V": severity, "C": sqlstate, "M": message}
+    if hint:
+        fields["H"] = hint
+    return m.ErrorResponse(fields=fields)
 
 
 def _outcomes(session: Session, text: str, parameters: list[object]) -> Iterator[Outcome]:

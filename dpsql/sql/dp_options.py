@@ -27,7 +27,7 @@ from sqlglot.errors import TokenError
 from sqlglot.tokens import Token, TokenType  # type: ignore[attr-defined]  # re-exported there
 
 from dpsql.accounting import PrivacyCost, rho_for_epsilon_delta, sequential
-from dpsql.errors import PrivacyParameterError, ProgrammingError
+from dpsql.errors import PrivacyParameterError, ProgrammingError, SqlSyntaxError
 from dpsql.sql import ir
 from dpsql.sql.source import Source, located, statement_ranges, tokenize
 
@@ -56,6 +56,7 @@ def read_options(text: str) -> tuple[str, list[StatementOptions]]:
 
     Raises:
         PrivacyParameterError: a missing or invalid epsilon/delta.
+        SqlSyntaxError: an option given twice.
         ProgrammingError: an unknown or refused option, or a batch where only some statements carry it.
 
     >>> text, options = read_options("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(epsilon=0.5) COUNT(*) FROM t")
@@ -124,6 +125,10 @@ def _options(source: Source, start: int, end: int) -> StatementOptions:
                                            source, "Write e.g. OPTIONS (epsilon = 1, delta = 1e-6)."))
         name = pair[0].text.lower()
         value = pair[2].text
+        if name in values:
+            raise SqlSyntaxError(located(f"the differential privacy option {name} is given twice",
+                                         source.token_span(index, min(index + 2, end)), source,
+                                         f"Give {name} once. Nothing was charged."))
         if pair[2].token_type == TokenType.DASH and index + 3 < end:
             value, index = "-" + tokens[index + 3].text, index + 1
         values[name] = (value, index)

@@ -241,23 +241,41 @@ def answer_arrays(plan: QuantilePlan, group_rows: npt.NDArray[np.int64], found: 
         prefix = PrefixCounts(values=found.values[rows], variances=found.variances[rows],
                               total_covariances=covariances[rows])
         results.append(estimate_quantile(prefix, plan.boundaries, plan.spec.fraction, plan.spec.kind,
-                                         clamp=plan.clamp, representatives=plan.representatives))
+                                         clamp=plan.clamp, representatives=plan.representatives, law=found.law))
     return {name: np.array([getattr(r, name) for r in results], dtype=np.float64)
             for name in ("value", "stddev", "low", "high")}
+
+
+#: How MIN's and MAX's 95 % CI is found (result metadata and EXPLAIN; ``dpsql.quantile_answers``).
+EXTREME_CI = ("a 95% CI that holds for any data: each cell boundary's noisy count is compared with κ standard errors, "
+              "κ bounding the tail of the noise actually added at 5%/K at each of the K boundaries scanned (a union "
+              "bound: the CI misses with probability at most 5%)")
+
+
+def extreme(plan: QuantilePlan) -> str | None:
+    """"min" or "max" for MIN, MAX and the 0 and 1 quantiles (answered as MIN and MAX), else None."""
+    if plan.spec.kind in ("min", "max"):
+        return plan.spec.kind
+    return {0.0: "min", 1.0: "max"}.get(plan.spec.fraction)
 
 
 def definition(plan: QuantilePlan) -> str:
     """What the released number is (result metadata and EXPLAIN)."""
     p = plan.spec.fraction
-    if plan.spec.kind == "min":
-        what = ("approximate MIN: the value where the noisy count of rows at or below it first reaches max(1, 1.96 "
-                "standard errors); 95% CI from the last cell boundary whose noisy count is surely 0 (else the "
-                "domain's lower bound: differential privacy hides whether a few rows lie lower) to the first whose "
-                "count is surely positive")
-    elif plan.spec.kind == "max":
-        what = ("approximate MAX: the value where the noisy count of rows at or above it first reaches max(1, 1.96 "
-                "standard errors); 95% CI from the last cell boundary whose count above is surely positive to the "
-                "first whose count above is surely 0 (else the domain's upper bound)")
+    kind = extreme(plan)
+    if kind is not None:
+        middle = "the middle value of the base cell holding the middle" if plan.spec.kind == "disc" else "the middle"
+        what = (f"approximate {kind.upper()}: {middle} of {EXTREME_CI}. "
+                + ("Its high end is the first boundary whose count of rows at or below it is surely positive "
+                   "(above κ standard errors), its low end the last boundary before it whose count is surely 0 "
+                   "(plus κ standard errors below 1), else the domain's lower bound: at moderate ε differential "
+                   "privacy hides whether a few rows lie lower"
+                   if kind == "min" else
+                   "Its low end is the last boundary whose count of rows above it is surely positive (above κ "
+                   "standard errors), its high end the first boundary after it whose count above is surely 0 "
+                   "(plus κ standard errors below 1), else the domain's upper bound: at moderate ε differential "
+                   "privacy hides whether a few rows lie higher")
+                + "; so the value is within 1.96·<alias>_stddev of the truth whenever the CI covers it")
     else:
         rule = ("linearly interpolated inside the base cell where the noisy prefix count reaches p·N"
                 if plan.spec.kind == "cont" else "the middle value of the base cell where the noisy prefix count "
@@ -271,9 +289,13 @@ def definition(plan: QuantilePlan) -> str:
 
 def explain_line(alias: str, plan: QuantilePlan) -> str:
     """EXPLAIN's line for one order statistic (public figures only)."""
+    kind = extreme(plan)
+    if kind is not None:
+        return (f"order statistic {alias}: approximate {kind.upper()}, the middle of {EXTREME_CI} "
+                f"(K = {plan.cells}), from {plan.cells} noisy prefix counts per group over the column's base cells "
+                "(post-processing, no extra cost); within 1.96 stddev of the truth when the CI covers it")
     what = {"cont": f"the {plan.spec.fraction:g} quantile, interpolated",
-            "disc": f"the {plan.spec.fraction:g} quantile, a cell's middle value",
-            "min": "approximate MIN", "max": "approximate MAX"}[plan.spec.kind]
+            "disc": f"the {plan.spec.fraction:g} quantile, a cell's middle value"}[plan.spec.kind]
     return (f"order statistic {alias}: {what}, from {plan.cells} noisy prefix counts per group over the column's base "
             f"cells (post-processing, no extra cost); bias ≤ the cell width {plan.width:g}; 95% CI from the "
             "prefix counts' variances and covariances, to cell boundaries")
@@ -283,8 +305,14 @@ def describe(plan: QuantilePlan, nulls: int) -> dict[str, object]:
     """The result metadata of one order statistic."""
     entry: dict[str, object] = {"definition": definition(plan)}
     entry["bias_bound"] = plan.width
-    entry["bias_note"] = (f"with exact counts the estimate lies in the base cell holding the true value: it is off by "
-                          f"at most the cell width {plan.width:g} (the CI, widened to cell boundaries, covers it)")
+    if extreme(plan) is not None:
+        entry["bias_note"] = ("the value is the middle of the CI: off by at most its half-width, 1.96·stddev, whenever "
+                              "the CI covers the truth (probability ≥ 95% for any data); with exact counts the CI is "
+                              f"the base cell holding the true value, so the value is off by at most {plan.width:g}")
+    else:
+        entry["bias_note"] = (f"with exact counts the estimate lies in the base cell holding the true value: it is off "
+                              f"by at most the cell width {plan.width:g} (the CI, widened to cell boundaries, covers "
+                              "it)")
     if nulls:
         entry["null"] = (f"{nulls} group(s) NULL: the noisy count of rows with a value is below max(1, "
                          f"{MIN_TOTAL_STDDEVS:g} standard errors), too few rows for an order statistic")
