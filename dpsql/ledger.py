@@ -114,7 +114,7 @@ from dpsql.ledger_records import (
     Limit,
     shares_releases,
 )
-from dpsql.ledger_same_data import check_sharing
+from dpsql.ledger_same_data import check_same_data
 
 SUFFIX = ".dpsql-ledger"
 KEY_SUFFIX = ".key"

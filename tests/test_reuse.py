@@ -6,6 +6,7 @@ shrink exactly as predicted (checked by Monte Carlo), EXPLAIN says what is free.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 from pathlib import Path
@@ -311,6 +312,6 @@ def test_a_repeated_question_stays_free_and_only_improves_however_many_releases_
         assert "Statement 1: free (answered by release #1" in cursor.explain(question, epsilon=0.5)
         stddevs.append(_run(cursor, question, epsilon=0.5)[0]["n_stddev"][0].as_py())
     assert cursor.connection.budget.spent == pytest.approx(0.5 * 37)
-    assert all(b <= a * (1 + 1e-9) for a, b in zip(stddevs, stddevs[1:]))
+    assert all(b <= a * (1 + 1e-9) for a, b in itertools.pairwise(stddevs))
     repeat = _meta(_run(cursor, question, epsilon=0.5)[0])
     assert repeat["reuse"]["answered_by_releases"] == list(range(1, 38))
