@@ -292,3 +292,33 @@ def test_a_port_in_use_is_reported(served: Served, tmp_path: Path) -> None:
         start(tmp_path, config)
     with socket.create_connection(("127.0.0.1", served.port), timeout=5):
         pass  # the first server still listens
+
+
+def test_releases_stay_with_the_analyst_who_paid_unless_serve_toml_shares_them(tmp_path: Path) -> None:
+    """Over the wire, bob is not answered from alice's release (he pays, or is refused) until the owner's
+    share_releases = true is written to the ledger at start; then he is, without alice's release number."""
+    make_database(tmp_path)
+    sql = "SELECT sex, COUNT(*) AS n FROM census GROUP BY sex"
+    served = start(tmp_path, write_config(tmp_path))
+    try:
+        with psycopg.connect(served.dsn("alice"), autocommit=True) as conn:
+            conn.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5) sex, COUNT(*) AS n FROM census "
+                         "GROUP BY sex")
+        with psycopg.connect(served.dsn("bob"), autocommit=True) as conn:
+            conn.execute("SET dpsql.epsilon = 0.001")
+            conn.execute(sql)
+        assert served.spent("bob") == pytest.approx(0.001)
+    finally:
+        served.stop()
+    assert not served.ledger().shares_releases("people.duckdb")
+    served = start(tmp_path, write_config(tmp_path, server="share_releases = true"))
+    try:
+        assert served.ledger().shares_releases("people.duckdb")
+        with psycopg.connect(served.dsn("bob"), autocommit=True) as conn:
+            conn.execute("SET dpsql.epsilon = 0.001")
+            rows = conn.execute(sql).fetchall()
+        assert len(rows) == 2 and served.spent("bob") == pytest.approx(0.001)  # free: from alice's, shared
+        log = served.log.read_text()
+        assert "share_releases in the configuration, written to the ledger" in log
+    finally:
+        served.stop()

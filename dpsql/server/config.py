@@ -13,6 +13,8 @@
     idle_timeout = 900           # seconds a session may send nothing (or read nothing) before it is closed
     max_connections = 64         # connections at once, authenticated or not (default 64)
     max_unauthenticated = 16     # of those, still in start-up or authentication (default 16)
+    share_releases = false       # optional: true lets every analyst reuse every kept release for free, false
+                                 # each only her own (the default); written to the ledger at start, left out: as is
 
     [analysts.alice]
     password = "SCRAM-SHA-256$4096:...$...:..."   # a verifier from `dpsql serve --hash-password`, never the password
@@ -79,6 +81,7 @@ class ServeConfig:
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     max_connections: int = DEFAULT_CONNECTIONS
     max_unauthenticated: int = DEFAULT_UNAUTHENTICATED
+    share_releases: bool | None = None  # None: the ledger's setting as it is
 
     @classmethod
     def load(cls, path: Path) -> ServeConfig:
@@ -98,7 +101,7 @@ class ServeConfig:
         _only(data, {"server", "analysts"}, where)
         server = _table(data.get("server", {}), f"{where} [server]")
         _only(server, {"host", "port", "tls_certificate", "tls_key", "require_tls", "workers", "startup_timeout",
-                       "idle_timeout", "max_connections", "max_unauthenticated"}, f"{where} [server]")
+                       "idle_timeout", "max_connections", "max_unauthenticated", "share_releases"}, f"{where} [server]")
         analysts_table = _table(data.get("analysts", {}), f"{where} [analysts]")
         if not analysts_table:
             raise ProgrammingError(f"{where} declares no analyst: add [analysts.NAME] with a password verifier "
@@ -111,6 +114,10 @@ class ServeConfig:
         if require_tls is not False and (require_tls is not True or certificate is None):
             raise ProgrammingError(f"{where} [server] require_tls: true or false; true needs tls_certificate and "
                                    "tls_key.")
+        share = server.get("share_releases")
+        if share is not None and not isinstance(share, bool):
+            raise ProgrammingError(f"{where} [server] share_releases: true or false (or leave it out to keep the "
+                                   "ledger's setting).")
         connections = _count(server.get("max_connections", DEFAULT_CONNECTIONS),
                              f"{where} [server] max_connections", upper=10_000)
         return cls(analysts=analysts, host=_text(server.get("host", "127.0.0.1"), f"{where} [server] host"),
@@ -122,7 +129,7 @@ class ServeConfig:
                                             f"{where} [server] startup_timeout"),
                    idle_timeout=_seconds(server.get("idle_timeout", DEFAULT_IDLE_TIMEOUT),
                                          f"{where} [server] idle_timeout"),
-                   max_connections=connections,
+                   max_connections=connections, share_releases=share,
                    max_unauthenticated=_count(server.get("max_unauthenticated", min(DEFAULT_UNAUTHENTICATED,
                                                                                     connections)),
                                               f"{where} [server] max_unauthenticated", upper=connections))

@@ -64,8 +64,8 @@ class DpsqlServer(socketserver.ThreadingTCPServer):
                                    "another port (--port, or port = ... under [server]).") from None
 
     def _prepare_ledger(self) -> tuple[str, bytes]:
-        """Check the dataset's total and write each analyst's configured cap; the dataset's name, and the
-        secret unknown names' SCRAM salts are derived from."""
+        """Check the dataset's total and write each analyst's configured cap and the release sharing to the
+        ledger; the dataset's name, and the secret unknown names' SCRAM salts are derived from."""
         with self._connect(None) as connection:
             account = connection.account
             if account is None:  # pragma: no cover - connect always gives stored data a ledger account
@@ -87,6 +87,11 @@ class DpsqlServer(socketserver.ThreadingTCPServer):
                         f"analyst '{analyst.name}' has no cap: add budget_epsilon = ... under [analysts."
                         f"{analyst.name}] in the configuration, or run dpsql budget set --analyst {analyst.name}. "
                         "An analyst's cap keeps one analyst from spending the whole dataset's budget.")
+            share = self.config.share_releases
+            if share is not None and share != account.ledger.shares_releases(account.dataset):
+                account.ledger.set_sharing(account.dataset, share)
+                log.info("kept releases: %s (share_releases in the configuration, written to the ledger)",
+                         "shared by every analyst" if share else "each analyst reuses only her own")
             return account.dataset, account.ledger.derived_secret("serve mock SCRAM nonce")
 
     def process_request(self, request: Any, client_address: Any) -> None:
