@@ -35,7 +35,7 @@ import pytest
 from scipy import stats
 
 import dpsql
-from _helpers import ScansOnce
+from _helpers import ADULT_BATCH, ADULT_COLUMNS, ScansOnce, adult_like
 from dpsql import engine, local, workloads
 from dpsql.accounting import Budget, PrivacyCost
 from dpsql.local import protocol
@@ -210,50 +210,7 @@ def test_local_dp_estimates_are_calibrated_with_their_plug_in_stddev(strategy: l
 
 
 # ============================================================================== a SUM beside many counts (Adult)
-#: UCI Adult's columns as integer codes: (domain size, GROUP BY bin width) for the four declared as
-#: integers at resolution 1, domain size for the nine categorical codes (issue 29 §5).
-ADULT_INTEGERS = {"age": (85, 5), "capital_gain": (100, 10), "capital_loss": (100, 10), "hours_per_week": (99, 10)}
-ADULT_CODES = {"workclass": 9, "fnlwgt": 100, "education_num": 16, "marital_status": 7, "occupation": 15,
-               "relationship": 6, "race": 5, "sex": 2, "native_country": 42, "income_gt50k": 2}
-ADULT_ORDER = ["age", "workclass", "fnlwgt", "education_num", "marital_status", "occupation", "relationship", "race",
-               "sex", "capital_gain", "capital_loss", "hours_per_week", "native_country", "income_gt50k"]
-ADULT_SCHEMA = {"tables": {"adult": {"columns": {
-    name: ({"type": "integer", "lower": 0, "upper": ADULT_INTEGERS[name][0] - 1, "resolution": 1,
-            "bin_width": ADULT_INTEGERS[name][1]} if name in ADULT_INTEGERS
-           else {"type": "categorical", "values": list(range(ADULT_CODES[name]))})
-    for name in ADULT_ORDER}}}}
-ADULT_BATCH = """
-    SELECT COUNT(*) AS n FROM adult;
-    SELECT sex, income_gt50k, COUNT(*) AS n FROM adult GROUP BY sex, income_gt50k;
-    SELECT education_num, income_gt50k, COUNT(*) AS n FROM adult GROUP BY education_num, income_gt50k;
-    SELECT marital_status, sex, COUNT(*) AS n FROM adult GROUP BY marital_status, sex;
-    SELECT COUNT(*) AS n FROM adult WHERE age BETWEEN 9 AND 28;
-    SELECT occupation, AVG(hours_per_week) AS a FROM adult GROUP BY occupation;
-    SELECT income_gt50k, SUM(capital_gain) AS s FROM adult GROUP BY income_gt50k;
-    SELECT SUM(capital_gain) AS s FROM adult WHERE age BETWEEN 29 AND 48"""
 ADULT_RELEASES = 600
-
-
-def _adult_like(rows: int, seed: int) -> duckdb.DuckDBPyConnection:
-    """A table shaped like UCI Adult (its columns and code domains; skewed categories, income
-    above 50K for a quarter, capital gains mostly 0 and more often positive above 50K); no real data."""
-    rng = np.random.default_rng(seed)
-
-    def skewed(size: int) -> np.ndarray:
-        weights = 0.7 ** np.arange(size)
-        return rng.choice(size, rows, p=weights / weights.sum())
-
-    income = (rng.random(rows) < 0.24).astype(np.int64)
-    gain = np.where(rng.random(rows) < 0.05 + 0.15 * income, rng.integers(1, 100, rows), 0)
-    columns = {name: skewed(size) for name, size in ADULT_CODES.items()}
-    columns |= {"income_gt50k": income, "sex": (rng.random(rows) < 0.67).astype(np.int64), "capital_gain": gain,
-                "age": np.clip(rng.normal(21, 13, rows).round(), 0, 84).astype(np.int64),
-                "education_num": np.clip(rng.normal(9, 2.5, rows).round(), 0, 15).astype(np.int64),
-                "capital_loss": np.where(rng.random(rows) < 0.05, rng.integers(1, 100, rows), 0),
-                "hours_per_week": np.clip(rng.normal(39, 12, rows).round(), 0, 98).astype(np.int64)}
-    con = duckdb.connect(":memory:")
-    con.from_arrow(pa.table({name: columns[name] for name in ADULT_ORDER})).create("adult")
-    return con
 
 
 @pytest.mark.slow
@@ -266,15 +223,17 @@ def test_a_sum_measured_beside_many_counts_reports_the_error_of_the_number_retur
     Tolerances: the errors are close to Laplace (a SUM over a Kronecker strategy is read off two
     or three noisy values: kurtosis 4.0–4.6, so Var z² ≤ 3.6 and 2·600 z-scores give mean z² to
     ±0.055): RMSE/stddev within 10 % is mean z² within [0.81, 1.21], 3.5 standard errors either
-    side of 1. Such errors cover ±1.96 stddevs with probability 0.942 (not 0.95); over the 1,800
-    SUM cells the binomial standard error is 0.0055, so coverage ≥ 0.93 fails an honest stddev
-    with probability ≈ 1.5 % and the old one (0.86) certainly. The COUNT statements are z-scored
-    by ``assert_calibrated``; the AVG (a delta-method standard error) is left to its own tests."""
-    con = _adult_like(48_842, seed=2)
+    side of 1 (2.7 for the range SUM's 600, Var z² ≤ 3). Such errors cover ±1.96 stddevs with
+    probability 0.942 (not 0.95); over the 1,800 SUM cells the binomial standard error is 0.0055,
+    so coverage ≥ 0.93 fails an honest stddev with probability ≈ 1.5 % and the old one (0.86)
+    certainly. The COUNT statements are z-scored by ``assert_calibrated``; the AVG (a delta-method
+    standard error) is left to its own tests."""
+    con = adult_like(48_842, seed=2)
     statements = [s.strip() for s in ADULT_BATCH.strip().split(";")]
     truths = [{tuple(row[:-1]): float(row[-1]) for row in con.execute(s).fetchall()} for s in statements]
     z: list[list[list[float]]] = [[] for _ in statements]
-    for tables in releases(con, ADULT_SCHEMA, ADULT_BATCH, {"epsilon": 1.0}, runs=ADULT_RELEASES, seed=41):
+    schema = {"tables": {"adult": {"columns": ADULT_COLUMNS}}}
+    for tables in releases(con, schema, ADULT_BATCH, {"epsilon": 1.0}, runs=ADULT_RELEASES, seed=41):
         for i, (table, statement) in enumerate(zip(tables, statements)):
             if "AVG" in statement:
                 continue
