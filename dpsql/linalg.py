@@ -181,6 +181,31 @@ def bilinear_diag(U: Workload, M: Workload, V: Workload) -> FloatArray:
     return np.einsum("ij,ij->i", U.dense() @ dense_m, V.dense())
 
 
+#: Most entries of one dense factor W_g (A_gᵀA_g)⁺A_gᵀ of :func:`kron_answers` (and of W_g densified for it).
+ANSWER_FACTOR_ENTRIES = 2**22
+
+
+def kron_answers(W: Workload, A: Kron, y: FloatArray) -> FloatArray | None:
+    """W A⁺ y for a Kronecker strategy A without the cell estimate A⁺y, or None when a factor of
+    the answer operator would exceed ANSWER_FACTOR_ENTRIES.
+
+    Math: over the finest factorisation W and A share (:func:`paired_factors`),
+    W A⁺ = ⊗_g R_g with R_g = W_g (A_gᵀA_g)⁺A_gᵀ, each formed densely (q_g × p_g) and applied to y axis
+    by axis. Numerics: an answer summing many cells (a total) is mostly read off A's heavy rows,
+    while each cell estimate carries the noise of its light rows, up to ~10¹³ times the answer's
+    for a Kronecker strategy with several such factors; W x̂ cancels those noises, and x̂'s
+    float64 rounding (relative to its own size) survives the cancellation. R_g's entries are the
+    answer's own coefficients, so R y is as accurate as the answer's scale allows.
+    """
+    factors = []
+    for w, a in paired_factors(W, A):
+        (q, n), p = w.shape, a.shape[0]
+        if max(q * n, q * p) > ANSWER_FACTOR_ENTRIES:
+            return None
+        factors.append(Explicit(np.asarray(a @ (pinv_gram(a) @ w.dense().T)).T))
+    return np.asarray(Kron(factors) @ y)
+
+
 def gram_terms(G: Workload, weight: float = 1.0) -> list[tuple[float, tuple[Workload, ...]]]:
     """G as Σ_k c_k ⊗ᵢ G_ki: (c_k, factors) pairs, flattening sums and weights."""
     if isinstance(G, Sum):

@@ -10,7 +10,9 @@ Math:
         laplace:  z_i ~ Lap_ℤ(t) i.i.d., t ≥ Δ₁(Ã)/ε a rational,      Var z_i = 2e^{-1/t}/(1−e^{-1/t})²
         gaussian: z_i ~ N_ℤ(0, σ²) i.i.d., σ² ≥ Δ₂(Ã)²/(2ρ) a rational, Var z_i < σ² (exact value used)
     x̂ = Ã⁺ y (per-factor pseudo-inverses for Kronecker Ã, LSMR for large unstructured Ã) and the
-    answers W x̂ have variance Var(z)·diag(W (ÃᵀÃ)⁺ Wᵀ) when W Ã⁺ Ã = W.
+    answers W x̂ have variance Var(z)·diag(W (ÃᵀÃ)⁺ Wᵀ) when W Ã⁺ Ã = W. Over a Kronecker Ã the
+    answers are computed as (W Ã⁺) y factor by factor instead, never through x̂, whose float64
+    rounding W x̂ would amplify far beyond that variance (``linalg.kron_answers``).
 Privacy:
     Neighbouring data vectors differ by one in one cell (add or remove one row), so ‖Ãx − Ãx′‖
     is at most a column norm of Ã: Δ₁ for Laplace, Δ₂ for Gaussian. Hence measure() is ε-DP
@@ -32,10 +34,11 @@ Per-cell contribution bounds (``cell_bounds`` b, b_j ≥ 1 integers, Kronecker-s
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -53,7 +56,7 @@ from dpsql.errors import (
     ShapeError,
 )
 from dpsql.kronvec import ColumnTerm
-from dpsql.linalg import bilinear_diag, pinv_gram, quadratic_diag
+from dpsql.linalg import bilinear_diag, kron_answers, pinv_gram, quadratic_diag
 from dpsql.noise import Noise
 from dpsql.residual.basis import marginal_form
 from dpsql.tail_bounds import NoiseLaw
@@ -347,12 +350,29 @@ def answer(W: Workload, measurement: Measurement) -> Answers:
 
 
 def answer_blocks(blocks: Sequence[Workload], measurement: Measurement) -> list[Answers]:
-    """Answers for several workloads over one measurement: one support check, one reconstruction."""
+    """Answers for several workloads over one measurement: one support check, at most one reconstruction."""
     check_support(blocks[0] if len(blocks) == 1 else VStack(list(blocks)), measurement.strategy)
-    x_hat = reconstruct(measurement)
+    cells = functools.cache(lambda: reconstruct(measurement))
     profile = pinv_gram(measurement.strategy)
-    return [Answers(values=np.asarray(W @ x_hat), variances=measurement.noise_variance * quadratic_diag(W, profile))
+    return [Answers(values=answer_values(W, measurement, cells),
+                    variances=measurement.noise_variance * quadratic_diag(W, profile))
             for W in blocks]
+
+
+def answer_values(W: Workload, measurement: Measurement, cells: Callable[[], FloatArray]) -> FloatArray:
+    """W Ã⁺ y: over a Kronecker Ã, each Kronecker block (of a stack, weight or sum) by
+    :func:`~dpsql.linalg.kron_answers`, without the cell estimate, whose rounding W x̂ would
+    amplify; otherwise W x̂ with x̂ = ``cells()``."""
+    if not isinstance(measurement.strategy, Kron):
+        return np.asarray(W @ cells())
+    if isinstance(W, VStack):
+        return np.concatenate([answer_values(block, measurement, cells) for block in W.blocks])
+    if isinstance(W, Weighted):
+        return W.weight * answer_values(W.base, measurement, cells)
+    if isinstance(W, Sum):
+        return np.sum([answer_values(term, measurement, cells) for term in W.terms], axis=0)
+    values = kron_answers(W, measurement.strategy, measurement.y)
+    return np.asarray(W @ cells()) if values is None else values
 
 
 def answer_covariance(U: Workload, V: Workload, measurement: Measurement) -> FloatArray:

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
+import pyarrow as pa
 from hypothesis import strategies as st
 
 from dpsql.backends.duckdb import DuckDBBackend
@@ -23,6 +25,52 @@ MIXED_COLUMNS: dict[str, dict[str, object]] = {
     "score": {"type": "numeric", "lower": 0, "upper": 3, "bin_width": 1, "resolution": 0.5, "value_cells": "rounded"},
     "wealth": {"type": "integer", "lower": 0, "upper": 1_000_000, "bin_width": 100_000, "truncate": "svt"},
 }
+
+
+#: UCI Adult's columns as integer codes, declared as issue 29 §5 does: four integers at resolution 1
+#: (domain size, GROUP BY bin width), nine categorical codes 0..size−1; in the data set's order.
+_ADULT_INTEGERS = {"age": (85, 5), "capital_gain": (100, 10), "capital_loss": (100, 10), "hours_per_week": (99, 10)}
+_ADULT_CODES = {"workclass": 9, "fnlwgt": 100, "education_num": 16, "marital_status": 7, "occupation": 15,
+                "relationship": 6, "race": 5, "sex": 2, "native_country": 42, "income_gt50k": 2}
+ADULT_COLUMNS: dict[str, dict[str, object]] = {
+    name: ({"type": "integer", "lower": 0, "upper": _ADULT_INTEGERS[name][0] - 1, "resolution": 1,
+            "bin_width": _ADULT_INTEGERS[name][1]} if name in _ADULT_INTEGERS
+           else {"type": "categorical", "values": list(range(_ADULT_CODES[name]))})
+    for name in ["age", "workclass", "fnlwgt", "education_num", "marital_status", "occupation", "relationship",
+                 "race", "sex", "capital_gain", "capital_loss", "hours_per_week", "native_country", "income_gt50k"]}
+#: Issue 29 §5's batch: counts over five columns, an AVG apart, and two SUMs in the counts' group.
+ADULT_BATCH = """
+    SELECT COUNT(*) AS n FROM adult;
+    SELECT sex, income_gt50k, COUNT(*) AS n FROM adult GROUP BY sex, income_gt50k;
+    SELECT education_num, income_gt50k, COUNT(*) AS n FROM adult GROUP BY education_num, income_gt50k;
+    SELECT marital_status, sex, COUNT(*) AS n FROM adult GROUP BY marital_status, sex;
+    SELECT COUNT(*) AS n FROM adult WHERE age BETWEEN 9 AND 28;
+    SELECT occupation, AVG(hours_per_week) AS a FROM adult GROUP BY occupation;
+    SELECT income_gt50k, SUM(capital_gain) AS s FROM adult GROUP BY income_gt50k;
+    SELECT SUM(capital_gain) AS s FROM adult WHERE age BETWEEN 29 AND 48"""
+
+
+def adult_like(rows: int, seed: int) -> duckdb.DuckDBPyConnection:
+    """A table ``adult`` shaped like UCI Adult (its columns and code domains; skewed categories,
+    income above 50K for a quarter, capital gains mostly 0 and more often positive above 50K),
+    generated: no real data."""
+    rng = np.random.default_rng(seed)
+
+    def skewed(size: int) -> np.ndarray:
+        weights = 0.7 ** np.arange(size)
+        return rng.choice(size, rows, p=weights / weights.sum())
+
+    income = (rng.random(rows) < 0.24).astype(np.int64)
+    columns = {name: skewed(size) for name, size in _ADULT_CODES.items()}
+    columns |= {"income_gt50k": income, "sex": (rng.random(rows) < 0.67).astype(np.int64),
+                "capital_gain": np.where(rng.random(rows) < 0.05 + 0.15 * income, rng.integers(1, 100, rows), 0),
+                "age": np.clip(rng.normal(21, 13, rows).round(), 0, 84).astype(np.int64),
+                "education_num": np.clip(rng.normal(9, 2.5, rows).round(), 0, 15).astype(np.int64),
+                "capital_loss": np.where(rng.random(rows) < 0.05, rng.integers(1, 100, rows), 0),
+                "hours_per_week": np.clip(rng.normal(39, 12, rows).round(), 0, 98).astype(np.int64)}
+    con = duckdb.connect(":memory:")
+    con.from_arrow(pa.table({name: columns[name] for name in ADULT_COLUMNS})).create("adult")
+    return con
 
 
 def groupings(dims: tuple[int, ...]) -> st.SearchStrategy[tuple[int, ...]]:

@@ -6,6 +6,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from dpsql import accuracy, mechanism, strategies, workloads
 from dpsql.errors import DataError, DpsqlWarning, PrivacyParameterError, ShapeError, UnsupportedStrategyError
@@ -209,3 +211,46 @@ def test_a_checked_calibration_is_not_computed_again_when_measuring(monkeypatch:
     assert calls == [] and again.strategy is checked.strategy and release.strategy is checked.strategy
     assert again == checked and release.noise_scale == checked.scale
     assert checked.scale == 3 * checked.strategy.sensitivity("l1")  # Δ₁ of the rounded strategy, times c, at ε = 1
+
+
+def _least_squares_row(A: np.ndarray, w: np.ndarray) -> list[Fraction]:
+    """w (AᵀA)⁻¹ Aᵀ in exact rational arithmetic (A an integer matrix of full column rank)."""
+    n = A.shape[1]
+    gram = (A.T @ A).astype(np.int64)
+    rows = [[Fraction(int(v)) for v in gram[i]] + [Fraction(int(w[i]))] for i in range(n)]  # solve (AᵀA) u = w
+    for c in range(n):
+        pivot = next(r for r in range(c, n) if rows[r][c] != 0)
+        rows[c], rows[pivot] = rows[pivot], rows[c]
+        rows[c] = [v / rows[c][c] for v in rows[c]]
+        for r in range(n):
+            if r != c and rows[r][c] != 0:
+                rows[r] = [a - rows[r][c] * b for a, b in zip(rows[r], rows[c])]
+    u = [row[n] for row in rows]
+    return [sum((u[j] * int(A[k, j]) for j in range(n)), Fraction(0)) for k in range(A.shape[0])]
+
+
+@settings(max_examples=25, deadline=None)
+@given(axes=st.lists(st.tuples(st.integers(2, 4), st.integers(1, 16)), min_size=3, max_size=4), seed=st.integers(0, 99))
+@example(axes=[(4, 1), (4, 1), (4, 1), (4, 1)], seed=0)
+def test_kronecker_answers_are_the_exact_least_squares_answers_however_heavy_the_total_rows(
+        axes: list[tuple[int, int]], seed: int) -> None:
+    """Integer Kronecker strategies as HDMM-Kron's are rounded (KRON_FACTOR_BITS = 12): per axis,
+    light identity rows (weight 1–16) under a total row of weight 4,096. A total over all cells
+    then reads mostly the heavy rows, while each cell estimate carries the light rows' noise,
+    (4096/light)^axes times larger. Each answer W Ã⁺ y must equal its exact rational value to
+    1e-6 of its reported standard error; through the cell estimate x̂ = Ã⁺ y its float64
+    rounding, cancelled by the sum, made errors of up to 600 standard errors (issue 29 §5)."""
+    factors = [np.vstack([light * np.eye(n), np.full((1, n), 4096)]) for n, light in axes] + [np.eye(2)]
+    A = workloads.Kron([workloads.Explicit(f) for f in factors])
+    W = workloads.Kron([workloads.Explicit(np.ones((1, n))) for n, _ in axes] + [workloads.Explicit(np.eye(2))])
+    z = [int(v) for v in np.random.default_rng(seed).integers(-2**53, 2**53, A.shape[0])]  # noise of scale ~2^52
+    release = mechanism.Measurement(strategy=A, y=np.array(z, dtype=np.float64), noise="gaussian",
+                                    noise_scale=Fraction(2**104), noise_variance=2.0**104)
+    got = mechanism.answer(W, release)
+    totals = [_least_squares_row(f, np.ones(f.shape[1])) for f in factors[:-1]]
+    for k, selector in enumerate(np.eye(2)):
+        coefficients = [Fraction(1)]
+        for row in [*totals, [Fraction(int(v)) for v in selector]]:
+            coefficients = [a * b for a in coefficients for b in row]
+        exact = sum(c * v for c, v in zip(coefficients, z))
+        assert abs(got.values[k] - float(exact)) <= 1e-6 * got.stddevs[k], (k, got.values[k], float(exact))
