@@ -5,6 +5,11 @@ And a private strategy cache, so that tests keep optimized strategies out of the
 import os
 import tempfile
 
+# OpenBLAS picks its kernels by CPU; on AVX-512 machines (SkylakeX kernels) a few seeded answers round differently
+# in the last bits of a noise scale, which moves a discrete sampler's draw by whole units. Until noise scales are
+# made independent of BLAS rounding, the suite runs on the Haswell kernels everywhere (set before numpy loads).
+os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
+
 from hypothesis import HealthCheck, settings
 
 # No wall-clock checks (issue 14 item 12): neither per-example deadlines nor the too_slow health check.
