@@ -17,7 +17,12 @@ Prints, per batch, the ε each way spends and how many statements were free, the
 their ratios, measured in one run. Also the empirical check: over the reuse session, the share of
 answers whose error is within 1.96 reported standard errors.
 
-Run: python benchmarks/exploration.py [--people 200000] [--count-target 50] [--sum-target 2e6]
+With ``--epsilon E`` every batch is asked at that ε instead (a cost, not a target): a statement is
+free only where the kept releases answer it at least as accurately as ε would without reuse, and
+the benchmark prints the ε spent each way and how the reported stddevs of the reuse session
+compare with the same batches measured without reuse (the contract: never above 1).
+
+Run: python benchmarks/exploration.py [--people 200000] [--count-target 50] [--sum-target 2e6] [--epsilon E]
 """
 
 from __future__ import annotations
@@ -104,6 +109,45 @@ def run_session(data: pa.Table, schema: Schema, count: float, total: float, *, r
     return per_batch, free, tables, asked
 
 
+def run_at_cost(data: pa.Table, schema: Schema, epsilon: float, *,
+                reuse: bool) -> tuple[list[float], list[int], list[list[float]]]:
+    """At one ε per batch: ε spent per batch, free statements per batch, every answer's stddevs per statement."""
+    per_batch, free, stddevs = [], [], []
+    connection = _connect(data, schema)
+    for batch in SESSION:
+        if not reuse:
+            connection = _connect(data, schema)
+        before = spent(connection)
+        cursor = connection.cursor()
+        cursor.execute("; ".join(batch), epsilon=epsilon, reuse=reuse)
+        per_batch.append(spent(connection) - before)
+        results = list(cursor._results)
+        free.append(sum(json.loads(t.schema.metadata[b"dpsql"])["budget_spent"].startswith("nothing")
+                        for t in results))
+        stddevs.extend([x for n in t.column_names if n.endswith("_stddev") for x in t[n].to_pylist()]
+                       for t in results)
+    return per_batch, free, stddevs
+
+
+def at_cost(data: pa.Table, schema: Schema, epsilon: float) -> None:
+    """The fixed-ε comparison (``--epsilon``)."""
+    runs = {}
+    for name, reuse in (("reuse", True), ("no reuse", False)):
+        started = time.process_time()
+        runs[name] = run_at_cost(data, schema, epsilon, reuse=reuse)
+        print(f"# {name}: {time.process_time() - started:.1f} s CPU")
+    ratios = [a / b for mine, theirs in zip(runs["reuse"][2], runs["no reuse"][2]) for a, b in zip(mine, theirs)
+              if b > 0]
+    print(f"{'batch':>5} {'statements':>10} {'free':>5} {'ε reuse':>10} {'ε no reuse':>11}")
+    for b, batch in enumerate(SESSION):
+        print(f"{b + 1:>5} {len(batch):>10} {runs['reuse'][1][b]:>5} {runs['reuse'][0][b]:>10.4f} "
+              f"{runs['no reuse'][0][b]:>11.4f}")
+    print(f"total ε: reuse {sum(runs['reuse'][0]):.4f}, no reuse {sum(runs['no reuse'][0]):.4f}; free statements "
+          f"with reuse: {sum(runs['reuse'][1])} of {sum(len(b) for b in SESSION)}")
+    print(f"reported stddev, reuse / no reuse, over {len(ratios)} answers: max {max(ratios):.4f}, "
+          f"mean {sum(ratios) / len(ratios):.4f}, min {min(ratios):.4f}")
+
+
 def _connect(data: pa.Table, schema: Schema) -> dpsql.Connection:
     con = duckdb.connect()
     con.register("generated", data)
@@ -142,10 +186,16 @@ def main() -> None:
     parser.add_argument("--people", type=int, default=200_000)
     parser.add_argument("--count-target", type=float, default=50.0, help="largest stddev of a COUNT answer")
     parser.add_argument("--sum-target", type=float, default=2e6, help="largest stddev of a SUM(income) answer")
+    parser.add_argument("--epsilon", type=float, help="ask every batch at this ε instead of the targets")
     arguments = parser.parse_args()
-    print(header("exploration: 30 batches at one accuracy target, ε with and without reuse"))
     data = population(arguments.people)
     schema = Schema.load(SCHEMA)
+    if arguments.epsilon is not None:
+        print(header(f"exploration: 30 batches at ε = {arguments.epsilon:g} each, with and without reuse"))
+        print(f"# {arguments.people:,} people; {len(SESSION)} batches, {sum(len(b) for b in SESSION)} statements")
+        at_cost(data, schema, arguments.epsilon)
+        return
+    print(header("exploration: 30 batches at one accuracy target, ε with and without reuse"))
     print(f"# {arguments.people:,} people; targets: COUNT stddev ≤ {arguments.count_target:g}, "
           f"SUM(income) stddev ≤ {arguments.sum_target:g}; {len(SESSION)} batches, "
           f"{sum(len(b) for b in SESSION)} statements")

@@ -324,11 +324,13 @@ class Cursor:
         budget left cannot meet is refused (BudgetExhaustedError) before anything is read, and the
         results' metadata ``accuracy_target`` records the target and the cost found.
 
-        Statements that earlier releases on this dataset already determine (within the target, if
-        one is given) are answered from them for free; the others are measured, and every answer
-        combines the new and the kept measurements by generalized least squares
-        (``dpsql.engine.reuse``). ``reuse=False`` measures every statement again and answers from
-        this batch's measurements alone (independent replicates); its release is still kept.
+        Statements that releases this connection's analyst paid for (or the data owner shares)
+        already determine are answered from them for free when that is at least as accurate as the
+        batch's cost would make them without reuse (with a target: when it meets the target); the
+        others are measured, and every answer combines the new and the kept measurements by
+        generalized least squares, so paying always helps (``dpsql.engine.reuse``). ``reuse=False``
+        measures every statement again and answers from this batch's measurements alone
+        (independent replicates); its release is still kept.
 
         ``progress``, if given, receives a message before each long step. ``postprocess`` opts in
         to "nonnegative" and/or "isotonic" (``dpsql.engine.postprocess``; free, but biased). ``weights``

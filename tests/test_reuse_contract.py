@@ -248,3 +248,25 @@ def test_a_pool_holds_every_release_so_it_is_never_worse_than_any_one_of_them() 
     for answers in alone.values():
         assert variance <= float(next(iter(answers.values())).variances[0]) * (1 + 1e-6)
     assert np.sqrt(variance) < 10  # the old pool: ± 202, the first release's √51 cells at ε = 0.05
+
+
+def test_the_work_bound_leaves_out_newer_layouts_says_so_and_keeps_what_pooled_before(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With room for one small reduction, COUNT(*) pools the oldest layout (sex), leaves the newer
+    age × sex table out (EXPLAIN counts it) and stays exactly as accurate as before it."""
+    import dpsql.engine.reuse as reuse
+    from dpsql.releases.reduce import reduction_work
+
+    monkeypatch.setattr(reuse, "MAX_POOL_WORK", reduction_work(3))
+    cursor = _connect(seed=31).cursor()
+    cursor.execute("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex", epsilon=0.5)
+    before = split_batch("SELECT COUNT(*) AS n FROM people", None, SCHEMA, cursor.connection.releases.kept()).free[0]
+    cursor.execute("SELECT age, sex, COUNT(*) AS n FROM people GROUP BY age, sex", epsilon=1.0)
+    split = split_batch("SELECT COUNT(*) AS n FROM people", None, SCHEMA, cursor.connection.releases.kept())
+    assert split.left_out == {0: 1} and split.releases[0].own == (1,)
+    assert [a.variances for a in split.free[0].values()] == [a.variances for a in before.values()]
+    text = cursor.explain("SELECT COUNT(*) AS n FROM people", epsilon=0.001)
+    assert ("1 kept measurement(s) left out of its pool by the work bound (dpsql.engine.reuse.MAX_POOL_WORK)"
+            in text)
+    paid = cursor.execute("SELECT COUNT(*) AS n FROM people", epsilon=1.0).fetch_arrow_table()  # its own joins
+    assert _meta(paid)["reuse"]["answered_by_releases"] == [1, 3]

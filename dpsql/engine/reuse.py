@@ -65,9 +65,10 @@ MIN_NOISE_VARIANCE = 1e-6
 #: The most cells a kept measurement, and a group answered from a pool, may have (a measurement's
 #: information matrix is dense: REUSE_CELLS² numbers).
 REUSE_CELLS = 1024
-#: The most work (multiply-adds: n³ to reduce a measurement's n cells onto fewer, n² to lift them)
-#: one pool may take for the releases kept before the batch: 64 reductions of the largest kept size.
-MAX_POOL_WORK = 64 * 3 * REUSE_CELLS**3
+#: The most work (multiply-adds, :func:`dpsql.releases.reduce.reduction_work`: 3n³ + n² for a measurement of n
+#: cells, whatever it needs) one pool may take for the releases kept before the batch: 16 reductions of the
+#: largest kept size, a few seconds of CPU in all (each is remembered for the connection's later batches).
+MAX_POOL_WORK = 16 * reduction_work(REUSE_CELLS)
 #: Reductions a store remembers across batches (then it forgets them all and starts again).
 CACHED_REDUCTIONS = 4096
 
