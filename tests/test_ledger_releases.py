@@ -290,7 +290,8 @@ def test_budget_show_lists_the_kept_releases_and_what_they_answer(tmp_path: Path
     bound = Binding.of(Schema.load(SCHEMA), database)
     ledger.set_total("people.duckdb", PrivacyCost(epsilon=5.0), binding=bound)
     assert main(["budget", "show", "--db", str(database)]) == 0
-    assert capsys.readouterr().out.endswith("charges: 0\nStored releases: none\n")
+    assert capsys.readouterr().out.endswith("charges: 0\nkept releases: each analyst reuses only her own (dpsql "
+                                            "budget set --share-releases to share them)\nStored releases: none\n")
     payloads = [json.dumps({"summary": ["COUNT(*) by age (100 cells)", "SUM(income)\nby age"], "noise": [2.0]}),
                 "not JSON", '{"summary": "a str, not a list"}', '["no", "object"]', '{"summary": [1, 2]}', "{}"]
     for number, payload in enumerate(payloads):

@@ -146,8 +146,8 @@ def _show(arguments: argparse.Namespace) -> int:
     print(f"ledger: {books.ledger.path}")
     _print_balance(balance, arguments.delta)
     _print_charges(books.ledger.history(books.dataset, books.analyst))
-    _print_releases(books.ledger.releases(books.dataset))
     _print_sharing(books.ledger.shares_releases(books.dataset))
+    _print_releases(books.ledger.releases(books.dataset))
     return 0
 
 
