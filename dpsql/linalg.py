@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.linalg as sla
 
-from dpsql.kronvec import group_by_cuts, kron_vectors, shared_cuts
+from dpsql.kronvec import align_terms, group_by_cuts, kron_vectors, shared_cuts
 from dpsql.residual.basis import ResidualSum, marginal_form, residual_pinv, residual_projector
 from dpsql.workloads import (
     Explicit,
@@ -161,8 +161,10 @@ def quadratic_diag(W: Workload, M: Workload) -> FloatArray:
     if len(pairs) > 1:
         return kron_vectors([quadratic_diag(w, m) for w, m in pairs])
     (W, M), n = pairs[0], W.shape[1]  # a one-factor Kronecker product is its factor
+    if isinstance(M, Identity):  # diag(W Wᵀ): the rows' squared norms, W's transpose's column power sums
+        return np.asarray(np.sum([kron_vectors(term) for term in align_terms(W.T._column_terms(2))], axis=0))
     check_dense_size(n, n, "diag(W M Wᵀ)")
-    return W._quadratic_diag_dense(np.eye(n) if isinstance(M, Identity) else M.dense())
+    return W._quadratic_diag_dense(M.dense())
 
 
 def bilinear_diag(U: Workload, M: Workload, V: Workload) -> FloatArray:

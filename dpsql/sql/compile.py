@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
+import scipy.sparse as sp
 
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
@@ -492,9 +493,11 @@ class _StatementCompiler:
     def _labels(self, axis: Axis) -> list[object]:
         return self.keys[self.position[axis.column.name]].labels
 
-    def _membership(self, axis: Axis) -> npt.NDArray[np.float64]:
-        """(groups × batch cells) 0/1 matrix: which cells each GROUP BY group of this axis holds."""
-        return membership(self.keys[self.position[axis.column.name]], axis.cell_of_base, axis.size)
+    def _grouped(self, axis: Axis, mask: npt.NDArray[np.float64]) -> Explicit:
+        """membership · diag(mask): which cells each GROUP BY group of this axis holds, weighted by the
+        box's mask; dense up to DENSE_STACK entries, else sparse (one entry per cell at most)."""
+        return _explicit(membership(self.keys[self.position[axis.column.name]], axis.cell_of_base, axis.size)
+                         @ sp.diags_array(mask))
 
     def _block(self, true: list[Box], group_axes: tuple[int, ...],
                weights: tuple[int, npt.NDArray[np.float64]] | None = None) -> Workload:
@@ -505,11 +508,11 @@ class _StatementCompiler:
         for box in merge(true):
             masks = [mask * weights[1] if weights is not None and i == weights[0] else mask.astype(np.float64)
                      for i, mask in enumerate(box)]
-            factors = [Explicit(self._membership(axis) * mask[None, :]) if i in grouped else Explicit(mask[None, :])
+            factors = [self._grouped(axis, mask) if i in grouped else Explicit(mask[None, :])
                        for i, (axis, mask) in enumerate(zip(self.axes, masks))]
             terms.append(Kron(factors) if factors else Explicit(np.ones((1, 1))))
         if not terms:  # the WHERE clause is never TRUE: rows of zeros
-            factors = [Explicit(np.zeros((self._group_count(a) if i in grouped else 1, a.size)))
+            factors = [_explicit(sp.csr_array((self._group_count(a) if i in grouped else 1, a.size)))
                        for i, a in enumerate(self.axes)]
             terms.append(Kron(factors) if factors else Explicit(np.zeros((1, 1))))
         return terms[0] if len(terms) == 1 else DisjointSum(terms)
@@ -564,6 +567,11 @@ class _StatementCompiler:
             return Block(data=COUNTS, kind=kind, workload=self._block(true, group_axes, (position, weight)))
         return Block(data=COUNTS, kind=kind, workload=self._block(true, group_axes, (position, cells.weights(axis))),
                      scale=cells.scale, bias=cells.bias(axis.column.domain))  # type: ignore[arg-type]
+
+
+def _explicit(matrix: sp.csr_array) -> Explicit:
+    """A block factor: dense up to DENSE_STACK entries, else kept sparse."""
+    return Explicit(matrix.toarray() if matrix.shape[0] * matrix.shape[1] <= DENSE_STACK else sp.csr_array(matrix))
 
 
 def _check_output_names(statement: ir.Statement, table: sch.Table) -> None:

@@ -1,0 +1,124 @@
+"""Bounded work before any charge (issue 29 §2): a plain GROUP BY is a partition of the cells,
+planned and answered in closed form at any size the cell limit admits, never with a dense
+n × n matrix. Large cases run in a subprocess under an address-space cap (RLIMIT_AS) and a
+generous CPU cap (RLIMIT_CPU), so a dense n × n step fails them instead of starving the machine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dpsql import accuracy, planner, strategies
+from dpsql.partitions import partition_form
+from dpsql.workloads import Explicit, Identity, Kron, VStack, Weighted
+
+ROOT = Path(__file__).resolve().parents[1]
+GIB = 2**30
+
+#: Runs one batch (argv: a JSON of the settings below) over a one-column table t(d) of ``cells``
+#: integer cells, or the given schema and table; prints a JSON report.
+SCRIPT = """
+import json, resource, sys
+settings = json.loads(sys.argv[1])
+for limit, value in ((resource.RLIMIT_AS, settings["memory"]), (resource.RLIMIT_CPU, settings["cpu"])):
+    resource.setrlimit(limit, (value, value))
+import duckdb, dpsql
+from dpsql.schema import Schema
+cells = settings["cells"]
+columns = settings["columns"] or {"d": {"type": "integer", "lower": 0, "upper": cells - 1}}
+data = duckdb.connect()
+data.execute(settings["table"] or f"CREATE TABLE t AS SELECT i * 7 % {cells} AS d FROM range(20000) r(i)")
+report = {}
+with dpsql.connect(data, schema=Schema.load({"tables": {"t": {"columns": columns}}}),
+                   budget=dpsql.Budget(epsilon=1.0)) as connection:
+    cursor = connection.cursor()
+    try:
+        report["explain"] = cursor.explain(settings["sql"], epsilon=0.5)
+        if settings["execute"]:
+            cursor.execute(settings["sql"], epsilon=0.5)
+            report["rows"] = [list(row) for row in cursor.fetchall()]
+    except Exception as err:
+        report["error"] = type(err).__name__ + ": " + str(err)
+    report["spent"] = connection.budget.spent
+print(json.dumps(report))
+"""
+
+
+def run_capped(sql: str, cells: int = 0, *, execute: bool = True, memory: int = 2 * GIB, cpu: int = 120,
+               columns: dict[str, object] | None = None, table: str | None = None) -> dict[str, object]:
+    """The batch's EXPLAIN (and rows) from a subprocess capped at ``memory`` bytes of address space
+    and ``cpu`` CPU seconds; fails the test if the subprocess dies (MemoryError, SIGXCPU)."""
+    settings = {"sql": sql, "cells": cells, "execute": execute, "memory": memory, "cpu": cpu, "columns": columns,
+                "table": table}
+    done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(settings)], capture_output=True, text=True,
+                          cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1"},
+                          check=False)
+    assert done.returncode == 0, f"the subprocess failed ({done.returncode}): {done.stderr[-3000:]}"
+    report: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
+
+
+def test_a_group_by_over_1e5_cells_is_answered_in_closed_form() -> None:
+    """Before: numpy's MemoryError (a dense 10⁵ × 10⁵ membership matrix, then (AᵀA)⁺)."""
+    report = run_capped("SELECT d, COUNT(*) AS n FROM t GROUP BY d", 100_000)
+    assert "error" not in report, report["error"]
+    assert "identity is optimal (closed form)" in str(report["explain"])
+    rows = report["rows"]
+    assert isinstance(rows, list) and len(rows) == 100_000
+    stddevs = {row[2] for row in rows}
+    assert len(stddevs) == 1 and 2.7 < stddevs.pop() < 2.9  # Laplace at ε = 0.5 on one cell: √(2)·2, exact lattice
+    assert report["spent"] == pytest.approx(0.5)
+
+
+@pytest.mark.slow
+def test_a_group_by_over_1e6_cells_is_answered_within_the_cell_limit() -> None:
+    report = run_capped("SELECT d, COUNT(*) AS n FROM t GROUP BY d", 1_000_000)
+    assert "error" not in report, report["error"]
+    assert isinstance(report["rows"], list) and len(report["rows"]) == 1_000_000
+
+
+# ================================================================================ the closed forms
+def _random_partition(seed: int, rows: int, cells: int) -> np.ndarray:
+    """A weighted partition: each cell in one row or none, each row one weight."""
+    rng = np.random.default_rng(seed)
+    owner = rng.integers(-1, rows, size=cells)
+    weights = rng.choice([0.5, 1.0, 2.0, 3.0], size=rows)
+    dense = np.zeros((rows, cells))
+    dense[owner[owner >= 0], np.flatnonzero(owner >= 0)] = weights[owner[owner >= 0]]
+    return dense
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_partition_closed_forms_match_the_dense_algebra(seed: int) -> None:
+    dense = _random_partition(seed, 6, 20)
+    for W in (Explicit(dense), Explicit(sp.csr_array(dense)), Weighted(2.0, Explicit(dense)),
+              VStack([Explicit(dense[:3]), Explicit(dense[3:])]), Kron([Explicit(dense[:2, :4]), Identity(3)])):
+        form = partition_form(W)
+        assert form is not None
+        identity = strategies.identity(W.shape[1])
+        assert form.identity_error() == pytest.approx(accuracy.expected_error(W, identity))
+        np.testing.assert_allclose(form.identity_variances(), accuracy.per_query_variance(W, identity))
+        assert form.root_trace() == pytest.approx(np.linalg.svd(W.dense(), compute_uv=False).sum())
+
+
+def test_overlapping_or_unequal_rows_are_not_partitions() -> None:
+    assert partition_form(Explicit(np.array([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0]]))) is None  # cell 1 twice
+    assert partition_form(Explicit(np.array([[1.0, 2.0, 0.0]]))) is None  # unequal weights in a row
+    assert partition_form(VStack([Explicit(np.eye(3)), Explicit(np.ones((1, 3)))])) is None  # GROUP BY + total
+    assert partition_form(strategies.hierarchical(8, 2)) is None
+
+
+def test_a_single_cell_partition_plans_identity_with_its_exact_error_and_bound() -> None:
+    W = Kron([Explicit(np.eye(50)[:49]), Explicit(np.array([[0.0, 1.0, 0.0]]))])  # GROUP BY d WHERE e = 'x'
+    plan = planner.plan(W, noise="laplace", sizes=[50, 3], ordered=[True, False])
+    assert plan.name == "identity" and list(plan.candidates) == ["identity"]
+    assert plan.expected_error == pytest.approx(accuracy.expected_error(W, Identity(150), noise="laplace"))
+    bound, exact = plan.svd_bound()
+    assert exact and bound == pytest.approx(accuracy.svd_bound(W))
+    assert "closed form" in plan.notes[0]
