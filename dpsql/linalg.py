@@ -16,8 +16,10 @@ from collections.abc import Sequence
 
 import numpy as np
 import scipy.linalg as sla
+import scipy.sparse as sp
 
 from dpsql.kronvec import align_terms, group_by_cuts, kron_vectors, shared_cuts
+from dpsql.partitions import Averaging, Parts
 from dpsql.residual.basis import ResidualSum, marginal_form, residual_pinv, residual_projector
 from dpsql.workloads import (
     Explicit,
@@ -65,6 +67,8 @@ def pinv_gram(A: Workload) -> Workload:
         result = Kron([pinv_gram(f) for f in A.factors])
     elif isinstance(A, Weighted):
         result = Weighted(1.0 / A.weight**2, pinv_gram(A.base))
+    elif isinstance(A, Parts):
+        result = A.profile()
     elif (form := marginal_form(A)) is not None:
         result = residual_pinv(*form, tolerance=RANK_TOLERANCE)
     else:
@@ -87,6 +91,8 @@ def projector(A: Workload) -> Workload:
         return Identity(A.shape[1]) if all(isinstance(f, Identity) for f in factors) else Kron(factors)
     if isinstance(A, Weighted):
         return projector(A.base)
+    if isinstance(A, Parts):
+        return A.projector()
     if (form := marginal_form(A)) is not None:
         return residual_projector(*form, tolerance=RANK_TOLERANCE)
     M = pinv_gram(A)
@@ -127,6 +133,8 @@ def trace_of_product(G: Workload, M: Workload) -> float:
         return M.weight * trace_of_product(G, M.base)
     if isinstance(M, ResidualSum) and (value := M.trace_against(G)) is not None:
         return value
+    if isinstance(M, Averaging):
+        return M.trace_against(G)
     if isinstance(M, Sum):
         return float(sum(trace_of_product(G, term) for term in M.terms))
     if isinstance(M, Identity):
@@ -153,6 +161,8 @@ def quadratic_diag(W: Workload, M: Workload) -> FloatArray:
         return M.weight * quadratic_diag(W, M.base)
     if isinstance(M, ResidualSum) and (diag := M.diag_against(W)) is not None:
         return diag
+    if isinstance(M, Averaging):
+        return M.bilinear_diag(W, W)
     if isinstance(M, Sum):
         return np.sum([quadratic_diag(W, term) for term in M.terms], axis=0)
     if isinstance(W, Sum):
@@ -173,10 +183,14 @@ def bilinear_diag(U: Workload, M: Workload, V: Workload) -> FloatArray:
         return M.weight * bilinear_diag(U, M.base, V)
     if isinstance(M, Sum):
         return np.sum([bilinear_diag(U, term, V) for term in M.terms], axis=0)
+    if isinstance(M, Averaging):
+        return M.bilinear_diag(U, V)
     if isinstance(U, Kron) and isinstance(V, Kron) and [f.shape for f in U.factors] == [f.shape for f in V.factors]:
         pairs = paired_factors(U, M)
         if len(pairs) == len(U.factors):
             return kron_vectors([bilinear_diag(u, m, v) for u, (_, m), v in zip(U.factors, pairs, V.factors)])
+    if isinstance(M, Identity) and isinstance(U, Explicit) and isinstance(V, Explicit):  # diag(U Vᵀ), entrywise
+        return np.asarray(sp.csr_array(U.matrix).multiply(V.matrix).sum(axis=1), dtype=np.float64).ravel()
     m, n = U.shape
     check_dense_size(m, n, "diag(U M Vᵀ)")
     dense_m = np.eye(n) if isinstance(M, Identity) else M.dense()

@@ -55,6 +55,7 @@ from dpsql.errors import (
 from dpsql.kronvec import ColumnTerm
 from dpsql.linalg import bilinear_diag, pinv_gram, quadratic_diag
 from dpsql.noise import Noise
+from dpsql.partitions import Parts
 from dpsql.residual.basis import marginal_form
 from dpsql.workloads import (
     Explicit,
@@ -305,7 +306,7 @@ def pseudo_inverse(A: Workload) -> Workload:
         return Weighted(1.0 / A.weight, pseudo_inverse(A.base))
     if isinstance(A, Kron):
         return Kron([pseudo_inverse(f) for f in A.factors])
-    if A.shape[1] <= DENSE_SOLVE_LIMIT or marginal_form(A) is not None:
+    if A.shape[1] <= DENSE_SOLVE_LIMIT or isinstance(A, Parts) or marginal_form(A) is not None:
         return Product(pinv_gram(A), A.T)
     return LeastSquares(A)
 

@@ -11,7 +11,7 @@ so is a single COUNT with any WHERE. Its exact errors need no n × n matrix:
 - optimality: for any strategy with X = AᵀA/Δ₂² (diagonal ≤ 1, so |X_ij| ≤ 1 and 1_rᵀX1_r ≤ s_r²),
   query r's variance c_r² 1_rᵀX⁺1_r ≥ c_r² s_r²/1_rᵀX1_r ≥ c_r² (Cauchy–Schwarz). Measuring each
   part's total once attains it, and where every part is one cell (s_r ≤ 1) that is the identity:
-  then the identity is optimal and no other strategy need be scored.
+  then the identity is optimal and no other strategy need be scored; otherwise :class:`Parts`.
 
 Everything here is O(cells + non-zero entries), factor by factor for Kronecker products.
 """
@@ -21,10 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 
 from dpsql.kronvec import kron_vectors
-from dpsql.workloads import Explicit, FloatArray, Identity, Kron, VStack, Weighted, Workload
+from dpsql.workloads import Explicit, FloatArray, Identity, Kron, VStack, Weighted, Workload, check_dense_size
+
+IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,3 +109,104 @@ def _stacked_form(W: VStack) -> Partition | None:
         return None  # two blocks read one cell
     return Partition(weights=np.concatenate([f.weights for f in parts]),
                      sizes=np.concatenate([f.sizes for f in parts]), support=(covered,))
+
+
+def part_of_cell(W: Workload) -> IntArray:
+    """For a workload :func:`partition_form` reads, the row holding each cell (−1: none)."""
+    if isinstance(W, Identity):
+        return np.arange(W.n, dtype=np.int64)
+    if isinstance(W, Weighted):
+        return part_of_cell(W.base)
+    if isinstance(W, Explicit):
+        matrix = sp.csr_array(W.matrix)
+        matrix.eliminate_zeros()
+        owner = np.full(matrix.shape[1], -1, dtype=np.int64)
+        owner[matrix.indices] = np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
+        return owner
+    if isinstance(W, Kron):
+        owners = np.meshgrid(*[part_of_cell(f) for f in W.factors], indexing="ij")
+        rows = [f.shape[0] for f in W.factors]
+        inside = np.logical_and.reduce([o >= 0 for o in owners])
+        flat = np.ravel_multi_index(tuple(np.where(inside, o, 0) for o in owners), rows)
+        return np.where(inside, flat, -1).ravel().astype(np.int64)
+    assert isinstance(W, VStack)
+    owner = np.full(W.shape[1], -1, dtype=np.int64)
+    offset = 0
+    for block in W.blocks:
+        found = part_of_cell(block)
+        owner[found >= 0] = found[found >= 0] + offset
+        offset += block.shape[0]
+    return owner
+
+
+class Parts(Explicit):
+    """A = R: one 0/1 row per part of a partition of (some of) the cells, each part's total
+    measured once — optimal for a weighted partition workload diag(c)·R (module docstring).
+
+    Δ₁ = Δ₂ = 1: a cell is in one row at most, so one row added or removed moves one answer by
+    one, as for the identity. AᵀA = Σ_r 1_r 1_rᵀ, so (AᵀA)⁺ = Rᵀ diag(1/s²) R and A⁺A = Rᵀ diag(1/s) R
+    (the mean over each part), both :class:`Averaging`: O(cells) to apply, never n × n.
+    """
+
+    def __init__(self, owner: IntArray, parts: int) -> None:
+        cells = np.flatnonzero(owner >= 0)
+        self.rows = sp.csr_array((np.ones(cells.size), (owner[cells], cells)), shape=(parts, owner.size))
+        super().__init__(self.rows)
+        self.sizes = np.bincount(owner[cells], minlength=parts).astype(np.float64)
+
+    def profile(self) -> Averaging:
+        """(AᵀA)⁺ = Rᵀ diag(1/s²) R."""
+        return Averaging(self, 2)
+
+    def projector(self) -> Averaging:
+        """A⁺A = Rᵀ diag(1/s) R."""
+        return Averaging(self, 1)
+
+    def __repr__(self) -> str:
+        return f"Parts({self.shape[0]} parts of {self.shape[1]} cells)"
+
+
+class Averaging(Workload):
+    """Rᵀ diag(s^−power) R for a :class:`Parts` R (empty parts weigh 0): symmetric, n × n, applied in O(n)."""
+
+    def __init__(self, parts: Parts, power: int) -> None:
+        self.parts = parts
+        sizes = parts.sizes
+        self.scale = np.divide(1.0, sizes**power, out=np.zeros_like(sizes), where=sizes > 0)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.parts.shape[1], self.parts.shape[1])
+
+    def _matmat(self, X: FloatArray) -> FloatArray:
+        R = self.parts.rows
+        return np.asarray(R.T @ (np.asarray(R @ X) * self.scale[:, None]))
+
+    def _rmatmat(self, Y: FloatArray) -> FloatArray:
+        return self._matmat(Y)
+
+    @property
+    def T(self) -> Workload:
+        return self
+
+    def trace(self) -> float:
+        return float(np.sum(self.scale * self.parts.sizes))
+
+    def _on_parts(self, U: Workload) -> sp.csr_array:
+        """U Rᵀ: U applied to every part's indicator vector (sparse products for an explicit U)."""
+        indicators = sp.csr_array(self.parts.rows.T)
+        if isinstance(U, Explicit):
+            return sp.csr_array(sp.csr_array(U.matrix) @ indicators)
+        cells, parts = indicators.shape
+        check_dense_size(cells, parts, "the parts' indicator vectors")
+        return sp.csr_array(U @ indicators.toarray())
+
+    def bilinear_diag(self, U: Workload, V: Workload) -> FloatArray:
+        """diag(U M Vᵀ) = Σ_r scale_r (U 1_r)(V 1_r)."""
+        left = self._on_parts(U)
+        right = left if V is U else self._on_parts(V)
+        return np.asarray(left.multiply(right) @ self.scale, dtype=np.float64).ravel()
+
+    def trace_against(self, G: Workload) -> float:
+        """trace(G M) = Σ_r scale_r 1_rᵀ G 1_r for a square G."""
+        return float(np.sum((self.parts.rows @ self._on_parts(G)).diagonal() * self.scale))

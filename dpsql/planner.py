@@ -40,7 +40,7 @@ from dpsql import accuracy, plan_cache, strategies, strategy_cache
 from dpsql.errors import DomainTooLargeError, DpsqlError, ShapeError
 from dpsql.mechanism import integral_strategy
 from dpsql.noise import Noise
-from dpsql.partitions import Partition, partition_form
+from dpsql.partitions import Partition, Parts, part_of_cell, partition_form
 from dpsql.workloads import Explicit, Kron, Workload
 
 #: Per-attribute strategy families: (name, builder for an ordered attribute of n cells).
@@ -147,7 +147,7 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
     sizes = list(sizes) if sizes is not None else [W.shape[1]]
     ordered = list(ordered) if ordered is not None else [True] * len(sizes)
     form = partition_form(W)
-    if form is not None and form.single_cells:
+    if form is not None:
         return _partition_plan(W, form, noise=noise, sizes=sizes)
     options = {**candidates(sizes, ordered), **(extra or {})}
     key = _decision_key(W, noise=noise, sizes=sizes, ordered=ordered, optimize=optimize, quick=quick, extra=extra)
@@ -184,16 +184,22 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
 
 
 def _partition_plan(W: Workload, form: Partition, *, noise: Noise, sizes: Sequence[int]) -> Plan:
-    """The identity, optimal for a workload whose every query reads one cell once (its weighted
-    rows partition some cells: ``dpsql.partitions``), scored in closed form without an n × n matrix."""
-    strategy = strategies.kron([_factor("identity", n) for n in sizes]) if sizes else strategies.identity(1)
-    error = accuracy.unit_noise_variance(strategy, noise) * form.identity_error()
+    """The optimal strategy for a workload whose weighted rows partition some cells
+    (``dpsql.partitions``), scored in closed form without an n × n matrix: the identity where every
+    query reads one cell, else each part's total measured once (``workload``, :class:`Parts`)."""
+    identity = strategies.kron([_factor("identity", n) for n in sizes]) if sizes else strategies.identity(1)
+    scores = {"identity": accuracy.unit_noise_variance(identity, noise) * form.identity_error()}
     nonzero = float(form.sizes[form.weights != 0].sum())
     bound = (form.root_trace() ** 2 / nonzero if nonzero else 0.0, True)
-    note = ("every query reads one cell, each cell at most once: the identity is optimal (closed form), "
-            "so no other strategy was scored.")
-    return Plan(strategy=strategy, name="identity", noise=noise, candidates={"identity": error}, queries=W.shape[0],
-                workload=W, notes=(note,), _bound=[bound])
+    if form.single_cells:
+        note = "every query reads one cell, each cell at most once: the identity is optimal (closed form)"
+        strategy, name = identity, "identity"
+    else:
+        note = "the queries read disjoint sets of cells: measuring each set's total once is optimal (closed form)"
+        strategy, name = Parts(part_of_cell(W), W.shape[0]), "workload"
+        scores[name] = accuracy.unit_noise_variance(strategy, noise) * float(np.sum(form.weights**2))
+    return Plan(strategy=strategy, name=name, noise=noise, candidates=scores, queries=W.shape[0], workload=W,
+                notes=(note + ", so no other strategy was scored.",), _bound=[bound])
 
 
 #: Optimization is skipped when a cheap candidate's expected error is within this fraction of the

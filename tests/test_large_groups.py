@@ -14,8 +14,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from dpsql import accuracy, planner, strategies
-from dpsql.partitions import partition_form
+from dpsql import accuracy, linalg, planner, strategies
+from dpsql.partitions import Parts, part_of_cell, partition_form
+from dpsql.schema import Ordered, Schema
+from dpsql.sql.compile import compile_batch
+from dpsql.sql.parse import parse_batch
+from dpsql.sql.vectors import COUNTS
 from dpsql.workloads import Explicit, Identity, Kron, VStack, Weighted
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,3 +126,48 @@ def test_a_single_cell_partition_plans_identity_with_its_exact_error_and_bound()
     bound, exact = plan.svd_bound()
     assert exact and bound == pytest.approx(accuracy.svd_bound(W))
     assert "closed form" in plan.notes[0]
+
+
+def test_parts_profile_and_projector_match_the_dense_pseudo_inverse() -> None:
+    dense = _random_partition(7, 5, 30)
+    W = Explicit(dense)
+    parts = Parts(part_of_cell(W), W.shape[0])
+    R = parts.dense()
+    np.testing.assert_allclose(parts.profile().dense(), np.linalg.pinv(R.T @ R), atol=1e-12)
+    np.testing.assert_allclose(parts.projector().dense(), np.linalg.pinv(R) @ R, atol=1e-12)
+    weights = np.abs(dense).max(axis=1)
+    assert accuracy.expected_error(W, parts) == pytest.approx(float(np.sum(weights**2)))
+    np.testing.assert_allclose(linalg.quadratic_diag(W, linalg.pinv_gram(parts)), weights**2)
+    assert parts.sensitivity("l1") == parts.sensitivity("l2") == 1.0
+
+
+def test_an_in_list_of_999_values_is_cheap_and_planned_in_closed_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: 17.8 s of CPU — every IN value rebuilt the domain's n-cell arrays (value_bounds and the
+    boundary search) and the 1,999 cells it makes were planned with dense n × n algebra."""
+    calls = []
+    original = Ordered.value_bounds
+    monkeypatch.setattr(Ordered, "value_bounds", lambda self: calls.append(1) or original(self))
+    schema = Schema.load({"tables": {"t": {"columns": {"d": {"type": "integer", "lower": 0, "upper": 99_999}}}}})
+    sql = "SELECT COUNT(*) FROM t WHERE d IN (" + ", ".join(str(3 * i) for i in range(999)) + ")"
+    compiled = compile_batch(parse_batch(sql), schema)
+    assert len(calls) <= 4  # once per reading of the atom (the axis, then the WHERE), not once per value
+    group = compiled.groups[0]
+    assert group.cells == 1_999  # 999 values, the 998 gaps between them, the rest, the outside cell
+    plan = planner.plan(group.workload(COUNTS), noise="laplace", sizes=[group.cells])
+    assert plan.name == "workload" and isinstance(plan.strategy, Parts)
+    assert plan.expected_error == pytest.approx(2.0)  # one query of sensitivity 1, Laplace at ε = 1: 2b²
+
+
+def test_an_in_list_is_answered_exactly_as_its_cells_add_up() -> None:
+    report = run_capped("SELECT COUNT(*) AS n FROM t WHERE d IN (" + ", ".join(map(str, range(0, 3000, 3))) + ")",
+                        100_000)
+    assert "error" not in report, report["error"]
+    assert "measuring each set's total once is optimal" in str(report["explain"])
+    (count, stddev), = report["rows"]  # type: ignore[misc]
+    assert abs(count - _in_list_rows()) < 40 * stddev
+
+
+def _in_list_rows() -> int:
+    """Rows of run_capped's table (d = 7 i mod 10⁵, i < 20,000) with d a multiple of 3 below 3,000."""
+    values = np.arange(20_000) * 7 % 100_000
+    return int(np.count_nonzero((values % 3 == 0) & (values < 3000)))
