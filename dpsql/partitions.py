@@ -25,7 +25,17 @@ import numpy.typing as npt
 import scipy.sparse as sp
 
 from dpsql.kronvec import kron_vectors
-from dpsql.workloads import Explicit, FloatArray, Identity, Kron, VStack, Weighted, Workload, check_dense_size
+from dpsql.workloads import (
+    MAX_DENSE_ENTRIES,
+    Explicit,
+    FloatArray,
+    Identity,
+    Kron,
+    VStack,
+    Weighted,
+    Workload,
+    check_dense_size,
+)
 
 IntArray = npt.NDArray[np.int64]
 
@@ -193,10 +203,11 @@ class Averaging(Workload):
         return float(np.sum(self.scale * self.parts.sizes))
 
     def _on_parts(self, U: Workload) -> sp.csr_array:
-        """U Rᵀ: U applied to every part's indicator vector (sparse products for an explicit U)."""
+        """U Rᵀ: U applied to every part's indicator vector (sparse products for an explicit U or a
+        Kronecker product of explicit factors with few entries)."""
         indicators = sp.csr_array(self.parts.rows.T)
-        if isinstance(U, Explicit):
-            return sp.csr_array(sp.csr_array(U.matrix) @ indicators)
+        if (matrix := _sparse(U)) is not None:
+            return sp.csr_array(matrix @ indicators)
         cells, parts = indicators.shape
         check_dense_size(cells, parts, "the parts' indicator vectors")
         return sp.csr_array(U @ indicators.toarray())
@@ -210,3 +221,20 @@ class Averaging(Workload):
     def trace_against(self, G: Workload) -> float:
         """trace(G M) = Σ_r scale_r 1_rᵀ G 1_r for a square G."""
         return float(np.sum((self.parts.rows @ self._on_parts(G)).diagonal() * self.scale))
+
+
+def _sparse(U: Workload) -> sp.csr_array | None:
+    """U as a sparse matrix when it is explicit, a weight of one, or a Kronecker product of explicit
+    factors whose product has at most MAX_DENSE_ENTRIES non-zero entries; else None."""
+    if isinstance(U, Explicit):
+        return sp.csr_array(U.matrix)
+    if isinstance(U, Weighted) and (base := _sparse(U.base)) is not None:
+        return sp.csr_array(U.weight * base)
+    if isinstance(U, Kron) and all(isinstance(f, Explicit) for f in U.factors):
+        factors = [sp.csr_array(f.matrix) for f in U.factors]  # type: ignore[attr-defined]
+        if np.prod([f.nnz for f in factors], dtype=np.float64) <= MAX_DENSE_ENTRIES:
+            product = factors[0]
+            for factor in factors[1:]:
+                product = sp.kron(product, factor, format="csr")
+            return sp.csr_array(product)
+    return None

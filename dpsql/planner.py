@@ -112,6 +112,11 @@ PLAN_EVALUATIONS = 2_000
 #: a Gaussian step (a full eigendecomposition, about ten times dearer) counts as one, so Gaussian
 #: HDMM gets an eighth of that.
 PLAN_HDMM_WORK = 2**28
+#: ... and at most PLAN_HDMM_CUBIC_WORK / n³ of them: one p-Identity evaluation costs O(p·n²) = O(n³/16)
+#: operations, so this caps HDMM's work per group at any size (256 evaluations at n = 256, 4 at
+#: n = 1,024; Gaussian steps an eighth of that), which the batch limits of
+#: ``dpsql.engine.planning_size`` then bound over all groups.
+PLAN_HDMM_CUBIC_WORK = 2**32
 #: Eigen-Design runs on domains of at most this many cells (it eigendecomposes the dense Gram).
 EIGEN_MAX_CELLS = 1024
 #: OPT₊ runs on domains of at most this many cells (its exact error needs a dense (AᵀA)⁺).
@@ -309,15 +314,17 @@ def _templates(W: Workload, *, noise: Noise, sizes: Sequence[int],
 
 
 def hdmm_evaluations(sizes: Sequence[int], noise: Noise = "laplace") -> int:
-    """The HDMM templates' budget: PLAN_EVALUATIONS, or fewer on large attributes (PLAN_HDMM_WORK).
+    """The HDMM templates' budget: PLAN_EVALUATIONS, or fewer on large attributes (PLAN_HDMM_WORK,
+    PLAN_HDMM_CUBIC_WORK).
 
-    >>> hdmm_evaluations([64]), hdmm_evaluations([512]), hdmm_evaluations([1024, 2]), hdmm_evaluations([2**15])
-    (2000, 1024, 256, 1)
-    >>> hdmm_evaluations([1024], "gaussian")
-    32
+    >>> hdmm_evaluations([64]), hdmm_evaluations([256]), hdmm_evaluations([1024, 2]), hdmm_evaluations([2**15])
+    (2000, 256, 4, 1)
+    >>> hdmm_evaluations([256], "gaussian"), hdmm_evaluations([1024], "gaussian")
+    (32, 1)
     """
-    work = PLAN_HDMM_WORK // (8 if noise == "gaussian" else 1)
-    return max(1, min(PLAN_EVALUATIONS, work // int(max(sizes, default=1)) ** 2))
+    share = 8 if noise == "gaussian" else 1
+    n = int(max(sizes, default=1))
+    return max(1, min(PLAN_EVALUATIONS, PLAN_HDMM_WORK // share // n**2, PLAN_HDMM_CUBIC_WORK // share // n**3))
 
 
 def _several_groups(W: Workload) -> bool:

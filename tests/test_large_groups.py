@@ -40,26 +40,29 @@ data = duckdb.connect()
 data.execute(settings["table"] or f"CREATE TABLE t AS SELECT i * 7 % {cells} AS d FROM range(20000) r(i)")
 report = {}
 with dpsql.connect(data, schema=Schema.load({"tables": {"t": {"columns": columns}}}),
-                   budget=dpsql.Budget(epsilon=1.0)) as connection:
+                   budget=dpsql.Budget(**{settings["cost"]: 1.0})) as connection:
     cursor = connection.cursor()
+    cost = {settings["cost"]: 0.5}
     try:
-        report["explain"] = cursor.explain(settings["sql"], epsilon=0.5)
+        report["explain"] = cursor.explain(settings["sql"], **cost)
         if settings["execute"]:
-            cursor.execute(settings["sql"], epsilon=0.5)
+            cursor.execute(settings["sql"], **cost)
             report["rows"] = [list(row) for row in cursor.fetchall()]
     except Exception as err:
         report["error"] = type(err).__name__ + ": " + str(err)
     report["spent"] = connection.budget.spent
-print(json.dumps(report))
+print(json.dumps(report, default=str))
 """
 
 
 def run_capped(sql: str, cells: int = 0, *, execute: bool = True, memory: int = 2 * GIB, cpu: int = 120,
-               columns: dict[str, object] | None = None, table: str | None = None) -> dict[str, object]:
-    """The batch's EXPLAIN (and rows) from a subprocess capped at ``memory`` bytes of address space
-    and ``cpu`` CPU seconds; fails the test if the subprocess dies (MemoryError, SIGXCPU)."""
+               columns: dict[str, object] | None = None, table: str | None = None,
+               cost: str = "epsilon") -> dict[str, object]:
+    """The batch's EXPLAIN (and rows) at ``cost`` = 0.5 (epsilon or rho) from a subprocess capped at
+    ``memory`` bytes of address space and ``cpu`` CPU seconds; fails the test if the subprocess dies
+    (MemoryError, SIGXCPU)."""
     settings = {"sql": sql, "cells": cells, "execute": execute, "memory": memory, "cpu": cpu, "columns": columns,
-                "table": table}
+                "table": table, "cost": cost}
     done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(settings)], capture_output=True, text=True,
                           cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1"},
                           check=False)
