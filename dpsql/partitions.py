@@ -1,17 +1,21 @@
-"""Workloads whose queries partition the cells: W = diag(c)·R, R a 0/1 matrix with at most one 1
-per column (each cell in one query at most), c the rows' weights.
+"""Workloads whose queries partition the cells: W = diag(c)·R, R a 0/1 matrix whose rows are
+pairwise disjoint or equal (each cell in one part at most, a part read by one or more queries), c
+the rows' weights.
 
 A plain GROUP BY (under any WHERE on other columns, and its weighted copies) is such a workload;
-so is a single COUNT with any WHERE. Its exact errors need no n × n matrix:
+so are a single COUNT with any WHERE, an IN list, and several aggregates over the same groups (a
+SUM and an AVG of one column read its sums twice). Its exact errors need no n × n matrix:
 
 - identity (measure every cell, Δ₁ = Δ₂ = 1): query r has variance v·c_r²·s_r (s_r = |cells of
   row r|, v the unit noise variance), the total v·Σ_r c_r² s_r = v·trace(WᵀW);
-- SVD bound (Li & Miklau): W's singular values are |c_r|·√s_r (its rows are orthogonal), so
-  svdb = (Σ_r |c_r| √s_r)² / Σ_{r: c_r ≠ 0} s_r;
-- optimality: for any strategy with X = AᵀA/Δ₂² (diagonal ≤ 1, so |X_ij| ≤ 1 and 1_rᵀX1_r ≤ s_r²),
-  query r's variance c_r² 1_rᵀX⁺1_r ≥ c_r² s_r²/1_rᵀX1_r ≥ c_r² (Cauchy–Schwarz). Measuring each
-  part's total once attains it, and where every part is one cell (s_r ≤ 1) that is the identity:
-  then the identity is optimal and no other strategy need be scored; otherwise :class:`Parts`.
+- SVD bound (Li & Miklau): WᵀW = Σ_parts (Σ_{r in p} c_r²)·1_p 1_pᵀ, so W's singular values are
+  √(Σ_{r in p} c_r²)·√s_p, one per part, and svdb = (Σ_p √(Σ_{r in p} c_r²·s_p))² / Σ_p s_p (parts read
+  with a non-zero weight);
+- optimality: for any strategy with X = AᵀA/Δ₂² (diagonal ≤ 1, so |X_ij| ≤ 1 and 1_pᵀX1_p ≤ s_p²),
+  query r's variance c_r² 1_pᵀX⁺1_p ≥ c_r² s_p²/1_pᵀX1_p ≥ c_r² (Cauchy–Schwarz). Measuring each
+  part's total once attains it for every query, and where every part is one cell (s ≤ 1) that is
+  the identity: then the identity is optimal and no other strategy need be scored; otherwise
+  :class:`Parts`.
 
 Everything here is O(cells + non-zero entries), factor by factor for Kronecker products.
 """
@@ -42,12 +46,13 @@ IntArray = npt.NDArray[np.int64]
 
 @dataclass(frozen=True, slots=True)
 class Partition:
-    """W = diag(c)·R: each row's weight c_r and cell count s_r, and which cells some row holds
-    (as Kronecker factors of a 0/1 vector, so a product domain is not formed until needed)."""
+    """W = diag(c)·R: each row's weight c_r, cell count s_r and part (−1 for an empty row), of
+    ``parts`` parts."""
 
     weights: FloatArray
     sizes: FloatArray
-    support: tuple[FloatArray, ...]
+    part: IntArray
+    parts: int
 
     @property
     def single_cells(self) -> bool:
@@ -62,91 +67,162 @@ class Partition:
         """trace(WᵀW) = Σ_r c_r² s_r: the identity's total squared error at unit noise."""
         return float(self.identity_variances().sum())
 
+    def parts_error(self) -> float:
+        """Σ_r c_r²: the total squared error of measuring each part once, at unit noise."""
+        return float(np.sum(self.weights**2))
+
+    def _part_sums(self) -> tuple[FloatArray, FloatArray]:
+        """(Σ_{r in p} c_r², s_p) for every part p."""
+        read = self.part >= 0
+        energy = np.bincount(self.part[read], weights=self.weights[read] ** 2, minlength=self.parts)
+        sizes = np.zeros(self.parts)
+        sizes[self.part[read]] = self.sizes[read]
+        return np.asarray(energy, dtype=np.float64), sizes
+
     def root_trace(self) -> float:
-        """trace((WᵀW)^{1/2}) = Σ_r |c_r| √s_r (W's rows are orthogonal)."""
-        return float(np.sum(np.abs(self.weights) * np.sqrt(self.sizes)))
+        """trace((WᵀW)^{1/2}) = Σ_p √(Σ_{r in p} c_r²·s_p)."""
+        energy, sizes = self._part_sums()
+        return float(np.sum(np.sqrt(energy * sizes)))
+
+    def read_cells(self) -> float:
+        """How many cells some query reads with a non-zero weight (W's non-zero columns)."""
+        energy, sizes = self._part_sums()
+        return float(sizes[energy > 0].sum())
 
 
 def partition_form(W: Workload) -> Partition | None:
-    """W as a weighted partition of its cells, or None when some cell is in two queries or some
-    query weighs its cells unequally (or W's structure is not one read here)."""
+    """W as a weighted partition of its cells, or None when two queries share some cells but not
+    all, or some query weighs its cells unequally (or W's structure is not one read here)."""
+    found = _form(W, owners=False)
+    return None if found is None else found[0]
+
+
+def part_of_cell(W: Workload) -> tuple[IntArray, int]:
+    """(the part holding each cell, −1 for none; how many parts) of a workload :func:`partition_form` reads."""
+    found = _form(W, owners=True)
+    assert found is not None and found[1] is not None, "part_of_cell needs a partition"
+    return found[1], found[0].parts
+
+
+Form = tuple[Partition, IntArray | None]
+
+
+def _form(W: Workload, *, owners: bool) -> Form | None:
+    """W's partition and, when ``owners`` (or needed to match a stack's blocks), each cell's part."""
     if isinstance(W, Identity):
-        ones = np.ones(W.n)
-        return Partition(weights=ones, sizes=ones.copy(), support=(ones.copy(),))
+        cells = np.arange(W.n, dtype=np.int64)
+        return Partition(np.ones(W.n), np.ones(W.n), cells, W.n), (cells if owners else None)
     if isinstance(W, Weighted):
-        inner = partition_form(W.base)
-        return None if inner is None else Partition(W.weight * inner.weights, inner.sizes, inner.support)
+        inner = _form(W.base, owners=owners)
+        return None if inner is None else (Partition(W.weight * inner[0].weights, inner[0].sizes, inner[0].part,
+                                                     inner[0].parts), inner[1])
     if isinstance(W, Explicit):
-        return _explicit_form(W)
+        return _explicit_form(W, owners)
     if isinstance(W, Kron):
-        forms = [partition_form(f) for f in W.factors]
-        if any(f is None for f in forms):
-            return None
-        parts = [f for f in forms if f is not None]
-        return Partition(weights=kron_vectors([f.weights for f in parts]),
-                         sizes=kron_vectors([f.sizes for f in parts]),
-                         support=tuple(v for f in parts for v in f.support))
+        return _kron_form(W, owners)
     if isinstance(W, VStack):
-        return _stacked_form(W)
+        return _stacked_form(W, owners)
     return None
 
 
-def _explicit_form(W: Explicit) -> Partition | None:
+def _explicit_form(W: Explicit, owners: bool) -> Form | None:
+    """Each covered cell's part is the first row reading it; every row must read exactly the cells
+    of its first cell's part, with one weight."""
     matrix = sp.csr_array(W.matrix)
     matrix.eliminate_zeros()
     rows, cells = matrix.shape
-    per_cell = np.bincount(matrix.indices, minlength=cells)
-    if per_cell.max(initial=0) > 1:
-        return None
-    sizes = np.diff(matrix.indptr).astype(np.float64)
-    row_of_entry = np.repeat(np.arange(rows), np.diff(matrix.indptr))
-    first = np.zeros(rows)
-    first[row_of_entry] = matrix.data  # any entry of each row (the last one written)
-    if not np.array_equal(matrix.data, first[row_of_entry]):
+    counts = np.diff(matrix.indptr)
+    row_of_entry = np.repeat(np.arange(rows), counts)
+    weights = np.zeros(rows)
+    weights[row_of_entry] = matrix.data  # any entry of each row (the last one written)
+    if not np.array_equal(matrix.data, weights[row_of_entry]):
         return None  # a row weighs its cells unequally
-    return Partition(weights=first, sizes=sizes, support=((per_cell > 0).astype(np.float64),))
+    first = np.full(cells, rows, dtype=np.int64)
+    np.minimum.at(first, matrix.indices, row_of_entry)
+    read = counts > 0
+    head = np.full(rows, -1, dtype=np.int64)
+    head[read] = first[matrix.indices[matrix.indptr[:-1][read]]]
+    covered = first < rows
+    if not np.array_equal(first[matrix.indices], head[row_of_entry]) or \
+            not np.array_equal(counts[read], np.bincount(first[covered], minlength=rows)[head[read]]):
+        return None  # two rows share some cells but not all
+    ids, compact = np.unique(head[read], return_inverse=True)
+    part = np.full(rows, -1, dtype=np.int64)
+    part[read] = compact.ravel()
+    owner = None
+    if owners:
+        owner = np.full(cells, -1, dtype=np.int64)
+        owner[covered] = np.searchsorted(ids, first[covered])
+    return Partition(weights, counts.astype(np.float64), part, len(ids)), owner
 
 
-def _stacked_form(W: VStack) -> Partition | None:
-    forms = [partition_form(block) for block in W.blocks]
+def _kron_form(W: Kron, owners: bool) -> Form | None:
+    """A product of partitions is one: row (r₁, …) reads the product of its factors' parts."""
+    forms = [_form(f, owners=owners) for f in W.factors]
     if any(f is None for f in forms):
         return None
-    parts = [f for f in forms if f is not None]
-    if len(parts) == 1:
-        return parts[0]
-    covered = np.sum([kron_vectors(f.support) for f in parts], axis=0)
-    if covered.max(initial=0.0) > 1:
-        return None  # two blocks read one cell
-    return Partition(weights=np.concatenate([f.weights for f in parts]),
-                     sizes=np.concatenate([f.sizes for f in parts]), support=(covered,))
+    found = [f for f in forms if f is not None]
+    parts = [f[0].parts for f in found]
+    form = Partition(weights=kron_vectors([f[0].weights for f in found]),
+                     sizes=kron_vectors([f[0].sizes for f in found]),
+                     part=_ravel([f[0].part for f in found], parts), parts=int(np.prod(parts, dtype=np.int64)))
+    return form, (_ravel([f[1] for f in found if f[1] is not None], parts) if owners else None)
 
 
-def part_of_cell(W: Workload) -> IntArray:
-    """For a workload :func:`partition_form` reads, the row holding each cell (−1: none)."""
-    if isinstance(W, Identity):
-        return np.arange(W.n, dtype=np.int64)
-    if isinstance(W, Weighted):
-        return part_of_cell(W.base)
-    if isinstance(W, Explicit):
-        matrix = sp.csr_array(W.matrix)
-        matrix.eliminate_zeros()
-        owner = np.full(matrix.shape[1], -1, dtype=np.int64)
-        owner[matrix.indices] = np.repeat(np.arange(matrix.shape[0]), np.diff(matrix.indptr))
-        return owner
-    if isinstance(W, Kron):
-        owners = np.meshgrid(*[part_of_cell(f) for f in W.factors], indexing="ij")
-        rows = [f.shape[0] for f in W.factors]
-        inside = np.logical_and.reduce([o >= 0 for o in owners])
-        flat = np.ravel_multi_index(tuple(np.where(inside, o, 0) for o in owners), rows)
-        return np.where(inside, flat, -1).ravel().astype(np.int64)
-    assert isinstance(W, VStack)
-    owner = np.full(W.shape[1], -1, dtype=np.int64)
-    offset = 0
-    for block in W.blocks:
-        found = part_of_cell(block)
-        owner[found >= 0] = found[found >= 0] + offset
-        offset += block.shape[0]
-    return owner
+def _ravel(indices: list[IntArray], sizes: list[int]) -> IntArray:
+    """The row-major index of every combination of ``indices`` (−1 where any is −1)."""
+    flat = np.zeros(1, dtype=np.int64)
+    for index, size in zip(indices, sizes):
+        flat = np.where((flat[:, None] >= 0) & (index[None, :] >= 0), flat[:, None] * size + index[None, :], -1).ravel()
+    return flat
+
+
+def _stacked_form(W: VStack, owners: bool) -> Form | None:
+    """Blocks' partitions whose parts are pairwise equal or disjoint: a block's part matching an
+    earlier one (the same cells exactly) keeps its index, the others are new parts."""
+    forms = [_form(block, owners=len(W.blocks) > 1 or owners) for block in W.blocks]
+    if any(f is None for f in forms):
+        return None
+    (first, owner), *rest = [f for f in forms if f is not None]
+    if not rest:
+        return first, owner
+    assert owner is not None
+    owner, parts = owner.copy(), first.parts
+    weights, sizes, part = [first.weights], [first.sizes], [first.part]
+    for form, cells in rest:
+        assert cells is not None
+        mapping = _matched(owner, parts, cells, form.parts)
+        if mapping is None:
+            return None
+        fresh = mapping < 0
+        mapping[fresh] = parts + np.arange(int(fresh.sum()))
+        parts += int(fresh.sum())
+        alone = (cells >= 0) & (owner < 0)
+        owner[alone] = mapping[cells[alone]]
+        weights.append(form.weights)
+        sizes.append(form.sizes)
+        rows = np.full(form.part.size, -1, dtype=np.int64)
+        rows[form.part >= 0] = mapping[form.part[form.part >= 0]]
+        part.append(rows)
+    return Partition(np.concatenate(weights), np.concatenate(sizes), np.concatenate(part), parts), owner
+
+
+def _matched(owner: IntArray, parts: int, cells: IntArray, new: int) -> IntArray | None:
+    """For each of a block's ``new`` parts (``cells``: each cell's), the earlier part with the same
+    cells, or −1 for a part that shares none; None when some part shares some cells but not all."""
+    both = (owner >= 0) & (cells >= 0)
+    mapping = np.full(new, -1, dtype=np.int64)
+    if not both.any():
+        return mapping
+    keys, shared = np.unique(owner[both] * new + cells[both], return_counts=True)
+    earlier, later = keys // new, keys % new
+    earlier_size = np.bincount(owner[owner >= 0], minlength=parts)
+    new_size = np.bincount(cells[cells >= 0], minlength=new)
+    if len(np.unique(earlier)) != keys.size or len(np.unique(later)) != keys.size or \
+            np.any(shared != earlier_size[earlier]) or np.any(shared != new_size[later]):
+        return None
+    mapping[later] = earlier
+    return mapping
 
 
 class Parts(Explicit):
@@ -206,6 +282,8 @@ class Averaging(Workload):
         """U Rᵀ: U applied to every part's indicator vector (sparse products for an explicit U or a
         Kronecker product of explicit factors with few entries)."""
         indicators = sp.csr_array(self.parts.rows.T)
+        if indicators.shape[1] == 0:
+            return sp.csr_array((U.shape[0], 0))
         if (matrix := _sparse(U)) is not None:
             return sp.csr_array(matrix @ indicators)
         cells, parts = indicators.shape

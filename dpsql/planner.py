@@ -194,15 +194,16 @@ def _partition_plan(W: Workload, form: Partition, *, noise: Noise, sizes: Sequen
     query reads one cell, else each part's total measured once (``workload``, :class:`Parts`)."""
     identity = strategies.kron([_factor("identity", n) for n in sizes]) if sizes else strategies.identity(1)
     scores = {"identity": accuracy.unit_noise_variance(identity, noise) * form.identity_error()}
-    nonzero = float(form.sizes[form.weights != 0].sum())
-    bound = (form.root_trace() ** 2 / nonzero if nonzero else 0.0, True)
+    read = form.read_cells()
+    bound = (form.root_trace() ** 2 / read if read else 0.0, True)
     if form.single_cells:
         note = "every query reads one cell, each cell at most once: the identity is optimal (closed form)"
         strategy, name = identity, "identity"
     else:
-        note = "the queries read disjoint sets of cells: measuring each set's total once is optimal (closed form)"
-        strategy, name = Parts(part_of_cell(W), W.shape[0]), "workload"
-        scores[name] = accuracy.unit_noise_variance(strategy, noise) * float(np.sum(form.weights**2))
+        note = ("the queries read equal or disjoint sets of cells: measuring each set's total once is optimal "
+                "(closed form)")
+        strategy, name = Parts(*part_of_cell(W)), "workload"
+        scores[name] = accuracy.unit_noise_variance(strategy, noise) * form.parts_error()
     return Plan(strategy=strategy, name=name, noise=noise, candidates=scores, queries=W.shape[0], workload=W,
                 notes=(note + ", so no other strategy was scored.",), _bound=[bound])
 

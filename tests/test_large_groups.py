@@ -107,20 +107,30 @@ def _random_partition(seed: int, rows: int, cells: int) -> np.ndarray:
 @pytest.mark.parametrize("seed", range(5))
 def test_partition_closed_forms_match_the_dense_algebra(seed: int) -> None:
     dense = _random_partition(seed, 6, 20)
-    for W in (Explicit(dense), Explicit(sp.csr_array(dense)), Weighted(2.0, Explicit(dense)),
-              VStack([Explicit(dense[:3]), Explicit(dense[3:])]), Kron([Explicit(dense[:2, :4]), Identity(3)])):
+    repeated = np.vstack([dense, 3.0 * dense[:2]])  # the same parts read again (a SUM and an AVG of one column)
+    for W in (Explicit(dense), Explicit(sp.csr_array(dense)), Weighted(2.0, Explicit(dense)), Explicit(repeated),
+              VStack([Explicit(dense[:3]), Explicit(dense[3:])]),
+              VStack([Explicit(dense), Weighted(0.5, Explicit(dense))]), Kron([Explicit(dense[:2, :4]), Identity(3)]),
+              Kron([Explicit(repeated[:, :5]), Explicit(np.ones((2, 2)))])):
         form = partition_form(W)
-        assert form is not None
+        assert form is not None, W
         identity = strategies.identity(W.shape[1])
         assert form.identity_error() == pytest.approx(accuracy.expected_error(W, identity))
         np.testing.assert_allclose(form.identity_variances(), accuracy.per_query_variance(W, identity))
         assert form.root_trace() == pytest.approx(np.linalg.svd(W.dense(), compute_uv=False).sum())
+        assert form.read_cells() == np.count_nonzero(np.abs(W.dense()).sum(axis=0))
+        parts = Parts(*part_of_cell(W))
+        R = parts.dense()
+        np.testing.assert_allclose(W.dense() @ np.linalg.pinv(R) @ R, W.dense(), atol=1e-12)  # R supports W
+        assert form.parts_error() == pytest.approx(np.trace(W.dense() @ np.linalg.pinv(R.T @ R) @ W.dense().T))
+        assert accuracy.expected_error(W, parts) == pytest.approx(form.parts_error())
 
 
 def test_overlapping_or_unequal_rows_are_not_partitions() -> None:
     assert partition_form(Explicit(np.array([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0]]))) is None  # cell 1 twice
     assert partition_form(Explicit(np.array([[1.0, 2.0, 0.0]]))) is None  # unequal weights in a row
     assert partition_form(VStack([Explicit(np.eye(3)), Explicit(np.ones((1, 3)))])) is None  # GROUP BY + total
+    assert partition_form(VStack([Explicit(np.eye(3)), Explicit(np.array([[1.0, 1.0, 0.0], [0.0, 0.0, 1.0]]))])) is None
     assert partition_form(strategies.hierarchical(8, 2)) is None
 
 
@@ -137,7 +147,7 @@ def test_a_single_cell_partition_plans_identity_with_its_exact_error_and_bound()
 def test_parts_profile_and_projector_match_the_dense_pseudo_inverse() -> None:
     dense = _random_partition(7, 5, 30)
     W = Explicit(dense)
-    parts = Parts(part_of_cell(W), W.shape[0])
+    parts = Parts(*part_of_cell(W))
     R = parts.dense()
     np.testing.assert_allclose(parts.profile().dense(), np.linalg.pinv(R.T @ R), atol=1e-12)
     np.testing.assert_allclose(parts.projector().dense(), np.linalg.pinv(R) @ R, atol=1e-12)
