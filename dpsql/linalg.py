@@ -57,6 +57,17 @@ def pinv_psd(G: FloatArray) -> tuple[FloatArray, bool]:
     return (vectors[:, keep] / values[keep]) @ vectors[:, keep].T, bool(keep.all())
 
 
+def diagonal_entries(A: Workload) -> FloatArray | None:
+    """The diagonal of a square sparse explicit A with no other entries (a column-scaled identity,
+    as per-cell bounds make of it), else None."""
+    if not isinstance(A, Explicit) or not sp.issparse(A.matrix) or A.shape[0] != A.shape[1]:
+        return None
+    matrix = sp.coo_array(A.matrix)
+    if np.any(matrix.row != matrix.col):
+        return None
+    return np.asarray(A.matrix.diagonal(), dtype=np.float64)
+
+
 def pinv_gram(A: Workload) -> Workload:
     """M = (AᵀA)⁺, kept in structure (Identity, Kronecker, weighted, marginals); cached per strategy."""
     if A in _pinv_cache:
@@ -69,6 +80,12 @@ def pinv_gram(A: Workload) -> Workload:
         result = Weighted(1.0 / A.weight**2, pinv_gram(A.base))
     elif isinstance(A, Parts):
         result = A.profile()
+    elif (diagonal := diagonal_entries(A)) is not None:  # (D²)⁺, sparse
+        squares = diagonal**2
+        result = Explicit(sp.diags_array(np.divide(1.0, squares, out=np.zeros_like(squares), where=squares > 0),
+                                         format="csr"))
+        if np.all(squares > 0):
+            _full_column_rank.add(A)
     elif (form := marginal_form(A)) is not None:
         result = residual_pinv(*form, tolerance=RANK_TOLERANCE)
     else:
@@ -93,6 +110,9 @@ def projector(A: Workload) -> Workload:
         return projector(A.base)
     if isinstance(A, Parts):
         return A.projector()
+    if (diagonal := diagonal_entries(A)) is not None:
+        return Identity(A.shape[1]) if np.all(diagonal != 0) else Explicit(sp.diags_array(
+            (diagonal != 0).astype(np.float64), format="csr"))
     if (form := marginal_form(A)) is not None:
         return residual_projector(*form, tolerance=RANK_TOLERANCE)
     M = pinv_gram(A)
@@ -173,6 +193,9 @@ def quadratic_diag(W: Workload, M: Workload) -> FloatArray:
     (W, M), n = pairs[0], W.shape[1]  # a one-factor Kronecker product is its factor
     if isinstance(M, Identity):  # diag(W Wᵀ): the rows' squared norms, W's transpose's column power sums
         return np.asarray(np.sum([kron_vectors(term) for term in align_terms(W.T._column_terms(2))], axis=0))
+    if isinstance(M, Explicit) and sp.issparse(M.matrix) and isinstance(W, Explicit):  # row by row, sparse
+        rows = sp.csr_array(W.matrix)
+        return np.asarray((rows @ M.matrix).multiply(rows).sum(axis=1), dtype=np.float64).ravel()
     check_dense_size(n, n, "diag(W M Wᵀ)")
     return W._quadratic_diag_dense(M.dense())
 

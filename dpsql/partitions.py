@@ -298,7 +298,8 @@ class Averaging(Workload):
 
     def trace_against(self, G: Workload) -> float:
         """trace(G M) = Σ_r scale_r 1_rᵀ G 1_r for a square G."""
-        return float(np.sum((self.parts.rows @ self._on_parts(G)).diagonal() * self.scale))
+        diagonal = self.parts.rows.multiply(self._on_parts(G).T).sum(axis=1)  # (R G Rᵀ)_rr, no parts × parts matrix
+        return float(np.asarray(diagonal, dtype=np.float64).ravel() @ self.scale)
 
 
 def _sparse(U: Workload) -> sp.csr_array | None:
@@ -308,9 +309,9 @@ def _sparse(U: Workload) -> sp.csr_array | None:
         return sp.csr_array(U.matrix)
     if isinstance(U, Weighted) and (base := _sparse(U.base)) is not None:
         return sp.csr_array(U.weight * base)
-    if isinstance(U, Kron) and all(isinstance(f, Explicit) for f in U.factors):
-        factors = [sp.csr_array(f.matrix) for f in U.factors]  # type: ignore[attr-defined]
-        if np.prod([f.nnz for f in factors], dtype=np.float64) <= MAX_DENSE_ENTRIES:
+    if isinstance(U, Kron):
+        factors = [sp.csr_array(f.matrix) for f in U.factors if isinstance(f, Explicit)]
+        if len(factors) == len(U.factors) and np.prod([f.nnz for f in factors], dtype=np.float64) <= MAX_DENSE_ENTRIES:
             product = factors[0]
             for factor in factors[1:]:
                 product = sp.kron(product, factor, format="csr")

@@ -187,3 +187,25 @@ def _in_list_rows() -> int:
     """Rows of run_capped's table (d = 7 i mod 10⁵, i < 20,000) with d a multiple of 3 below 3,000."""
     values = np.arange(20_000) * 7 % 100_000
     return int(np.count_nonzero((values % 3 == 0) & (values < 3000)))
+
+
+def test_a_sum_grouped_by_its_own_column_keeps_its_per_cell_bounds_at_1e5_cells() -> None:
+    """SUM(d) GROUP BY d: per-cell bounds turn the identity into a diagonal strategy, whose (AᵀA)⁺,
+    support check and answers are entry by entry. Before: a dense n × n (AᵀA)⁺ (numpy's MemoryError
+    from 5,000 cells on; at 10⁵ the dense limit dropped the per-cell bounds) and an O(n²) loop."""
+    report = run_capped("SELECT d, SUM(d) AS s FROM t GROUP BY d", 100_000)
+    assert "error" not in report, report["error"]
+    assert "cell-bounded sum(d): per-cell bounds 2…99,999" in str(report["explain"])
+    rows = report["rows"]
+    assert isinstance(rows, list) and len(rows) == 100_000
+    assert rows[-1][2] > 100 * rows[1][2]  # the stddev of each sum follows its own cell's bound
+
+
+def test_a_diagonal_strategy_has_a_sparse_exact_profile() -> None:
+    diagonal = np.array([2.0, 0.0, 5.0, 1.0])
+    A = Explicit(sp.diags_array(diagonal, format="csr"))
+    assert linalg.diagonal_entries(A) is not None and linalg.diagonal_entries(Explicit(np.diag(diagonal))) is None
+    np.testing.assert_allclose(linalg.pinv_gram(A).dense(), np.linalg.pinv(np.diag(diagonal**2)))
+    np.testing.assert_allclose(linalg.projector(A).dense(), np.linalg.pinv(np.diag(diagonal)) @ np.diag(diagonal))
+    W = Explicit(np.array([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 3.0]]))
+    np.testing.assert_allclose(linalg.quadratic_diag(W, linalg.pinv_gram(A)), [1 / 4 + 1 / 25, 9.0])
