@@ -45,33 +45,16 @@ IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True, slots=True)
-class Partition:
-    """W = diag(c)·R: each row's weight c_r, cell count s_r and part (−1 for an empty row), of
-    ``parts`` parts."""
+class Factor:
+    """One Kronecker factor of a partition, W_f = diag(c)·R: each row's weight c_r, cell count s_r
+    and part (−1 for an empty row), of ``parts`` parts."""
 
     weights: FloatArray
     sizes: FloatArray
     part: IntArray
     parts: int
 
-    @property
-    def single_cells(self) -> bool:
-        """Whether every non-zero row reads one cell (then the identity is the optimal strategy)."""
-        return bool(np.all(self.sizes[self.weights != 0] <= 1))
-
-    def identity_variances(self) -> FloatArray:
-        """diag(W Wᵀ) = c_r² s_r: each answer's variance under the identity at unit noise."""
-        return np.asarray(self.weights**2 * self.sizes, dtype=np.float64)
-
-    def identity_error(self) -> float:
-        """trace(WᵀW) = Σ_r c_r² s_r: the identity's total squared error at unit noise."""
-        return float(self.identity_variances().sum())
-
-    def parts_error(self) -> float:
-        """Σ_r c_r²: the total squared error of measuring each part once, at unit noise."""
-        return float(np.sum(self.weights**2))
-
-    def _part_sums(self) -> tuple[FloatArray, FloatArray]:
+    def part_sums(self) -> tuple[FloatArray, FloatArray]:
         """(Σ_{r in p} c_r², s_p) for every part p."""
         read = self.part >= 0
         energy = np.bincount(self.part[read], weights=self.weights[read] ** 2, minlength=self.parts)
@@ -79,15 +62,53 @@ class Partition:
         sizes[self.part[read]] = self.sizes[read]
         return np.asarray(energy, dtype=np.float64), sizes
 
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """W = ⊗_f diag(c_f)·R_f (one factor unless W is a Kronecker product): every quantity below is
+    a product over the factors, so the product domain is never formed."""
+
+    factors: tuple[Factor, ...]
+
+    @property
+    def parts(self) -> int:
+        return int(np.prod([f.parts for f in self.factors], dtype=np.int64))
+
+    @property
+    def single_cells(self) -> bool:
+        """Whether every non-zero row reads one cell (then the identity is the optimal strategy)."""
+        if not all(np.any(f.weights) for f in self.factors):
+            return True  # every row is zero
+        return all(bool(np.all(f.sizes[f.weights != 0] <= 1)) for f in self.factors)
+
+    def identity_variances(self) -> FloatArray:
+        """diag(W Wᵀ) = c_r² s_r: each answer's variance under the identity at unit noise."""
+        return kron_vectors([f.weights**2 * f.sizes for f in self.factors])
+
+    def identity_error(self) -> float:
+        """trace(WᵀW) = Σ_r c_r² s_r: the identity's total squared error at unit noise."""
+        return float(np.prod([np.sum(f.weights**2 * f.sizes) for f in self.factors]))
+
+    def parts_error(self) -> float:
+        """Σ_r c_r²: the total squared error of measuring each part once, at unit noise."""
+        return float(np.prod([np.sum(f.weights**2) for f in self.factors]))
+
     def root_trace(self) -> float:
         """trace((WᵀW)^{1/2}) = Σ_p √(Σ_{r in p} c_r²·s_p)."""
-        energy, sizes = self._part_sums()
-        return float(np.sum(np.sqrt(energy * sizes)))
+        return float(np.prod([np.sum(np.sqrt(np.multiply(*f.part_sums()))) for f in self.factors]))
 
     def read_cells(self) -> float:
         """How many cells some query reads with a non-zero weight (W's non-zero columns)."""
-        energy, sizes = self._part_sums()
-        return float(sizes[energy > 0].sum())
+        return float(np.prod([sizes[energy > 0].sum() for energy, sizes in (f.part_sums() for f in self.factors)]))
+
+    def flat(self) -> Factor:
+        """The partition as one factor over the product domain (rows in W's order)."""
+        if len(self.factors) == 1:
+            return self.factors[0]
+        parts = [f.parts for f in self.factors]
+        return Factor(weights=kron_vectors([f.weights for f in self.factors]),
+                      sizes=kron_vectors([f.sizes for f in self.factors]),
+                      part=_ravel([f.part for f in self.factors], parts), parts=self.parts)
 
 
 def partition_form(W: Workload) -> Partition | None:
@@ -111,15 +132,22 @@ def _form(W: Workload, *, owners: bool) -> Form | None:
     """W's partition and, when ``owners`` (or needed to match a stack's blocks), each cell's part."""
     if isinstance(W, Identity):
         cells = np.arange(W.n, dtype=np.int64)
-        return Partition(np.ones(W.n), np.ones(W.n), cells, W.n), (cells if owners else None)
+        return Partition((Factor(np.ones(W.n), np.ones(W.n), cells, W.n),)), (cells if owners else None)
     if isinstance(W, Weighted):
         inner = _form(W.base, owners=owners)
-        return None if inner is None else (Partition(W.weight * inner[0].weights, inner[0].sizes, inner[0].part,
-                                                     inner[0].parts), inner[1])
+        if inner is None:
+            return None
+        first, *rest = inner[0].factors
+        return Partition((Factor(W.weight * first.weights, first.sizes, first.part, first.parts), *rest)), inner[1]
     if isinstance(W, Explicit):
         return _explicit_form(W, owners)
     if isinstance(W, Kron):
-        return _kron_form(W, owners)
+        forms = [_form(f, owners=owners) for f in W.factors]
+        if any(f is None for f in forms):
+            return None
+        found = [f for f in forms if f is not None]
+        owner = _ravel([f[1] for f in found if f[1] is not None], [f[0].parts for f in found]) if owners else None
+        return Partition(tuple(factor for f in found for factor in f[0].factors)), owner
     if isinstance(W, VStack):
         return _stacked_form(W, owners)
     return None
@@ -153,20 +181,7 @@ def _explicit_form(W: Explicit, owners: bool) -> Form | None:
     if owners:
         owner = np.full(cells, -1, dtype=np.int64)
         owner[covered] = np.searchsorted(ids, first[covered])
-    return Partition(weights, counts.astype(np.float64), part, len(ids)), owner
-
-
-def _kron_form(W: Kron, owners: bool) -> Form | None:
-    """A product of partitions is one: row (r₁, …) reads the product of its factors' parts."""
-    forms = [_form(f, owners=owners) for f in W.factors]
-    if any(f is None for f in forms):
-        return None
-    found = [f for f in forms if f is not None]
-    parts = [f[0].parts for f in found]
-    form = Partition(weights=kron_vectors([f[0].weights for f in found]),
-                     sizes=kron_vectors([f[0].sizes for f in found]),
-                     part=_ravel([f[0].part for f in found], parts), parts=int(np.prod(parts, dtype=np.int64)))
-    return form, (_ravel([f[1] for f in found if f[1] is not None], parts) if owners else None)
+    return Partition((Factor(weights, counts.astype(np.float64), part, len(ids)),)), owner
 
 
 def _ravel(indices: list[IntArray], sizes: list[int]) -> IntArray:
@@ -183,15 +198,17 @@ def _stacked_form(W: VStack, owners: bool) -> Form | None:
     forms = [_form(block, owners=len(W.blocks) > 1 or owners) for block in W.blocks]
     if any(f is None for f in forms):
         return None
-    (first, owner), *rest = [f for f in forms if f is not None]
+    (first, owner), *rest = [(f[0], f[1]) for f in forms if f is not None]
     if not rest:
         return first, owner
     assert owner is not None
-    owner, parts = owner.copy(), first.parts
-    weights, sizes, part = [first.weights], [first.sizes], [first.part]
+    head = first.flat()
+    owner, parts = owner.copy(), head.parts
+    weights, sizes, part = [head.weights], [head.sizes], [head.part]
     for form, cells in rest:
         assert cells is not None
-        mapping = _matched(owner, parts, cells, form.parts)
+        block = form.flat()
+        mapping = _matched(owner, parts, cells, block.parts)
         if mapping is None:
             return None
         fresh = mapping < 0
@@ -199,12 +216,12 @@ def _stacked_form(W: VStack, owners: bool) -> Form | None:
         parts += int(fresh.sum())
         alone = (cells >= 0) & (owner < 0)
         owner[alone] = mapping[cells[alone]]
-        weights.append(form.weights)
-        sizes.append(form.sizes)
-        rows = np.full(form.part.size, -1, dtype=np.int64)
-        rows[form.part >= 0] = mapping[form.part[form.part >= 0]]
+        weights.append(block.weights)
+        sizes.append(block.sizes)
+        rows = np.full(block.part.size, -1, dtype=np.int64)
+        rows[block.part >= 0] = mapping[block.part[block.part >= 0]]
         part.append(rows)
-    return Partition(np.concatenate(weights), np.concatenate(sizes), np.concatenate(part), parts), owner
+    return Partition((Factor(np.concatenate(weights), np.concatenate(sizes), np.concatenate(part), parts),)), owner
 
 
 def _matched(owner: IntArray, parts: int, cells: IntArray, new: int) -> IntArray | None:

@@ -5,6 +5,7 @@ never numpy's MemoryError or Python's RecursionError — with the budget untouch
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import duckdb
@@ -17,6 +18,7 @@ from dpsql.engine import planning_size
 from dpsql.errors import NotSupportedError, PlanningLimitError, UnsupportedQueryError
 from dpsql.schema import Schema
 from dpsql.server.session import public_error
+from dpsql.sql import compile as sql_compile
 
 COLUMNS = {c: {"type": "integer", "lower": 0, "upper": 99} for c in "abc"}
 MIXED = "SELECT {c}, COUNT(*) FROM t GROUP BY {c}; SELECT COUNT(*) FROM t WHERE {c} BETWEEN 10 AND {high}"
@@ -146,3 +148,15 @@ def test_a_day_resolution_date_column_is_an_ordinary_column() -> None:
     assert "Statement groups: 3" in explain and explain.count("(closed form)") == 3
     assert "Group 2: statements 2; 121 cells" in explain  # 120 months (runs of days) and the outside cell
     assert isinstance(report["rows"], list) and len(report["rows"]) == 3650  # the first statement's rows
+
+
+@pytest.mark.slow
+def test_explain_of_a_group_by_over_max_cells_fits_2_gib() -> None:
+    """The widest GROUP BY the cell limit admits (2²⁴ cells over two columns) is a partition: its
+    plan is a product of per-column closed forms, never a vector over the product domain."""
+    side = math.isqrt(sql_compile.MAX_CELLS)
+    columns = {c: {"type": "integer", "lower": 0, "upper": side - 2} for c in "ab"}
+    table = f"CREATE TABLE t AS SELECT i % {side - 1} AS a, i * 7 % {side - 1} AS b FROM range(20000) r(i)"
+    report = run_capped("SELECT a, b, COUNT(*) FROM t GROUP BY a, b", execute=False, columns=columns, table=table)
+    assert "error" not in report, report["error"]
+    assert f"{sql_compile.MAX_CELLS:,} cells over a({side}), b({side})" in str(report["explain"])
