@@ -10,6 +10,7 @@ Points, over a table t of 20,000 rows with one integer column d of n cells:
 
 - ``SELECT d, COUNT(*) FROM t GROUP BY d`` at n = 10³, 10⁴, 10⁵, 10⁶ (a partition: closed form);
 - ``SELECT COUNT(*) FROM t WHERE d IN (999 values)`` at n = 10⁵;
+- ``SELECT a, b, COUNT(*) FROM t GROUP BY a, b`` over MAX_CELLS = 2²⁴ cells (EXPLAIN only);
 - the worst batches the planning limits admit (``dpsql.engine.planning_size``): a GROUP BY and a
   range over each of 1, 2 and MAX_DENSE_VECTORS columns, each column as wide as MAX_DENSE_CELLS and
   MAX_DENSE_WORK then allow (one densely planned group per column); EXPLAIN only, under ε and ρ.
@@ -111,6 +112,12 @@ def main() -> None:
     values = ", ".join(str(3 * i) for i in range(999))
     show("IN list of 999 values, 100,000 cells", point(f"SELECT COUNT(*) FROM t WHERE d IN ({values})", columns,
                                                        table, memory=args.memory, execute=True))
+    side = 4096  # MAX_CELLS = 2²⁴ = 4,096² cells over two columns (explain only: 16.7M result rows)
+    show(f"GROUP BY a, b, {side * side:,} cells (MAX_CELLS)", point(
+        "SELECT a, b, COUNT(*) FROM t GROUP BY a, b",
+        {c: {"type": "integer", "lower": 0, "upper": side - 2} for c in "ab"},
+        f"CREATE TABLE t AS SELECT i % {side - 1} AS a, i * 7 % {side - 1} AS b FROM range(20000) r(i)",
+        memory=args.memory, execute=False))
     if args.skip_worst:
         return
     for count, cells in worst_batches():
