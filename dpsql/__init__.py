@@ -28,6 +28,7 @@ from dpsql.errors import (
     NotSupportedError,
     OperationalError,
     ParameterError,
+    PlanningLimitError,
     PrivacyParameterError,
     ProgrammingError,
     SchemaError,
@@ -76,7 +77,7 @@ __all__ = [
     "UnsupportedQueryError", "connect",
     "BackendError", "BudgetNotSetError", "DataError", "DatabaseError", "DomainTooLargeError", "DpsqlError",
     "DpsqlWarning", "Error", "IntegrityError", "InterfaceError", "InternalError", "InvalidQueryError", "LedgerError",
-    "NotSupportedError", "OperationalError", "ParameterError", "PrivacyParameterError", "ProgrammingError",
-    "ShapeError", "UnsupportedStrategyError", "Warning", "accuracy", "apilevel", "mechanism", "noise",
-    "paramstyle", "strategies", "threadsafety", "workloads",
+    "NotSupportedError", "OperationalError", "ParameterError", "PlanningLimitError", "PrivacyParameterError",
+    "ProgrammingError", "ShapeError", "UnsupportedStrategyError", "Warning", "accuracy", "apilevel", "mechanism",
+    "noise", "paramstyle", "strategies", "threadsafety", "workloads",
 ]

@@ -31,6 +31,7 @@ from dpsql.linalg import (
     trace_of_product,
 )
 from dpsql.noise import Noise
+from dpsql.partitions import partition_form
 from dpsql.workloads import (
     Explicit,
     FloatArray,
@@ -167,6 +168,8 @@ DENSE_SPECTRUM_CELLS = 2048
 
 def _root_trace(W: Workload) -> tuple[float, bool]:
     """(trace((WᵀW)^{1/2}), exact): exact where the structure allows, else a lower bound (see svd_bound)."""
+    if (form := partition_form(W)) is not None:  # orthogonal rows: singular values |c_r|·√s_r
+        return form.root_trace(), True
     if isinstance(W, Weighted):
         root, exact = _root_trace(W.base)
         return abs(W.weight) * root, exact

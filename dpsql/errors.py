@@ -71,6 +71,10 @@ class DomainTooLargeError(DpsqlError, NotSupportedError, ValueError):
     """An operation would need a dense matrix over a domain larger than the configured limit."""
 
 
+class PlanningLimitError(DpsqlError, NotSupportedError):
+    """Planning a batch ran out of memory or recursion depth; nothing was charged."""
+
+
 class SqlSyntaxError(DpsqlError, ProgrammingError):
     """The batch text is not valid SQL; the message gives the line and column."""
 

@@ -16,8 +16,10 @@ from collections.abc import Sequence
 
 import numpy as np
 import scipy.linalg as sla
+import scipy.sparse as sp
 
-from dpsql.kronvec import group_by_cuts, kron_vectors, shared_cuts
+from dpsql.kronvec import align_terms, group_by_cuts, kron_vectors, shared_cuts
+from dpsql.partitions import Averaging, Parts
 from dpsql.residual.basis import ResidualSum, marginal_form, residual_pinv, residual_projector
 from dpsql.workloads import (
     Explicit,
@@ -55,6 +57,17 @@ def pinv_psd(G: FloatArray) -> tuple[FloatArray, bool]:
     return (vectors[:, keep] / values[keep]) @ vectors[:, keep].T, bool(keep.all())
 
 
+def diagonal_entries(A: Workload) -> FloatArray | None:
+    """The diagonal of a square sparse explicit A with no other entries (a column-scaled identity,
+    as per-cell bounds make of it), else None."""
+    if not isinstance(A, Explicit) or not sp.issparse(A.matrix) or A.shape[0] != A.shape[1]:
+        return None
+    matrix = sp.coo_array(A.matrix)
+    if np.any(matrix.row != matrix.col):
+        return None
+    return np.asarray(A.matrix.diagonal(), dtype=np.float64)
+
+
 def pinv_gram(A: Workload) -> Workload:
     """M = (AᵀA)⁺, kept in structure (Identity, Kronecker, weighted, marginals); cached per strategy."""
     if A in _pinv_cache:
@@ -65,6 +78,14 @@ def pinv_gram(A: Workload) -> Workload:
         result = Kron([pinv_gram(f) for f in A.factors])
     elif isinstance(A, Weighted):
         result = Weighted(1.0 / A.weight**2, pinv_gram(A.base))
+    elif isinstance(A, Parts):
+        result = A.profile()
+    elif (diagonal := diagonal_entries(A)) is not None:  # (D²)⁺, sparse
+        squares = diagonal**2
+        result = Explicit(sp.diags_array(np.divide(1.0, squares, out=np.zeros_like(squares), where=squares > 0),
+                                         format="csr"))
+        if np.all(squares > 0):
+            _full_column_rank.add(A)
     elif (form := marginal_form(A)) is not None:
         result = residual_pinv(*form, tolerance=RANK_TOLERANCE)
     else:
@@ -87,6 +108,11 @@ def projector(A: Workload) -> Workload:
         return Identity(A.shape[1]) if all(isinstance(f, Identity) for f in factors) else Kron(factors)
     if isinstance(A, Weighted):
         return projector(A.base)
+    if isinstance(A, Parts):
+        return A.projector()
+    if (diagonal := diagonal_entries(A)) is not None:
+        return Identity(A.shape[1]) if np.all(diagonal != 0) else Explicit(sp.diags_array(
+            (diagonal != 0).astype(np.float64), format="csr"))
     if (form := marginal_form(A)) is not None:
         return residual_projector(*form, tolerance=RANK_TOLERANCE)
     M = pinv_gram(A)
@@ -127,6 +153,8 @@ def trace_of_product(G: Workload, M: Workload) -> float:
         return M.weight * trace_of_product(G, M.base)
     if isinstance(M, ResidualSum) and (value := M.trace_against(G)) is not None:
         return value
+    if isinstance(M, Averaging):
+        return M.trace_against(G)
     if isinstance(M, Sum):
         return float(sum(trace_of_product(G, term) for term in M.terms))
     if isinstance(M, Identity):
@@ -153,6 +181,8 @@ def quadratic_diag(W: Workload, M: Workload) -> FloatArray:
         return M.weight * quadratic_diag(W, M.base)
     if isinstance(M, ResidualSum) and (diag := M.diag_against(W)) is not None:
         return diag
+    if isinstance(M, Averaging):
+        return M.bilinear_diag(W, W)
     if isinstance(M, Sum):
         return np.sum([quadratic_diag(W, term) for term in M.terms], axis=0)
     if isinstance(W, Sum):
@@ -161,8 +191,13 @@ def quadratic_diag(W: Workload, M: Workload) -> FloatArray:
     if len(pairs) > 1:
         return kron_vectors([quadratic_diag(w, m) for w, m in pairs])
     (W, M), n = pairs[0], W.shape[1]  # a one-factor Kronecker product is its factor
+    if isinstance(M, Identity):  # diag(W Wᵀ): the rows' squared norms, W's transpose's column power sums
+        return np.asarray(np.sum([kron_vectors(term) for term in align_terms(W.T._column_terms(2))], axis=0))
+    if isinstance(M, Explicit) and sp.issparse(M.matrix) and isinstance(W, Explicit):  # row by row, sparse
+        rows = sp.csr_array(W.matrix)
+        return np.asarray((rows @ M.matrix).multiply(rows).sum(axis=1), dtype=np.float64).ravel()
     check_dense_size(n, n, "diag(W M Wᵀ)")
-    return W._quadratic_diag_dense(np.eye(n) if isinstance(M, Identity) else M.dense())
+    return W._quadratic_diag_dense(M.dense())
 
 
 def bilinear_diag(U: Workload, M: Workload, V: Workload) -> FloatArray:
@@ -171,10 +206,14 @@ def bilinear_diag(U: Workload, M: Workload, V: Workload) -> FloatArray:
         return M.weight * bilinear_diag(U, M.base, V)
     if isinstance(M, Sum):
         return np.sum([bilinear_diag(U, term, V) for term in M.terms], axis=0)
+    if isinstance(M, Averaging):
+        return M.bilinear_diag(U, V)
     if isinstance(U, Kron) and isinstance(V, Kron) and [f.shape for f in U.factors] == [f.shape for f in V.factors]:
         pairs = paired_factors(U, M)
         if len(pairs) == len(U.factors):
             return kron_vectors([bilinear_diag(u, m, v) for u, (_, m), v in zip(U.factors, pairs, V.factors)])
+    if isinstance(M, Identity) and isinstance(U, Explicit) and isinstance(V, Explicit):  # diag(U Vᵀ), entrywise
+        return np.asarray(sp.csr_array(U.matrix).multiply(V.matrix).sum(axis=1), dtype=np.float64).ravel()
     m, n = U.shape
     check_dense_size(m, n, "diag(U M Vᵀ)")
     dense_m = np.eye(n) if isinstance(M, Identity) else M.dense()

@@ -56,8 +56,9 @@ from dpsql.errors import (
     ShapeError,
 )
 from dpsql.kronvec import ColumnTerm
-from dpsql.linalg import bilinear_diag, kron_answers, pinv_gram, quadratic_diag
+from dpsql.linalg import bilinear_diag, diagonal_entries, kron_answers, pinv_gram, quadratic_diag
 from dpsql.noise import Noise
+from dpsql.partitions import Parts
 from dpsql.residual.basis import marginal_form
 from dpsql.tail_bounds import NoiseLaw
 from dpsql.workloads import (
@@ -303,15 +304,17 @@ def _noise_parameter(value: Fraction) -> Fraction:
 
 
 def pseudo_inverse(A: Workload) -> Workload:
-    """A⁺ as an operator: factor by factor for Kronecker A; (AᵀA)⁺Aᵀ densely per factor or in the
-    residual basis for marginal strategies (dpsql.residual.basis); else LSMR."""
+    """A⁺ as an operator: factor by factor for Kronecker A; (AᵀA)⁺Aᵀ densely per factor, in the
+    residual basis for marginal strategies (dpsql.residual.basis), by part means for
+    ``partitions.Parts`` or entry by entry for a diagonal A; else LSMR."""
     if isinstance(A, Identity):
         return A
     if isinstance(A, Weighted):
         return Weighted(1.0 / A.weight, pseudo_inverse(A.base))
     if isinstance(A, Kron):
         return Kron([pseudo_inverse(f) for f in A.factors])
-    if A.shape[1] <= DENSE_SOLVE_LIMIT or marginal_form(A) is not None:
+    if A.shape[1] <= DENSE_SOLVE_LIMIT or isinstance(A, Parts) or diagonal_entries(A) is not None \
+            or marginal_form(A) is not None:
         return Product(pinv_gram(A), A.T)
     return LeastSquares(A)
 

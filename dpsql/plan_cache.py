@@ -194,6 +194,9 @@ def _feed(digest: hashlib._Hash, value: object) -> None:
         for name in sorted(value, key=repr):
             _feed(digest, name)
             _feed(digest, value[name])
+    elif isinstance(value, (list, tuple)) and (numbers := _numbers(value)) is not None:
+        digest.update(f"<{numbers.dtype}{type(value).__name__}{len(value)}".encode())  # a domain's boundaries
+        digest.update(numbers.tobytes())
     elif isinstance(value, (list, tuple, frozenset, set)):
         items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
         digest.update(f"<{type(value).__name__}{len(items)}".encode())
@@ -201,6 +204,17 @@ def _feed(digest: hashlib._Hash, value: object) -> None:
             _feed(digest, item)
     else:
         digest.update(f"<{type(value).__name__}:{value!r}>".encode())
+
+
+def _numbers(values: Sequence[object]) -> np.ndarray | None:
+    """A long sequence of only floats (or only int64-range ints) as one exact array, else None."""
+    kind = type(values[0]) if len(values) > 1 else None
+    if kind not in (float, int) or not all(type(item) is kind for item in values):
+        return None
+    try:
+        return np.asarray(values, dtype=np.float64 if kind is float else np.int64)
+    except OverflowError:
+        return None
 
 
 def _load(key: str) -> Any:

@@ -40,6 +40,7 @@ from dpsql import accuracy, plan_cache, strategies, strategy_cache
 from dpsql.errors import DomainTooLargeError, DpsqlError, ShapeError
 from dpsql.mechanism import integral_strategy
 from dpsql.noise import Noise
+from dpsql.partitions import Partition, Parts, part_of_cell, partition_form
 from dpsql.workloads import Explicit, Kron, Workload
 
 #: Per-attribute strategy families: (name, builder for an ordered attribute of n cells).
@@ -111,6 +112,11 @@ PLAN_EVALUATIONS = 2_000
 #: a Gaussian step (a full eigendecomposition, about ten times dearer) counts as one, so Gaussian
 #: HDMM gets an eighth of that.
 PLAN_HDMM_WORK = 2**28
+#: ... and at most PLAN_HDMM_CUBIC_WORK / n³ of them: one p-Identity evaluation costs O(p·n²) = O(n³/16)
+#: operations, so this caps HDMM's work per group at any size (256 evaluations at n = 256, 4 at
+#: n = 1,024; Gaussian steps an eighth of that), which the batch limits of
+#: ``dpsql.engine.planning_size`` then bound over all groups.
+PLAN_HDMM_CUBIC_WORK = 2**32
 #: Eigen-Design runs on domains of at most this many cells (it eigendecomposes the dense Gram).
 EIGEN_MAX_CELLS = 1024
 #: OPT₊ runs on domains of at most this many cells (its exact error needs a dense (AᵀA)⁺).
@@ -145,6 +151,9 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
                          "it needs at least one query and one cell.")
     sizes = list(sizes) if sizes is not None else [W.shape[1]]
     ordered = list(ordered) if ordered is not None else [True] * len(sizes)
+    form = partition_form(W)
+    if form is not None:
+        return _partition_plan(W, form, noise=noise, sizes=sizes)
     options = {**candidates(sizes, ordered), **(extra or {})}
     key = _decision_key(W, noise=noise, sizes=sizes, ordered=ordered, optimize=optimize, quick=quick, extra=extra)
     known = plan_cache.load(key)
@@ -177,6 +186,26 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
     plan_cache.store(key, plan_cache.Decision(name=best, candidates=scores, notes=tuple(notes)))
     return Plan(strategy=options[best], name=best, noise=noise, candidates=scores, queries=W.shape[0], workload=W,
                 notes=tuple(notes), _bound=result._bound)
+
+
+def _partition_plan(W: Workload, form: Partition, *, noise: Noise, sizes: Sequence[int]) -> Plan:
+    """The optimal strategy for a workload whose weighted rows partition some cells
+    (``dpsql.partitions``), scored in closed form without an n × n matrix: the identity where every
+    query reads one cell, else each part's total measured once (``workload``, :class:`Parts`)."""
+    identity = strategies.kron([_factor("identity", n) for n in sizes]) if sizes else strategies.identity(1)
+    scores = {"identity": accuracy.unit_noise_variance(identity, noise) * form.identity_error()}
+    read = form.read_cells()
+    bound = (form.root_trace() ** 2 / read if read else 0.0, True)
+    if form.single_cells:
+        note = "every query reads one cell, each cell at most once: the identity is optimal (closed form)"
+        strategy, name = identity, "identity"
+    else:
+        note = ("the queries read equal or disjoint sets of cells: measuring each set's total once is optimal "
+                "(closed form)")
+        strategy, name = Parts(*part_of_cell(W)), "workload"
+        scores[name] = accuracy.unit_noise_variance(strategy, noise) * form.parts_error()
+    return Plan(strategy=strategy, name=name, noise=noise, candidates=scores, queries=W.shape[0], workload=W,
+                notes=(note + ", so no other strategy was scored.",), _bound=[bound])
 
 
 #: Optimization is skipped when a cheap candidate's expected error is within this fraction of the
@@ -286,15 +315,17 @@ def _templates(W: Workload, *, noise: Noise, sizes: Sequence[int],
 
 
 def hdmm_evaluations(sizes: Sequence[int], noise: Noise = "laplace") -> int:
-    """The HDMM templates' budget: PLAN_EVALUATIONS, or fewer on large attributes (PLAN_HDMM_WORK).
+    """The HDMM templates' budget: PLAN_EVALUATIONS, or fewer on large attributes (PLAN_HDMM_WORK,
+    PLAN_HDMM_CUBIC_WORK).
 
-    >>> hdmm_evaluations([64]), hdmm_evaluations([512]), hdmm_evaluations([1024, 2]), hdmm_evaluations([2**15])
-    (2000, 1024, 256, 1)
-    >>> hdmm_evaluations([1024], "gaussian")
-    32
+    >>> hdmm_evaluations([64]), hdmm_evaluations([256]), hdmm_evaluations([1024, 2]), hdmm_evaluations([2**15])
+    (2000, 256, 4, 1)
+    >>> hdmm_evaluations([256], "gaussian"), hdmm_evaluations([1024], "gaussian")
+    (32, 1)
     """
-    work = PLAN_HDMM_WORK // (8 if noise == "gaussian" else 1)
-    return max(1, min(PLAN_EVALUATIONS, work // int(max(sizes, default=1)) ** 2))
+    share = 8 if noise == "gaussian" else 1
+    n = int(max(sizes, default=1))
+    return max(1, min(PLAN_EVALUATIONS, PLAN_HDMM_WORK // share // n**2, PLAN_HDMM_CUBIC_WORK // share // n**3))
 
 
 def _several_groups(W: Workload) -> bool:

@@ -123,11 +123,12 @@ class Ordered:
             raise ValueError(f"{value!r} is not a number")
         return float(value)
 
-    def boundary_index(self, number: float) -> int | None:
-        """The base boundary equal to ``number`` (to rounding), or None when it falls inside a cell."""
-        position = int(np.searchsorted(np.asarray(self.boundaries), number - 1e-9 * max(1.0, abs(number))))
-        if position < len(self.boundaries) and math.isclose(self.boundaries[position], number, rel_tol=1e-9,
-                                                            abs_tol=1e-9):
+    def boundary_index(self, number: float, edges: npt.NDArray[np.float64] | None = None) -> int | None:
+        """The base boundary equal to ``number`` (to rounding), or None when it falls inside a cell
+        (``edges``: the boundaries as an array, when the caller holds them)."""
+        edges = np.asarray(self.boundaries) if edges is None else edges
+        position = int(np.searchsorted(edges, number - 1e-9 * max(1.0, abs(number))))
+        if position < len(edges) and math.isclose(edges[position], number, rel_tol=1e-9, abs_tol=1e-9):
             return position
         return None
 

@@ -84,13 +84,13 @@ def _scaled(W: Workload, scale: float) -> Workload:
     if scale == 1.0:
         return W
     if isinstance(W, Kron) and W.factors and isinstance(W.factors[0], Explicit):
-        return Kron([Explicit(W.factors[0].dense() * scale), *W.factors[1:]])
+        return Kron([Explicit(W.factors[0].matrix * scale), *W.factors[1:]])
     if isinstance(W, DisjointSum):
         return DisjointSum([_scaled(term, scale) for term in W.terms])
     if isinstance(W, Sum):
         return Sum([_scaled(term, scale) for term in W.terms])
     if isinstance(W, Explicit):
-        return Explicit(W.dense() * scale)
+        return Explicit(W.matrix * scale)
     return Weighted(scale, W)
 
 

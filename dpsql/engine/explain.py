@@ -7,9 +7,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from dpsql import blas
 from dpsql.accounting import PrivacyBudget
 from dpsql.engine.group_route import GroupsPlan
 from dpsql.engine.measurements import PlannedVector
+from dpsql.engine.planning_size import planning_resources
 from dpsql.engine.residual_route import ResidualPlan
 from dpsql.engine.reuse import not_kept_notes
 from dpsql.engine.routes import Prepared
@@ -20,6 +22,8 @@ from dpsql.sql.filters import statement_notes
 from dpsql.sql.relations import explain_join
 
 
+@blas.single_threaded()
+@planning_resources()
 def explain(prepared: Prepared, budget: PrivacyBudget | None = None) -> str:
     """The report; ``budget`` adds what is left of it."""
     chosen, groups, residual = prepared.chosen, prepared.groups, prepared.residual

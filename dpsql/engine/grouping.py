@@ -8,13 +8,16 @@ or (Σ_k √c_k)² (Gaussian) over the measurements' weighted unit errors c_k = 
 
 from __future__ import annotations
 
+import math
+
 from dpsql import plan_cache, planner
 from dpsql import weights as weighting
+from dpsql.engine.planning_size import bounded_partition, dense_vectors, excess
 from dpsql.engine.weighing import Weighing
 from dpsql.noise import Noise
 from dpsql.schema import Ordered, Table
 from dpsql.sql import ir
-from dpsql.sql.compile import MERGE_CELLS, column_set, compile_group, group_cells, initial_partition
+from dpsql.sql.compile import MERGE_CELLS, column_set, compile_group, group_cells
 
 #: How many candidate statement groups the partition search may plan before it stops merging.
 MAX_GROUP_EVALUATIONS = 60
@@ -23,7 +26,9 @@ MAX_GROUP_EVALUATIONS = 60
 def choose_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weighing | None = None) -> list[list[int]]:
     """Groups of statements, merged greedily while the batch's total expected error falls.
 
-    Starts from one group per distinct column set. Candidate groups are scored with the standard
+    Starts from one group per distinct column set (statements that together exceed the planning
+    limits apart: ``planning_size.bounded_partition``); merges beyond those limits are never
+    chosen. Candidate groups are scored with the standard
     strategies and the quick optimized template (weighted marginals), which is what makes merging
     GROUP BYs over different columns pay off. The partition found is cached by the statements,
     their weights and the table's declaration (``dpsql.plan_cache``).
@@ -41,10 +46,15 @@ def search_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weig
     """:func:`choose_partition`'s greedy search (at most MAX_GROUP_EVALUATIONS candidate groups scored)."""
     power = 1 / 3 if noise == "laplace" else 1 / 2
     errors: dict[frozenset[int], list[float]] = {}
+    dense: dict[frozenset[int], list[tuple[int, ...]]] = {}  # each group's densely planned vectors (planning_size)
 
     def group_errors(members: frozenset[int]) -> list[float]:
         if members not in errors:
             group, statements = compile_group(batch, table, sorted(members))
+            dense[members] = dense_vectors(group)
+            if excess(dense[members]) is not None:  # a merge the planning limits refuse is never chosen
+                errors[members] = [math.inf]
+                return errors[members]
             sizes = [axis.size for axis in group.axes]
             ordered = [isinstance(axis.column.domain, Ordered) for axis in group.axes]
             weights = weighing.blocks(group, statements, sorted(members), table.columns)
@@ -59,9 +69,10 @@ def search_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weig
         return errors[members]
 
     def score(groups: list[frozenset[int]]) -> float:
-        return float(sum(c**power for g in groups for c in group_errors(g)))
+        total = float(sum(c**power for g in groups for c in group_errors(g)))
+        return math.inf if excess([sizes for g in groups for sizes in dense[g]]) is not None else total
 
-    groups = [frozenset(members) for members in initial_partition(batch, table)]
+    groups = [frozenset(members) for members in bounded_partition(batch, table)]
     if len(groups) == 1:
         return [sorted(groups[0])]
     columns = {g: frozenset().union(*(column_set(batch.statements[i], table) for i in g)) for g in groups}

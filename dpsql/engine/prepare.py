@@ -10,6 +10,7 @@ from dpsql import blas
 from dpsql.accounting import PrivacyCost, check_batch_cost
 from dpsql.derived_answers import check_unions
 from dpsql.engine.measurements import check_plan_cost
+from dpsql.engine.planning_size import bounded_partition, check_planning_size, planning_resources
 from dpsql.engine.residual_route import ResidualPlan
 from dpsql.engine.routes import PlanRequest, Prepared, ResidualPlanner, StatementGroups, choose
 from dpsql.engine.vocabulary import NotApplicable
@@ -17,7 +18,7 @@ from dpsql.engine.weighing import statement_weights_of
 from dpsql.planner import Progress
 from dpsql.schema import Schema
 from dpsql.sql import public_tables
-from dpsql.sql.compile import batch_table, initial_partition
+from dpsql.sql.compile import batch_table, compile_batch, initial_partition
 from dpsql.sql.flatten import expand_weights
 from dpsql.sql.parse import parse_batch
 
@@ -27,6 +28,7 @@ NOT_PLANNED = ("statement groups were not planned: ResidualPlanner's expected er
 
 
 @blas.single_threaded()
+@planning_resources()
 def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[object] | None = None,
             progress: Progress | None = None, *, plan_all_routes: bool = False,
             weights: Sequence[float] | None = None, statements: Sequence[int] | None = None) -> Prepared:
@@ -43,7 +45,8 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
     ``guard_notes`` say so (EXPLAIN and the statement's result metadata show it). ``statements``
     plans only those statements of the batch (0-based; the others are answered from earlier
     releases, :mod:`dpsql.engine.free`). A cost above ``MAX_BATCH_COST`` is refused first
-    (PrivacyParameterError).
+    (PrivacyParameterError), and work is bounded before anything is planned
+    (:mod:`dpsql.engine.planning_size`).
     """
     check_batch_cost(cost)
     batch = public_tables.resolve(parse_batch(text, parameters), schema)  # public joins → lookups on the key
@@ -54,6 +57,7 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
     request = PlanRequest(batch=batch, schema=schema, cost=cost, weights=planned, progress=progress)
     table = batch_table(batch, schema)
     check_unions(batch, table)
+    check_planning_size(batch, compile_batch(batch, schema, bounded_partition(batch, table)))
     residual = ResidualPlanner().plan(request)
     certified = isinstance(residual, ResidualPlan) and residual.optimal and len(initial_partition(batch, table)) > 1
     groups = NotApplicable(NOT_PLANNED) if certified and not plan_all_routes else StatementGroups().plan(request)

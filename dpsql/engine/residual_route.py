@@ -41,6 +41,7 @@ from dpsql.backends import Backend
 from dpsql.engine.guard import StatementError, guard_notes, statement_errors
 from dpsql.engine.measure import MeasuredVector
 from dpsql.engine.metadata import Release, ReleaseMetadata, family_name
+from dpsql.engine.planning_size import MAX_DENSE_CELLS
 from dpsql.engine.vocabulary import AnswerKey, AnswerSet, NotApplicable, Report, unit_rows
 from dpsql.errors import DomainTooLargeError, ShapeError
 from dpsql.mechanism import Answers, Measurement
@@ -201,6 +202,9 @@ def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: Sequence[f
     if not group.axes:
         return NotApplicable("ResidualPlanner needs GROUP BY or WHERE columns; this batch only counts all rows.")
     sizes = [axis.size for axis in group.axes]  # an excluded column's axis has no outside cell (compile)
+    if max(sizes) > MAX_DENSE_CELLS:
+        return NotApplicable(f"ResidualPlanner was not considered: its per-attribute matrices would be dense over "
+                             f"{max(sizes):,} cells (the limit is MAX_DENSE_CELLS = {MAX_DENSE_CELLS:,}).")
     queries = []
     for block in group.blocks:
         found = _marginal_queries(block.workload, sizes)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpsql.engine.measurements import DraftVector
+from dpsql.engine.planning_size import dense_vectors, excess
 from dpsql.engine.vector_plans import group_drafts
 from dpsql.engine.vocabulary import unit_rows
 from dpsql.engine.weighing import Weighing
@@ -44,6 +45,12 @@ class Answering:
     compiled: CompiledBatch
     drafts: list[DraftVector]
     notes: list[tuple[int, str]]  # (group index, why it is answered as it is)
+
+
+def planned_densely(dense: Sequence[Sequence[tuple[int, ...]]], index: int,
+                    replaced: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """The batch's densely planned vectors (``dense``, by group) with group ``index``'s replaced."""
+    return [sizes for g, vectors in enumerate(dense) for sizes in (replaced if g == index else vectors)]
 
 
 def answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping[str, Column],
@@ -78,6 +85,7 @@ def answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping[
     compiled_groups, statements = list(base.groups), list(base.statements)
     drafts: list[DraftVector] = []
     notes: list[tuple[int, str]] = []
+    dense = [dense_vectors(group) for group in base.groups]  # the batch's densely planned vectors, group by group
     for index in range(len(separate.groups)) if groups is None else groups:
         group = separate.groups[index]
         members = [i for i, s in enumerate(separate.statements) if s.group == index]
@@ -103,6 +111,9 @@ def answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping[
             if cells_group.cells > VALUE_CELLS_MAX:
                 notes.append((index, f"reading {label} as value cells would need {cells_group.cells:,} cells "
                                       f"(limit {VALUE_CELLS_MAX:,}); sums are measured apart."))
+            elif (found := excess(planned_densely(dense, index, dense_vectors(cells_group)))) is not None:
+                notes.append((index, f"reading {label} as value cells would exceed {found[0]} = {found[2]:,} "
+                                      f"({found[1]:,}); sums are measured apart."))
             else:
                 # quick templates only with several axes (OPT⊗ and OPT₊ would take their full time limit per group)
                 # and after θ is released (each θ is a new workload; optimizing would delay every release)
@@ -121,6 +132,7 @@ def answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping[
                                       f"({cells_group.cells:,} cells; {rounding}) against separate count and sum "
                                       f"measurements {apart:.4g}."))
                 if use:
+                    dense[index] = dense_vectors(cells_group)
                     chosen = alternative
                     compiled_groups[index] = cells_group
                     for member, statement in zip(members, cells_statements):

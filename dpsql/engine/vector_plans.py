@@ -20,7 +20,7 @@ from dpsql.accuracy import check_support, unit_noise_variance
 from dpsql.engine.measurements import CellBounds, DraftVector
 from dpsql.engine.weighing import value_scale
 from dpsql.errors import DomainTooLargeError, ShapeError, UnsupportedStrategyError
-from dpsql.linalg import pinv_gram, quadratic_diag, trace_of_product
+from dpsql.linalg import diagonal_entries, pinv_gram, quadratic_diag, trace_of_product
 from dpsql.noise import Noise
 from dpsql.planner import Progress
 from dpsql.schema import Column, Ordered
@@ -145,7 +145,8 @@ def cell_bounded(draft: DraftVector, group: CompiledGroup, columns: Mapping[str,
         check_support(group.workload(draft.vector), measured)  # as mechanism.answer will, after the charge
     except (DomainTooLargeError, ShapeError, UnsupportedStrategyError):
         return draft
-    if not isinstance(measured, Kron) and measured.shape[1] > mechanism.DENSE_SOLVE_LIMIT:
+    if not isinstance(measured, Kron) and diagonal_entries(measured) is None \
+            and measured.shape[1] > mechanism.DENSE_SOLVE_LIMIT:
         return draft  # scaled columns lose a stack's marginal structure: answering would need LSMR over many cells
     bounded = replace(draft, plan=plan, block_totals=block_totals(workload, rows, plan), cell_bounds=scaled)
     if not bounded.objective < draft.objective * (1 - 1e-9):
@@ -180,12 +181,15 @@ def cell_bounds(group: CompiledGroup, column: Column, quantum: float) -> CellBou
     edges = np.asarray(domain.boundaries, dtype=np.float64)
     cells = axis.cell_of_base[:-1]
     bounds = np.full(axis.size, floor, dtype=np.int64)
-    for j in np.unique(cells):
-        bases = np.flatnonzero(cells == j)
-        left = -math.inf if domain.clamp and bases[0] == 0 else edges[bases[0]]
-        right = math.inf if domain.clamp and bases[-1] == domain.size - 1 else edges[bases[-1] + 1]
-        most = max(abs(min(max(v, low), high)) for v in (left, right))
-        bounds[j] = max(floor, min(top, math.ceil(most / quantum)))
+    base = np.arange(cells.size)
+    first, last = np.full(axis.size, cells.size), np.full(axis.size, -1)
+    np.minimum.at(first, cells, base)  # each batch cell's first and last base cell, in one pass
+    np.maximum.at(last, cells, base)
+    j = np.unique(cells)
+    left = np.where(domain.clamp & (first[j] == 0), -math.inf, edges[first[j]])
+    right = np.where(domain.clamp & (last[j] == domain.size - 1), math.inf, edges[last[j] + 1])
+    most = np.maximum(np.abs(np.clip(left, low, high)), np.abs(np.clip(right, low, high)))
+    bounds[j] = np.maximum(floor, np.minimum(top, np.ceil(most / quantum))).astype(np.int64)
     if axis.has_outside:
         bounds[-1] = floor if domain.clamp or column.outside_excluded else top
     if int(bounds.max()) == int(bounds.min()):

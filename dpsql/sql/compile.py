@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
+import scipy.sparse as sp
 
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
@@ -314,9 +315,11 @@ def _base_mask(column: sch.Column, atom: Atom) -> BoolArray:
     if isinstance(atom, ir.Between):
         inside = _ordered_interval(column, domain, ">=", atom.low) & _ordered_interval(column, domain, "<=", atom.high)
         return ~inside if atom.negated else inside
+    cells = _CellValues.of(domain)
     member = np.zeros(domain.size, dtype=bool)
-    for value in atom.values:
-        member |= _ordered_interval(column, domain, "=", value)
+    for value in atom.values:  # each value's cells found by bisection: O(log n) per value, not O(n)
+        window, inside = cells.classify(column, domain, "=", value)
+        member[window] |= inside
     return ~member if atom.negated else member
 
 
@@ -341,46 +344,72 @@ def _categorical_mask(column: sch.Column, domain: sch.Categorical,
 
 
 def _ordered_interval(column: sch.Column, domain: sch.Ordered, operator: str, literal: ir.Literal) -> BoolArray:
-    """Base cells where ``column <operator> literal`` is TRUE; refuses a cell the predicate splits.
-
-    Each base cell is a value range [b_k, b_{k+1}) (the last one closed when ``closed_top``;
-    integers and dates count whole values). A cell wholly inside the TRUE set is in the mask, one
-    wholly outside is not, and a cell partly in both cannot be answered from cell counts.
-    """
-    literal = filters.date_literal(domain, literal, column.name)
-    try:
-        number = domain.to_number(literal.value)
-    except (ValueError, TypeError) as err:
-        raise SchemaError(f"{literal.value!r} is not a valid {domain.kind} for {column.key} "
-                          f"({literal.span.describe()}).") from err
-    number = _snap(domain, number)
-    low, low_closed, high, high_closed = _true_interval(operator, number)
-    left, right = domain.value_bounds()  # whole values: cell k holds left..right; numbers: [left, right)
-    closed_right = np.full(domain.size, domain.discrete)
-    closed_right[-1] = closed_right[-1] or domain.closed_top
-    starts_in = (left > low) | ((left == low) & low_closed)
-    ends_in = np.where(closed_right, (right < high) | ((right == high) & high_closed), right <= high)
-    inside = starts_in & ends_in
-    after = (left > high) | ((left == high) & ~np.bool_(high_closed))
-    before = np.where(closed_right, (right < low) | ((right == low) & ~np.bool_(low_closed)), right <= low)
-    split = ~(inside | after | before)
-    if split.any():
-        k = int(np.flatnonzero(split)[0])
-        lo_value, hi_value = domain.to_value(domain.boundaries[k]), domain.to_value(domain.boundaries[k + 1])
-        close = "]" if k == domain.size - 1 and domain.closed_top else ")"
-        hint = ("numeric cells are half-open [low, high), so write < or >= at a cell boundary" if not domain.discrete
-                else f"use {lo_value} or {hi_value}, or declare a finer resolution for {column.key}")
-        raise UnsupportedQueryError(
-            f"the range endpoint {literal.value} on '{column.name}' ({literal.span.describe()}) splits the cell "
-            f"[{lo_value}, {hi_value}{close}; {hint}. Answers are exact only on whole declared cells."
-        )
-    return inside
+    """Base cells where ``column <operator> literal`` is TRUE; refuses a cell the predicate splits
+    (:meth:`_CellValues.classify`)."""
+    window, inside = _CellValues.of(domain).classify(column, domain, operator, literal)
+    mask = np.zeros(domain.size, dtype=bool)
+    mask[window] = inside
+    return mask
 
 
-def _snap(domain: sch.Ordered, number: float) -> float:
-    """A literal within rounding of a boundary becomes that boundary exactly."""
-    index = domain.boundary_index(number)
-    return domain.boundaries[index] if index is not None else number
+@dataclass(frozen=True, slots=True)
+class _CellValues:
+    """An ordered domain's base cells as arrays, built once per atom (an IN list reads them for
+    every value): boundaries, each cell's lowest and highest value, and whether the highest is in it."""
+
+    edges: npt.NDArray[np.float64]
+    left: npt.NDArray[np.float64]
+    right: npt.NDArray[np.float64]
+    closed_right: BoolArray
+
+    @staticmethod
+    def of(domain: sch.Ordered) -> _CellValues:
+        left, right = domain.value_bounds()  # whole values: cell k holds left..right; numbers: [left, right)
+        closed_right = np.full(domain.size, domain.discrete)
+        closed_right[-1] = closed_right[-1] or domain.closed_top
+        return _CellValues(np.asarray(domain.boundaries, dtype=np.float64), left, right, closed_right)
+
+    def classify(self, column: sch.Column, domain: sch.Ordered, operator: str,
+                 literal: ir.Literal) -> tuple[slice, BoolArray]:
+        """(window, inside): the cells where ``column <operator> literal`` is TRUE are those of
+        ``window`` marked ``inside``; refuses a cell the predicate splits.
+
+        Each base cell is a value range [b_k, b_{k+1}) (the last one closed when ``closed_top``;
+        integers and dates count whole values). A cell wholly inside the TRUE set is in the mask, one
+        wholly outside is not, and a cell partly in both cannot be answered from cell counts. For
+        ``=`` the window is the cells whose values reach the literal (found by bisection: every other
+        cell lies wholly before or after it); otherwise every cell.
+        """
+        literal = filters.date_literal(domain, literal, column.name)
+        try:
+            number = domain.to_number(literal.value)
+        except (ValueError, TypeError) as err:
+            raise SchemaError(f"{literal.value!r} is not a valid {domain.kind} for {column.key} "
+                              f"({literal.span.describe()}).") from err
+        index = domain.boundary_index(number, self.edges)  # a literal within rounding of a boundary is that boundary
+        number = float(self.edges[index]) if index is not None else number
+        low, low_closed, high, high_closed = _true_interval(operator, number)
+        window = slice(int(np.searchsorted(self.right, number, side="left")),
+                       int(np.searchsorted(self.left, number, side="right"))) if operator == "=" else slice(None)
+        left, right, closed_right = self.left[window], self.right[window], self.closed_right[window]
+        starts_in = (left > low) | ((left == low) & low_closed)
+        ends_in = np.where(closed_right, (right < high) | ((right == high) & high_closed), right <= high)
+        inside = starts_in & ends_in
+        after = (left > high) | ((left == high) & ~np.bool_(high_closed))
+        before = np.where(closed_right, (right < low) | ((right == low) & ~np.bool_(low_closed)), right <= low)
+        split = ~(inside | after | before)
+        if split.any():
+            k = int(np.flatnonzero(split)[0]) + (window.start or 0)
+            lo_value, hi_value = domain.to_value(domain.boundaries[k]), domain.to_value(domain.boundaries[k + 1])
+            close = "]" if k == domain.size - 1 and domain.closed_top else ")"
+            hint = ("numeric cells are half-open [low, high), so write < or >= at a cell boundary"
+                    if not domain.discrete else f"use {lo_value} or {hi_value}, or declare a finer resolution for "
+                    f"{column.key}")
+            raise UnsupportedQueryError(
+                f"the range endpoint {literal.value} on '{column.name}' ({literal.span.describe()}) splits the cell "
+                f"[{lo_value}, {hi_value}{close}; {hint}. Answers are exact only on whole declared cells."
+            )
+        return window, inside
 
 
 def _true_interval(operator: str, c: float) -> tuple[float, bool, float, bool]:
@@ -492,9 +521,11 @@ class _StatementCompiler:
     def _labels(self, axis: Axis) -> list[object]:
         return self.keys[self.position[axis.column.name]].labels
 
-    def _membership(self, axis: Axis) -> npt.NDArray[np.float64]:
-        """(groups × batch cells) 0/1 matrix: which cells each GROUP BY group of this axis holds."""
-        return membership(self.keys[self.position[axis.column.name]], axis.cell_of_base, axis.size)
+    def _grouped(self, axis: Axis, mask: npt.NDArray[np.float64]) -> Explicit:
+        """membership · diag(mask): which cells each GROUP BY group of this axis holds, weighted by the
+        box's mask; dense up to DENSE_STACK entries, else sparse (one entry per cell at most)."""
+        return _explicit(membership(self.keys[self.position[axis.column.name]], axis.cell_of_base, axis.size)
+                         @ sp.diags_array(mask))
 
     def _block(self, true: list[Box], group_axes: tuple[int, ...],
                weights: tuple[int, npt.NDArray[np.float64]] | None = None) -> Workload:
@@ -505,11 +536,11 @@ class _StatementCompiler:
         for box in merge(true):
             masks = [mask * weights[1] if weights is not None and i == weights[0] else mask.astype(np.float64)
                      for i, mask in enumerate(box)]
-            factors = [Explicit(self._membership(axis) * mask[None, :]) if i in grouped else Explicit(mask[None, :])
+            factors = [self._grouped(axis, mask) if i in grouped else Explicit(mask[None, :])
                        for i, (axis, mask) in enumerate(zip(self.axes, masks))]
             terms.append(Kron(factors) if factors else Explicit(np.ones((1, 1))))
         if not terms:  # the WHERE clause is never TRUE: rows of zeros
-            factors = [Explicit(np.zeros((self._group_count(a) if i in grouped else 1, a.size)))
+            factors = [_explicit(sp.csr_array((self._group_count(a) if i in grouped else 1, a.size)))
                        for i, a in enumerate(self.axes)]
             terms.append(Kron(factors) if factors else Explicit(np.zeros((1, 1))))
         return terms[0] if len(terms) == 1 else DisjointSum(terms)
@@ -564,6 +595,11 @@ class _StatementCompiler:
             return Block(data=COUNTS, kind=kind, workload=self._block(true, group_axes, (position, weight)))
         return Block(data=COUNTS, kind=kind, workload=self._block(true, group_axes, (position, cells.weights(axis))),
                      scale=cells.scale, bias=cells.bias(axis.column.domain))  # type: ignore[arg-type]
+
+
+def _explicit(matrix: sp.csr_array) -> Explicit:
+    """A block factor: dense up to DENSE_STACK entries, else kept sparse."""
+    return Explicit(matrix.toarray() if matrix.shape[0] * matrix.shape[1] <= DENSE_STACK else sp.csr_array(matrix))
 
 
 def _check_output_names(statement: ir.Statement, table: sch.Table) -> None:

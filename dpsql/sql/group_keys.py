@@ -37,6 +37,7 @@ from typing import Literal as TypingLiteral
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import scipy.sparse as sp
 from sqlglot import exp
 
 from dpsql import schema as sch
@@ -381,13 +382,13 @@ def _spelling(key: DateKey) -> str:
             "trunc_month": "date_trunc('month', ...)"}[key.part]
 
 
-def membership(groups: KeyGroups, cell_of_base: npt.NDArray[np.int64], cells: int) -> npt.NDArray[np.float64]:
-    """(groups × batch cells) 0/1 matrix: M[g, c] = 1 when the base cells of batch cell c are in group g
-    (the axis signature holds ``group_of_base``, so every base cell of c agrees)."""
-    matrix = np.zeros((len(groups.labels), cells))
+def membership(groups: KeyGroups, cell_of_base: npt.NDArray[np.int64], cells: int) -> sp.csr_array:
+    """(groups × batch cells) sparse 0/1 matrix: M[g, c] = 1 when the base cells of batch cell c are in
+    group g (the axis signature holds ``group_of_base``, so every base cell of c agrees); one entry
+    per batch cell at most, so O(cells) however many groups."""
     keep = (groups.group_of_base >= 0) & (cell_of_base >= 0)
-    matrix[groups.group_of_base[keep], cell_of_base[keep]] = 1.0
-    return matrix
+    pairs = np.unique(np.stack([groups.group_of_base[keep], cell_of_base[keep]]), axis=1)
+    return sp.csr_array((np.ones(pairs.shape[1]), (pairs[0], pairs[1])), shape=(len(groups.labels), cells))
 
 
 def label_array(key: GroupKey, labels: Sequence[object]) -> pa.Array:
