@@ -69,8 +69,8 @@ REUSE_CELLS = 1024
 #: cells, whatever it needs) one pool may take for the releases kept before the batch: 16 reductions of the
 #: largest kept size, a few seconds of CPU in all (each is remembered for the connection's later batches).
 MAX_POOL_WORK = 16 * reduction_work(REUSE_CELLS)
-#: Reductions a store remembers across batches (then it forgets them all and starts again).
-CACHED_REDUCTIONS = 4096
+#: Bytes of reductions a store remembers across batches (then it forgets them all and starts again).
+CACHED_REDUCTION_BYTES = 2**28
 
 
 def not_kept_reason(table: Table) -> str | None:
@@ -284,7 +284,8 @@ class Reuse:
         score = sum(m.information()[1] for m in members)
         found_parts = reduce(np.asarray(information), np.asarray(score), found)
         if cacheable:
-            if len(self.cache) >= CACHED_REDUCTIONS:
+            if sum(S.nbytes + r.nbytes for S, r in self.cache.values()) + found_parts[0].nbytes \
+                    > CACHED_REDUCTION_BYTES:
                 self.cache.clear()
             self.cache[name] = found_parts
         return found_parts
