@@ -19,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from dpsql import accuracy, engine
-from dpsql.accounting import PrivacyCost
+from dpsql import engine
+from dpsql.budget.accounting import PrivacyCost
 from dpsql.engine.weighing import value_scale
+from dpsql.planning import accuracy
 from dpsql.schema import Schema
 
 GROUPS = ["sex", "race", "education_num", "marital_status", "occupation", "workclass", "relationship", "income",

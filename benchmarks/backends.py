@@ -34,9 +34,9 @@ import numpy as np
 from _machine import header
 
 import dpsql
-from dpsql.accounting import PrivacyCost
 from dpsql.backends import Backend
-from dpsql.ledger import Binding, Ledger
+from dpsql.budget.accounting import PrivacyCost
+from dpsql.budget.ledger import Binding, Ledger
 from dpsql.schema import Schema
 
 SCHEMA: dict[str, Any] = {"tables": {"people": {

@@ -36,7 +36,7 @@ import pyarrow as pa
 from _machine import header
 
 import dpsql
-from dpsql.accounting import Budget
+from dpsql.budget.accounting import Budget
 from dpsql.cli.demo import SCHEMA, population
 from dpsql.schema import Schema
 

@@ -26,8 +26,9 @@ import time
 
 from _machine import header
 
-from dpsql import local, workloads
-from dpsql.workloads import Workload
+from dpsql import local
+from dpsql.matrix import workloads
+from dpsql.matrix.workloads import Workload
 
 ALPHA = 0.01
 EPSILONS = (0.5, 1.0, 2.0, 4.0)

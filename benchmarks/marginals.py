@@ -30,10 +30,10 @@ import time
 import numpy as np
 from _machine import header
 
+from dpsql.matrix.workloads import AllRange, Identity, Prefix
 from dpsql.residual import pieces
 from dpsql.residual import planner as residual
 from dpsql.residual import plus as rpp
-from dpsql.workloads import AllRange, Identity, Prefix
 
 ADULT = [100, 100, 100, 99, 85, 42, 16, 15, 9, 7, 6, 5, 2, 2]
 PAPER_RMSE = {"1-way": 3.047, "2-way": 6.359, "3-way": 10.515, "<=3-way": 10.665}

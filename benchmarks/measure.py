@@ -10,7 +10,9 @@ import time
 import numpy as np
 from _machine import header
 
-from dpsql import mechanism, strategies, workloads
+from dpsql import strategies
+from dpsql.matrix import workloads
+from dpsql.planning import mechanism
 
 
 def main() -> None:

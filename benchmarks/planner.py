@@ -93,7 +93,7 @@ def emit(name: str, value: float) -> None:
 def plan_point(count: int, cells: int, repeat: bool) -> None:
     """CPU seconds of ``engine.prepare`` for the batch, and again if ``repeat``."""
     from dpsql import engine
-    from dpsql.accounting import PrivacyCost
+    from dpsql.budget.accounting import PrivacyCost
     from dpsql.schema import Schema
 
     loaded, text, cost = Schema.load(schema(cells)), ";\n".join(statements(count, cells)), PrivacyCost(epsilon=EPSILON)

@@ -54,9 +54,9 @@ import numpy as np
 import psycopg
 from _machine import header
 
-from dpsql.accounting import PrivacyCost
+from dpsql.budget.accounting import PrivacyCost
+from dpsql.budget.ledger import Binding, Ledger, default_path
 from dpsql.cli.demo import EDUCATION, write_files
-from dpsql.ledger import Binding, Ledger, default_path
 from dpsql.schema import Schema
 from dpsql.server.scram import Verifier
 

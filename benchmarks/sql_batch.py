@@ -24,8 +24,8 @@ import numpy as np
 from _machine import header
 
 import dpsql
-from dpsql.accounting import PrivacyCost
-from dpsql.ledger import Binding, Ledger, default_path
+from dpsql.budget.accounting import PrivacyCost
+from dpsql.budget.ledger import Binding, Ledger, default_path
 from dpsql.schema import Schema
 
 SCHEMA = {"tables": {"events": {"columns": {

@@ -30,7 +30,7 @@ from _machine import header
 
 import dpsql
 from dpsql import engine
-from dpsql.accounting import PrivacyCost
+from dpsql.budget.accounting import PrivacyCost
 from dpsql.schema import Schema
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"

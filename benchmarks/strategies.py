@@ -16,8 +16,10 @@ from collections.abc import Callable
 
 from _machine import header
 
-from dpsql import accuracy, planner, strategies, workloads
-from dpsql.workloads import Workload
+from dpsql import strategies
+from dpsql.matrix import workloads
+from dpsql.matrix.workloads import Workload
+from dpsql.planning import accuracy, planner
 
 ONE_ATTRIBUTE: dict[str, Callable[[int], Workload]] = {
     "identity": strategies.identity,

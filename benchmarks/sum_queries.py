@@ -7,10 +7,10 @@ width 800 up to 800,000; incomes above it are in no query and are left out of th
 
 Budget ε = 0.01 in total (--epsilon): thresholds take 10 % (ε₁ = 0.001), the measurement ε₂ = 0.009.
     NoTrunc    θ = 800,000 (the largest value any query includes);
-    SVT        dpsql.sum_truncation.svt_threshold on |v| over dpsql.engine.thresholds' grid (r = 0.998, c = 1.2,
-               64 points up to U), as ``truncate = "svt"`` runs it;
-    recursive  dpsql.sum_truncation.r2t_threshold over dpsql.engine.thresholds' levels U/2^j (β = 0.1).
-Mechanisms (exact discrete Laplace noise via dpsql.mechanism.measure):
+    SVT        dpsql.planning.sum_truncation.svt_threshold on |v| over dpsql.engine.thresholds' grid
+               (r = 0.998, c = 1.2, 64 points up to U), as ``truncate = "svt"`` runs it;
+    recursive  dpsql.planning.sum_truncation.r2t_threshold over dpsql.engine.thresholds' levels U/2^j (β = 0.1).
+Mechanisms (exact discrete Laplace noise via dpsql.planning.mechanism.measure):
     Identity   counts x + noise, answers W T x̂;
     TaMM       strategy = the planner's best standard strategy for W T, measured on the counts;
     TiMM       strategy = the planner's best standard strategy for W, measured on the exact
@@ -35,10 +35,10 @@ from pathlib import Path
 import numpy as np
 from _machine import header
 
-from dpsql import mechanism, planner, sum_truncation
 from dpsql.engine import thresholds as dpsql_thresholds
+from dpsql.matrix.workloads import Identity, Prefix, Workload
 from dpsql.noise import SeededRandomSource
-from dpsql.workloads import Identity, Prefix, Workload
+from dpsql.planning import mechanism, planner, sum_truncation
 
 WIDTH, BUCKETS, CAP = 800, 1000, 10_000_000
 SHARE = 0.1

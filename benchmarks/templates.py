@@ -20,10 +20,11 @@ from collections.abc import Callable
 
 from _machine import header
 
-from dpsql import accuracy, planner, strategies
-from dpsql import workloads as wl
+from dpsql import strategies
+from dpsql.matrix import workloads as wl
+from dpsql.matrix.workloads import Workload
+from dpsql.planning import accuracy, planner
 from dpsql.strategies.budget import MAX_EVALUATIONS
-from dpsql.workloads import Workload
 
 
 def total_plus_identity(n: int) -> Workload:

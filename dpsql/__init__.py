@@ -8,8 +8,8 @@ imported lazily so that importing the math never loads DuckDB or Arrow.
 
 from typing import Any
 
-from dpsql import accuracy, mechanism, noise, strategies, workloads
-from dpsql.accounting import Budget, PrivacyCost
+from dpsql import noise, strategies
+from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.errors import (
     BackendError,
     BudgetExhaustedError,
@@ -38,6 +38,8 @@ from dpsql.errors import (
     UnsupportedStrategyError,
     Warning,
 )
+from dpsql.matrix import workloads
+from dpsql.planning import accuracy, mechanism
 from dpsql.types import (
     BINARY,
     DATETIME,

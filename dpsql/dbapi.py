@@ -3,7 +3,7 @@
 ``Cursor.execute`` takes one statement or a whole batch; the batch is answered jointly (one scan,
 one measurement per data vector, one budget charge) and each statement's result becomes a result
 set (``nextset()`` moves on). The batch's cost is given per call as ``epsilon=`` or ``rho=`` and is
-drawn either from the privacy ledger (``dpsql.ledger``, a durable file: always, for a database
+drawn either from the privacy ledger (``dpsql.budget.ledger``, a durable file: always, for a database
 file) or, for data in memory only, from an in-memory ``Budget`` that lasts as long as the
 connection. ``explain()`` reports the plan without spending.
 """
@@ -20,10 +20,11 @@ import duckdb
 import pyarrow as pa
 
 from dpsql import engine
-from dpsql.accounting import Budget, PrivacyBudget, PrivacyCost
 from dpsql.backends.base import Backend
 from dpsql.backends.choose import choose_backend, is_address
 from dpsql.backends.duckdb import attached_files
+from dpsql.budget.accounting import Budget, PrivacyBudget, PrivacyCost
+from dpsql.budget.ledger import Account, BatchRecord, Binding, Ledger, default_path
 from dpsql.engine import accuracy_target
 from dpsql.engine.free import (
     Split,
@@ -43,7 +44,6 @@ from dpsql.errors import (
     PrivacyParameterError,
     ProgrammingError,
 )
-from dpsql.ledger import Account, BatchRecord, Binding, Ledger, default_path
 from dpsql.noise import RandomSource
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.schema import Schema, Table
@@ -189,8 +189,8 @@ def _check_budget(budget: object, stored: list[str], dataset: str | None, analys
                                f"{', '.join(stored)}: a database file's budget is kept in its ledger. Drop budget=; "
                                "the data owner sets the total with "
                                "`dpsql budget set --db FILE --schema SCHEMA --epsilon ...` (or "
-                               "dpsql.ledger.Ledger(path).set_total(...)); pass ledger=PATH and dataset= for a DuckDB "
-                               "connection. Nothing was charged.")
+                               "dpsql.budget.ledger.Ledger(path).set_total(...)); pass ledger=PATH and dataset= for a "
+                               "DuckDB connection. Nothing was charged.")
 
 
 def _check_rng(rng: RandomSource | None, books: Budget | Account, backend: Backend) -> None:
@@ -335,7 +335,7 @@ class Cursor:
         ``progress``, if given, receives a message before each long step. ``postprocess`` opts in
         to "nonnegative" and/or "isotonic" (``dpsql.engine.postprocess``; free, but biased). ``weights``
         (one positive number per statement, in statement order; default all 1) is each statement's
-        weight in the planning objective (``dpsql.weights``): a statement of weight 4 has its errors,
+        weight in the planning objective (``dpsql.planning.weights``): a statement of weight 4 has its errors,
         relative to answering it alone, count four times as much as one of weight 1. The budget is
         read first (nothing is charged then; the charge itself is made atomically before any data
         is read), so a missing ledger or a spent budget is reported before the batch is planned.

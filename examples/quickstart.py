@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpsql import accuracy, mechanism, strategies, workloads
+from dpsql import strategies
+from dpsql.matrix import workloads
+from dpsql.planning import accuracy, mechanism
 
 n = 1024
 W = workloads.AllRange(n)  # 524,800 range queries, applied by cumulative sums, never materialised

@@ -11,7 +11,7 @@ import duckdb
 import numpy as np
 
 import dpsql
-from dpsql.results import format_table
+from dpsql.answers.tables import format_table
 
 # A small table of people (generated here; in practice, your own DuckDB database).
 rng = np.random.default_rng(3)

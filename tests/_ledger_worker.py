@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dpsql.ledger import Binding
+    from dpsql.budget.ledger import Binding
 
 SCHEMA = {"tables": {"people": {"columns": {
     "age": {"type": "integer", "lower": 0, "upper": 99, "bin_width": 10, "resolution": 1},
@@ -38,7 +38,7 @@ def make_database(path: Path) -> None:
 
 def binding(path: Path) -> Binding:
     """The binding the data owner records with ``dpsql budget set --db PATH --schema ...``."""
-    from dpsql.ledger import Binding
+    from dpsql.budget.ledger import Binding
     from dpsql.schema import Schema
 
     return Binding.of(Schema.load(SCHEMA), path)

@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow as pa
 
 import dpsql
-from dpsql.accounting import Budget
 from dpsql.backends import Backend
+from dpsql.budget.accounting import Budget
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema, Table
 

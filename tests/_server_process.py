@@ -21,9 +21,9 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from dpsql.accounting import PrivacyCost
-from dpsql.ledger import Ledger, default_path
-from dpsql.ledger_records import Binding
+from dpsql.budget.accounting import PrivacyCost
+from dpsql.budget.ledger import Ledger, default_path
+from dpsql.budget.records import Binding
 from dpsql.schema import Schema
 from dpsql.server.scram import Verifier
 

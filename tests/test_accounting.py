@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dpsql.accounting import (
+from dpsql.budget.accounting import (
     Budget,
     PrivacyCost,
     delta_from_rho,

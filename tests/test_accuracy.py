@@ -7,8 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dpsql import accuracy, strategies, workloads
+from dpsql import strategies
 from dpsql.errors import PrivacyParameterError, ShapeError, UnsupportedStrategyError
+from dpsql.matrix import workloads
+from dpsql.planning import accuracy
 
 
 @pytest.mark.parametrize(
@@ -161,7 +163,7 @@ def test_short_strategies_are_scored_through_their_row_space(seed: int) -> None:
 
 
 def test_the_error_module_name_does_not_collide_with_the_exceptions_module() -> None:
-    """The strategy-error formulas live in dpsql.accuracy; no dpsql/error.py sits next to dpsql/errors.py."""
+    """The strategy-error formulas live in dpsql.planning.accuracy; no dpsql/error.py sits next to dpsql/errors.py."""
     from pathlib import Path
 
     import dpsql

@@ -25,12 +25,12 @@ from scipy import stats
 
 import dpsql
 from dpsql import engine
-from dpsql.accounting import Budget, PrivacyCost
+from dpsql.budget.accounting import Budget, PrivacyCost
+from dpsql.budget.ledger import Binding, Ledger, default_path
 from dpsql.cli import main
 from dpsql.engine import accuracy_target as at
 from dpsql.engine.predicted import predicted_stddevs
 from dpsql.errors import BudgetExhaustedError, NotSupportedError, ProgrammingError
-from dpsql.ledger import Binding, Ledger, default_path
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 

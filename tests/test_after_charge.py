@@ -21,13 +21,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dpsql import engine, mechanism, planner
-from dpsql.accounting import Budget, PrivacyCost
+from dpsql import engine
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget.accounting import Budget, PrivacyCost
+from dpsql.matrix.workloads import Explicit, Kron
 from dpsql.noise import SeededRandomSource
+from dpsql.planning import mechanism, planner
 from dpsql.residual import planner as residual
 from dpsql.schema import Schema
-from dpsql.workloads import Explicit, Kron
 
 #: Largest relative amount by which a noise parameter is rounded up (budget to 2^-20, scale to 2^-20).
 ROUNDING = 2.0**-18

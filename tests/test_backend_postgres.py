@@ -22,11 +22,11 @@ import pyarrow as pa
 import pytest
 
 import dpsql
-from dpsql.accounting import PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.backends.postgres import PostgresBackend, is_dbapi_connection, public_uri
+from dpsql.budget.accounting import PrivacyCost
+from dpsql.budget.ledger import Binding, Ledger
 from dpsql.errors import DataError, InterfaceError, OperationalError, ProgrammingError, SchemaError
-from dpsql.ledger import Binding, Ledger
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 from tests import _portable

@@ -20,12 +20,12 @@ import pytest
 
 import dpsql
 from _helpers import MIXED_COLUMNS
-from dpsql.accounting import PrivacyCost
 from dpsql.backends import Backend, file_identity
 from dpsql.backends.base import BACKEND_MEMBERS, CellData, IntArray, MeasureProfile, missing_members
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget.accounting import PrivacyCost
+from dpsql.budget.ledger import Binding, Ledger
 from dpsql.errors import InterfaceError, LedgerError, SchemaError, ShapeError
-from dpsql.ledger import Binding, Ledger
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Categorical, Column, Ordered, Schema, Table
 

@@ -1,4 +1,4 @@
-"""dpsql.blas: one BLAS thread inside planning, the previous counts restored after."""
+"""dpsql.matrix.blas: one BLAS thread inside planning, the previous counts restored after."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import threading
 import numpy as np
 import pytest
 
-from dpsql import blas, engine, planner
-from dpsql.accounting import PrivacyCost
+from dpsql import engine
+from dpsql.budget.accounting import PrivacyCost
+from dpsql.matrix import blas
+from dpsql.planning import planner
 from dpsql.schema import Schema
 
 pytestmark = pytest.mark.skipif(not blas.threads(), reason="no OpenBLAS mapped in this process")

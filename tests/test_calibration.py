@@ -36,10 +36,11 @@ from scipy import stats
 
 import dpsql
 from _helpers import ADULT_BATCH, ADULT_COLUMNS, ScansOnce, adult_like
-from dpsql import engine, local, workloads
-from dpsql.accounting import Budget, PrivacyCost
+from dpsql import engine, local
+from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.local import protocol
 from dpsql.local.answers import estimate, reports_table
+from dpsql.matrix import workloads
 from dpsql.noise import SeededRandomSource
 
 FALSE_ALARM = 1e-4

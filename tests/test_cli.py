@@ -13,9 +13,9 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
 
-from dpsql.accounting import PrivacyCost
+from dpsql.budget.accounting import PrivacyCost
+from dpsql.budget.ledger import Binding, Ledger, default_path
 from dpsql.cli import main
-from dpsql.ledger import Binding, Ledger, default_path
 from dpsql.schema import Schema
 
 SCHEMA = """

@@ -20,8 +20,9 @@ CHECKED = ("dpsql",)
 MAX_LINES = 700
 #: Modules allowed more than MAX_LINES, and why each is one concern.
 ONE_CONCERN = {
-    "dpsql/workloads.py": "the implicit-matrix class hierarchy: every class implements the same private protocol "
-                          "(_matmat, _rmatmat, _column_terms, _quadratic_diag_dense) that the others call",
+    "dpsql/matrix/workloads.py": "the implicit-matrix class hierarchy: every class implements the same private "
+                                 "protocol (_matmat, _rmatmat, _column_terms, _quadratic_diag_dense) that the "
+                                 "others call",
 }
 
 
@@ -88,15 +89,15 @@ def test_no_module_reaches_a_private_name_of_a_checked_module() -> None:
 
 def test_the_checker_sees_both_forms() -> None:
     # The two forms the test refuses; a module's use of its own private names is allowed.
-    checked = ("dpsql.noise", "dpsql.mechanism", "dpsql.workloads")
+    checked = ("dpsql.noise", "dpsql.planning.mechanism", "dpsql.matrix.workloads")
     source = "from dpsql.noise.sources import _smear\nfrom dpsql import mechanism\nmechanism._narrowed\n"
     assert private_reaches(source, "tests.probe", "probe", checked) == [
-        "probe:1 imports dpsql.noise.sources._smear", "probe:3 uses dpsql.mechanism._narrowed"]
-    own = private_reaches(source, "dpsql.mechanism", "probe", checked)
+        "probe:1 imports dpsql.noise.sources._smear", "probe:3 uses dpsql.planning.mechanism._narrowed"]
+    own = private_reaches(source, "dpsql.planning.mechanism", "probe", checked)
     assert own == ["probe:1 imports dpsql.noise.sources._smear"]
-    assert private_reaches("import dpsql.workloads as wl\nwl._anything\n", "tests.probe", "probe", checked) == [
-        "probe:2 uses dpsql.workloads._anything"]
-    assert not private_reaches(source, "tests.probe", "probe", ("dpsql.linalg",))
+    assert private_reaches("import dpsql.matrix.workloads as wl\nwl._anything\n", "tests.probe", "probe", checked) == [
+        "probe:2 uses dpsql.matrix.workloads._anything"]
+    assert not private_reaches(source, "tests.probe", "probe", ("dpsql.matrix.linalg",))
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "dpsql").rglob("*.py")), ids=lambda path: str(path.relative_to(ROOT)))

@@ -21,11 +21,11 @@ import pytest
 
 import dpsql
 from dpsql import engine, errors
-from dpsql.accounting import PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget.accounting import PrivacyCost
+from dpsql.budget.ledger import Account, Binding, Ledger, default_path
 from dpsql.cli import main
 from dpsql.dbapi import Connection
-from dpsql.ledger import Account, Binding, Ledger, default_path
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 

@@ -18,9 +18,9 @@ import pytest
 
 import dpsql
 from dpsql import errors
-from dpsql.accounting import PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.ledger import Binding, Ledger, default_path
+from dpsql.budget.accounting import PrivacyCost
+from dpsql.budget.ledger import Binding, Ledger, default_path
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 

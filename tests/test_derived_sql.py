@@ -21,11 +21,12 @@ from hypothesis import strategies as st
 from test_calibration import assert_calibrated, releases
 
 import dpsql
-from dpsql import engine, mechanism
-from dpsql.accounting import Budget, PrivacyCost
+from dpsql import engine
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.noise import SeededRandomSource
+from dpsql.planning import mechanism
 from dpsql.schema import Schema
 from dpsql.sql import derived
 from dpsql.sql.parse import parse_batch

@@ -10,7 +10,7 @@ import duckdb
 import pytest
 
 import dpsql
-from dpsql.accounting import epsilon_from_rho, rho_for_epsilon_delta
+from dpsql.budget.accounting import epsilon_from_rho, rho_for_epsilon_delta
 from dpsql.noise import SeededRandomSource
 from dpsql.sql.dp_options import read_options
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpsql import accuracy
 from dpsql.errors import DomainTooLargeError, ShapeError
+from dpsql.matrix.workloads import AllRange, Explicit, Identity, Kron, Prefix, Total, VStack, Workload
+from dpsql.planning import accuracy
 from dpsql.strategies import eigen
 from dpsql.strategies.eigen import eigen_design
-from dpsql.workloads import AllRange, Explicit, Identity, Kron, Prefix, Total, VStack, Workload
 
 
 def ratio(W: Workload, A: Workload) -> float:

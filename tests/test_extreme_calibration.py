@@ -1,6 +1,6 @@
 """MIN and MAX: their 95 % intervals cover the true extreme at least 95 % of the time, on any data.
 
-``dpsql.quantile_answers`` proves P(the interval misses) ≤ 0.05 for every data set (a union bound
+``dpsql.answers.quantiles`` proves P(the interval misses) ≤ 0.05 for every data set (a union bound
 over the boundaries scanned, each tested at 0.05/K′ with a tail bound of the actual noise). Here,
 at ε = 1 over seeded releases, on the data where one 1.96-standard-error threshold scanned over
 the cells fell short: skewed data (the MAX of 200 exponential integers), a sparse tail with one
@@ -26,7 +26,7 @@ import numpy.typing as npt
 import pytest
 
 import dpsql
-from dpsql.accounting import Budget
+from dpsql.budget.accounting import Budget
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpsql
-from dpsql.accounting import Budget
+from dpsql.budget.accounting import Budget
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema

@@ -20,7 +20,7 @@ from scipy import stats
 import dpsql
 from _helpers import ScansOnce
 from dpsql import engine
-from dpsql.accounting import Budget, PrivacyCost
+from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.errors import SchemaError, SqlSyntaxError, UnsupportedQueryError
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpsql import accuracy
-from dpsql import workloads as wl
 from dpsql.errors import ShapeError
+from dpsql.matrix import workloads as wl
+from dpsql.planning import accuracy
 from dpsql.strategies import hdmm, hierarchical, identity, wavelet
 from dpsql.strategies.hdmm import opt0, opt_kron, opt_union, pidentity_loss, pidentity_strategy, union_bound
 

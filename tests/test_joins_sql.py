@@ -21,11 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpsql
-from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.backends.sql_backend import SqlBackend
+from dpsql.budget.accounting import Budget, PrivacyCost
+from dpsql.budget.ledger import Binding, Ledger
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
-from dpsql.ledger import Binding, Ledger
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema, Table, measure_quantum
 from dpsql.sql.compile import batch_table, compile_batch

@@ -14,13 +14,15 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from dpsql import accuracy, linalg, planner, strategies
-from dpsql.partitions import Parts, part_of_cell, partition_form
+from dpsql import strategies
+from dpsql.matrix import linalg
+from dpsql.matrix.partitions import Parts, part_of_cell, partition_form
+from dpsql.matrix.workloads import Explicit, Identity, Kron, VStack, Weighted
+from dpsql.planning import accuracy, planner
 from dpsql.schema import Ordered, Schema
 from dpsql.sql.compile import compile_batch
 from dpsql.sql.parse import parse_batch
 from dpsql.sql.vectors import COUNTS
-from dpsql.workloads import Explicit, Identity, Kron, VStack, Weighted
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 2**30

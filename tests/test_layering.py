@@ -22,11 +22,16 @@ from pathlib import Path
 
 import dpsql.backends
 
-MATH_MODULES = ["dpsql.workloads", "dpsql.kronvec", "dpsql.linalg", "dpsql.strategies", "dpsql.noise",
-                "dpsql.residual.queries", "dpsql.sum_truncation", "dpsql.residual", "dpsql.residual.basis",
-                "dpsql.residual.planner", "dpsql.residual.plus", "dpsql.mechanism", "dpsql.accuracy", "dpsql.weights",
-                "dpsql.quantile_answers", "dpsql.releases", "dpsql.releases.recipes", "dpsql.releases.kept",
-                "dpsql.releases.reduce", "dpsql.releases.gls"]
+MATH_MODULES = ["dpsql.matrix", "dpsql.matrix.workloads", "dpsql.matrix.kronvec", "dpsql.matrix.linalg",
+                "dpsql.matrix.blas", "dpsql.matrix.partitions",
+                "dpsql.planning", "dpsql.planning.planner", "dpsql.planning.plan_cache",
+                "dpsql.planning.strategy_cache", "dpsql.planning.accuracy", "dpsql.planning.weights",
+                "dpsql.planning.mechanism",
+                "dpsql.planning.sum_truncation", "dpsql.strategies", "dpsql.noise",
+                "dpsql.residual", "dpsql.residual.queries", "dpsql.residual.basis", "dpsql.residual.planner",
+                "dpsql.residual.plus", "dpsql.answers.quantiles", "dpsql.answers.tail_bounds",
+                "dpsql.releases", "dpsql.releases.recipes", "dpsql.releases.kept", "dpsql.releases.reduce",
+                "dpsql.releases.gls"]
 MATH_MODULES += ["dpsql.local", "dpsql.local.strategy", "dpsql.local.baselines", "dpsql.local.variance",
                  "dpsql.local.projection", "dpsql.local.factorization", "dpsql.local.selection", "dpsql.local.quantize",
                  "dpsql.local.layout", "dpsql.local.protocol", "dpsql.local.simulate"]
@@ -67,10 +72,10 @@ TOUCHING: dict[str, frozenset[str]] = {
     "dpsql.noise.laplace": frozenset({RANDOMNESS}),         # the discrete Laplace sampler
     "dpsql.noise.gaussian": frozenset({RANDOMNESS}),        # the discrete Gaussian sampler
     "dpsql.noise.wide": frozenset({RANDOMNESS}),            # both samplers in Python integers beyond int64
-    "dpsql.mechanism": frozenset({RANDOMNESS}),             # measure: the matrix mechanism's noise
+    "dpsql.planning.mechanism": frozenset({RANDOMNESS}),             # measure: the matrix mechanism's noise
     "dpsql.residual.planner": frozenset({RANDOMNESS}),      # ResidualPlanner's measurement (discrete Gaussian)
     "dpsql.residual.plus": frozenset({RANDOMNESS}),         # ResidualPlanner+'s measurement
-    "dpsql.sum_truncation": frozenset({RANDOMNESS}),            # the threshold selectors' noise (SVT, race to the top)
+    "dpsql.planning.sum_truncation": frozenset({RANDOMNESS}),  # the threshold selectors' noise (SVT, race to the top)
     "dpsql.local.protocol": frozenset({RANDOMNESS}),        # the local-DP client randomizer (a RandomSource)
     # --- randomness that is not privacy noise: public, seeded, never applied to private data
     "dpsql": frozenset({RANDOMNESS}),                       # __init__ re-exports the noise module; draws nothing
@@ -79,7 +84,7 @@ TOUCHING: dict[str, frozenset[str]] = {
     "dpsql.local.factorization": frozenset({RANDOMNESS}),   # seeded starting strategies of the local optimizer
     "dpsql.local.simulate": frozenset({RANDOMNESS}),        # simulated clients' reports (a local-DP simulation tool)
     "dpsql.cli.local": frozenset({RANDOMNESS}),             # `dpsql local simulate --seed`: the simulation's generator
-    "dpsql.ledger": frozenset({RANDOMNESS}),                # secrets: the ledger's MAC key, not noise
+    "dpsql.budget.ledger": frozenset({RANDOMNESS}),                # secrets: the ledger's MAC key, not noise
     # --- tools that read data on purpose, outside the private path
     "dpsql.local.sql": frozenset({DATA, RANDOMNESS}),       # simulates the local protocol on a table's cell counts
     "dpsql.suggest": frozenset({DATA}),                     # `dpsql schema suggest`: drafts a schema from the data

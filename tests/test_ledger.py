@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpsql.accounting import Budget, PrivacyBudget, PrivacyCost
+from dpsql.budget.accounting import Budget, PrivacyBudget, PrivacyCost
+from dpsql.budget.ledger import Account, BatchRecord, Binding, Ledger, LedgerBudget, default_path
 from dpsql.errors import BudgetExhaustedError, BudgetNotSetError, LedgerError, OperationalError, PrivacyParameterError
-from dpsql.ledger import Account, BatchRecord, Binding, Ledger, LedgerBudget, default_path
 from dpsql.schema import Schema
 
 BATCH = BatchRecord.of("SELECT COUNT(*) FROM people", None, PrivacyCost(epsilon=0.1),

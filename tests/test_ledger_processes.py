@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from _ledger_worker import EXHAUSTED, binding, make_database
-from dpsql.accounting import PrivacyCost
-from dpsql.ledger import Ledger, default_path
+from dpsql.budget.accounting import PrivacyCost
+from dpsql.budget.ledger import Ledger, default_path
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("_ledger_worker.py")

@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _helpers import sql_tampering as _sql
-from dpsql.accounting import PrivacyCost
+from dpsql.budget.accounting import PrivacyCost
+from dpsql.budget.ledger import Account, BatchRecord, Binding, KeptRelease, Ledger, default_path
+from dpsql.budget.ledger_format import COLUMNS, HISTORY, head_mac, row_mac  # the ledger's own signing, for forgeries
 from dpsql.cli import main
 from dpsql.errors import LedgerError, ProgrammingError
-from dpsql.ledger import Account, BatchRecord, Binding, KeptRelease, Ledger, default_path
-from dpsql.ledger_format import COLUMNS, HISTORY, head_mac, row_mac  # the ledger's own signing, for forgeries
 from dpsql.schema import Schema
 
 SCHEMA = {"tables": {"people": {"columns": {"age": {"type": "integer", "lower": 0, "upper": 99}}}}}

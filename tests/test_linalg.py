@@ -1,4 +1,5 @@
-"""Structured linear algebra (dpsql.linalg) and the error formulas / SVD bound (dpsql.accuracy) against numpy.
+"""Structured linear algebra (dpsql.matrix.linalg) and the error formulas / SVD bound
+(dpsql.planning.accuracy) against numpy.
 
 Operators are generated over small multi-attribute domains (e.g. 2 × 3 × 2 cells) with random
 Kronecker groupings, so that workload and strategy often factorise the same domain differently.
@@ -21,11 +22,10 @@ from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 from _helpers import groupings
-from dpsql import accuracy
 from dpsql import strategies as strat
 from dpsql.errors import ShapeError, UnsupportedStrategyError
-from dpsql.linalg import paired_factors, pinv_gram, projector, quadratic_diag, trace_of_product
-from dpsql.workloads import (
+from dpsql.matrix.linalg import paired_factors, pinv_gram, projector, quadratic_diag, trace_of_product
+from dpsql.matrix.workloads import (
     AllRange,
     Explicit,
     Identity,
@@ -37,6 +37,7 @@ from dpsql.workloads import (
     Weighted,
     Workload,
 )
+from dpsql.planning import accuracy
 
 FloatArray = np.ndarray
 RANK_TOL = 1e-10  # the library's RANK_TOLERANCE, applied to Gram eigenvalues

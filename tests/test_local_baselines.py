@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dpsql import local, workloads
+from dpsql import local
 from dpsql.errors import DomainTooLargeError, PrivacyParameterError, ShapeError, UnsupportedStrategyError
 from dpsql.local import LocalStrategy, privacy_ratio
+from dpsql.matrix import workloads
 
 BUILDERS = {
     "randomized_response": lambda n, e: local.randomized_response(n, epsilon=e),

@@ -12,10 +12,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from dpsql import local, workloads
+from dpsql import local
 from dpsql.errors import PrivacyParameterError
 from dpsql.local import privacy_ratio
 from dpsql.local.factorization import initial_strategy, loss_and_gradient
+from dpsql.matrix import workloads
 
 
 @given(n=st.integers(2, 6), epsilon=st.floats(0.3, 3.0), seed=st.integers(0, 2**32 - 1))

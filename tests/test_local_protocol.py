@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 from scipy.stats import chi2
 
-from dpsql import local, workloads
+from dpsql import local
 from dpsql.errors import DataError, InterfaceError, PrivacyParameterError
 from dpsql.local import protocol
 from dpsql.local.answers import counts_of, estimate, read_reports, reports_table, write_reports
 from dpsql.local.quantize import TOTAL, exactly_ldp, exp_lower
+from dpsql.matrix import workloads
 from dpsql.noise import SeededRandomSource
 
 

@@ -9,12 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dpsql import local, workloads
+from dpsql import local
 from dpsql.local import LocalStrategy
 from dpsql.local.factorization import initial_strategy
 from dpsql.local.protocol import publish
 from dpsql.local.simulate import simulate
 from dpsql.local.variance import Factorization
+from dpsql.matrix import workloads
 
 
 def random_strategy(n: int, epsilon: float, seed: int, m: int | None = None) -> LocalStrategy:

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpsql import accuracy
-from dpsql import workloads as wl
 from dpsql.errors import ShapeError
-from dpsql.linalg import pinv_gram, projector
+from dpsql.matrix import workloads as wl
+from dpsql.matrix.linalg import pinv_gram, projector
+from dpsql.planning import accuracy
 from dpsql.residual.basis import (
     ResidualSum,
     complement_sizes,

@@ -9,9 +9,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from dpsql import accuracy, mechanism, strategies, workloads
+from dpsql import strategies
 from dpsql.errors import DataError, DpsqlWarning, PrivacyParameterError, ShapeError, UnsupportedStrategyError
+from dpsql.matrix import workloads
 from dpsql.noise import SeededRandomSource
+from dpsql.planning import accuracy, mechanism
 
 TRIALS = 2000
 

@@ -7,8 +7,9 @@ import re
 from pathlib import Path
 
 import dpsql
-from dpsql import accuracy, backends, mechanism, noise, planner, schema, weights
+from dpsql import backends, noise, schema
 from dpsql.backends import duckdb as duckdb_backend
+from dpsql.planning import accuracy, mechanism, planner, weights
 from dpsql.strategies import hdmm, marginals
 
 PACKAGE = Path(dpsql.__file__).parent

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 
 from dpsql import engine
-from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.engine import residual_route
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema

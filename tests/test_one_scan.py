@@ -9,9 +9,9 @@ import duckdb
 import numpy as np
 
 from dpsql import engine
-from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.base import CellData
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Column, Schema, Table
 

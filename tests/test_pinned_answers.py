@@ -27,7 +27,7 @@ import pytest
 
 import dpsql
 from _helpers import MIXED_COLUMNS
-from dpsql.accounting import Budget
+from dpsql.budget.accounting import Budget
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 
@@ -108,7 +108,7 @@ def _close(pinned: object, found: object) -> bool:
 def cold_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Empty strategy and plan caches: a strategy another test optimized and cached for the same Gram may
     differ in its last bits from a fresh optimization, and so move a seeded draw."""
-    from dpsql import plan_cache
+    from dpsql.planning import plan_cache
 
     monkeypatch.setenv("DPSQL_CACHE_DIR", str(tmp_path / "cache"))
     plan_cache.clear_memory()

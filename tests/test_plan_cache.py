@@ -1,4 +1,4 @@
-"""dpsql.plan_cache: planning decisions and statement groupings reused, never trusted blindly."""
+"""dpsql.planning.plan_cache: planning decisions and statement groupings reused, never trusted blindly."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpsql import accuracy, engine, plan_cache, planner, workloads
-from dpsql.accounting import PrivacyCost
+from dpsql import engine
+from dpsql.budget.accounting import PrivacyCost
 from dpsql.engine import grouping, vector_plans
+from dpsql.matrix import workloads
+from dpsql.planning import accuracy, plan_cache, planner
 from dpsql.schema import Schema
 
 

@@ -9,9 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpsql import accuracy, engine, planner, strategies, workloads
-from dpsql.accounting import PrivacyCost
+from dpsql import engine, strategies
+from dpsql.budget.accounting import PrivacyCost
 from dpsql.errors import ShapeError
+from dpsql.matrix import workloads
+from dpsql.planning import accuracy, planner
 from dpsql.schema import Schema
 
 

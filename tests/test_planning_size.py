@@ -13,9 +13,9 @@ import pytest
 from test_large_groups import GIB, run_capped
 
 import dpsql
-from dpsql import planner
 from dpsql.engine import planning_size
 from dpsql.errors import NotSupportedError, PlanningLimitError, UnsupportedQueryError
+from dpsql.planning import planner
 from dpsql.schema import Schema
 from dpsql.server.session import public_error
 from dpsql.sql import compile as sql_compile

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from dpsql import engine
-from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.errors import ProgrammingError
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema

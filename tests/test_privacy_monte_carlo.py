@@ -41,8 +41,9 @@ from scipy import stats
 
 import dpsql
 from _helpers import ScansOnce
-from dpsql import accounting, engine
-from dpsql.accounting import Budget, PrivacyCost
+from dpsql import engine
+from dpsql.budget import accounting
+from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 

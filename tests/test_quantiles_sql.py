@@ -1,6 +1,6 @@
 """Order statistics (MEDIAN, PERCENTILE_CONT/DISC, QUANTILE_CONT/DISC, MIN, MAX) from released prefix counts.
 
-The math (``dpsql.quantile_answers``) on hand-made prefix counts; end to end against DuckDB's exact
+The math (``dpsql.answers.quantiles``) on hand-made prefix counts; end to end against DuckDB's exact
 answers at ε = 10⁶; refusals with their positions; and the 95 % confidence interval's coverage at ε = 1.
 Also COUNT(DISTINCT <privacy unit>) (``dpsql.sql.units``), exact against DuckDB where each unit has one row.
 
@@ -28,12 +28,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpsql
-from dpsql.accounting import Budget
+from dpsql.answers.quantiles import PrefixCounts, cell_boundaries, estimate_quantile
+from dpsql.answers.tail_bounds import NoiseLaw
+from dpsql.budget.accounting import Budget
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
 from dpsql.noise import SeededRandomSource, discrete_gaussian_variance
-from dpsql.quantile_answers import PrefixCounts, cell_boundaries, estimate_quantile
 from dpsql.schema import Schema
-from dpsql.tail_bounds import NoiseLaw
 
 SLACK = 1e-3
 HUGE = 1e6

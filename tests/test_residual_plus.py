@@ -15,13 +15,13 @@ import scipy.linalg as sla
 
 from dpsql import noise
 from dpsql.errors import DataError, DomainTooLargeError, PrivacyParameterError, ShapeError
-from dpsql.mechanism import exact_along_axis
+from dpsql.matrix.workloads import AllRange, Explicit, Identity, Prefix, Ranges, Total, Workload
+from dpsql.planning.mechanism import exact_along_axis
 from dpsql.residual import pieces as residual_pieces
 from dpsql.residual import planner as residual
 from dpsql.residual import plus as rpp
 from dpsql.strategies import hdmm
 from dpsql.strategies.budget import MAX_EVALUATIONS, WorkBudget
-from dpsql.workloads import AllRange, Explicit, Identity, Prefix, Ranges, Total, Workload
 
 SIZES = [4, 5, 3]
 BASES = [Prefix(4), AllRange(5), Identity(3)]

@@ -20,12 +20,13 @@ import pyarrow as pa
 import pytest
 
 import dpsql
-from dpsql import accuracy, engine
-from dpsql.accounting import Budget, PrivacyCost
+from dpsql import engine
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget.accounting import Budget, PrivacyCost
+from dpsql.matrix.workloads import VStack, Weighted
 from dpsql.noise import SeededRandomSource
+from dpsql.planning import accuracy
 from dpsql.schema import Schema
-from dpsql.workloads import VStack, Weighted
 
 SIZES = [2, 3, 4, 5, 6, 7, 8, 2, 3, 4, 5, 6, 7, 8, 9]
 ROWS = 3000
@@ -147,7 +148,7 @@ def test_the_batch_is_scanned_once_and_beats_the_statement_groups() -> None:
 def test_when_every_cell_is_reported_residual_planner_meets_the_svd_bound_and_skips_the_groups() -> None:
     """Every group reported (``other = true``): the batch's Gram is the marginal Gram, so
     ResidualPlanner's statement-weighted error (each block's rows weighted by c_b = 1/m_s,
-    dpsql.weights) is the SVD bound of the batch's own workload so weighted (computed densely
+    dpsql.planning.weights) is the SVD bound of the batch's own workload so weighted (computed densely
     here over the 4·5·6 = 120 cells) and the statement groups are not planned."""
     sql = two_way(range(1, 4)) + "; SELECT a2, COUNT(*) AS n FROM t GROUP BY a2"
     prepared = engine.prepare(sql, wide_schema(), PrivacyCost(rho=0.5))

@@ -19,14 +19,14 @@ import pytest
 import scipy.sparse as sp
 
 import dpsql
-from dpsql.accounting import Budget, PrivacyCost
+from dpsql.budget.accounting import Budget, PrivacyCost
+from dpsql.budget.ledger import Binding, Ledger, default_path
 from dpsql.errors import LedgerError
-from dpsql.ledger import Binding, Ledger, default_path
+from dpsql.matrix.workloads import Explicit, Identity, Kron, Prefix, VStack, Weighted
 from dpsql.noise import SeededRandomSource
 from dpsql.releases.kept import KeptMeasurement, payload, read_payload
 from dpsql.releases.recipes import from_recipe, to_recipe
 from dpsql.schema import Schema
-from dpsql.workloads import Explicit, Identity, Kron, Prefix, VStack, Weighted
 
 SCHEMA = Schema.load({"tables": {"people": {"columns": {
     "age": {"type": "integer", "lower": 0, "upper": 79, "bin_width": 10},

@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 
 import dpsql
 import dpsql.cli
-from dpsql.accounting import Budget, PrivacyCost
+from dpsql.budget.accounting import Budget, PrivacyCost
+from dpsql.budget.ledger import Binding, Ledger, default_path
 from dpsql.engine.free import split_batch
-from dpsql.ledger import Binding, Ledger, default_path
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 

@@ -19,10 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dpsql.matrix.workloads import Explicit
 from dpsql.releases.gls import Pool, pool
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.releases.reduce import cell_map, meet, reduce, refinement
-from dpsql.workloads import Explicit
 
 BASE = {"a": 6, "b": 3}  # base cells per column (the last one the outside cell)
 

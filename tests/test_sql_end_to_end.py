@@ -19,9 +19,9 @@ import pyarrow as pa
 import pytest
 
 import dpsql
-from dpsql import accuracy, engine, mechanism, planner
-from dpsql.accounting import Budget, PrivacyCost
+from dpsql import engine
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.errors import (
     BudgetExhaustedError,
     NotSupportedError,
@@ -33,6 +33,7 @@ from dpsql.errors import (
     UnsupportedQueryError,
 )
 from dpsql.noise import SeededRandomSource, discrete_gaussian_variance, discrete_laplace_variance
+from dpsql.planning import accuracy, mechanism, planner
 from dpsql.schema import Schema
 
 COLUMNS = {

@@ -1,4 +1,4 @@
-"""Issue 15: the planning objective weighs every statement in its own scale (``dpsql.weights``).
+"""Issue 15: the planning objective weighs every statement in its own scale (``dpsql.planning.weights``).
 
 A SUM total beside a big GROUP BY must not come out worse than answering it alone; ``weights=``
 moves accuracy between statements; the guard reports a statement it cannot bring under its
@@ -16,16 +16,17 @@ import pyarrow as pa
 import pytest
 
 import dpsql
-from dpsql import accuracy, engine
-from dpsql import weights as weighting
-from dpsql.accounting import Budget, PrivacyCost
+from dpsql import engine
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.engine.guard import guard_notes, measured_sums
 from dpsql.engine.metadata import statement_metadata
 from dpsql.errors import ProgrammingError
+from dpsql.matrix.workloads import DisjointSum, Explicit, Kron, VStack
 from dpsql.noise import SeededRandomSource
+from dpsql.planning import accuracy
+from dpsql.planning import weights as weighting
 from dpsql.schema import Schema
-from dpsql.workloads import DisjointSum, Explicit, Kron, VStack
 
 ROWS = 2000
 BATCH = "SELECT g, COUNT(*) AS n FROM t GROUP BY g; SELECT SUM(x) AS s FROM t"

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpsql import accuracy, strategies, workloads
+from dpsql import strategies
+from dpsql.matrix import workloads
+from dpsql.planning import accuracy
 from dpsql.strategies.hierarchical import tree_intervals
 
 

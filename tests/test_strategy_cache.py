@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpsql import strategy_cache, workloads
+from dpsql.matrix import workloads
+from dpsql.planning import strategy_cache
 
 
 @pytest.fixture(autouse=True)

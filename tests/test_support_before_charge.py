@@ -9,12 +9,13 @@ import duckdb
 import numpy as np
 import pytest
 
-from dpsql import engine, planner
-from dpsql.accounting import Budget, PrivacyCost
+from dpsql import engine
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget.accounting import Budget, PrivacyCost
+from dpsql.matrix.workloads import Explicit
 from dpsql.noise import SeededRandomSource
+from dpsql.planning import planner
 from dpsql.schema import Schema
-from dpsql.workloads import Explicit
 
 SCHEMA = Schema.load({"tables": {"t": {"columns": {"x": {"type": "integer", "lower": 0, "upper": 7}}}}})
 BATCH = "SELECT x, COUNT(*) AS n FROM t GROUP BY x; SELECT COUNT(*) AS n FROM t WHERE x < 3"

@@ -1,4 +1,4 @@
-"""``dpsql.tail_bounds``: P(a·z ≥ κ·sd(a·z)) ≤ level for every coefficient vector a, checked exactly.
+"""``dpsql.answers.tail_bounds``: P(a·z ≥ κ·sd(a·z)) ≤ level for every coefficient vector a, checked exactly.
 
 The law of a·z for small integer vectors a is computed exactly by convolving the pmfs of the
 discrete Laplace and discrete Gaussian (``dpsql.noise.distributions``) over a support wide enough
@@ -17,13 +17,13 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from dpsql.answers.tail_bounds import NoiseLaw, tail_multiplier
 from dpsql.noise import (
     discrete_gaussian_pmf,
     discrete_gaussian_variance,
     discrete_laplace_pmf,
     discrete_laplace_variance,
 )
-from dpsql.tail_bounds import NoiseLaw, tail_multiplier
 
 LEVELS = [0.05 / 512, 0.05 / 100, 0.01, 0.2]
 VECTORS = [(1,), (1, 1), (2, 1), (1, 1, 1, 1), (3, 1, 1), (1,) * 9]

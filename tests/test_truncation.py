@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dpsql import sum_truncation
 from dpsql.engine import thresholds
 from dpsql.errors import PrivacyParameterError, ShapeError
+from dpsql.matrix.workloads import Explicit, Prefix
 from dpsql.noise import SeededRandomSource
-from dpsql.workloads import Explicit, Prefix
+from dpsql.planning import sum_truncation
 
 VALUES = np.array([10.0, 20.0, 30.0, 100.0])
 COUNTS = np.array([3.0, 1.0, 0.0, 2.0])

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 
 from dpsql import engine
-from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.engine import thresholds
 from dpsql.errors import SchemaError
 from dpsql.noise import SeededRandomSource

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from _helpers import ADULT_BATCH, ADULT_COLUMNS, adult_like
 from dpsql import engine
-from dpsql.accounting import Budget, PrivacyCost
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 

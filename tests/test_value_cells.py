@@ -13,18 +13,19 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dpsql import engine, mechanism
-from dpsql.accounting import Budget, PrivacyCost
+from dpsql import engine
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.engine import postprocess
 from dpsql.engine.scan import batch_vector
+from dpsql.matrix.workloads import Explicit, Kron, Sum
 from dpsql.noise import SeededRandomSource
+from dpsql.planning import mechanism
 from dpsql.schema import Schema
 from dpsql.sql.compile import CompiledBatch, compile_group
 from dpsql.sql.parse import parse_batch
 from dpsql.sql.value_cells import ValueCells, value_cells_problem
 from dpsql.sql.vectors import COUNTS
-from dpsql.workloads import Explicit, Kron, Sum
 
 ROWS = 3000
 

@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from _helpers import groupings
-from dpsql import kronvec
 from dpsql import strategies as strat
 from dpsql.errors import DomainTooLargeError, ShapeError
-from dpsql.kronvec import align_terms, max_of_kron_sum, pareto_front
-from dpsql.workloads import (
+from dpsql.matrix import kronvec
+from dpsql.matrix.kronvec import align_terms, max_of_kron_sum, pareto_front
+from dpsql.matrix.workloads import (
     AllRange,
     Explicit,
     Identity,

@@ -4,7 +4,7 @@ The engine plans from the public schema alone, charges the batch, and only then 
 for data, always as *exact* aggregates over the declared domains: row counts per cell
 (:meth:`Backend.cell_data`, :meth:`Backend.cell_data_sets`, :meth:`Backend.marginal_counts`) and
 the truncation statistics of one measure (:meth:`Backend.measure_profile`). The engine then adds
-the noise itself (``dpsql.mechanism`` and ``dpsql.noise``); a backend never sees a budget or a
+the noise itself (``dpsql.planning.mechanism`` and ``dpsql.noise``); a backend never sees a budget or a
 random source, and nothing it returns leaves dpsql without being measured.
 
 Privacy contract of every implementation:

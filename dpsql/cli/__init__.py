@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dpsql import __version__
+from dpsql.answers.tables import format_table
 from dpsql.cli import accuracy as accuracy_cli
 from dpsql.cli import budget as budget_cli
 from dpsql.cli import local as local_cli
 from dpsql.cli import serve as serve_cli
 from dpsql.cli.files import read_queries, result_folder, write_tables
 from dpsql.errors import Error, PrivacyParameterError
-from dpsql.results import format_table
 from dpsql.sql.dp_options import read_options
 
 

@@ -13,10 +13,9 @@ import json
 from fractions import Fraction
 from pathlib import Path
 
-from dpsql.accounting import UNIT, PrivacyCost, epsilon_from_rho
 from dpsql.backends.choose import choose_backend, is_address
-from dpsql.errors import OperationalError, ProgrammingError
-from dpsql.ledger import (
+from dpsql.budget.accounting import UNIT, PrivacyCost, epsilon_from_rho
+from dpsql.budget.ledger import (
     KEY_ENV,
     Account,
     Action,
@@ -27,6 +26,7 @@ from dpsql.ledger import (
     Ledger,
     default_path,
 )
+from dpsql.errors import OperationalError, ProgrammingError
 from dpsql.schema import Schema
 
 DEFAULT_DELTA = 1e-6

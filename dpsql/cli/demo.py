@@ -19,8 +19,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from dpsql.accounting import PrivacyCost
-from dpsql.ledger import Binding, Ledger, default_path
+from dpsql.budget.accounting import PrivacyCost
+from dpsql.budget.ledger import Binding, Ledger, default_path
 from dpsql.schema import Schema
 
 STATES = ("AL AK AZ AR CA CO CT DE DC FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO MT NE NV NH NJ NM NY NC "
@@ -135,7 +135,7 @@ def run(folder: Path | None = None, *, people: int = 1_000_000, epsilon: float =
         echo: Callable[[str], None] = print) -> list[pa.Table]:
     """Build the demo database and answer the example batch privately; returns the result tables."""
     import dpsql
-    from dpsql.results import format_table
+    from dpsql.answers.tables import format_table
 
     started = time.perf_counter()
     keep = folder is not None

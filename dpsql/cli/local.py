@@ -16,12 +16,12 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
+from dpsql.answers.tables import format_table
 from dpsql.cli.files import read_queries, result_folder, write_tables
 from dpsql.errors import InterfaceError, ProgrammingError
 from dpsql.local import protocol
 from dpsql.local.answers import read_reports, write_reports
 from dpsql.local.sql import answer_batch, design_batch, design_summary, randomize_records, simulate_database
-from dpsql.results import format_table
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -44,11 +44,11 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from dpsql.accounting import MAX_BATCH_COST, UNIT, Family, PrivacyBudget, PrivacyCost
+from dpsql.budget.accounting import MAX_BATCH_COST, UNIT, Family, PrivacyBudget, PrivacyCost
 from dpsql.engine.predicted import predicted_stddevs, unguaranteed
 from dpsql.engine.routes import Prepared
 from dpsql.errors import BudgetExhaustedError, DpsqlWarning, NotSupportedError, ProgrammingError
-from dpsql.planner import Progress
+from dpsql.planning.planner import Progress
 from dpsql.schema import Column, Schema
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledStatement

@@ -7,8 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from dpsql import blas
-from dpsql.accounting import PrivacyBudget
+from dpsql.budget.accounting import PrivacyBudget
 from dpsql.engine.group_route import GroupsPlan
 from dpsql.engine.measurements import PlannedVector
 from dpsql.engine.planning_size import planning_resources
@@ -16,6 +15,7 @@ from dpsql.engine.residual_route import ResidualPlan
 from dpsql.engine.reuse import not_kept_notes
 from dpsql.engine.routes import Prepared
 from dpsql.engine.vocabulary import NotApplicable
+from dpsql.matrix import blas
 from dpsql.sql import quantiles as qs
 from dpsql.sql.derived import explain_notes as derived_notes
 from dpsql.sql.filters import statement_notes

@@ -22,9 +22,9 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from dpsql import mechanism
-from dpsql.accounting import PrivacyBudget, PrivacyCost
-from dpsql.derived_answers import merge_unions
+from dpsql.answers.derived import merge_unions
+from dpsql.answers.tables import AnswerKey, AnswerSet, statement_tables
+from dpsql.budget.accounting import PrivacyBudget, PrivacyCost
 from dpsql.engine import accuracy_target
 from dpsql.engine import postprocess as postprocessing
 from dpsql.engine.group_route import GroupsPlan
@@ -34,8 +34,8 @@ from dpsql.engine.prepare import prepare
 from dpsql.engine.residual_route import ResidualPlan
 from dpsql.engine.reuse import Reductions, Reuse, Sources, not_kept_reason, planned_answers, reuse_entry
 from dpsql.engine.routes import Prepared
+from dpsql.planning import mechanism
 from dpsql.releases.kept import KeptMeasurement
-from dpsql.results import AnswerKey, AnswerSet, statement_tables
 from dpsql.schema import Schema
 from dpsql.sql import ir, public_tables
 from dpsql.sql.compile import CompiledBatch, CompiledStatement, compile_batch

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dpsql.accounting import PrivacyCost
 from dpsql.backends import Backend
+from dpsql.budget.accounting import PrivacyCost
 from dpsql.engine.grouping import choose_partition
 from dpsql.engine.guard import (
     GUARD_ROUNDS,
@@ -35,7 +35,7 @@ from dpsql.engine.thresholds import ThresholdPlan, choose_thresholds, final_answ
 from dpsql.engine.vocabulary import Report, noise_of
 from dpsql.engine.weighing import Weighing
 from dpsql.noise import RandomSource
-from dpsql.planner import Progress
+from dpsql.planning.planner import Progress
 from dpsql.schema import Schema
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, batch_table, compile_batch
@@ -87,7 +87,7 @@ class GroupsPlan:
 
     @property
     def objective(self) -> float:
-        """The batch objective (``dpsql.weights``): Σ_K Σ_b c_b·t_b·(noise variance of one unit of
+        """The batch objective (``dpsql.planning.weights``): Σ_K Σ_b c_b·t_b·(noise variance of one unit of
         measurement K, in units of its per-unit bound k·B)."""
         return sum(m.objective * m.noise_scale / m.row_scale**2 for m in self.measurements)
 

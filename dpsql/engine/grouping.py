@@ -3,18 +3,18 @@
 Merging two groups answers both from one measurement over their joint cells; keeping them apart
 splits the budget. With the optimal split the batch's total error is ∝ (Σ_k c_k^{1/3})³ (Laplace)
 or (Σ_k √c_k)² (Gaussian) over the measurements' weighted unit errors c_k = Σ_b c_b·t_b
-(``dpsql.weights``): the score a greedy search lowers, merging while it falls.
+(``dpsql.planning.weights``): the score a greedy search lowers, merging while it falls.
 """
 
 from __future__ import annotations
 
 import math
 
-from dpsql import plan_cache, planner
-from dpsql import weights as weighting
 from dpsql.engine.planning_size import bounded_partition, dense_vectors, excess
 from dpsql.engine.weighing import Weighing
 from dpsql.noise import Noise
+from dpsql.planning import plan_cache, planner
+from dpsql.planning import weights as weighting
 from dpsql.schema import Ordered, Table
 from dpsql.sql import ir
 from dpsql.sql.compile import MERGE_CELLS, column_set, compile_group, group_cells
@@ -31,7 +31,7 @@ def choose_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weig
     chosen. Candidate groups are scored with the standard
     strategies and the quick optimized template (weighted marginals), which is what makes merging
     GROUP BYs over different columns pay off. The partition found is cached by the statements,
-    their weights and the table's declaration (``dpsql.plan_cache``).
+    their weights and the table's declaration (``dpsql.planning.plan_cache``).
     """
     weighing = weighing or Weighing(weights=(1.0,) * len(batch.statements), noise=noise)
     key = plan_cache.object_key("partition", noise, table, batch.statements, weighing.weights)

@@ -1,5 +1,5 @@
 """Each statement's expected error against answering it alone, and the guard that raises the weight
-of a statement expected to do worse (``dpsql.weights`` has the objective and the baseline)."""
+of a statement expected to do worse (``dpsql.planning.weights`` has the objective and the baseline)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from dpsql import weights as weighting
-from dpsql.accounting import PrivacyCost
+from dpsql.budget.accounting import PrivacyCost
 from dpsql.engine.measurements import DraftVector, PlannedVector, split
 from dpsql.engine.order_statistics import alone_sensitivity
 from dpsql.engine.vocabulary import AnswerKey, noise_of, unit_rows
 from dpsql.engine.weighing import Weighing, row_bound
+from dpsql.planning import weights as weighting
 from dpsql.schema import Column
 from dpsql.sql.compile import CompiledBatch
 
@@ -26,7 +26,7 @@ BlockSums = Mapping[AnswerKey, float]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StatementError:
-    """One statement's expected error under the plan against answering it alone (``dpsql.weights``).
+    """One statement's expected error under the plan against answering it alone (``dpsql.planning.weights``).
 
     ``parts``: per aggregate input (an AVG has its SUM and its COUNT), (label, expected RMSE per
     answer with the squared bias bound of rounded value cells, RMSE of answering that part alone

@@ -14,13 +14,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from dpsql import mechanism
 from dpsql.backends import Backend
 from dpsql.engine.measurements import PlannedVector
 from dpsql.engine.order_statistics import add_total_covariances
 from dpsql.engine.scan import batch_vector, scan
 from dpsql.engine.vocabulary import AnswerKey, AnswerSet, Report
 from dpsql.noise import RandomSource
+from dpsql.planning import mechanism
 from dpsql.schema import Column
 from dpsql.sql.compile import CompiledBatch, CompiledGroup
 from dpsql.sql.derived import covariance_pairs

@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from dpsql import mechanism, planner
-from dpsql.accounting import PrivacyCost, price, sequential
+from dpsql.budget.accounting import PrivacyCost, price, sequential
 from dpsql.errors import InternalError
+from dpsql.matrix.workloads import Workload
 from dpsql.noise import Noise
+from dpsql.planning import mechanism, planner
 from dpsql.sql.vectors import DataVector
-from dpsql.workloads import Workload
 
 #: Per cell of each axis, k·b_j: the most one privacy unit moves that cell's sum (all ones off the summed axis).
 CellBounds = tuple[tuple[int, ...], ...]
@@ -42,7 +42,7 @@ class DraftVector:
     row_scale: int    # k·B: the most one privacy unit moves one cell of this vector
     quantum: float    # value of one integer unit (1 for counts)
     block_totals: tuple[float, ...] = ()   # t_b: the chosen strategy's unit error summed over each block of this vector
-    block_weights: tuple[float, ...] = ()  # c_b: each block's weight in the batch objective (dpsql.weights)
+    block_weights: tuple[float, ...] = ()  # c_b: each block's weight in the batch objective (dpsql.planning.weights)
     cell_bounds: CellBounds | None = None  # k·b_j per cell (Kronecker vectors): the plan is on y = x/b
 
     @property

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from dpsql.accounting import PrivacyCost
+from dpsql.answers.tables import AnswerSet
+from dpsql.budget.accounting import PrivacyCost
 from dpsql.engine.guard import StatementError, guard_notes
 from dpsql.engine.measure import MeasuredVector
-from dpsql.results import AnswerSet
 from dpsql.sql.compile import CompiledBatch
 
 

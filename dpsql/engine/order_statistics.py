@@ -5,7 +5,7 @@ Post-processing of one measurement (no privacy cost): for each prefix block meas
 measurement's noise (σ²·u (AᵀA)⁺ vᵀ, ``mechanism.answer_covariance``; Li, Miklau, Hay, McGregor
 and Rastogi, "The matrix mechanism", 2015); and the law of that noise (its kind, parameter and
 variance: public), from which MIN and MAX bound the tails of every prefix count's noise
-(``dpsql.tail_bounds``).
+(``dpsql.answers.tail_bounds``).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from dpsql import mechanism
+from dpsql.answers.tail_bounds import NoiseLaw
 from dpsql.engine.vocabulary import AnswerKey
 from dpsql.noise import Noise
+from dpsql.planning import mechanism
 from dpsql.sql.compile import Block, CompiledGroup
-from dpsql.tail_bounds import NoiseLaw
 
 
 def add_total_covariances(group: CompiledGroup, index: int, positions: Sequence[int], release: mechanism.Measurement,

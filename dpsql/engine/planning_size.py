@@ -5,12 +5,12 @@ execute — and a last guard that turns running out of memory or recursion depth
 What planning allocates, per data vector of a group over axes of n₁ … n_d cells:
 
 - nothing dense when its queries partition the cells (a plain GROUP BY, a COUNT with any WHERE, an
-  IN list): the optimal strategy and its errors are in closed form, O(cells) (``dpsql.partitions``);
+  IN list): the optimal strategy and its errors are in closed form, O(cells) (``dpsql.matrix.partitions``);
 - otherwise dense matrices over each axis — the per-attribute strategies' (AᵀA)⁺, HDMM's OPT₀,
   the SVD bound's spectrum — n_i × n_i entries, O(n_i³) operations to factor each, a constant
   number of times per planning (standard candidates, support checks, block errors, the guard's
   re-plans); whole-domain steps (Eigen-Design, OPT₊, the workload's own rows) have their own
-  limits in :mod:`dpsql.planner`.
+  limits in :mod:`dpsql.planning.planner`.
 
 Statements that share their columns but together exceed a limit are planned apart, one group per
 statement (:func:`bounded_partition`). Then a group is refused when an axis it must plan densely
@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from dpsql.errors import PlanningLimitError, UnsupportedQueryError
-from dpsql.partitions import partition_form
+from dpsql.matrix.partitions import partition_form
 from dpsql.schema import Table
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, CompiledGroup, compile_group, initial_partition

@@ -26,9 +26,9 @@ from itertools import pairwise
 
 import numpy as np
 
-from dpsql import sum_truncation
 from dpsql.engine.vocabulary import AnswerKey, AnswerSet
-from dpsql.mechanism import Answers
+from dpsql.planning import sum_truncation
+from dpsql.planning.mechanism import Answers
 from dpsql.sql.compile import CompiledBatch
 from dpsql.sql.vectors import DataVector
 

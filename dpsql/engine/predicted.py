@@ -27,14 +27,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from dpsql import linalg
-from dpsql.derived_answers import StatementAnswers, is_linear
+from dpsql.answers.derived import StatementAnswers, is_linear
 from dpsql.engine.group_route import GroupsPlan
 from dpsql.engine.measure import add_covariances
 from dpsql.engine.residual_route import ResidualPlan
 from dpsql.engine.routes import Prepared
 from dpsql.engine.vocabulary import AnswerKey, AnswerSet
-from dpsql.mechanism import Answers, Measurement
+from dpsql.matrix import linalg
+from dpsql.planning.mechanism import Answers, Measurement
 from dpsql.residual import planner as residual
 from dpsql.residual import queries as mq
 from dpsql.sql import derived as d

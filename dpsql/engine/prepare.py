@@ -6,16 +6,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from dpsql import blas
-from dpsql.accounting import PrivacyCost, check_batch_cost
-from dpsql.derived_answers import check_unions
+from dpsql.answers.derived import check_unions
+from dpsql.budget.accounting import PrivacyCost, check_batch_cost
 from dpsql.engine.measurements import check_plan_cost
 from dpsql.engine.planning_size import bounded_partition, check_planning_size, planning_resources
 from dpsql.engine.residual_route import ResidualPlan
 from dpsql.engine.routes import PlanRequest, Prepared, ResidualPlanner, StatementGroups, choose
 from dpsql.engine.vocabulary import NotApplicable
 from dpsql.engine.weighing import statement_weights_of
-from dpsql.planner import Progress
+from dpsql.matrix import blas
+from dpsql.planning.planner import Progress
 from dpsql.schema import Schema
 from dpsql.sql import public_tables
 from dpsql.sql.compile import batch_table, compile_batch, initial_partition
@@ -38,7 +38,7 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
     ``plan_all_routes`` plans the statement groups even when ResidualPlanner is certified optimal
     (to compare the routes; the choice is the same). ``weights`` (one positive number per
     statement, in statement order; default all 1) weigh each statement's errors, relative to
-    answering it alone, in the objective every planning decision minimises (``dpsql.weights``).
+    answering it alone, in the objective every planning decision minimises (``dpsql.planning.weights``).
     After planning, a statement still expected to do worse than answering it alone has its
     weight raised and the budget split again, then the groups are planned again with the raised
     weights (``dpsql.engine.guard``, ``dpsql.engine.group_route``); if it stays worse, the plan's

@@ -25,10 +25,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from dpsql.accounting import PrivacyBudget
+from dpsql.budget.accounting import PrivacyBudget
+from dpsql.budget.ledger import Account
+from dpsql.budget.records import shares_releases
 from dpsql.errors import LedgerError, ProgrammingError
-from dpsql.ledger import Account
-from dpsql.ledger_records import shares_releases
 from dpsql.releases.kept import KeptMeasurement, payload, read_payload
 
 

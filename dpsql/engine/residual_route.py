@@ -36,16 +36,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dpsql.accounting import PrivacyCost
 from dpsql.backends import Backend
+from dpsql.budget.accounting import PrivacyCost
 from dpsql.engine.guard import StatementError, guard_notes, statement_errors
 from dpsql.engine.measure import MeasuredVector
 from dpsql.engine.metadata import Release, ReleaseMetadata, family_name
 from dpsql.engine.planning_size import MAX_DENSE_CELLS
 from dpsql.engine.vocabulary import AnswerKey, AnswerSet, NotApplicable, Report, unit_rows
 from dpsql.errors import DomainTooLargeError, ShapeError
-from dpsql.mechanism import Answers, Measurement
+from dpsql.matrix.workloads import Explicit, Kron, Sum, Workload
 from dpsql.noise import RandomSource
+from dpsql.planning.mechanism import Answers, Measurement
+from dpsql.planning.weights import block_weight
 from dpsql.residual import planner as residual
 from dpsql.residual import queries as mq
 from dpsql.residual.lattice import Marginal
@@ -54,8 +56,6 @@ from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, compile_batch
 from dpsql.sql.derived import covariance_pairs
 from dpsql.sql.vectors import COUNTS
-from dpsql.weights import block_weight
-from dpsql.workloads import Explicit, Kron, Sum, Workload
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -68,7 +68,7 @@ class ResidualPlan:
     ``queries[b]`` is block b of the single group as marginal queries (None: never TRUE, answered
     0 exactly); ``selection`` is at ρ/k²; ``variances[b]`` the expected variance of each answer;
     ``weights``: each statement's weight; ``block_weights``: c_b of each block in the batch
-    objective (``dpsql.weights``).
+    objective (``dpsql.planning.weights``).
     """
 
     cost: PrivacyCost
@@ -108,7 +108,7 @@ class ResidualPlan:
 
     @property
     def weighted_variance(self) -> float:
-        """Σ_b c_b·Σ_i Var_i: what the selection minimises (``dpsql.weights``)."""
+        """Σ_b c_b·Σ_i Var_i: what the selection minimises (``dpsql.planning.weights``)."""
         return float(sum(c * v.sum() for c, v in zip(self.block_weights, self.variances)))
 
     @property
@@ -183,7 +183,7 @@ def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: Sequence[f
     """ResidualPlanner's plan for the batch, or the reason it does not apply (for EXPLAIN).
 
     ``weights`` (one per statement) weigh each statement's answers as the standard
-    route does (``dpsql.weights``: c_b = w_s / m_s for a COUNT(*) block of m_s answers); the
+    route does (``dpsql.planning.weights``: c_b = w_s / m_s for a COUNT(*) block of m_s answers); the
     selection minimises Σ_b c_b·Σ Var over the blocks, still a weighted marginal objective.
     """
     if cost.family != "rho":

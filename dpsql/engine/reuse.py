@@ -40,20 +40,20 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from dpsql import mechanism
-from dpsql.accounting import PrivacyBudget
+from dpsql.answers.tables import AnswerKey, AnswerSet
+from dpsql.budget.accounting import PrivacyBudget
 from dpsql.engine.measure import MeasuredVector
 from dpsql.engine.measurements import PlannedVector
 from dpsql.engine.release_store import ReleaseStore
+from dpsql.matrix.workloads import Workload
+from dpsql.planning import mechanism
 from dpsql.releases.gls import Pool, pool
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.releases.recipes import NotKeptError, to_recipe
 from dpsql.releases.reduce import Axes, Meet, cell_map, meet, reduce, reduction_work, refinement
-from dpsql.results import AnswerKey, AnswerSet
 from dpsql.schema import Table, measure_quantum
 from dpsql.sql.compile import Axis, CompiledBatch, CompiledGroup
 from dpsql.sql.vectors import DataVector
-from dpsql.workloads import Workload
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -2,7 +2,7 @@
 
 A :class:`Route` plans a batch into a :class:`RoutePlan` or says why it does not apply
 (:class:`~dpsql.engine.vocabulary.NotApplicable`). Every plan has its expected total error, its
-batch objective (each statement's error relative to answering it alone, weighted; ``dpsql.weights``)
+batch objective (each statement's error relative to answering it alone, weighted; ``dpsql.planning.weights``)
 and ``answer(backend, rng, report)``; the route with the lower objective answers. Two routes exist:
 the statement groups (:mod:`dpsql.engine.group_route`) and ResidualPlanner
 (:mod:`dpsql.engine.residual_route`).
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from dpsql.accounting import PrivacyCost
 from dpsql.backends import Backend
+from dpsql.budget.accounting import PrivacyCost
 from dpsql.engine import group_route, residual_route
 from dpsql.engine.group_route import GroupsPlan
 from dpsql.engine.guard import StatementError
@@ -22,7 +22,7 @@ from dpsql.engine.metadata import Release
 from dpsql.engine.residual_route import ResidualPlan
 from dpsql.engine.vocabulary import NotApplicable, Report
 from dpsql.noise import RandomSource
-from dpsql.planner import Progress
+from dpsql.planning.planner import Progress
 from dpsql.schema import Schema
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch

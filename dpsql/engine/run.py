@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pyarrow as pa
 
-from dpsql import blas
-from dpsql.accounting import PrivacyBudget
+from dpsql.answers.derived import merge_unions
+from dpsql.answers.tables import statement_tables
 from dpsql.backends import Backend
-from dpsql.derived_answers import merge_unions
+from dpsql.budget.accounting import PrivacyBudget
 from dpsql.engine import postprocess as postprocessing
 from dpsql.engine.metadata import statement_metadata
 from dpsql.engine.release_store import ReleaseStore
@@ -19,8 +19,8 @@ from dpsql.engine.reuse import Sources, keep_and_answer, reuse_entry
 from dpsql.engine.routes import Prepared
 from dpsql.engine.vocabulary import Report
 from dpsql.errors import ProgrammingError
+from dpsql.matrix import blas
 from dpsql.noise import RandomSource
-from dpsql.results import statement_tables
 
 #: Said as ``budget_spent`` when nothing is measured.
 NOTHING_SPENT = "nothing: every statement's WHERE clause is never TRUE (exact zeros, no data read)"

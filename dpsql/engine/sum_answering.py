@@ -25,14 +25,14 @@ from dpsql.engine.planning_size import dense_vectors, excess
 from dpsql.engine.vector_plans import group_drafts
 from dpsql.engine.vocabulary import unit_rows
 from dpsql.engine.weighing import Weighing
+from dpsql.matrix.workloads import Explicit, Identity, Kron, Workload
 from dpsql.noise import Noise
-from dpsql.planner import Plan, Progress
+from dpsql.planning.planner import Plan, Progress
 from dpsql.schema import Column
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, CompiledGroup, compile_group
 from dpsql.sql.value_cells import WEIGHT_BITS, ValueCells, value_cells_problem
 from dpsql.sql.vectors import DataVector
-from dpsql.workloads import Explicit, Identity, Kron, Workload
 
 #: A group is read as value cells only while it has at most this many cells (planning stays seconds).
 VALUE_CELLS_MAX = 4096
@@ -154,7 +154,7 @@ def rounding_problem(column: Column, cells: ValueCells) -> str | None:
 def error_score(drafts: Sequence[DraftVector], noise: Noise, budget: float) -> float:
     """Batch objective of measuring ``drafts`` with all of ``budget`` split optimally:
     (Σ c_k^{1/3})³/ε² (Laplace) or (Σ √c_k)²/(2ρ) (Gaussian), c_k the weighted unit errors
-    Σ_b c_b·t_b (``dpsql.weights``)."""
+    Σ_b c_b·t_b (``dpsql.planning.weights``)."""
     power = 1 / 3 if noise == "laplace" else 1 / 2
     total = sum(d.objective ** power for d in drafts) ** (1 / power)
     return total / budget**2 if noise == "laplace" else total / (2 * budget)

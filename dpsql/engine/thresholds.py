@@ -19,7 +19,7 @@ Grids (public, from the schema only; ``sum_truncation.geometric_grid`` and ``hal
 J·ln(J/β)·τ/ε_sel exceeds any truncated total. At ε = 0.1 it clipped too much: its best median
 relative error was 0.24, against 0.018 with SVT.
 
-Privacy: both selectors are pure ε_sel-DP (``dpsql.sum_truncation``); a zCDP batch gives each
+Privacy: both selectors are pure ε_sel-DP (``dpsql.planning.sum_truncation``); a zCDP batch gives each
 selection ρ_sel and runs it at ε_sel = √(2ρ_sel) (ε-DP implies ε²/2-zCDP).
 """
 
@@ -31,7 +31,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from dpsql import sum_truncation
 from dpsql.backends import Backend
 from dpsql.engine.measurements import PlannedVector, check_calibrations, split
 from dpsql.engine.sum_answering import answering_groups
@@ -39,7 +38,8 @@ from dpsql.engine.vocabulary import Report, noise_of, unit_rows
 from dpsql.engine.weighing import Weighing
 from dpsql.errors import PrivacyParameterError
 from dpsql.noise import RandomSource
-from dpsql.planner import Plan
+from dpsql.planning import sum_truncation
+from dpsql.planning.planner import Plan
 from dpsql.schema import Column, Table, measure_quantum
 from dpsql.sql.compile import CompiledBatch
 from dpsql.sql.value_cells import ValueCells

@@ -14,19 +14,19 @@ from dataclasses import replace
 
 import numpy as np
 
-from dpsql import mechanism, plan_cache, planner
-from dpsql import weights as weighting
-from dpsql.accuracy import check_support, unit_noise_variance
 from dpsql.engine.measurements import CellBounds, DraftVector
 from dpsql.engine.weighing import value_scale
 from dpsql.errors import DomainTooLargeError, ShapeError, UnsupportedStrategyError
-from dpsql.linalg import diagonal_entries, pinv_gram, quadratic_diag, trace_of_product
+from dpsql.matrix.linalg import diagonal_entries, pinv_gram, quadratic_diag, trace_of_product
+from dpsql.matrix.workloads import Kron, VStack, Workload, scale_columns
 from dpsql.noise import Noise
-from dpsql.planner import Progress
+from dpsql.planning import mechanism, plan_cache, planner
+from dpsql.planning import weights as weighting
+from dpsql.planning.accuracy import check_support, unit_noise_variance
+from dpsql.planning.planner import Progress
 from dpsql.schema import Column, Ordered
 from dpsql.sql.compile import CompiledGroup
 from dpsql.sql.vectors import COUNTS, DataVector
-from dpsql.workloads import Kron, VStack, Workload, scale_columns
 
 #: Per-cell bounds are raised to at least B / 2^CELL_BOUND_RANGE (a larger bound is still a bound):
 #: cells that small add nothing to the error, and the strategy's integer entries stay moderate.
@@ -91,7 +91,7 @@ def supported(draft: DraftVector, workload: Workload, rows: Sequence[int], sizes
 def block_totals(workload: Workload, rows: Sequence[int], plan: planner.Plan) -> tuple[float, ...]:
     """t_b = v·trace(G_b (AᵀA)⁺): the unit error of the plan's strategy summed over each block of
     the (unweighted) workload, blocks in order (a dense stack's rows split by ``rows``); cached by
-    the workload's and the strategy's structure (``dpsql.plan_cache``)."""
+    the workload's and the strategy's structure (``dpsql.planning.plan_cache``)."""
     if plan.expected_error == 0:
         return (0.0,) * len(rows)
     strategy = plan.strategy

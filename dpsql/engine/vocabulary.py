@@ -1,14 +1,15 @@
-"""The engine's vocabulary: answers keyed by statement group and block (``dpsql.results``), routes that do not apply,
-and the small helpers every pass shares (the noise family of a cost, a privacy unit's row count)."""
+"""The engine's vocabulary: answers keyed by statement group and block (``dpsql.answers.tables``), routes
+that do not apply, and the small helpers every pass shares (the noise family of a cost, a privacy unit's
+row count)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dpsql.accounting import PrivacyCost
+from dpsql.answers.tables import AnswerKey, AnswerSet
+from dpsql.budget.accounting import PrivacyCost
 from dpsql.noise import Noise
-from dpsql.results import AnswerKey, AnswerSet
 from dpsql.schema import Table
 
 #: Receives a short message before each long step (scan, measurement, re-planning, packaging).

@@ -1,5 +1,5 @@
 """Each statement's weight in the batch objective, and the per-row bounds that relate a block's
-measurement to answering it alone (``dpsql.weights`` has the math)."""
+measurement to answering it alone (``dpsql.planning.weights`` has the math)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from dpsql import weights as weighting
 from dpsql.engine.order_statistics import alone_sensitivity
 from dpsql.errors import ProgrammingError
 from dpsql.noise import Noise
+from dpsql.planning import weights as weighting
 from dpsql.schema import Column, measure_quantum
 from dpsql.sql.compile import Block, CompiledGroup, CompiledStatement
 from dpsql.sql.vectors import DataVector
@@ -44,7 +44,7 @@ def statement_weights_of(weights: Sequence[float] | None, statements: int) -> tu
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Weighing:
-    """Each statement's weight w_s, and how it becomes the block weights c_b (``dpsql.weights``)."""
+    """Each statement's weight w_s, and how it becomes the block weights c_b (``dpsql.planning.weights``)."""
 
     weights: tuple[float, ...]
     noise: Noise

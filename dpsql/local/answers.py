@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from dpsql.errors import DataError, InterfaceError
 from dpsql.local.protocol import StrategyFile, report_counts
 from dpsql.local.variance import WorkloadLike, answer_variances, as_workload, estimate_cells, worst_case_variance
-from dpsql.workloads import FloatArray
+from dpsql.matrix.workloads import FloatArray
 
 
 def reports_table(published: StrategyFile, outputs: npt.ArrayLike, counts: npt.ArrayLike | None = None) -> pa.Table:

@@ -19,7 +19,7 @@ import scipy.linalg as sla
 
 from dpsql.errors import DomainTooLargeError, ShapeError
 from dpsql.local.strategy import LocalStrategy, check_epsilon
-from dpsql.workloads import FloatArray
+from dpsql.matrix.workloads import FloatArray
 
 HadamardForm = Literal["general", "high_privacy"]
 

@@ -31,7 +31,7 @@ from dpsql.errors import DpsqlError, InternalError
 from dpsql.local.projection import InfeasibleFloorError, project
 from dpsql.local.strategy import LocalStrategy, check_epsilon
 from dpsql.local.variance import per_user_variance_of_gram
-from dpsql.workloads import FloatArray
+from dpsql.matrix.workloads import FloatArray
 
 #: Rows whose floor falls to this are outputs that (almost) never occur: they are dropped.
 PRUNE_FLOOR = 1e-10

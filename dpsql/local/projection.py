@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpsql.errors import DpsqlError, ProgrammingError, ShapeError
-from dpsql.workloads import FloatArray
+from dpsql.matrix.workloads import FloatArray
 
 
 class InfeasibleFloorError(DpsqlError, ProgrammingError, ValueError):

@@ -3,7 +3,7 @@
 The batch's COUNT(*) statements (GROUP BY and WHERE on declared columns) are compiled together
 into ONE statement group (``dpsql.sql.compile``), whose cells are the strategy's cells and whose
 stacked blocks are the workload W. Answers come back in the central path's per-statement Arrow
-shape (``dpsql.results.statement_tables``): group columns, each count, and ``<alias>_stddev``.
+shape (``dpsql.answers.tables.statement_tables``): group columns, each count, and ``<alias>_stddev``.
 
 Privacy:
     Each person sends one ε-LDP report of their row's cell (``dpsql.local.protocol``); the
@@ -26,9 +26,9 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from dpsql.derived_answers import merge_unions
+from dpsql.answers.derived import merge_unions
+from dpsql.answers.tables import AnswerKey, AnswerSet, statement_tables
 from dpsql.errors import DataError, DpsqlWarning, ProgrammingError, SchemaError, UnsupportedQueryError
-from dpsql.linalg import bilinear_diag, quadratic_diag
 from dpsql.local.answers import counts_of, plug_in_counts, reports_table
 from dpsql.local.layout import AxisLayout, Layout
 from dpsql.local.protocol import DEFAULT_MAX_EPSILON, StrategyFile, check_max_epsilon, publish, randomize_cells
@@ -36,16 +36,16 @@ from dpsql.local.selection import baselines, optimize, score
 from dpsql.local.simulate import simulate
 from dpsql.local.strategy import check_epsilon
 from dpsql.local.variance import Factorization, cell_covariance, check_support, estimate_cells, worst_case_variance
-from dpsql.mechanism import Answers
+from dpsql.matrix.linalg import bilinear_diag, quadratic_diag
+from dpsql.matrix.workloads import Explicit, Workload
 from dpsql.noise import RandomSource
-from dpsql.results import AnswerKey, AnswerSet, statement_tables
+from dpsql.planning.mechanism import Answers
 from dpsql.schema import Schema, Table
 from dpsql.sql import ir, public_tables
 from dpsql.sql.compile import CompiledBatch, batch_cell_totals, batch_table, compile_batch
 from dpsql.sql.derived import covariance_pairs
 from dpsql.sql.parse import parse_batch
 from dpsql.sql.vectors import COUNTS
-from dpsql.workloads import Explicit, Workload
 
 SchemaSource = str | Path | Mapping[str, Any] | Schema
 

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpsql.errors import PrivacyParameterError, ShapeError
-from dpsql.workloads import FloatArray
+from dpsql.matrix.workloads import FloatArray
 
 #: Relative slack allowed in Q[o, u] ≤ e^ε Q[o, u'] for float strategies (rounding of e^ε and of sums).
 RATIO_TOLERANCE = 1e-9

@@ -27,9 +27,9 @@ import numpy as np
 import numpy.typing as npt
 
 from dpsql.errors import ShapeError, UnsupportedStrategyError
-from dpsql.linalg import nuclear_norm_of_root, quadratic_diag
 from dpsql.local.strategy import LocalStrategy, check_epsilon
-from dpsql.workloads import Explicit, FloatArray, Workload
+from dpsql.matrix.linalg import nuclear_norm_of_root, quadratic_diag
+from dpsql.matrix.workloads import Explicit, FloatArray, Workload
 
 #: Relative eigenvalue cut-off of X⁺ (X is singular exactly when Q has rank < n, e.g. low-order Fourier).
 RCOND = 1e-13

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from dpsql.matrix.workloads import Workload
 from dpsql.releases.recipes import decode_array, encode_array, from_recipe, to_recipe
-from dpsql.workloads import Workload
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from dpsql.workloads import Explicit, Identity, Kron, VStack, Weighted, Workload
+from dpsql.matrix.workloads import Explicit, Identity, Kron, VStack, Weighted, Workload
 
 #: The most entries a non-structured factor may have to be kept (larger strategies are not kept).
 MAX_FACTOR_ENTRIES = 2**22

@@ -18,5 +18,5 @@ Modules (math layer: numpy and scipy only, never SQL or a database):
     queries   linear queries over one marginal: answers, exact variances, selection weights
 
 Submodules are imported by name (``from dpsql.residual import planner``); this package imports none
-of them, so dpsql.linalg and dpsql.mechanism can use ``basis`` without loading the planners.
+of them, so dpsql.matrix.linalg and dpsql.planning.mechanism can use ``basis`` without loading the planners.
 """

@@ -4,7 +4,7 @@ McKenna, Miklau, Hay and Machanavajjhala, "Optimizing error of high-dimensional 
 queries under differential privacy" (PVLDB 2018) for OPT_M and the projection below; the residual
 subspaces V_r are those of Xiao, He, Zhang and Kifer, "An Optimal and Scalable Matrix Mechanism for
 Noisy Marginals under Convex Loss Functions" (NeurIPS 2023). Used by the structured linear algebra
-(dpsql.linalg), the mechanism and OPT_M (dpsql.strategies.marginals); public quantities only.
+(dpsql.matrix.linalg), the mechanism and OPT_M (dpsql.strategies.marginals); public quantities only.
 
 Notation: d attributes of sizes n₀ … n_{d−1} (Kronecker factor order), N = Π nᵢ, J = 11ᵀ.
 An attribute subset a is an integer key with bit i set iff attribute i is kept; key 0 is the
@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpsql.errors import ShapeError
-from dpsql.workloads import (
+from dpsql.matrix.workloads import (
     FloatArray,
     Identity,
     Kron,

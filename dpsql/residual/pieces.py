@@ -36,9 +36,9 @@ from typing import Literal
 import numpy as np
 
 from dpsql.errors import ShapeError
+from dpsql.matrix.workloads import Explicit, Identity, Workload
 from dpsql.residual.lattice import FloatArray, IntArray
 from dpsql.strategies import hdmm
-from dpsql.workloads import Explicit, Identity, Workload
 
 __all__ = ["PIECE_BITS", "PIECE_TOLERANCE", "ResidualPiece", "Rule", "as_workload", "attribute_strategy",
            "build_pieces", "centred_gram"]

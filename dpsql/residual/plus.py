@@ -77,7 +77,8 @@ import scipy.sparse as sp
 
 from dpsql import noise
 from dpsql.errors import DomainTooLargeError, ShapeError
-from dpsql.mechanism import exact_along_axis
+from dpsql.matrix.workloads import Explicit, Workload
+from dpsql.planning.mechanism import exact_along_axis
 from dpsql.residual import base, rational, solver
 from dpsql.residual.lattice import (
     BATCH_CELLS,
@@ -93,7 +94,6 @@ from dpsql.residual.lattice import (
     unique_rows,
 )
 from dpsql.residual.pieces import ResidualPiece, as_workload, build_pieces
-from dpsql.workloads import Explicit, Workload
 
 __all__ = ["PlusMeasurements", "PlusSelection", "gaussian_parameters", "hull_variance", "measure", "query_variance",
            "reconstruct", "select"]

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpsql.accounting import PrivacyCost
+from dpsql.budget.accounting import PrivacyCost
 from dpsql.errors import ProgrammingError
 from dpsql.server.scram import Verifier
 

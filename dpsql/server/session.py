@@ -31,7 +31,7 @@ import pyarrow as pa
 import sqlglot.errors
 
 from dpsql import errors
-from dpsql.accounting import UNIT, PrivacyCost
+from dpsql.budget.accounting import UNIT, PrivacyCost
 from dpsql.dbapi import Connection
 from dpsql.server.catalog import Catalog
 from dpsql.server.config import Analyst

@@ -45,6 +45,7 @@ import scipy.sparse as sp
 
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
+from dpsql.matrix.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Workload
 from dpsql.sql import derived, filters, ir, units
 from dpsql.sql import quantiles as qs
 from dpsql.sql.boxes import Box, BoxBudget, intersect, merge, union
@@ -54,7 +55,6 @@ from dpsql.sql.group_keys import GroupKey, KeyGroups, key_groups, keys_of, membe
 from dpsql.sql.relations import joined_relation, resolve
 from dpsql.sql.value_cells import ValueCells
 from dpsql.sql.vectors import COUNTS, DataVector
-from dpsql.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Workload
 
 BoolArray = npt.NDArray[np.bool_]
 

@@ -12,7 +12,7 @@ aggregate of the statement (one not selected by itself is *hidden*: measured, no
 statement costs exactly what the same statement selecting its aggregates plainly costs. The derived
 values, the HAVING filter, ORDER BY and LIMIT are then functions of the released answers only:
 post-processing, free (Dwork and Roth, "The Algorithmic Foundations of Differential Privacy",
-2014, Prop. 2.1). :mod:`dpsql.derived_answers` computes them.
+2014, Prop. 2.1). :mod:`dpsql.answers.derived` computes them.
 
 Parsing produces a statement whose ``select`` holds its group columns and every measured aggregate
 (hidden ones named ``<name> [hidden]``), without ORDER BY and LIMIT, and whose ``outputs`` holds

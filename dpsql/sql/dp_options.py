@@ -9,7 +9,7 @@ offset, so later errors still point into the text the analyst wrote); the rest i
 
 - ``epsilon`` alone (or ``delta = 0``): a pure ε-DP cost;
 - ``epsilon`` and ``delta > 0``: the ρ-zCDP cost with the largest ρ that implies (ε, δ)-DP
-  (:func:`dpsql.accounting.rho_for_epsilon_delta`; Canonne, Kamath & Steinke 2020, Cor. 13);
+  (:func:`dpsql.budget.accounting.rho_for_epsilon_delta`; Canonne, Kamath & Steinke 2020, Cor. 13);
 - ``privacy_unit_column``: accepted when it names the table's declared privacy unit (the
   contribution bound is the schema's ``max_rows``); ``max_groups_contributed`` and other options
   are refused, since dpsql bounds contributions per unit in the schema, not per query.
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from sqlglot.errors import TokenError
 from sqlglot.tokens import Token, TokenType  # type: ignore[attr-defined]  # re-exported there
 
-from dpsql.accounting import PrivacyCost, rho_for_epsilon_delta, sequential
+from dpsql.budget.accounting import PrivacyCost, rho_for_epsilon_delta, sequential
 from dpsql.errors import PrivacyParameterError, ProgrammingError, SqlSyntaxError
 from dpsql.sql import ir
 from dpsql.sql.source import Source, located, statement_ranges, tokenize

@@ -38,9 +38,9 @@ from sqlglot import exp
 
 from dpsql import schema as sch
 from dpsql.errors import UnsupportedQueryError
+from dpsql.matrix.workloads import DisjointSum, Explicit, Kron, Workload
 from dpsql.sql import ir
 from dpsql.sql.source import Scope, describe, is_empty, node_span, unparen, unsupported
-from dpsql.workloads import DisjointSum, Explicit, Kron, Workload
 
 __all__ = [
     "Atom", "atoms", "base_mask", "constant_count_argument", "dangling_escape", "date_literal", "day_boundaries",

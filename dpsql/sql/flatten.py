@@ -8,7 +8,7 @@ Exact rewrites (same queries, same cost) before the statement is translated:
   outputs>] [ORDER BY] [LIMIT]``, becomes that statement, the outer WHERE its HAVING (on the noisy
   answers, ``dpsql.sql.derived``) and the outer ORDER BY/LIMIT its own;
 - ``s1 UNION ALL s2 ...`` becomes one statement per part, measured jointly with the rest of the
-  batch and returned as one table (:func:`dpsql.derived_answers.merge_unions`): the parts' rows in
+  batch and returned as one table (:func:`dpsql.answers.derived.merge_unions`): the parts' rows in
   order, names from the first part; ORDER BY/LIMIT after the union apply to the whole.
 
 Anything else (RECURSIVE, column lists, a CTE over an aggregate CTE, UNION without ALL, ...) is

@@ -13,7 +13,7 @@ once with the batch's strategy A (ε-DP with Laplace noise scaled to k·‖A‖�
 noise scaled to k·‖A‖₂, k = one privacy unit's rows, since one row moves one cell count by one), and
 the prefix counts are read from that release, so the planner's strategies for range queries
 (hierarchical, wavelet, HDMM) choose how to measure. The quantile and its confidence interval are
-then post-processing of the released prefix counts (:mod:`dpsql.quantile_answers`): no extra cost.
+then post-processing of the released prefix counts (:mod:`dpsql.answers.quantiles`): no extra cost.
 
 The block's ``total`` workload repeats each group's last row K times, so the engine can compute
 Cov(P̂_k, N̂) row by row for the confidence interval.
@@ -29,13 +29,13 @@ import numpy.typing as npt
 from sqlglot import exp
 
 from dpsql import schema as sch
+from dpsql.answers.quantiles import MIN_TOTAL_STDDEVS, PrefixCounts, cell_boundaries, estimate_quantile
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
-from dpsql.mechanism import Answers
-from dpsql.quantile_answers import MIN_TOTAL_STDDEVS, PrefixCounts, cell_boundaries, estimate_quantile
+from dpsql.matrix.workloads import DisjointSum, Explicit, Kron, Workload
+from dpsql.planning.mechanism import Answers
 from dpsql.sql import ir
 from dpsql.sql.predicates import parse_column, parse_value
 from dpsql.sql.source import Scope, is_empty, located, node_span, unsupported
-from dpsql.workloads import DisjointSum, Explicit, Kron, Workload
 
 __all__ = ["QuantilePlan", "answer_arrays", "describe", "output_names", "parse_quantile", "prefix_block",
            "quantile_columns"]
@@ -246,7 +246,7 @@ def answer_arrays(plan: QuantilePlan, group_rows: npt.NDArray[np.int64], found: 
             for name in ("value", "stddev", "low", "high")}
 
 
-#: How MIN's and MAX's 95 % CI is found (result metadata and EXPLAIN; ``dpsql.quantile_answers``).
+#: How MIN's and MAX's 95 % CI is found (result metadata and EXPLAIN; ``dpsql.answers.quantiles``).
 EXTREME_CI = ("a 95% CI that holds for any data: each cell boundary's noisy count is compared with κ standard errors, "
               "κ bounding the tail of the noise actually added at 5%/K at each of the K boundaries scanned (a union "
               "bound: the CI misses with probability at most 5%)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dpsql.workloads import Identity, Kron, Workload
+from dpsql.matrix.workloads import Identity, Kron, Workload
 
 
 def identity(n: int) -> Identity:

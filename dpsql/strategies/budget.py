@@ -20,7 +20,7 @@ import numbers
 
 #: Default work budget of one optimizer call: generous, so that the papers' benchmark workloads
 #: converge well within it (the test suite's largest call spends about 1,600); the planner passes
-#: its own, smaller budgets (dpsql.planner.PLAN_EVALUATIONS).
+#: its own, smaller budgets (dpsql.planning.planner.PLAN_EVALUATIONS).
 MAX_EVALUATIONS = 10_000
 
 

@@ -51,8 +51,8 @@ import scipy.linalg as sla
 import scipy.optimize as sopt
 
 from dpsql.errors import DomainTooLargeError, ShapeError
+from dpsql.matrix.workloads import Explicit, FloatArray, Kron, Workload, kron_factors
 from dpsql.strategies.budget import MAX_EVALUATIONS, Exhausted, WorkBudget
-from dpsql.workloads import Explicit, FloatArray, Kron, Workload, kron_factors
 
 #: Largest number of cells Eigen-Design will eigendecompose densely.
 MAX_EIGEN_CELLS = 4096

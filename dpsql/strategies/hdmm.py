@@ -61,9 +61,9 @@ import numpy.typing as npt
 from scipy.optimize import minimize
 
 from dpsql.errors import ShapeError
+from dpsql.matrix.workloads import Explicit, Kron, VStack, Weighted, Workload
 from dpsql.noise import Noise
 from dpsql.strategies.budget import MAX_EVALUATIONS, Exhausted, WorkBudget
-from dpsql.workloads import Explicit, Kron, VStack, Weighted, Workload
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -8,7 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpsql.errors import ShapeError
-from dpsql.workloads import Ranges
+from dpsql.matrix.workloads import Ranges
 
 
 def tree_intervals(n: int, branching: int) -> npt.NDArray[np.int64]:

@@ -17,10 +17,10 @@ Gaussian: θ are squared weights, A(θ) = [√θ_a Q_a], Δ₂² = Σθ, AᵀA =
     L(θ) = (Σθ) F,  F = Σ_r m_r λ_r(w) / λ_r(θ),
     ∂L/∂θ_a = F − (Σθ) μ(a) Σ_{r⊆a} m_r λ_r(w) / λ_r(θ)².
 L is the expected total squared error at noise variance 1 per unit sensitivity (the HDMM
-normalisation; dpsql.accuracy.expected_error reports 2L for Laplace at ε = 1 and L for Gaussian).
+normalisation; dpsql.planning.accuracy.expected_error reports 2L for Laplace at ε = 1 and L for Gaussian).
 Both superset-sums λ(·) and subset-sums Σ_{r⊆a} are zeta transforms, so one evaluation of loss and
 gradient costs O(d·2^d). L is finite iff λ_r(θ-form) > 0 wherever λ_r(w) > 0 (A supports W);
-eigenvalues below dpsql.linalg.RANK_TOLERANCE of the largest count as zero, as in pinv_gram.
+eigenvalues below dpsql.matrix.linalg.RANK_TOLERANCE of the largest count as zero, as in pinv_gram.
 
 Search: L-BFGS-B with bounds θ ≥ 0 from the identity (θ = e_full, always supported), the workload
 itself (θ² ∝ w₊ resp. θ ∝ w₊) and `restarts` seeded U[0,1) starts; an unsupported trial point
@@ -38,7 +38,8 @@ import numpy.typing as npt
 from scipy.optimize import minimize
 
 from dpsql.errors import ShapeError
-from dpsql.linalg import RANK_TOLERANCE
+from dpsql.matrix.linalg import RANK_TOLERANCE
+from dpsql.matrix.workloads import Workload
 from dpsql.noise import Noise
 from dpsql.residual.basis import (
     MAX_ATTRIBUTES,
@@ -52,7 +53,6 @@ from dpsql.residual.basis import (
     workload_sizes,
 )
 from dpsql.strategies.budget import MAX_EVALUATIONS, Exhausted, WorkBudget
-from dpsql.workloads import Workload
 
 FloatArray = npt.NDArray[np.float64]
 Objective = Callable[[FloatArray], tuple[float, FloatArray]]

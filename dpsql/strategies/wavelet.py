@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from dpsql.matrix.workloads import Explicit, positive_int
 from dpsql.strategies.hierarchical import tree_intervals
-from dpsql.workloads import Explicit, positive_int
 
 
 class Wavelet(Explicit):

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dpsql.linalg import gram_terms
-from dpsql.workloads import Explicit, Identity, Kron, Total, VStack, Weighted, Workload, kron_factors
+from dpsql.matrix.linalg import gram_terms
+from dpsql.matrix.workloads import Explicit, Identity, Kron, Total, VStack, Weighted, Workload, kron_factors
 
 #: Bumped to 4 when optimizers moved from wall-clock deadlines to work budgets:
 #: strategies cut short by a time limit are not reused.

@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from dpsql.errors import ShapeError, UnsupportedStrategyError
-from dpsql.kronvec import align_terms, kron_vectors, shared_cuts
-from dpsql.linalg import (
+from dpsql.matrix.kronvec import align_terms, kron_vectors, shared_cuts
+from dpsql.matrix.linalg import (
     RANK_TOLERANCE,
     gram_terms,
     group_factors,
@@ -30,9 +30,8 @@ from dpsql.linalg import (
     quadratic_diag,
     trace_of_product,
 )
-from dpsql.noise import Noise
-from dpsql.partitions import partition_form
-from dpsql.workloads import (
+from dpsql.matrix.partitions import partition_form
+from dpsql.matrix.workloads import (
     Explicit,
     FloatArray,
     Identity,
@@ -42,6 +41,7 @@ from dpsql.workloads import (
     Workload,
     check_dense_size,
 )
+from dpsql.noise import Noise
 
 #: Relative residual trace(G (I − A⁺A)) / trace(G) above which A does not support W.
 SUPPORT_TOLERANCE = 1e-8

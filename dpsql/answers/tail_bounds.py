@@ -1,10 +1,10 @@
 """One-sided tail bounds for the noise of a released linear answer, whatever its coefficients.
 
-An answer of the matrix mechanism (``dpsql.mechanism``) is u·x̂ = u·x + a·z: a public linear
+An answer of the matrix mechanism (``dpsql.planning.mechanism``) is u·x̂ = u·x + a·z: a public linear
 combination of one measurement's iid noise z_i, with standard deviation s = √V·‖a‖₂ (V = Var z_i);
 only s is reported, not the coefficients a, which the strategy decides. A statement that must
 hold with a stated probability for any data, such as the intervals of MIN and MAX
-(``dpsql.quantile_answers``), needs a κ with P(a·z ≥ κ·s) ≤ level for every a. Floating point,
+(``dpsql.answers.quantiles``), needs a κ with P(a·z ≥ κ·s) ≤ level for every a. Floating point,
 computed from public parameters only; draws nothing (the samplers are in ``dpsql.noise``).
 
 Math (a Chernoff bound from a moment generating function that dominates every combination):

@@ -18,10 +18,10 @@ H2, H4 or the Haar wavelet on every ordered attribute with identity on categoric
   sensitivity max(1 + tⱼ/s) ≤ 2.
 
 Optimized strategies are rounded to integers as the mechanism measures them and cached on disk by
-the workload's Gram (``dpsql.strategy_cache``). Each candidate is scored by its exact expected
+the workload's Gram (``dpsql.planning.strategy_cache``). Each candidate is scored by its exact expected
 total squared error at unit privacy (``accuracy.expected_error``) and the lowest wins; the SVD bound
 prunes the templates and is reported by EXPLAIN. Decisions are cached by the workload's exact
-structure (``dpsql.plan_cache``). A template that fails, or whose error cannot be computed exactly, is left
+structure (``dpsql.planning.plan_cache``). A template that fails, or whose error cannot be computed exactly, is left
 out, and the plan says so; the standard strategies are always there to fall back on.
 """
 
@@ -36,12 +36,13 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpsql import accuracy, plan_cache, strategies, strategy_cache
+from dpsql import strategies
 from dpsql.errors import DomainTooLargeError, DpsqlError, ShapeError
-from dpsql.mechanism import integral_strategy
+from dpsql.matrix.partitions import Partition, Parts, part_of_cell, partition_form
+from dpsql.matrix.workloads import Explicit, Kron, Workload
 from dpsql.noise import Noise
-from dpsql.partitions import Partition, Parts, part_of_cell, partition_form
-from dpsql.workloads import Explicit, Kron, Workload
+from dpsql.planning import accuracy, plan_cache, strategy_cache
+from dpsql.planning.mechanism import integral_strategy
 
 #: Per-attribute strategy families: (name, builder for an ordered attribute of n cells).
 FAMILIES: dict[str, Callable[[int], Workload]] = {
@@ -144,7 +145,7 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
 
     Cheap candidates are scored first. The templates run only when the best of them is more than
     NEAR_OPTIMAL above the SVD lower bound (no strategy can gain more). Decisions are cached by
-    W's exact structure (``dpsql.plan_cache``): a workload planned before is not scored again.
+    W's exact structure (``dpsql.planning.plan_cache``): a workload planned before is not scored again.
     """
     if W.shape[0] == 0 or W.shape[1] == 0:
         raise ShapeError(f"cannot plan for an empty workload of shape {W.shape}: "
@@ -190,7 +191,7 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
 
 def _partition_plan(W: Workload, form: Partition, *, noise: Noise, sizes: Sequence[int]) -> Plan:
     """The optimal strategy for a workload whose weighted rows partition some cells
-    (``dpsql.partitions``), scored in closed form without an n × n matrix: the identity where every
+    (``dpsql.matrix.partitions``), scored in closed form without an n × n matrix: the identity where every
     query reads one cell, else each part's total measured once (``workload``, :class:`Parts`)."""
     identity = strategies.kron([_factor("identity", n) for n in sizes]) if sizes else strategies.identity(1)
     scores = {"identity": accuracy.unit_noise_variance(identity, noise) * form.identity_error()}

@@ -6,7 +6,7 @@ the planner's cost; an analyst who runs a batch again, or a batch sharing statem
 an earlier one, asks for the same workloads. A decision is what the planner concluded about
 one workload: the winning candidate's name, every candidate's expected error at unit privacy and
 the planner's notes. The strategy itself is rebuilt from the name (standard strategies by
-construction, optimized ones from :mod:`dpsql.strategy_cache`).
+construction, optimized ones from :mod:`dpsql.planning.strategy_cache`).
 
 The key is a SHA-256 of the workload's structure (every block, weight and Kronecker factor,
 exactly), the noise family, the candidate set asked for and DECISION_FORMAT. Decisions depend on
@@ -33,8 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.strategy_cache import cache_dir
-from dpsql.workloads import (
+from dpsql.matrix.workloads import (
     Explicit,
     Identity,
     Kron,
@@ -44,6 +43,7 @@ from dpsql.workloads import (
     Weighted,
     Workload,
 )
+from dpsql.planning.strategy_cache import cache_dir
 
 #: Bump when the candidates, their scoring or the planner's work budgets change: decisions made
 #: under other rules are not reused.

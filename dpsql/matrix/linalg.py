@@ -18,10 +18,9 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 
-from dpsql.kronvec import align_terms, group_by_cuts, kron_vectors, shared_cuts
-from dpsql.partitions import Averaging, Parts
-from dpsql.residual.basis import ResidualSum, marginal_form, residual_pinv, residual_projector
-from dpsql.workloads import (
+from dpsql.matrix.kronvec import align_terms, group_by_cuts, kron_vectors, shared_cuts
+from dpsql.matrix.partitions import Averaging, Parts
+from dpsql.matrix.workloads import (
     Explicit,
     FloatArray,
     Identity,
@@ -33,6 +32,7 @@ from dpsql.workloads import (
     check_dense_size,
     kron_factors,
 )
+from dpsql.residual.basis import ResidualSum, marginal_form, residual_pinv, residual_projector
 
 #: Eigenvalues below this fraction of the largest are treated as exact zeros.
 RANK_TOLERANCE = 1e-10

@@ -31,8 +31,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from dpsql.errors import ShapeError
+from dpsql.matrix.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Weighted, Workload
 from dpsql.noise import Noise
-from dpsql.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Weighted, Workload
 
 
 def parts_power(noise: Noise) -> int:

@@ -1,5 +1,5 @@
 """The ledger file's format: its tables and their columns, creating them, appending a row to the
-MAC-chained history, and the MACs themselves (HMAC-SHA256 under the owner's key). ``dpsql.ledger``
+MAC-chained history, and the MACs themselves (HMAC-SHA256 under the owner's key). ``dpsql.budget.ledger``
 opens, verifies and writes the file with these; see its docstring for what the chain guarantees."""
 
 from __future__ import annotations

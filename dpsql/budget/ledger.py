@@ -9,7 +9,7 @@ writers, and ``PRAGMA synchronous = FULL`` with a rollback journal, so ``COMMIT`
 once the charge is on disk (fsync) and a crash mid-transaction is rolled back on the next open.
 
 Tables (format version 3; amounts are exact fractions written as text, e.g. ``'7/2'``, see
-``dpsql.accounting.exact``). ``actions``, ``charges`` and ``releases`` are append-only and share one
+``dpsql.budget.accounting.exact``). ``actions``, ``charges`` and ``releases`` are append-only and share one
 numbering ``id`` = 1, 2, 3, … (the order of the history):
     ledger_meta  format = 'dpsql-ledger', version = '3', key_check = HMAC(key, "dpsql-ledger key")
     actions      every owner action: time, dataset, analyst ('' = the whole dataset), action
@@ -37,7 +37,7 @@ Binding: the first total of a dataset binds it (``Binding``) to its database fil
 Every charge, in its own transaction, compares the connection's binding with the dataset's and
 refuses a difference (LedgerError naming what differs, never data). Rebinding is an explicit,
 recorded owner action (``set_total(..., rebind=True)``, ``dpsql budget set --rebind``), as is binding
-data another dataset is bound to (:mod:`dpsql.ledger_same_data`). Once a dataset has per-analyst
+data another dataset is bound to (:mod:`dpsql.budget.same_data`). Once a dataset has per-analyst
 totals, every charge must name an analyst with one.
 
 Tamper evidence: every row of the history carries mac = HMAC-SHA256(key, previous mac ‖ the row
@@ -92,17 +92,11 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from dpsql import ledger_format as fmt
-from dpsql.accounting import UNIT, Family, PrivacyCost
-from dpsql.errors import (
-    BudgetNotSetError,
-    LedgerError,
-    PrivacyParameterError,
-    ProgrammingError,
-)
-from dpsql.ledger_account import Account, LedgerBudget
-from dpsql.ledger_format import FORMAT, VERSION
-from dpsql.ledger_records import (
+from dpsql.budget import ledger_format as fmt
+from dpsql.budget.account import Account, LedgerBudget
+from dpsql.budget.accounting import UNIT, Family, PrivacyCost
+from dpsql.budget.ledger_format import FORMAT, VERSION
+from dpsql.budget.records import (
     OWN_RELEASES,
     SHARE_RELEASES,
     Action,
@@ -114,7 +108,13 @@ from dpsql.ledger_records import (
     Limit,
     shares_releases,
 )
-from dpsql.ledger_same_data import check_same_data
+from dpsql.budget.same_data import check_same_data
+from dpsql.errors import (
+    BudgetNotSetError,
+    LedgerError,
+    PrivacyParameterError,
+    ProgrammingError,
+)
 
 SUFFIX = ".dpsql-ledger"
 KEY_SUFFIX = ".key"

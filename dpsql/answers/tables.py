@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from dpsql.mechanism import Answers
+from dpsql.planning.mechanism import Answers
 from dpsql.schema import EPOCH, Categorical
 from dpsql.sql import ir
 from dpsql.sql import quantiles as qs
@@ -39,7 +39,7 @@ class AnswerKey(NamedTuple):
 
 
 class AnswerSet(Mapping[AnswerKey, Answers]):
-    """The released answers of a batch, one :class:`~dpsql.mechanism.Answers` per block."""
+    """The released answers of a batch, one :class:`~dpsql.planning.mechanism.Answers` per block."""
 
     __slots__ = ("_answers",)
 
@@ -90,7 +90,7 @@ def _table(compiled: CompiledBatch, statement: CompiledStatement,
     notes: dict[str, str] = {}
     mine = answers.of_group(statement.group)
     if statement.statement.outputs is not None:  # derived outputs, HAVING (dpsql.sql.derived)
-        from dpsql.derived_answers import derived_table
+        from dpsql.answers.derived import derived_table
         return derived_table(compiled, statement, mine)
     for item in statement.statement.select:
         if isinstance(item, ir.GroupColumn):
@@ -217,16 +217,16 @@ def sort_order(keys: Sequence[tuple[str, bool]], table: pa.Table) -> list[int]:
     return order
 
 
-#: The lone aggregates and group columns of a derived statement (``dpsql.derived_answers``) are answered as here.
+#: The lone aggregates and group columns of a derived statement (``dpsql.answers.derived``) are answered as here.
 aggregate_values = _aggregate_values
 group_columns = _group_columns
 
 
 def _derived_metadata(statement: ir.Statement) -> dict[str, Any]:
-    """What the metadata says about derived outputs and HAVING (``dpsql.derived_answers``)."""
+    """What the metadata says about derived outputs and HAVING (``dpsql.answers.derived``)."""
     if statement.outputs is None:
         return {}
-    from dpsql.derived_answers import metadata
+    from dpsql.answers.derived import metadata
     return metadata(statement)
 
 

@@ -28,8 +28,8 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from dpsql.kronvec import kron_vectors
-from dpsql.workloads import (
+from dpsql.matrix.kronvec import kron_vectors
+from dpsql.matrix.workloads import (
     MAX_DENSE_ENTRIES,
     Explicit,
     FloatArray,

@@ -25,7 +25,7 @@ import numpy.typing as npt
 import scipy.sparse as sp
 
 from dpsql.errors import DomainTooLargeError, ShapeError
-from dpsql.kronvec import ColumnTerm, align_terms, kron_vectors, max_of_kron_sum
+from dpsql.matrix.kronvec import ColumnTerm, align_terms, kron_vectors, max_of_kron_sum
 
 FloatArray = npt.NDArray[np.float64]
 Norm = Literal["l1", "l2"]

@@ -42,9 +42,10 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from dpsql import accuracy, noise
+from dpsql import noise
 from dpsql.errors import PrivacyParameterError, ShapeError
-from dpsql.workloads import Explicit, Identity, Norm, Product, Workload
+from dpsql.matrix.workloads import Explicit, Identity, Norm, Product, Workload
+from dpsql.planning import accuracy
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

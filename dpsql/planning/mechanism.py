@@ -47,7 +47,7 @@ import numpy.typing as npt
 import scipy.sparse.linalg as spla
 
 from dpsql import noise as exact
-from dpsql.accuracy import check_support
+from dpsql.answers.tail_bounds import NoiseLaw
 from dpsql.errors import (
     DataError,
     DpsqlWarning,
@@ -55,13 +55,10 @@ from dpsql.errors import (
     PrivacyParameterError,
     ShapeError,
 )
-from dpsql.kronvec import ColumnTerm
-from dpsql.linalg import bilinear_diag, diagonal_entries, kron_answers, pinv_gram, quadratic_diag
-from dpsql.noise import Noise
-from dpsql.partitions import Parts
-from dpsql.residual.basis import marginal_form
-from dpsql.tail_bounds import NoiseLaw
-from dpsql.workloads import (
+from dpsql.matrix.kronvec import ColumnTerm
+from dpsql.matrix.linalg import bilinear_diag, diagonal_entries, kron_answers, pinv_gram, quadratic_diag
+from dpsql.matrix.partitions import Parts
+from dpsql.matrix.workloads import (
     Explicit,
     FloatArray,
     Identity,
@@ -73,6 +70,9 @@ from dpsql.workloads import (
     Workload,
     scale_columns,
 )
+from dpsql.noise import Noise
+from dpsql.planning.accuracy import check_support
+from dpsql.residual.basis import marginal_form
 
 #: Bits of precision kept when a real-valued strategy is rounded to integers.
 STRATEGY_BITS = 20
@@ -364,7 +364,7 @@ def answer_blocks(blocks: Sequence[Workload], measurement: Measurement) -> list[
 
 def answer_values(W: Workload, measurement: Measurement, cells: Callable[[], FloatArray]) -> FloatArray:
     """W Ã⁺ y: over a Kronecker Ã, each Kronecker block (of a stack, weight or sum) by
-    :func:`~dpsql.linalg.kron_answers`, without the cell estimate, whose rounding W x̂ would
+    :func:`~dpsql.matrix.linalg.kron_answers`, without the cell estimate, whose rounding W x̂ would
     amplify; otherwise W x̂ with x̂ = ``cells()``."""
     if not isinstance(measurement.strategy, Kron):
         return np.asarray(W @ cells())

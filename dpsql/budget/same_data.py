@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dpsql import ledger_format as fmt
+from dpsql.budget import ledger_format as fmt
+from dpsql.budget.records import Binding
 from dpsql.errors import ProgrammingError
-from dpsql.ledger_records import Binding
 
 
 def check_same_data(books: fmt.Books, dataset: str, binding: Binding, *, rebind: bool, ledger: Path) -> str | None:

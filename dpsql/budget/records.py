@@ -2,7 +2,7 @@
 
 :class:`Binding` is the schema's privacy-relevant parts and the database file's identity a dataset's
 budget is bound to (and how two bindings differ, in words); :class:`BatchRecord`, :class:`Limit`,
-:class:`Balance`, :class:`Charge`, :class:`Action` and :class:`KeptRelease` are the rows :mod:`dpsql.ledger`
+:class:`Balance`, :class:`Charge`, :class:`Action` and :class:`KeptRelease` are the rows :mod:`dpsql.budget.ledger`
 writes and reads. None of them holds data values (a kept release's payload is the public part of a
 release: noisy values and public plan facts).
 """
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from dpsql.accounting import Family, PrivacyCost, price, refusal
 from dpsql.backends.base import file_identity
+from dpsql.budget.accounting import Family, PrivacyCost, price, refusal
 from dpsql.errors import BudgetExhaustedError, PrivacyParameterError
 from dpsql.schema import Schema
 

@@ -2,7 +2,7 @@
 
 A cost is pure ε-DP or ρ-zCDP (``PrivacyCost``), under adding or removing one privacy unit. A budget
 is anything implementing ``PrivacyBudget``: the in-memory ``Budget`` here, or the ledger's
-``dpsql.ledger.LedgerBudget``.
+``dpsql.budget.ledger.LedgerBudget``.
 
 Math:
     sequential  releases computed from the same data add up: ε = Σ εᵢ (pure DP, Dwork & Roth 2014,
@@ -333,7 +333,7 @@ class Budget:
     """A total privacy budget that batches draw from; ``Budget(epsilon=3)`` or ``Budget(rho=0.5)``.
 
     The in-memory ``PrivacyBudget``, kept for one connection: it ends with the process.
-    ``dpsql.connect(..., ledger=PATH)`` keeps the books in a durable file instead (``dpsql.ledger``).
+    ``dpsql.connect(..., ledger=PATH)`` keeps the books in a durable file instead (``dpsql.budget.ledger``).
     Decisions use the exact sum ``exact_spent`` (a Fraction); ``spent`` is the same amount as a
     float, for display.
     """

@@ -27,7 +27,7 @@ MIN, simultaneously over the boundaries. F(c_j), the rows in cells 0..j−1, is 
 F̂(c_j) = F(c_j) + e_j, e_j = a_j·z a public linear combination of the measurement's iid
 noise z (discrete Laplace or discrete Gaussian), symmetric, of standard deviation s_j. With K′ the
 boundaries where s_j > 0, α = 1 − (the CI's level) = 0.05 and κ = ``tail_multiplier(law, α/K′)``
-(``dpsql.tail_bounds``: P(e_j ≥ κ·s_j) ≤ α/K′ whatever a_j is), q_j = κ·s_j and
+(``dpsql.answers.tail_bounds``: P(e_j ≥ κ·s_j) ≤ α/K′ whatever a_j is), q_j = κ·s_j and
   high = the first c_j with F̂(c_j) > q_j       ("surely occupied": then F(c_j) ≥ 1, unless e_j ≥ q_j),
   low  = the last c_j ≤ high with F̂(c_j) + q_j < 1  ("surely empty": then F(c_j) = 0, unless e_j ≤ −q_j),
 (c_K and c_0 when there is none; c_0 always qualifies: F̂(c_0) = 0 exactly). If the minimum lies in
@@ -53,7 +53,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from dpsql.tail_bounds import NoiseLaw, tail_multiplier
+from dpsql.answers.tail_bounds import NoiseLaw, tail_multiplier
 
 FloatArray = npt.NDArray[np.float64]
 QuantileKind = Literal["cont", "disc", "min", "max"]

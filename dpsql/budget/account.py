@@ -1,6 +1,6 @@
 """Which budget a connection draws from in a ledger (:class:`Account`), and that budget as the
 engine's ``PrivacyBudget`` (:class:`LedgerBudget`): ``check`` reads the ledger, ``charge`` is its
-atomic, durable charge (:mod:`dpsql.ledger`)."""
+atomic, durable charge (:mod:`dpsql.budget.ledger`)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from dpsql.accounting import PrivacyCost
+from dpsql.budget.accounting import PrivacyCost
+from dpsql.budget.records import Balance, BatchRecord, Binding, KeptRelease
 from dpsql.errors import ProgrammingError
-from dpsql.ledger_records import Balance, BatchRecord, Binding, KeptRelease
 from dpsql.schema import Schema
 
 if TYPE_CHECKING:
-    from dpsql.ledger import Ledger
+    from dpsql.budget.ledger import Ledger
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
