@@ -169,6 +169,7 @@ def test_the_error_module_name_does_not_collide_with_the_exceptions_module() -> 
     import dpsql
 
     package = Path(dpsql.__file__).parent
-    assert (package / "accuracy.py").is_file() and not (package / "error.py").exists()
+    assert (package / "planning" / "accuracy.py").is_file()
+    assert not list(package.rglob("error.py"))
     assert "accuracy" in dpsql.__all__ and "error" not in dpsql.__all__
     assert all(hasattr(dpsql, name) for name in dpsql.__all__)
