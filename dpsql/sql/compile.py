@@ -48,6 +48,7 @@ from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
 from dpsql.matrix.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Workload
 from dpsql.sql import derived, filters, ir, units
 from dpsql.sql import quantiles as qs
+from dpsql.sql.axes import Axis
 from dpsql.sql.boxes import Box, BoxBudget, intersect, merge, union
 from dpsql.sql.cell_totals import batch_cell_totals as batch_cell_totals  # re-exported: the scans sum cells with it
 from dpsql.sql.filters import Atom, statement_atoms
@@ -57,25 +58,6 @@ from dpsql.sql.value_cells import ValueCells
 from dpsql.sql.vectors import COUNTS, DataVector
 
 BoolArray = npt.NDArray[np.bool_]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Axis:
-    """One grouped or filtered column: its batch cells and how base cells map onto them."""
-
-    column: sch.Column
-    cell_of_base: npt.NDArray[np.int64]  # base cell (outside = domain.size) → batch cell (outside last, or -1: none)
-
-    @property
-    def size(self) -> int:
-        return int(self.cell_of_base.max()) + 1
-
-    @property
-    def has_outside(self) -> bool:
-        """Whether the last batch cell is the outside cell. A column declared ``out_of_domain =
-        "exclude"`` has none (its outside rows are filtered out of every scan, so the cell would
-        always be empty and only cost noise), unless it would be the axis's second cell."""
-        return bool(self.cell_of_base[-1] >= 0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
