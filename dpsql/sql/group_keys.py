@@ -85,7 +85,7 @@ class DateKey:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LookupKey:
-    """A public table's column read through a foreign key (:mod:`dpsql.sql.public_tables`): ``labels``
+    """A public table's column read through a foreign key (:mod:`dpsql.sql.public_joins`): ``labels``
     maps key values to labels, in the public rows' order; ``keep_missing`` (LEFT JOIN) puts the other
     key values and NULL keys in a NULL group, else (INNER JOIN) in no group."""
 

@@ -226,7 +226,7 @@ class Statement:
     #: Per GROUP BY entry, its CASE/date-part key on that column (None: the plain column); () when all are plain.
     group_keys: tuple[GroupKey | None, ...] = ()
     #: The JOIN after FROM (``dpsql.sql.joins``): a public table's, rewritten away against the schema by
-    #: ``public_tables.resolve``, or the privacy unit's table (``dpsql.sql.relations``).
+    #: ``public_joins.resolve``, or the privacy unit's table (``dpsql.sql.relations``).
     joins: tuple[Join, ...] = ()
     #: Outputs computed from the aggregates, HAVING, ORDER BY and LIMIT over them (``dpsql.sql.derived``);
     #: then ``select`` holds the group columns and every measured aggregate, and order_by/limit are empty.

@@ -42,7 +42,7 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
     plain      := COUNT(*) | COUNT(constant) | COUNT(column) | SUM(column) | AVG(column)  -- COUNT(1) = COUNT(*)
     column     := [[main '.'] table_or_alias '.'] name  -- identifiers may be "quoted"; case-insensitive
     join       := [INNER | LEFT [OUTER]] JOIN table [[AS] alias] (USING (key) | ON column = column)
-                                                    -- a public table of the schema (public_tables): a lookup;
+                                                    -- a public table of the schema (public_joins): a lookup;
                                                     -- or the table's privacy unit's table (relations)
     group      := column | position | alias | case | datepart  -- position/alias: of a select item (group_keys)
     case       := CASE WHEN predicate THEN label ... [ELSE label] END  -- every WHEN on one column; label:
