@@ -52,7 +52,7 @@ from dpsql.sql.axes import Axis
 from dpsql.sql.boxes import Box, BoxBudget, intersect, merge, union
 from dpsql.sql.cell_totals import batch_cell_totals as batch_cell_totals  # re-exported: the scans sum cells with it
 from dpsql.sql.filters import Atom, statement_atoms
-from dpsql.sql.group_keys import GroupKey, KeyGroups, key_groups, keys_of, membership, plain_groups
+from dpsql.sql.group_keys import KeyGroups, key_groups, keys_of, membership, plain_groups
 from dpsql.sql.relations import joined_relation, resolve
 from dpsql.sql.value_cells import ValueCells
 from dpsql.sql.vectors import COUNTS, DataVector
@@ -277,7 +277,7 @@ def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Tab
     return Axis(column=column, cell_of_base=np.append(cell, outside))
 
 
-def _key_groups(column: sch.Column, key: GroupKey | None) -> KeyGroups:
+def _key_groups(column: sch.Column, key: ir.GroupKey | None) -> KeyGroups:
     """The output groups of a GROUP BY entry on ``column``: its bins, or its key's (group_keys)."""
     return plain_groups(column) if key is None else key_groups(column, key, _base_mask)
 

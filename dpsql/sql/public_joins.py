@@ -4,7 +4,7 @@ The schema declares a public table with its rows inline, and a foreign key on th
 that references it (:mod:`dpsql.public_tables`). Then ``FROM people [INNER | LEFT] JOIN regions [r]
 USING (region_id)`` (or ``ON people.region_id = r.region_id``) may group by and filter on the public
 table's columns. Each public column is a public function of the key: ``GROUP BY r.name`` is a
-re-binning of ``region_id``'s cells (a :class:`~dpsql.sql.group_keys.LookupKey`), a WHERE atom on ``r.name``
+re-binning of ``region_id``'s cells (a :class:`~dpsql.sql.ir.LookupKey`), a WHERE atom on ``r.name``
 is ``region_id IN (the keys whose row makes it TRUE)``. INNER JOIN also adds ``region_id IN (every
 public key)``, a public filter; LEFT JOIN keeps the other key values (and NULL keys) in a NULL group.
 The public rows come from the schema and never touch the database: no SQL join is generated, the
@@ -25,7 +25,6 @@ from dpsql import schema as sch
 from dpsql.errors import SchemaError, UnsupportedQueryError
 from dpsql.public_tables import PublicTable, base_values
 from dpsql.sql import filters, ir
-from dpsql.sql.group_keys import LookupKey
 
 _JOIN_SUPPORTED = ("Joins are [INNER | LEFT] JOIN <public table> [alias] USING (key) or ON <table>.key = "
                    "<alias>.key, with a public table the schema declares and a key column that references it.")
@@ -166,8 +165,8 @@ def _labels(lookup: _Lookup, column: ir.Column) -> dict[object, object]:
     return dict(zip(lookup.public.values(lookup.join.public_column), lookup.public.values(name)))
 
 
-def _lookup_key(lookup: _Lookup, column: ir.Column) -> LookupKey:
-    return LookupKey(column=_key_column(lookup, column), labels=tuple(_labels(lookup, column).items()),
+def _lookup_key(lookup: _Lookup, column: ir.Column) -> ir.LookupKey:
+    return ir.LookupKey(column=_key_column(lookup, column), labels=tuple(_labels(lookup, column).items()),
                      keep_missing=lookup.join.kind == "left", span=column.span)
 
 
