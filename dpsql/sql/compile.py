@@ -46,7 +46,7 @@ import scipy.sparse as sp
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
 from dpsql.matrix.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Workload
-from dpsql.sql import derived, filters, ir, units
+from dpsql.sql import derived, filters, ir, timestamps, units
 from dpsql.sql import quantiles as qs
 from dpsql.sql.axes import Axis
 from dpsql.sql.boxes import Box, BoxBudget, intersect, merge, union
@@ -362,7 +362,7 @@ class _CellValues:
         ``=`` the window is the cells whose values reach the literal (found by bisection: every other
         cell lies wholly before or after it); otherwise every cell.
         """
-        literal = filters.date_literal(domain, literal, column.name)
+        literal = timestamps.date_literal(domain, literal, column.name)
         try:
             number = domain.to_number(literal.value)
         except (ValueError, TypeError) as err:
