@@ -28,8 +28,9 @@ from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 from dpsql.sql.compile import compile_batch
-from dpsql.sql.filters import dangling_escape, like_regex
+from dpsql.sql.filters import like_regex
 from dpsql.sql.parse import MAX_PREDICATE_ATOMS, parse_batch
+from dpsql.sql.predicates import dangling_escape
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpsql.errors.DpsqlWarning")  # ε = 1e6: a test, not a release
 

@@ -76,17 +76,17 @@ class _Statement:
         """∇fᵀ Σ ∇f row by row (NaN where the value is NULL)."""
         return np.maximum(np.einsum("ni,nij,nj->n", value.gradient, self.sigma, value.gradient), 0.0)
 
-    def evaluate(self, expression: d.Expression) -> _Value:
+    def evaluate(self, expression: ir.Expression) -> _Value:
         """Forward differentiation of an expression over the statement's aggregates and numbers."""
         n, m = self.values.shape
-        if isinstance(expression, d.AggregateRef):
+        if isinstance(expression, ir.AggregateRef):
             return self.aggregate(expression.index)
-        if isinstance(expression, d.Constant):
+        if isinstance(expression, ir.Constant):
             return _Value(np.full(n, float(expression.value)), np.zeros((n, m)))  # type: ignore[arg-type]
-        if isinstance(expression, d.Negate):
+        if isinstance(expression, ir.Negate):
             inner = self.evaluate(expression.operand)
             return _Value(-inner.value, -inner.gradient)
-        assert isinstance(expression, d.Arithmetic), "HAVING names are resolved by the caller"
+        assert isinstance(expression, ir.Arithmetic), "HAVING names are resolved by the caller"
         left, right = self.evaluate(expression.left), self.evaluate(expression.right)
         if expression.operator == "+":
             return _Value(left.value + right.value, left.gradient + right.gradient)
@@ -130,7 +130,7 @@ def derived_table(compiled: CompiledBatch, statement: CompiledStatement,
     for item in outputs.items:
         if isinstance(item, ir.GroupColumn):
             columns.update(group_columns(compiled, statement, _group_position(statement, item.column), item.alias))
-        elif isinstance(item, d.ConstantItem):
+        elif isinstance(item, ir.ConstantItem):
             columns[item.alias] = pa.array([item.value] * rows, type=_arrow_type(item.value))
         else:
             value, stddev = _output_values(state, statement, item, answers)
@@ -141,7 +141,7 @@ def derived_table(compiled: CompiledBatch, statement: CompiledStatement,
         keep = [r for r, kept in enumerate(_condition(outputs.having, state, statement, compiled, table)) if kept]
         table = table.take(pa.array(keep, type=pa.int64()))
     for item in outputs.items:  # NULL ratios among the rows HAVING keeps
-        missing = table.column(item.alias).null_count if isinstance(item, d.DerivedItem) else 0
+        missing = table.column(item.alias).null_count if isinstance(item, ir.DerivedItem) else 0
         if missing:
             notes[item.alias] = (f"{missing} group(s) NULL: a denominator's noisy value (the count of non-NULL "
                                  f"values, for AVG) is below max(1, {AVG_MIN_COUNT_STDDEVS:g} standard errors), "
@@ -153,11 +153,11 @@ def derived_table(compiled: CompiledBatch, statement: CompiledStatement,
     return (table.slice(0, outputs.limit) if outputs.limit is not None else table), notes
 
 
-def _output_values(state: _Statement, statement: CompiledStatement, item: d.DerivedItem,
+def _output_values(state: _Statement, statement: CompiledStatement, item: ir.DerivedItem,
                    answers: Mapping[int, Answers]) -> tuple[FloatArray, FloatArray]:
     """A lone aggregate as ``dpsql.answers.tables`` answers it; an expression by forward differentiation."""
     if item.plain:
-        assert isinstance(item.expression, d.AggregateRef)
+        assert isinstance(item.expression, ir.AggregateRef)
         return aggregate_values(statement, statement.aggregates[item.expression.index], answers)
     found = state.evaluate(item.expression)
     return found.value, np.sqrt(state.variance(found))
@@ -186,7 +186,7 @@ def metadata(statement: ir.Statement) -> dict[str, Any]:
         return {}
     found: dict[str, Any] = {}
     formulas = {item.alias: _formula(item.expression, statement) for item in outputs.items
-                if isinstance(item, d.DerivedItem) and not item.plain}
+                if isinstance(item, ir.DerivedItem) and not item.plain}
     if formulas:
         found["derived"] = formulas
     if outputs.having is not None:
@@ -194,7 +194,7 @@ def metadata(statement: ir.Statement) -> dict[str, Any]:
     return found
 
 
-def _formula(expression: d.Expression, statement: ir.Statement) -> str:
+def _formula(expression: ir.Expression, statement: ir.Statement) -> str:
     if _linear(expression, statement):
         return ("post-processing of the released aggregates; standard error exact: Var(Σ c_i a_i) = "
                 "Σ c_i c_j Cov(a_i, a_j)")
@@ -202,23 +202,23 @@ def _formula(expression: d.Expression, statement: ir.Statement) -> str:
             f"NULL where a denominator is below max(1, {AVG_MIN_COUNT_STDDEVS:g} standard errors), as for AVG")
 
 
-def _linear(expression: d.Expression, statement: ir.Statement) -> bool:
+def _linear(expression: ir.Expression, statement: ir.Statement) -> bool:
     """Whether the expression is a linear combination of SUM/COUNT answers (AVG is a ratio)."""
-    if isinstance(expression, d.Negate):
+    if isinstance(expression, ir.Negate):
         return _linear(expression.operand, statement)
-    if isinstance(expression, d.Arithmetic):
+    if isinstance(expression, ir.Arithmetic):
         left, right = _linear(expression.left, statement), _linear(expression.right, statement)
         if expression.operator in "+-":
             return left and right
         if expression.operator == "*":
             return (_constant(expression.left) and right) or (_constant(expression.right) and left)
         return _constant(expression.right) and left
-    if isinstance(expression, d.AggregateRef):
+    if isinstance(expression, ir.AggregateRef):
         return statement.aggregates[expression.index].function != "avg"
-    return isinstance(expression, d.Constant)
+    return isinstance(expression, ir.Constant)
 
 
-def _constant(expression: d.Expression) -> bool:
+def _constant(expression: ir.Expression) -> bool:
     return not any(True for _ in d.aggregate_refs(expression))
 
 
@@ -226,22 +226,22 @@ def _constant(expression: d.Expression) -> bool:
 Cell = float | str | object
 
 
-def _condition(condition: d.Condition, state: _Statement, statement: CompiledStatement, compiled: CompiledBatch,
+def _condition(condition: ir.Condition, state: _Statement, statement: CompiledStatement, compiled: CompiledBatch,
                table: pa.Table) -> list[bool | None]:
     """SQL's three-valued truth of the condition, row by row (None: UNKNOWN, e.g. a NULL ratio)."""
-    def operand(expression: d.Expression) -> list[Cell]:
+    def operand(expression: ir.Expression) -> list[Cell]:
         return _operand(expression, state, statement, compiled, table)
 
-    if isinstance(condition, d.Connective):
+    if isinstance(condition, ir.Connective):
         parts = [_condition(c, state, statement, compiled, table) for c in condition.operands]
         return [_all(row) if condition.all_of else _any(row) for row in zip(*parts)]
-    if isinstance(condition, d.Negation):
+    if isinstance(condition, ir.Negation):
         return [None if t is None else not t for t in _condition(condition.operand, state, statement, compiled, table)]
-    if isinstance(condition, d.IsNull):
+    if isinstance(condition, ir.NullTest):
         return [(v is None) != condition.negated for v in operand(condition.operand)]
-    if isinstance(condition, d.Compare):
+    if isinstance(condition, ir.Compare):
         return [_compare(a, condition.operator, b) for a, b in zip(operand(condition.left), operand(condition.right))]
-    if isinstance(condition, d.Range):
+    if isinstance(condition, ir.Range):
         found = [_all([_compare(v, ">=", lo), _compare(v, "<=", hi)]) for v, lo, hi in
                  zip(operand(condition.operand), operand(condition.low), operand(condition.high))]
     else:
@@ -251,29 +251,29 @@ def _condition(condition: d.Condition, state: _Statement, statement: CompiledSta
     return [None if t is None else t != condition.negated for t in found]
 
 
-def _operand(expression: d.Expression, state: _Statement, statement: CompiledStatement, compiled: CompiledBatch,
+def _operand(expression: ir.Expression, state: _Statement, statement: CompiledStatement, compiled: CompiledBatch,
              table: pa.Table) -> list[Cell]:
     """An operand's row values (None for NULL): arithmetic from the answers, names from the table."""
     rows = table.num_rows
-    if isinstance(expression, d.OutputRef):
+    if isinstance(expression, ir.OutputRef):
         return [_null(v) for v in table.column(expression.name).to_pylist()]
-    if isinstance(expression, d.GroupRef):
+    if isinstance(expression, ir.GroupRef):
         column = statement.statement.group_by[expression.position]
         return group_columns(compiled, statement, expression.position, column.name)[column.name].to_pylist()
-    if isinstance(expression, d.Constant) and not isinstance(expression.value, (int, float)):
+    if isinstance(expression, ir.Constant) and not isinstance(expression.value, (int, float)):
         return [expression.value] * rows
     return [_null(v) for v in _numbers(expression, state, statement, compiled, table).tolist()]
 
 
-def _numbers(expression: d.Expression, state: _Statement, statement: CompiledStatement, compiled: CompiledBatch,
+def _numbers(expression: ir.Expression, state: _Statement, statement: CompiledStatement, compiled: CompiledBatch,
              table: pa.Table) -> FloatArray:
     """Numeric values of HAVING arithmetic, whose names are numeric output columns."""
-    if isinstance(expression, d.OutputRef | d.GroupRef):
+    if isinstance(expression, ir.OutputRef | ir.GroupRef):
         return np.array([np.nan if v is None else v for v in _operand(expression, state, statement, compiled, table)],
                         dtype=float)
-    if isinstance(expression, d.Negate):
+    if isinstance(expression, ir.Negate):
         return -_numbers(expression.operand, state, statement, compiled, table)
-    if isinstance(expression, d.Arithmetic):
+    if isinstance(expression, ir.Arithmetic):
         left = _numbers(expression.left, state, statement, compiled, table)
         right = _numbers(expression.right, state, statement, compiled, table)
         if expression.operator == "/":
@@ -407,9 +407,9 @@ def _output_columns(statement: ir.Statement, table: sch.Table) -> list[tuple[str
             columns.append((alias, kind))
             if domain.reports_upper:
                 columns.append((f"{alias}_upper", kind))
-        elif isinstance(item, d.ConstantItem):
+        elif isinstance(item, ir.ConstantItem):
             columns.append((alias, _arrow_type(item.value)))
-        elif isinstance(item, (ir.Aggregate, d.DerivedItem)):
+        elif isinstance(item, (ir.Aggregate, ir.DerivedItem)):
             columns += [(alias, pa.float64()), (f"{alias}_stddev", pa.float64())]
         else:
             columns.append((alias, None))

@@ -37,7 +37,7 @@ from dpsql.engine.routes import Prepared
 from dpsql.planning import mechanism
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.schema import Schema
-from dpsql.sql import ir, public_tables
+from dpsql.sql import ir, public_joins
 from dpsql.sql.compile import CompiledBatch, CompiledStatement, compile_batch
 from dpsql.sql.parse import parse_batch
 
@@ -92,7 +92,7 @@ def split_batch(text: str, parameters: Sequence[object] | None, schema: Schema,
     must then be a plain COUNT/SUM statement, whose standard errors do not depend on the data.
     With a ``cost``, only if none of its answers' variances exceeds what the batch's plan at that
     cost (with ``weights``) gives it without reuse. ``cache``: the store's reductions."""
-    batch = public_tables.resolve(parse_batch(text, parameters), schema)
+    batch = public_joins.resolve(parse_batch(text, parameters), schema)
     everything = tuple(range(len(batch.statements)))
     if not kept:
         return Split(batch=batch, compiled=None, free={}, releases={}, measured=everything, cost=cost)

@@ -81,7 +81,7 @@ def predicted_stddevs(prepared: Prepared,
             state = StatementAnswers(statement, mine)
             result.append({item.alias: np.sqrt(state.variance(state.evaluate(item.expression)))
                            for item in outputs.items
-                           if isinstance(item, d.DerivedItem) and (index, item.alias) not in skipped})
+                           if isinstance(item, ir.DerivedItem) and (index, item.alias) not in skipped})
     return result
 
 
@@ -97,13 +97,13 @@ def unguaranteed(prepared: Prepared) -> list[Unguaranteed]:
                      for output in compiled.aggregates]
         else:
             items = [(item.alias, item.span, _why_derived(item, statement, truncated))
-                     for item in statement.outputs.items if isinstance(item, d.DerivedItem)]
+                     for item in statement.outputs.items if isinstance(item, ir.DerivedItem)]
         found += [Unguaranteed(statement=index, alias=alias, span=span, why=why)
                   for alias, span, why in items if why is not None]
     return found
 
 
-def _why_derived(item: d.DerivedItem, statement: ir.Statement, truncated: set[str]) -> str | None:
+def _why_derived(item: ir.DerivedItem, statement: ir.Statement, truncated: set[str]) -> str | None:
     """Why a derived output's standard error depends on the data, or None when the plan fixes it."""
     for reason in (_why(statement.aggregates[i], truncated) for i in d.aggregate_refs(item.expression)):
         if reason is not None and (item.plain or "AVG" not in reason):

@@ -17,7 +17,7 @@ from dpsql.engine.weighing import statement_weights_of
 from dpsql.matrix import blas
 from dpsql.planning.planner import Progress
 from dpsql.schema import Schema
-from dpsql.sql import public_tables
+from dpsql.sql import public_joins
 from dpsql.sql.compile import batch_table, compile_batch, initial_partition
 from dpsql.sql.flatten import expand_weights
 from dpsql.sql.parse import parse_batch
@@ -49,7 +49,7 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
     (:mod:`dpsql.engine.planning_size`).
     """
     check_batch_cost(cost)
-    batch = public_tables.resolve(parse_batch(text, parameters), schema)  # public joins → lookups on the key
+    batch = public_joins.resolve(parse_batch(text, parameters), schema)  # public joins → lookups on the key
     planned = statement_weights_of(expand_weights(batch, weights), len(batch.statements))
     if statements is not None:
         batch = replace(batch, statements=tuple(batch.statements[i] for i in statements))

@@ -52,7 +52,8 @@ from dpsql.releases.kept import KeptMeasurement
 from dpsql.releases.recipes import NotKeptError, to_recipe
 from dpsql.releases.reduce import Axes, Meet, cell_map, meet, reduce, reduction_work, refinement
 from dpsql.schema import Table, measure_quantum
-from dpsql.sql.compile import Axis, CompiledBatch, CompiledGroup
+from dpsql.sql.axes import Axis
+from dpsql.sql.compile import CompiledBatch, CompiledGroup
 from dpsql.sql.vectors import DataVector
 
 FloatArray = npt.NDArray[np.float64]

@@ -41,7 +41,7 @@ from dpsql.matrix.workloads import Explicit, Workload
 from dpsql.noise import RandomSource
 from dpsql.planning.mechanism import Answers
 from dpsql.schema import Schema, Table
-from dpsql.sql import ir, public_tables
+from dpsql.sql import ir, public_joins
 from dpsql.sql.compile import CompiledBatch, batch_cell_totals, batch_table, compile_batch
 from dpsql.sql.derived import covariance_pairs
 from dpsql.sql.parse import parse_batch
@@ -67,7 +67,7 @@ def compile_local(text: str, schema: Schema) -> LocalBatch:
             a privacy unit column or ``out_of_domain = "exclude"``.
         SqlSyntaxError, SchemaError, InvalidQueryError: as for the central path.
     """
-    batch = public_tables.resolve(parse_batch(text), schema)  # public joins → lookups on the key
+    batch = public_joins.resolve(parse_batch(text), schema)  # public joins → lookups on the key
     for statement in batch.statements:
         for aggregate in statement.aggregates:
             if aggregate.function != "count" or aggregate.column is not None:

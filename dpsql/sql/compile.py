@@ -46,36 +46,18 @@ import scipy.sparse as sp
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
 from dpsql.matrix.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Workload
-from dpsql.sql import derived, filters, ir, units
+from dpsql.sql import derived, filters, ir, timestamps, units
 from dpsql.sql import quantiles as qs
+from dpsql.sql.axes import Axis
 from dpsql.sql.boxes import Box, BoxBudget, intersect, merge, union
 from dpsql.sql.cell_totals import batch_cell_totals as batch_cell_totals  # re-exported: the scans sum cells with it
 from dpsql.sql.filters import Atom, statement_atoms
-from dpsql.sql.group_keys import GroupKey, KeyGroups, key_groups, keys_of, membership, plain_groups
+from dpsql.sql.group_keys import KeyGroups, key_groups, keys_of, membership, plain_groups
 from dpsql.sql.relations import joined_relation, resolve
 from dpsql.sql.value_cells import ValueCells
 from dpsql.sql.vectors import COUNTS, DataVector
 
 BoolArray = npt.NDArray[np.bool_]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Axis:
-    """One grouped or filtered column: its batch cells and how base cells map onto them."""
-
-    column: sch.Column
-    cell_of_base: npt.NDArray[np.int64]  # base cell (outside = domain.size) → batch cell (outside last, or -1: none)
-
-    @property
-    def size(self) -> int:
-        return int(self.cell_of_base.max()) + 1
-
-    @property
-    def has_outside(self) -> bool:
-        """Whether the last batch cell is the outside cell. A column declared ``out_of_domain =
-        "exclude"`` has none (its outside rows are filtered out of every scan, so the cell would
-        always be empty and only cost noise), unless it would be the axis's second cell."""
-        return bool(self.cell_of_base[-1] >= 0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -295,7 +277,7 @@ def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Tab
     return Axis(column=column, cell_of_base=np.append(cell, outside))
 
 
-def _key_groups(column: sch.Column, key: GroupKey | None) -> KeyGroups:
+def _key_groups(column: sch.Column, key: ir.GroupKey | None) -> KeyGroups:
     """The output groups of a GROUP BY entry on ``column``: its bins, or its key's (group_keys)."""
     return plain_groups(column) if key is None else key_groups(column, key, _base_mask)
 
@@ -380,7 +362,7 @@ class _CellValues:
         ``=`` the window is the cells whose values reach the literal (found by bisection: every other
         cell lies wholly before or after it); otherwise every cell.
         """
-        literal = filters.date_literal(domain, literal, column.name)
+        literal = timestamps.date_literal(domain, literal, column.name)
         try:
             number = domain.to_number(literal.value)
         except (ValueError, TypeError) as err:

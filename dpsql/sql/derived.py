@@ -1,4 +1,4 @@
-"""Outputs computed from released aggregates: arithmetic, constants and HAVING (parsing and IR).
+"""Outputs computed from released aggregates: arithmetic, constants and HAVING (parsed into :mod:`dpsql.sql.ir`).
 
 A statement may select, besides group columns and plain aggregates,
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Literal as TypingLiteral
 
 from sqlglot import exp
@@ -40,8 +40,7 @@ from dpsql.sql import ir
 from dpsql.sql.predicates import OPERATORS, parse_value
 from dpsql.sql.source import Scope, describe, invalid, node_span, unparen, unsupported
 
-__all__ = ["AggregateRef", "Arithmetic", "Condition", "ConstantItem", "DerivedItem", "Expression", "Outputs",
-           "check_outputs", "finish_statement", "has_stddev", "is_output_expression", "measures", "parse_output"]
+__all__ = ["check_outputs", "finish_statement", "has_stddev", "is_output_expression", "measures", "parse_output"]
 
 _EXPRESSION_SUPPORTED = ("Output expressions combine COUNT, SUM and AVG with numeric constants by + - * / , unary "
                          "minus and parentheses.")
@@ -54,155 +53,11 @@ HAVING_NOTE = ("HAVING applied to the noisy answers: post-processing, no extra p
 #: The name a hidden aggregate (measured for an expression or HAVING, not selected) is given.
 HIDDEN = "{} [hidden]"
 
-ArithmeticOperator = TypingLiteral["+", "-", "*", "/"]
-_ARITHMETIC: dict[type[exp.Expr], ArithmeticOperator] = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
+_ARITHMETIC: dict[type[exp.Expr], ir.ArithmeticOperator] = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
 
 
-# ================================================================================== IR
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AggregateLeaf:
-    """An aggregate as parsed, before the statement's measured aggregates are numbered."""
-
-    aggregate: ir.Aggregate
-    span: ir.Span
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AggregateRef:
-    """The ``index``-th aggregate of the statement's ``select`` (``Statement.aggregates``)."""
-
-    index: int
-    span: ir.Span
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Constant:
-    """A number (in arithmetic) or a string/date (compared in HAVING)."""
-
-    value: ir.Value
-    span: ir.Span
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Negate:
-    operand: Expression
-    span: ir.Span
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Arithmetic:
-    operator: ArithmeticOperator
-    left: Expression
-    right: Expression
-    span: ir.Span
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OutputRef:
-    """HAVING: an output column of the statement, by its name."""
-
-    name: str
-    span: ir.Span
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GroupRef:
-    """HAVING: the ``position``-th GROUP BY column (its output value: a bin's lower bound)."""
-
-    position: int
-    span: ir.Span
-
-
-Expression = AggregateLeaf | AggregateRef | Constant | Negate | Arithmetic | OutputRef | GroupRef
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Compare:
-    operator: ir.ComparisonOperator
-    left: Expression
-    right: Expression
-    span: ir.Span
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Range:
-    """``operand [NOT] BETWEEN low AND high``."""
-
-    operand: Expression
-    low: Expression
-    high: Expression
-    negated: bool
-    span: ir.Span
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Among:
-    """``operand [NOT] IN (values)``."""
-
-    operand: Expression
-    values: tuple[Expression, ...]
-    negated: bool
-    span: ir.Span
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class IsNull:
-    operand: Expression
-    negated: bool
-    span: ir.Span
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Connective:
-    """AND (``all_of``) or OR of conditions."""
-
-    all_of: bool
-    operands: tuple[Condition, ...]
-    span: ir.Span
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Negation:
-    operand: Condition
-    span: ir.Span
-
-
-Condition = Compare | Range | Among | IsNull | Connective | Negation
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DerivedItem:
-    """An output computed from the statement's aggregates; ``plain`` for a lone aggregate."""
-
-    expression: Expression
-    alias: str
-    span: ir.Span
-    plain: bool = False
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ConstantItem:
-    """A constant output column."""
-
-    value: ir.Value
-    alias: str
-    span: ir.Span
-
-
-OutputItem = ir.GroupColumn | DerivedItem | ConstantItem
 #: A select item as parsed, before :func:`finish_statement`.
-ParsedItem = ir.SelectItem | DerivedItem | ConstantItem
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Outputs:
-    """A statement's outputs over its measured aggregates: applied, in this order, after answering:
-    the output columns, HAVING (on the noisy values), ORDER BY, LIMIT."""
-
-    items: tuple[OutputItem, ...]
-    having: Condition | None
-    order_by: tuple[ir.OrderItem, ...]
-    limit: int | None
+ParsedItem = ir.SelectItem | ir.DerivedItem | ir.ConstantItem
 
 
 # ================================================================================== parsing
@@ -216,7 +71,7 @@ def is_output_expression(node: exp.Expr) -> bool:
 
 
 def parse_output(value: exp.Expr, alias: str | None, span: ir.Span, scope: Scope,
-                 parse_aggregate: ParseAggregate) -> DerivedItem | ConstantItem:
+                 parse_aggregate: ParseAggregate) -> ir.DerivedItem | ir.ConstantItem:
     """A select item that is arithmetic or a constant; ``parse_aggregate`` reads an aggregate leaf."""
     name = alias or " ".join(scope.source.text[node_span(value, scope).start:node_span(value, scope).end].split())
     if not any(isinstance(node, exp.AggFunc) for node in value.walk()):
@@ -224,8 +79,8 @@ def parse_output(value: exp.Expr, alias: str | None, span: ir.Span, scope: Scope
         if isinstance(constant, int) and not -2**63 <= constant < 2**63:
             raise InvalidQueryError(f"the constant output {name} is outside the range of a 64-bit integer "
                                     f"({span.describe()}); write it as a decimal (e.g. {constant}.0).")
-        return ConstantItem(value=constant, alias=name, span=span)
-    return DerivedItem(expression=_expression(value, scope, parse_aggregate, None), alias=name, span=span)
+        return ir.ConstantItem(value=constant, alias=name, span=span)
+    return ir.DerivedItem(expression=_expression(value, scope, parse_aggregate, None), alias=name, span=span)
 
 
 def _constant(node: exp.Expr, scope: Scope) -> ir.Value:
@@ -245,11 +100,11 @@ def _no_aggregate(node: exp.Expr) -> ParsedItem:
     raise AssertionError("no aggregate in a constant")
 
 
-HavingNames = Callable[[exp.Column], Expression]
+HavingNames = Callable[[exp.Column], ir.Expression]
 
 
 def _expression(node: exp.Expr, scope: Scope, parse_aggregate: ParseAggregate,
-                names: HavingNames | None) -> Expression:
+                names: HavingNames | None) -> ir.Expression:
     """Arithmetic over aggregates and constants (and, in HAVING, ``names``: output and group columns)."""
     span = node_span(node, scope)
     if isinstance(node, exp.Paren):
@@ -261,24 +116,24 @@ def _expression(node: exp.Expr, scope: Scope, parse_aggregate: ParseAggregate,
         if operator == "/" and _fold(right) == 0:
             raise invalid("division by the constant zero", node, scope, "Divide by a non-zero constant or aggregate.")
         for side, operand in (("left", left), ("right", right)):
-            if isinstance(operand, Constant) and not _numeric(operand.value):
+            if isinstance(operand, ir.Constant) and not _numeric(operand.value):
                 raise unsupported(f"a non-number on the {side} of {operator}", node, scope, _EXPRESSION_SUPPORTED)
-        return Arithmetic(operator=operator, left=left, right=right, span=span)
+        return ir.Arithmetic(operator=operator, left=left, right=right, span=span)
     if isinstance(node, exp.Neg) and not _is_negative_number(node):
-        return Negate(operand=_expression(node.this, scope, parse_aggregate, names), span=span)
+        return ir.Negate(operand=_expression(node.this, scope, parse_aggregate, names), span=span)
     if isinstance(node, (exp.IntDiv, exp.Mod, exp.Pow)):
         raise unsupported(f"{describe(node, scope)} (//, %, ^)", node, scope, _EXPRESSION_SUPPORTED)
     if isinstance(node, (exp.AggFunc, exp.Filter)):  # exp.Filter: an aggregate with FILTER (WHERE ...)
         item = parse_aggregate(node)
         assert isinstance(item, ir.Aggregate)
-        return AggregateLeaf(aggregate=item, span=span)
+        return ir.AggregateLeaf(aggregate=item, span=span)
     if isinstance(node, exp.Column) and names is not None:
         return names(node)
     if isinstance(node, exp.Column):
         raise unsupported("a column in an output expression", node, scope,
                           _EXPRESSION_SUPPORTED + " Select the column by itself (and GROUP BY it).")
     try:
-        return Constant(value=parse_value(node, scope, "an output expression").value, span=span)
+        return ir.Constant(value=parse_value(node, scope, "an output expression").value, span=span)
     except UnsupportedQueryError:
         raise unsupported(f"{describe(node, scope)} in an output expression", node, scope,
                           _EXPRESSION_SUPPORTED) from None
@@ -288,14 +143,14 @@ def _numeric(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _fold(expression: Expression) -> float | int | None:
+def _fold(expression: ir.Expression) -> float | int | None:
     """The value of an expression of numeric constants only (None when it reads anything else)."""
-    if isinstance(expression, Constant):
+    if isinstance(expression, ir.Constant):
         return expression.value if _numeric(expression.value) else None  # type: ignore[return-value]
-    if isinstance(expression, Negate):
+    if isinstance(expression, ir.Negate):
         inner = _fold(expression.operand)
         return None if inner is None else -inner
-    if isinstance(expression, Arithmetic):
+    if isinstance(expression, ir.Arithmetic):
         left, right = _fold(expression.left), _fold(expression.right)
         if left is None or right is None:
             return None
@@ -307,12 +162,12 @@ def _fold(expression: Expression) -> float | int | None:
 
 def measures(item: object) -> bool:
     """Whether a parsed select item reads an aggregate."""
-    return isinstance(item, (ir.Aggregate, DerivedItem))
+    return isinstance(item, (ir.Aggregate, ir.DerivedItem))
 
 
 def has_stddev(item: object) -> bool:
     """Whether an output has a ``<alias>_stddev`` column beside it."""
-    return isinstance(item, (ir.Aggregate, DerivedItem))
+    return isinstance(item, (ir.Aggregate, ir.DerivedItem))
 
 
 def having_measures(select: exp.Select) -> bool:
@@ -323,52 +178,53 @@ def having_measures(select: exp.Select) -> bool:
 
 # -------------------------------------------------------------------------------------------- HAVING
 def parse_having(having: exp.Having, items: tuple[ParsedItem, ...],
-                 group_by: tuple[ir.Column, ...], scope: Scope, parse_aggregate: ParseAggregate) -> Condition:
+                 group_by: tuple[ir.Column, ...], scope: Scope, parse_aggregate: ParseAggregate) -> ir.Condition:
     """The HAVING condition; a column names an output (by its name) or a GROUP BY column."""
-    def names(node: exp.Column) -> Expression:
+    def names(node: exp.Column) -> ir.Expression:
         span = node_span(node, scope)
         name = node.name.lower()
         if not node.table:
             for item in items:
                 if item.alias.lower() == name:
-                    return OutputRef(name=item.alias, span=span)
+                    return ir.OutputRef(name=item.alias, span=span)
         for position, column in enumerate(group_by):
             if column.name.lower() == name:
-                return GroupRef(position=position, span=span)
+                return ir.GroupRef(position=position, span=span)
         raise invalid(f"HAVING column '{node.name}' is neither an output name nor a GROUP BY column", node, scope,
                       "HAVING reads aggregates, output names and GROUP BY columns; put row conditions in WHERE.")
 
     return _condition(unparen(having.this), scope, lambda n: _expression(n, scope, parse_aggregate, names))
 
 
-def _condition(node: exp.Expr, scope: Scope, operand: Callable[[exp.Expr], Expression]) -> Condition:
+def _condition(node: exp.Expr, scope: Scope, operand: Callable[[exp.Expr], ir.Expression]) -> ir.Condition:
     span = node_span(node, scope)
     if isinstance(node, exp.Paren):
         return _condition(node.this, scope, operand)
     if isinstance(node, (exp.And, exp.Or)):
         parts = (_condition(node.this, scope, operand), _condition(node.expression, scope, operand))
-        return Connective(all_of=isinstance(node, exp.And), operands=parts, span=span)
+        return ir.Connective(all_of=isinstance(node, exp.And), operands=parts, span=span)
     if isinstance(node, exp.Not):
         inner = unparen(node.this)
         if isinstance(inner, exp.Is) and isinstance(inner.expression, exp.Null):
-            return IsNull(operand=operand(inner.this), negated=True, span=span)
-        return Negation(operand=_condition(node.this, scope, operand), span=span)
+            return ir.NullTest(operand=operand(inner.this), negated=True, span=span)
+        return ir.Negation(operand=_condition(node.this, scope, operand), span=span)
     if type(node) in OPERATORS:
-        return Compare(operator=OPERATORS[type(node)], left=operand(node.this), right=operand(node.expression),
+        return ir.Compare(operator=OPERATORS[type(node)], left=operand(node.this), right=operand(node.expression),
                        span=span)
     if isinstance(node, exp.Between):
-        return Range(operand=operand(node.this), low=operand(node.args["low"]), high=operand(node.args["high"]),
+        return ir.Range(operand=operand(node.this), low=operand(node.args["low"]), high=operand(node.args["high"]),
                      negated=False, span=span)
     if isinstance(node, exp.In) and node.expressions and not node.args.get("query"):
-        return Among(operand=operand(node.this), values=tuple(operand(v) for v in node.expressions), negated=False,
+        return ir.Among(operand=operand(node.this), values=tuple(operand(v) for v in node.expressions), negated=False,
                      span=span)
     if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
-        return IsNull(operand=operand(node.this), negated=False, span=span)
+        return ir.NullTest(operand=operand(node.this), negated=False, span=span)
     raise unsupported(f"{describe(node, scope)} in HAVING", node, scope, _HAVING_SUPPORTED)
 
 
 # ================================================================================== the statement
-def finish_statement(statement: ir.Statement, parsed: tuple[ParsedItem, ...], having: Condition | None) -> ir.Statement:
+def finish_statement(statement: ir.Statement, parsed: tuple[ParsedItem, ...],
+                     having: ir.Condition | None) -> ir.Statement:
     """The statement with its select items: unchanged when they are group columns and plain aggregates
     and there is no HAVING; else the measured aggregates numbered and the outputs, HAVING, ORDER BY
     and LIMIT moved to ``statement.outputs``."""
@@ -386,22 +242,22 @@ def finish_statement(statement: ir.Statement, parsed: tuple[ParsedItem, ...], ha
         measured.append(replace(aggregate, alias=_hidden_name(aggregate.alias, measured)) if hidden else aggregate)
         return len(measured) - 1
 
-    items: list[OutputItem] = []
+    items: list[ir.OutputItem] = []
     for item in parsed:  # plain aggregates first, so that a repeated one is shown by its own name
         if isinstance(item, ir.Aggregate):
             number(item, hidden=False)
     for item in parsed:
         if isinstance(item, ir.Aggregate):
-            items.append(DerivedItem(expression=AggregateRef(index=number(item, False), span=item.span),
+            items.append(ir.DerivedItem(expression=ir.AggregateRef(index=number(item, False), span=item.span),
                                      alias=item.alias, span=item.span, plain=True))
-        elif isinstance(item, DerivedItem):
+        elif isinstance(item, ir.DerivedItem):
             items.append(replace(item, expression=_numbered(item.expression, number)))
         else:
             items.append(item)
     condition = None if having is None else _numbered_condition(having, number)
     groups = tuple(item for item in parsed if isinstance(item, ir.GroupColumn))
     return replace(statement, select=groups + tuple(measured), order_by=(), limit=None,
-                   outputs=Outputs(items=tuple(items), having=condition, order_by=statement.order_by,
+                   outputs=ir.Outputs(items=tuple(items), having=condition, order_by=statement.order_by,
                                    limit=statement.limit))
 
 
@@ -431,39 +287,39 @@ def _strip(value: object) -> object:
     return value
 
 
-def _numbered(expression: Expression, number: Callable[[ir.Aggregate, bool], int]) -> Expression:
-    if isinstance(expression, AggregateLeaf):
-        return AggregateRef(index=number(expression.aggregate, True), span=expression.span)
-    if isinstance(expression, Negate):
+def _numbered(expression: ir.Expression, number: Callable[[ir.Aggregate, bool], int]) -> ir.Expression:
+    if isinstance(expression, ir.AggregateLeaf):
+        return ir.AggregateRef(index=number(expression.aggregate, True), span=expression.span)
+    if isinstance(expression, ir.Negate):
         return replace(expression, operand=_numbered(expression.operand, number))
-    if isinstance(expression, Arithmetic):
+    if isinstance(expression, ir.Arithmetic):
         return replace(expression, left=_numbered(expression.left, number), right=_numbered(expression.right, number))
     return expression
 
 
-def _numbered_condition(condition: Condition, number: Callable[[ir.Aggregate, bool], int]) -> Condition:
-    def go(expression: Expression) -> Expression:
+def _numbered_condition(condition: ir.Condition, number: Callable[[ir.Aggregate, bool], int]) -> ir.Condition:
+    def go(expression: ir.Expression) -> ir.Expression:
         return _numbered(expression, number)
-    if isinstance(condition, Compare):
+    if isinstance(condition, ir.Compare):
         return replace(condition, left=go(condition.left), right=go(condition.right))
-    if isinstance(condition, Range):
+    if isinstance(condition, ir.Range):
         return replace(condition, operand=go(condition.operand), low=go(condition.low), high=go(condition.high))
-    if isinstance(condition, Among):
+    if isinstance(condition, ir.Among):
         return replace(condition, operand=go(condition.operand), values=tuple(go(v) for v in condition.values))
-    if isinstance(condition, IsNull):
+    if isinstance(condition, ir.NullTest):
         return replace(condition, operand=go(condition.operand))
-    if isinstance(condition, Negation):
+    if isinstance(condition, ir.Negation):
         return replace(condition, operand=_numbered_condition(condition.operand, number))
     return replace(condition, operands=tuple(_numbered_condition(c, number) for c in condition.operands))
 
 
-def aggregate_refs(expression: Expression) -> Iterator[int]:
+def aggregate_refs(expression: ir.Expression) -> Iterator[int]:
     """The measured aggregates an expression reads (with repeats)."""
-    if isinstance(expression, AggregateRef):
+    if isinstance(expression, ir.AggregateRef):
         yield expression.index
-    elif isinstance(expression, Negate):
+    elif isinstance(expression, ir.Negate):
         yield from aggregate_refs(expression.operand)
-    elif isinstance(expression, Arithmetic):
+    elif isinstance(expression, ir.Arithmetic):
         yield from aggregate_refs(expression.left)
         yield from aggregate_refs(expression.right)
 
@@ -490,7 +346,7 @@ def covariance_pairs(statement: ir.Statement) -> bool:
     expression reading two or more different aggregates, or an AVG)."""
     if statement.outputs is None:
         return False
-    return any(isinstance(item, DerivedItem) and not item.plain
+    return any(isinstance(item, ir.DerivedItem) and not item.plain
                and (len(set(aggregate_refs(item.expression))) > 1
                     or any(statement.aggregates[i].function == "avg" for i in aggregate_refs(item.expression)))
                for item in statement.outputs.items)
@@ -539,7 +395,7 @@ def check_outputs(statement: ir.Statement, table: sch.Table) -> None:
             raise UnsupportedQueryError(f"ORDER BY {order.key} ({order.span.describe()}) names no output column; use "
                                         f"one of {', '.join(i.alias for i in outputs.items)} or a 1-based position.")
     for item in outputs.items:
-        if isinstance(item, DerivedItem) and not item.plain:
+        if isinstance(item, ir.DerivedItem) and not item.plain:
             _check_composable(item.expression, statement)
     if outputs.having is not None:
         _check_condition(outputs.having, statement, table)
@@ -549,7 +405,7 @@ def check_outputs(statement: ir.Statement, table: sch.Table) -> None:
 COMPOSABLE = frozenset({"count", "sum", "avg"})
 
 
-def _check_composable(expression: Expression, statement: ir.Statement) -> None:
+def _check_composable(expression: ir.Expression, statement: ir.Statement) -> None:
     """Expressions read COUNT, SUM and AVG (whose variances and covariances are known)."""
     for index in aggregate_refs(expression):
         aggregate = statement.aggregates[index]
@@ -559,19 +415,19 @@ def _check_composable(expression: Expression, statement: ir.Statement) -> None:
                                         "compose. Select it by itself.")
 
 
-def _kind(expression: Expression, statement: ir.Statement, table: sch.Table) -> Kind:
-    if isinstance(expression, Constant):
+def _kind(expression: ir.Expression, statement: ir.Statement, table: sch.Table) -> Kind:
+    if isinstance(expression, ir.Constant):
         value = expression.value
         return "number" if _numeric(value) else "date" if isinstance(value, dt.date) else "string"
-    if isinstance(expression, GroupRef):
+    if isinstance(expression, ir.GroupRef):
         return _column_kind(table.column(statement.group_by[expression.position].name))
-    if isinstance(expression, OutputRef):
+    if isinstance(expression, ir.OutputRef):
         assert statement.outputs is not None
         item = next(i for i in statement.outputs.items if i.alias == expression.name)
         if isinstance(item, ir.GroupColumn):
             return _column_kind(table.column(item.column.name))
-        if isinstance(item, ConstantItem):
-            return _kind(Constant(value=item.value, span=item.span), statement, table)
+        if isinstance(item, ir.ConstantItem):
+            return _kind(ir.Constant(value=item.value, span=item.span), statement, table)
         return "number"
     return "number"
 
@@ -583,18 +439,18 @@ def _column_kind(column: sch.Column) -> Kind:
     return "date" if domain.kind == "date" else "number"
 
 
-def _check_condition(condition: Condition, statement: ir.Statement, table: sch.Table) -> None:
-    if isinstance(condition, (Connective, Negation)):
-        for part in condition.operands if isinstance(condition, Connective) else (condition.operand,):
+def _check_condition(condition: ir.Condition, statement: ir.Statement, table: sch.Table) -> None:
+    if isinstance(condition, (ir.Connective, ir.Negation)):
+        for part in condition.operands if isinstance(condition, ir.Connective) else (condition.operand,):
             _check_condition(part, statement, table)
         return
-    if isinstance(condition, IsNull):
+    if isinstance(condition, ir.NullTest):
         return
-    first, others = ((condition.left, (condition.right,)) if isinstance(condition, Compare)
-                     else (condition.operand, (condition.low, condition.high)) if isinstance(condition, Range)
+    first, others = ((condition.left, (condition.right,)) if isinstance(condition, ir.Compare)
+                     else (condition.operand, (condition.low, condition.high)) if isinstance(condition, ir.Range)
                      else (condition.operand, condition.values))
     for other in (first, *others):
-        if isinstance(other, Arithmetic | Negate):
+        if isinstance(other, ir.Arithmetic | ir.Negate):
             _check_arithmetic(other, statement, table)
     kinds = {_kind(e, statement, table) for e in (first, *others)}
     if len(kinds) > 1:
@@ -603,10 +459,10 @@ def _check_condition(condition: Condition, statement: ir.Statement, table: sch.T
                                     "strings and dates with dates.")
 
 
-def _check_arithmetic(expression: Expression, statement: ir.Statement, table: sch.Table) -> None:
+def _check_arithmetic(expression: ir.Expression, statement: ir.Statement, table: sch.Table) -> None:
     """Arithmetic in HAVING reads numbers only."""
-    parts = ((expression.left, expression.right) if isinstance(expression, Arithmetic)
-             else (expression.operand,) if isinstance(expression, Negate) else ())
+    parts = ((expression.left, expression.right) if isinstance(expression, ir.Arithmetic)
+             else (expression.operand,) if isinstance(expression, ir.Negate) else ())
     for part in parts:
         _check_arithmetic(part, statement, table)
     if not parts and _kind(expression, statement, table) != "number":

@@ -1,6 +1,7 @@
 """Spellings and predicates that map exactly onto the batch's cells: IS [NOT] NULL, [NOT] LIKE/ILIKE
-on categorical columns, FILTER (WHERE …) and the conditional aggregates analysts write without it,
-COUNT(<constant>), and timestamps at midnight against date columns.
+on categorical columns, FILTER (WHERE …) and the conditional aggregates analysts write without it, and
+COUNT(<constant>). (IS NULL and LIKE are parsed with the other WHERE predicates in
+:mod:`dpsql.sql.predicates`; timestamps at midnight against date columns: :mod:`dpsql.sql.timestamps`.)
 
 Privacy: every construct here is an *exact rewrite to cells*. Each one is turned into a set of
 batch cells (a predicate's TRUE and FALSE boxes) or a weighted sum over cells of a data vector
@@ -28,9 +29,7 @@ Semantics, as DuckDB evaluates them on the declared domain:
 
 from __future__ import annotations
 
-import datetime as dt
 import re
-from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
@@ -40,12 +39,12 @@ from dpsql import schema as sch
 from dpsql.errors import UnsupportedQueryError
 from dpsql.matrix.workloads import DisjointSum, Explicit, Kron, Workload
 from dpsql.sql import ir
-from dpsql.sql.source import Scope, describe, is_empty, node_span, unparen, unsupported
+from dpsql.sql.predicates import parse_predicate, parse_value
+from dpsql.sql.source import Scope, is_empty, node_span, unparen, unsupported
 
 __all__ = [
-    "Atom", "atoms", "base_mask", "constant_count_argument", "dangling_escape", "date_literal", "day_boundaries",
-    "is_null_cells", "like_mask", "like_regex", "parse_is_null", "parse_like", "parse_timestamp", "scaled",
-    "statement_atoms", "statement_notes", "timestamp_as_date", "unwrap_aggregate",
+    "Atom", "atoms", "base_mask", "constant_count_argument", "is_null_cells", "like_mask", "like_regex", "scaled",
+    "statement_atoms", "statement_notes", "unwrap_aggregate",
 ]
 
 BoolArray = npt.NDArray[np.bool_]
@@ -58,83 +57,6 @@ FILTER_SUPPORTED = (
     "SUM(CASE WHEN p THEN 1 ELSE 0 END), COUNT(CASE WHEN p THEN 1 END), COUNT_IF(p), "
     "AVG(CASE WHEN p THEN col END)."
 )
-_LIKE_SUPPORTED = "LIKE, NOT LIKE and ILIKE take a 'string' pattern (or a ? bound to one), optionally ESCAPE 'c'."
-_IS_SUPPORTED = "WHERE supports column IS NULL and column IS NOT NULL."
-
-
-# --------------------------------------------------------------------------------------------------
-# Parsing: IS NULL, LIKE
-
-
-def parse_is_null(node: exp.Is, scope: Scope, negated: bool = False, span: ir.Span | None = None) -> ir.IsNull:
-    """``column IS NULL`` (``negated``: IS NOT NULL); ``x IS TRUE`` and the like are refused."""
-    from dpsql.sql.predicates import parse_column  # predicates imports this module
-
-    if not isinstance(unparen(node.expression), exp.Null):
-        raise unsupported(f"IS {describe(unparen(node.expression), scope)}", node, scope, _IS_SUPPORTED)
-    return ir.IsNull(column=parse_column(node.this, scope, "before IS NULL", _IS_SUPPORTED), negated=negated,
-                     span=span or node_span(node, scope))
-
-
-def parse_like(node: exp.Like | exp.ILike | exp.Escape, scope: Scope, negated: bool = False,
-               span: ir.Span | None = None) -> ir.Like:
-    """``column [NOT] LIKE|ILIKE 'pattern' [ESCAPE 'c']``."""
-    from dpsql.sql.predicates import parse_column, parse_value  # predicates imports this module
-
-    whole = node
-    escape: str | None = None
-    if isinstance(node, exp.Escape):
-        value = parse_value(node.expression, scope, "ESCAPE").value
-        if not isinstance(value, str) or len(value) != 1:
-            raise unsupported("an ESCAPE that is not one character", node.expression, scope, _LIKE_SUPPORTED)
-        escape, node = value, node.this
-    if not isinstance(node, (exp.Like, exp.ILike)):
-        raise unsupported(describe(node, scope), node, scope, _LIKE_SUPPORTED)
-    pattern = parse_value(node.expression, scope, "a LIKE pattern")
-    if not isinstance(pattern.value, str):
-        raise unsupported("a LIKE pattern that is not a string", node.expression, scope, _LIKE_SUPPORTED)
-    if escape is not None and dangling_escape(pattern.value, escape):
-        raise unsupported("a LIKE pattern ending in its escape character", node.expression, scope,
-                          "Escape the escape character itself, or drop it from the end of the pattern.")
-    return ir.Like(column=parse_column(node.this, scope, "before LIKE", _LIKE_SUPPORTED), pattern=pattern,
-                   escape=escape, case_insensitive=isinstance(node, exp.ILike),
-                   negated=negated != bool(node.args.get("negate")), span=span or node_span(whole, scope))
-
-
-def dangling_escape(pattern: str, escape: str) -> bool:
-    """Whether the pattern ends in an escape character that quotes nothing (DuckDB refuses it).
-
-    >>> dangling_escape("a!", "!"), dangling_escape("a!!", "!"), dangling_escape("a!%", "!")
-    (True, False, False)
-    """
-    index = 0
-    while index < len(pattern):
-        if pattern[index] == escape:
-            if index + 1 == len(pattern):
-                return True
-            index += 1
-        index += 1
-    return False
-
-
-def like_regex(pattern: str, escape: str | None, case_insensitive: bool) -> re.Pattern[str]:
-    """SQL LIKE as a regular expression: ``%`` any run, ``_`` one character, ``escape`` quotes the next one.
-
-    >>> bool(like_regex("F%", None, False).fullmatch("Female")), bool(like_regex("a!%", "!", False).fullmatch("a%"))
-    (True, True)
-    >>> bool(like_regex("f_", None, True).fullmatch("FX")), bool(like_regex("f_", None, False).fullmatch("FX"))
-    (True, False)
-    """
-    parts, index = [], 0
-    while index < len(pattern):
-        char = pattern[index]
-        if escape is not None and char == escape and index + 1 < len(pattern):
-            parts.append(re.escape(pattern[index + 1]))
-            index += 2
-            continue
-        parts.append(".*" if char == "%" else "." if char == "_" else re.escape(char))
-        index += 1
-    return re.compile("".join(parts), re.DOTALL | (re.IGNORECASE if case_insensitive else 0))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -146,8 +68,6 @@ def constant_count_argument(node: exp.Expr, scope: Scope) -> bool:
 
     COUNT(NULL) is 0 on every table; it is refused rather than answered, as it asks nothing.
     """
-    from dpsql.sql.predicates import parse_value  # predicates imports this module
-
     argument = unparen(node.this)
     if isinstance(argument, exp.Null):
         raise unsupported("COUNT(NULL) (it is 0 on every table)", _call_span(node, scope), scope,
@@ -189,8 +109,6 @@ def unwrap_aggregate(node: exp.Expr, scope: Scope) -> tuple[exp.Expr, ir.Predica
     Any other CASE inside an aggregate is refused, naming it, with the FILTER rewrite. Other nodes
     come back unchanged.
     """
-    from dpsql.sql.predicates import parse_predicate  # predicates imports this module
-
     if isinstance(node, exp.Filter):
         inner, condition, scale = unwrap_aggregate(unparen(node.this), scope)
         where = parse_predicate(node.expression.this, scope)
@@ -212,8 +130,6 @@ def _conditional(node: exp.Count | exp.Sum | exp.Avg, case: exp.Case | exp.If,
                  scope: Scope) -> tuple[exp.Expr, ir.Predicate | None, float]:
     """One ``CASE WHEN p THEN v [ELSE e] END`` (or ``IF(p, v, e)``) inside COUNT/SUM/AVG, as in
     :func:`unwrap_aggregate`."""
-    from dpsql.sql.predicates import parse_predicate  # predicates imports this module
-
     name = type(node).__name__.upper()
     if isinstance(case, exp.Case):
         if len(case.args.get("ifs") or []) != 1 or not is_empty(case.args.get("this")):
@@ -270,62 +186,6 @@ def _is_constant(node: exp.Expr) -> bool:
 
 
 # --------------------------------------------------------------------------------------------------
-# Timestamps against dates
-
-_TIMESTAMP = re.compile(r"\s*(\d{4})-(\d{1,2})-(\d{1,2})[ T](\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d{1,6}))?)?\s*")
-
-
-def parse_timestamp(text: str) -> dt.datetime | None:
-    """``yyyy-mm-dd hh:mm[:ss[.ffffff]]`` as a datetime, else None.
-
-    >>> parse_timestamp("2021-01-01 00:00:00"), parse_timestamp("2021-01-01")
-    (datetime.datetime(2021, 1, 1, 0, 0), None)
-    """
-    match = _TIMESTAMP.fullmatch(text)
-    if match is None:
-        return None
-    year, month, day, hour, minute, second, fraction = match.groups()
-    try:
-        return dt.datetime(int(year), int(month), int(day), int(hour), int(minute), int(second or 0),
-                           int((fraction or "0").ljust(6, "0")))
-    except ValueError:
-        return None
-
-
-def day_boundaries(day: dt.date) -> str:
-    """The advice for a timestamp inside ``day``: the day boundaries around it.
-
-    >>> day_boundaries(dt.date(2021, 1, 1)).split(": ")[1]
-    "use DATE '2021-01-01' or DATE '2021-01-02' (a midnight TIMESTAMP is the same)."
-    """
-    return (f"Date columns are compared at day boundaries: use DATE '{day}' or DATE '{day + dt.timedelta(days=1)}' "
-            "(a midnight TIMESTAMP is the same).")
-
-
-def date_literal(domain: sch.Ordered, literal: ir.Literal, column: str) -> ir.Literal:
-    """A timestamp string compared with a date column as its date (see :func:`timestamp_as_date`)."""
-    if domain.kind != "date" or not isinstance(literal.value, str):
-        return literal
-    day = timestamp_as_date(literal.value, literal.span, column)
-    return literal if day is None else replace(literal, value=day)
-
-
-def timestamp_as_date(text: str, where: ir.Span, column: str) -> dt.date | None:
-    """A timestamp string compared with a date column: at midnight, its date (a day boundary: the
-    comparison is the same); inside a day, refused naming the day boundaries around it; None if
-    ``text`` is not a timestamp."""
-    moment = parse_timestamp(text)
-    if moment is None:
-        return None
-    if moment.time() != dt.time(0):
-        raise UnsupportedQueryError(
-            f"the timestamp '{text.strip()}' compared with the date column '{column}' is not supported "
-            f"({where.describe()}): it falls inside the day {moment.date()}. {day_boundaries(moment.date())}"
-        )
-    return moment.date()
-
-
-# --------------------------------------------------------------------------------------------------
 # Compiling: cells
 
 
@@ -352,6 +212,26 @@ def is_null_cells(size: int, has_outside: bool, excluded: bool, negated: bool) -
     if has_outside and not excluded:
         null[-1] = True
     return (~null, null) if negated else (null, ~null)
+
+
+def like_regex(pattern: str, escape: str | None, case_insensitive: bool) -> re.Pattern[str]:
+    """SQL LIKE as a regular expression: ``%`` any run, ``_`` one character, ``escape`` quotes the next one.
+
+    >>> bool(like_regex("F%", None, False).fullmatch("Female")), bool(like_regex("a!%", "!", False).fullmatch("a%"))
+    (True, True)
+    >>> bool(like_regex("f_", None, True).fullmatch("FX")), bool(like_regex("f_", None, False).fullmatch("FX"))
+    (True, False)
+    """
+    parts, index = [], 0
+    while index < len(pattern):
+        char = pattern[index]
+        if escape is not None and char == escape and index + 1 < len(pattern):
+            parts.append(re.escape(pattern[index + 1]))
+            index += 2
+            continue
+        parts.append(".*" if char == "%" else "." if char == "_" else re.escape(char))
+        index += 1
+    return re.compile("".join(parts), re.DOTALL | (re.IGNORECASE if case_insensitive else 0))
 
 
 def like_mask(column: sch.Column, atom: ir.Like) -> BoolArray:

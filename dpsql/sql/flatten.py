@@ -26,27 +26,13 @@ from dpsql.sql import ir
 from dpsql.sql.predicates import parse_value
 from dpsql.sql.source import Scope, invalid, node_span, token_range, unparen, unsupported
 
-__all__ = ["UnionPart", "expand_weights", "flatten"]
+__all__ = ["expand_weights", "flatten"]
 
 _CTE_SUPPORTED = ("WITH takes CTEs that filter the table (SELECT * or columns FROM table WHERE ...) or that are one "
                   "aggregate statement queried as SELECT <its outputs> FROM cte [WHERE ...] [ORDER BY] [LIMIT]; "
                   "otherwise write the statement without WITH.")
 _UNION_SUPPORTED = ("UNION ALL joins supported statements with the same number of output columns; ORDER BY after it "
                     "takes output names of the first statement or positions, and LIMIT a count.")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UnionPart:
-    """Statement ``part`` of ``parts`` of the UNION ALL that is user statement ``union`` of the
-    batch; ``order_by`` ((output name or 1-based position, descending), ...) and ``limit`` apply to
-    the concatenated rows."""
-
-    union: int
-    part: int
-    parts: int
-    order_by: tuple[tuple[str | int, bool], ...]
-    limit: int | None
-    span: ir.Span
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +42,7 @@ class _Cte:
     columns: frozenset[str] | None  # a view's projected columns (None: SELECT *)
 
 
-def flatten(tree: exp.Expr, scope: Scope, union: int) -> list[tuple[exp.Expr, Scope, UnionPart | None]]:
+def flatten(tree: exp.Expr, scope: Scope, union: int) -> list[tuple[exp.Expr, Scope, ir.UnionPart | None]]:
     """The statements one parsed tree stands for (CTEs inlined, UNION ALL split), each with its
     scope and, for UNION ALL parts, its place in the union. Other trees are returned unchanged."""
     ctes = _ctes(tree, scope)
@@ -65,7 +51,7 @@ def flatten(tree: exp.Expr, scope: Scope, union: int) -> list[tuple[exp.Expr, Sc
         order, limit = _union_order(tree, scope), _union_limit(tree, scope)
         span = node_span(tree, scope)
         return [(_inline(part, ctes, scope), _part_scope(part, scope),
-                 UnionPart(union=union, part=i, parts=len(parts), order_by=order, limit=limit, span=span))
+                 ir.UnionPart(union=union, part=i, parts=len(parts), order_by=order, limit=limit, span=span))
                 for i, part in enumerate(parts)]
     if isinstance(tree, exp.Select):
         return [(_inline(tree, ctes, scope), scope, None)]

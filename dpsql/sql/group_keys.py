@@ -14,10 +14,11 @@ is the one the caller passes, as for the plain GROUP BY. Nothing here reads the 
 
 Parse side (:func:`resolve_reference`, :func:`parse_key`, :func:`select_key`): GROUP BY ordinals and
 SELECT aliases resolve to the select expression (as DuckDB does, a name that is also a column inside
-that very expression stays the column); a key expression becomes a :class:`CaseKey` or
-:class:`DateKey`. Compile side (:func:`key_groups`, :func:`plain_groups`, :func:`membership`): the
-key's :class:`KeyGroups`, i.e. its ordered labels and the group of every base cell; the compiler adds
-the group of every base cell to the axis signature, so batch cells never straddle two groups.
+that very expression stays the column); a key expression becomes a :class:`~dpsql.sql.ir.CaseKey` or
+:class:`~dpsql.sql.ir.DateKey`. Compile side (:func:`key_groups`, :func:`plain_groups`,
+:func:`membership`): the key's :class:`KeyGroups`, i.e. its ordered labels and the group of every base
+cell; the compiler adds the group of every base cell to the axis signature, so batch cells never
+straddle two groups.
 
 CASE follows SQL: branches are tried in order, a row matching no WHEN gets the ELSE label (NULL
 without ELSE); a row whose column is NULL or outside the declared domain makes every WHEN UNKNOWN,
@@ -32,7 +33,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal as TypingLiteral
 
 import numpy as np
 import numpy.typing as npt
@@ -52,51 +52,6 @@ KEY_SUPPORTED = (
     "THEN <constant> ... [ELSE <constant>] END, EXTRACT(YEAR|MONTH FROM d), year(d), month(d) and "
     "date_trunc('year'|'month', d)."
 )
-
-DatePart = TypingLiteral["year", "month", "trunc_year", "trunc_month"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CaseBranch:
-    """``WHEN predicate THEN label`` (label None: ``THEN NULL``)."""
-
-    predicate: ir.Predicate
-    label: ir.Literal | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CaseKey:
-    """``CASE WHEN ... END`` over one column; ``default`` is the ELSE label (None: NULL)."""
-
-    column: ir.Column
-    branches: tuple[CaseBranch, ...]
-    default: ir.Literal | None
-    span: ir.Span
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DateKey:
-    """``EXTRACT(YEAR|MONTH FROM d)``/``year(d)``/``month(d)`` (int64) or ``date_trunc(...)`` (date)."""
-
-    column: ir.Column
-    part: DatePart
-    span: ir.Span
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LookupKey:
-    """A public table's column read through a foreign key (:mod:`dpsql.sql.public_tables`): ``labels``
-    maps key values to labels, in the public rows' order; ``keep_missing`` (LEFT JOIN) puts the other
-    key values and NULL keys in a NULL group, else (INNER JOIN) in no group."""
-
-    column: ir.Column
-    labels: tuple[tuple[object, object], ...]
-    keep_missing: bool
-    span: ir.Span
-
-
-GroupKey = CaseKey | DateKey | LookupKey
-
 
 # ==================================================================================== parse side
 def resolve_reference(node: exp.Expr, select: exp.Select, scope: Scope) -> exp.Expr:
@@ -134,7 +89,7 @@ def is_key_expression(node: exp.Expr) -> bool:
     return isinstance(unparen(node), (exp.Case, exp.Extract, exp.Year, exp.Month, exp.TimestampTrunc, exp.DateTrunc))
 
 
-def parse_key(node: exp.Expr, scope: Scope) -> GroupKey:
+def parse_key(node: exp.Expr, scope: Scope) -> ir.GroupKey:
     """A CASE or date-part GROUP BY key; anything else is refused with the supported keys."""
     node = unparen(node)
     if isinstance(node, exp.Case):
@@ -150,7 +105,7 @@ def default_name(node: exp.Expr, scope: Scope) -> str:
     return " ".join(scope.source.text[span.start:span.end].split())
 
 
-def select_key(value: exp.Expr, keyed: Sequence[tuple[exp.Expr, GroupKey]], scope: Scope) -> GroupKey | None:
+def select_key(value: exp.Expr, keyed: Sequence[tuple[exp.Expr, ir.GroupKey]], scope: Scope) -> ir.GroupKey | None:
     """The GROUP BY key a select expression repeats; None if it is no key expression; refused if it is
     one that the statement does not group by."""
     if not is_key_expression(value):
@@ -163,7 +118,7 @@ def select_key(value: exp.Expr, keyed: Sequence[tuple[exp.Expr, GroupKey]], scop
                       "inside the expression names that column, as in DuckDB: choose another alias).")
 
 
-def _parse_case(node: exp.Case, scope: Scope) -> CaseKey:
+def _parse_case(node: exp.Case, scope: Scope) -> ir.CaseKey:
     """Branches in order; ``CASE col WHEN v THEN ...`` is ``CASE WHEN col = v THEN ...``."""
     operand = node.args.get("this")
     subject = None if operand is None else parse_column(operand, scope, "after CASE", KEY_SUPPORTED)
@@ -175,9 +130,9 @@ def _parse_case(node: exp.Case, scope: Scope) -> CaseKey:
                                                     span=node_span(branch.this, scope))
         else:
             predicate = parse_predicate(branch.this, scope)
-        branches.append(CaseBranch(predicate=predicate, label=_label(branch.args["true"], scope)))
+        branches.append(ir.CaseBranch(predicate=predicate, label=_label(branch.args["true"], scope)))
     default = node.args.get("default")
-    key = CaseKey(column=subject or atoms(branches[0].predicate)[0].column, branches=tuple(branches),
+    key = ir.CaseKey(column=subject or atoms(branches[0].predicate)[0].column, branches=tuple(branches),
                   default=None if default is None else _label(default, scope), span=node_span(node, scope))
     _check_one_column(key, node, scope)
     _check_label_types(key, node, scope)
@@ -191,7 +146,7 @@ def _label(node: exp.Expr, scope: Scope) -> ir.Literal | None:
     return parse_value(node, scope, "a CASE label")
 
 
-def _check_one_column(key: CaseKey, node: exp.Case, scope: Scope) -> None:
+def _check_one_column(key: ir.CaseKey, node: exp.Case, scope: Scope) -> None:
     """Every WHEN must test the key's one column: a key over two columns is not one column's re-binning."""
     names = {key.column.name.lower()}
     for branch in key.branches:
@@ -203,7 +158,7 @@ def _check_one_column(key: CaseKey, node: exp.Case, scope: Scope) -> None:
                     f"'{atom.column.name}' in WHERE), or GROUP BY both columns.")
 
 
-def _check_label_types(key: CaseKey, node: exp.Case, scope: Scope) -> None:
+def _check_label_types(key: ir.CaseKey, node: exp.Case, scope: Scope) -> None:
     """THEN/ELSE constants of one type: strings, numbers (integers stay int64) or dates."""
     labels = [branch.label for branch in key.branches] + [key.default]
     kinds = {_kind(literal.value) for literal in labels if literal is not None}
@@ -223,7 +178,7 @@ def _kind(value: object) -> str:
 _PARTS = {"YEAR": "year", "MONTH": "month"}
 
 
-def _parse_date_key(node: exp.Expr, scope: Scope) -> DateKey:
+def _parse_date_key(node: exp.Expr, scope: Scope) -> ir.DateKey:
     """EXTRACT(YEAR|MONTH FROM d), year(d), month(d), date_trunc('year'|'month', d)."""
     if isinstance(node, exp.Extract):
         unit, argument, truncate = node.this, node.expression, False
@@ -236,7 +191,7 @@ def _parse_date_key(node: exp.Expr, scope: Scope) -> DateKey:
         raise unsupported(f"a date part other than YEAR or MONTH ({name or '?'})", node, scope, KEY_SUPPORTED)
     column = parse_column(argument, scope, "in a date part", KEY_SUPPORTED)
     part = _PARTS[name]
-    return DateKey(column=column, part=f"trunc_{part}" if truncate else part,  # type: ignore[arg-type]
+    return ir.DateKey(column=column, part=f"trunc_{part}" if truncate else part,  # type: ignore[arg-type]
                    span=node_span(node, scope))
 
 
@@ -262,12 +217,12 @@ def plain_groups(column: sch.Column) -> KeyGroups:
                      group_of_base=np.append(bins, outside).astype(np.int64))
 
 
-def key_groups(column: sch.Column, key: GroupKey, atom_mask: AtomMask) -> KeyGroups:
+def key_groups(column: sch.Column, key: ir.GroupKey, atom_mask: AtomMask) -> KeyGroups:
     """The groups of a CASE or date key on ``column`` (``atom_mask``: base cells where an atom is TRUE,
     refusing one that splits a base cell)."""
-    if isinstance(key, CaseKey):
+    if isinstance(key, ir.CaseKey):
         return _case_groups(column, key, atom_mask)
-    if isinstance(key, LookupKey):
+    if isinstance(key, ir.LookupKey):
         return _lookup_groups(column, key)
     return _date_groups(column, key)
 
@@ -282,7 +237,7 @@ def _truth(column: sch.Column, predicate: ir.Predicate, atom_mask: AtomMask) -> 
     return atom_mask(column, predicate)
 
 
-def _case_groups(column: sch.Column, key: CaseKey, atom_mask: AtomMask) -> KeyGroups:
+def _case_groups(column: sch.Column, key: ir.CaseKey, atom_mask: AtomMask) -> KeyGroups:
     """First matching WHEN per base cell, else ELSE; the outside cell gets the first WHEN that is TRUE there
     (only IS NULL is: every other atom is UNKNOWN on NULL), else ELSE."""
     labels: list[object] = []
@@ -334,7 +289,7 @@ def _outside_truth(predicate: ir.Predicate) -> bool | None:
     return None
 
 
-def _lookup_groups(column: sch.Column, key: LookupKey) -> KeyGroups:
+def _lookup_groups(column: sch.Column, key: ir.LookupKey) -> KeyGroups:
     """Each base cell's one key value (categorical value, or integer of a resolution-1 grid) → its label;
     labels in public row order, those of keys outside the declared domain left out."""
     domain = column.domain
@@ -352,7 +307,7 @@ def _lookup_groups(column: sch.Column, key: LookupKey) -> KeyGroups:
                      group_of_base=array)
 
 
-def _date_groups(column: sch.Column, key: DateKey) -> KeyGroups:
+def _date_groups(column: sch.Column, key: ir.DateKey) -> KeyGroups:
     """Every year/month of the declared domain, ascending (EXTRACT(MONTH): 1..12 across years)."""
     domain = column.domain
     if not isinstance(domain, sch.Ordered) or domain.kind != "date":
@@ -372,12 +327,12 @@ def _date_groups(column: sch.Column, key: DateKey) -> KeyGroups:
     return KeyGroups(labels=labels + [None] if column.other else labels, group_of_base=group)
 
 
-def _part(day: dt.date, part: DatePart) -> object:
+def _part(day: dt.date, part: ir.DatePart) -> object:
     return {"year": day.year, "month": day.month, "trunc_year": dt.date(day.year, 1, 1),
             "trunc_month": dt.date(day.year, day.month, 1)}[part]
 
 
-def _spelling(key: DateKey) -> str:
+def _spelling(key: ir.DateKey) -> str:
     return {"year": "EXTRACT(YEAR ...)", "month": "EXTRACT(MONTH ...)", "trunc_year": "date_trunc('year', ...)",
             "trunc_month": "date_trunc('month', ...)"}[key.part]
 
@@ -391,9 +346,9 @@ def membership(groups: KeyGroups, cell_of_base: npt.NDArray[np.int64], cells: in
     return sp.csr_array((np.ones(pairs.shape[1]), (pairs[0], pairs[1])), shape=(len(groups.labels), cells))
 
 
-def label_array(key: GroupKey, labels: Sequence[object]) -> pa.Array:
+def label_array(key: ir.GroupKey, labels: Sequence[object]) -> pa.Array:
     """Output labels typed by the key: strings, int64 (integers, EXTRACT), float64, date32 (dates)."""
-    if isinstance(key, DateKey):
+    if isinstance(key, ir.DateKey):
         return pa.array(labels, type=pa.date32() if key.part.startswith("trunc") else pa.int64())
     present = [value for value in labels if value is not None]
     if all(isinstance(value, str) for value in present):
@@ -407,7 +362,7 @@ def label_array(key: GroupKey, labels: Sequence[object]) -> pa.Array:
     return pa.array(labels, type=kind)
 
 
-def keys_of(statement: ir.Statement) -> list[tuple[ir.Column, GroupKey | None]]:
+def keys_of(statement: ir.Statement) -> list[tuple[ir.Column, ir.GroupKey | None]]:
     """Each GROUP BY entry's column and key (None: the plain column)."""
-    keys: Sequence[GroupKey | None] = statement.group_keys or [None] * len(statement.group_by)
+    keys: Sequence[ir.GroupKey | None] = statement.group_keys or [None] * len(statement.group_by)
     return list(zip(statement.group_by, keys))

@@ -2,21 +2,19 @@
 
 Frozen dataclasses only; no numpy, no sqlglot. Every node carries the ``Span`` of the SQL text it
 came from, so errors raised later (by the compiler, against the schema) can point into the text.
+Every node type of a statement is defined here, those of its GROUP BY keys, derived outputs and
+UNION ALL parts too: the modules that parse them (:mod:`dpsql.sql.group_keys`,
+:mod:`dpsql.sql.derived`, :mod:`dpsql.sql.flatten`, ...) import this one, and it imports none of them.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 from typing import Literal as TypingLiteral
 
-if TYPE_CHECKING:
-    from dpsql.sql.derived import Outputs
-    from dpsql.sql.flatten import UnionPart
-    from dpsql.sql.group_keys import GroupKey
 
-
+# ==================================================================================== columns, constants, predicates
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Span:
     """Where a node is in the batch text: 1-based line and column, 0-based [start, end) offsets."""
@@ -129,6 +127,8 @@ class Like:
 
 Predicate = Comparison | Between | InList | Not | And | Or | IsNull | Like
 
+
+# ==================================================================================== aggregates
 AggregateFunction = TypingLiteral["count", "sum", "avg", "quantile"]
 QuantileKind = TypingLiteral["cont", "disc", "min", "max"]
 
@@ -165,6 +165,54 @@ class Aggregate:
     distinct: bool = False  # COUNT(DISTINCT <privacy unit column>) (dpsql.sql.units)
 
 
+# ==================================================================================== GROUP BY keys
+# A key on one column whose groups are read from the schema and the SQL (:mod:`dpsql.sql.group_keys`).
+DatePart = TypingLiteral["year", "month", "trunc_year", "trunc_month"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CaseBranch:
+    """``WHEN predicate THEN label`` (label None: ``THEN NULL``)."""
+
+    predicate: Predicate
+    label: Literal | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CaseKey:
+    """``CASE WHEN ... END`` over one column; ``default`` is the ELSE label (None: NULL)."""
+
+    column: Column
+    branches: tuple[CaseBranch, ...]
+    default: Literal | None
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DateKey:
+    """``EXTRACT(YEAR|MONTH FROM d)``/``year(d)``/``month(d)`` (int64) or ``date_trunc(...)`` (date)."""
+
+    column: Column
+    part: DatePart
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LookupKey:
+    """A public table's column read through a foreign key (:mod:`dpsql.sql.public_joins`): ``labels``
+    maps key values to labels, in the public rows' order; ``keep_missing`` (LEFT JOIN) puts the other
+    key values and NULL keys in a NULL group, else (INNER JOIN) in no group."""
+
+    column: Column
+    labels: tuple[tuple[object, object], ...]
+    keep_missing: bool
+    span: Span
+
+
+GroupKey = CaseKey | DateKey | LookupKey
+
+
+# ==================================================================================== select items, joins, ORDER BY
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupColumn:
     """A selected GROUP BY column, with its output name (the column name, or its AS alias).
@@ -209,6 +257,177 @@ class OrderItem:
     span: Span
 
 
+# ==================================================================================== derived outputs
+# Arithmetic, constants and HAVING over a statement's measured aggregates (:mod:`dpsql.sql.derived`
+# parses them, :mod:`dpsql.answers.derived` evaluates them).
+ArithmeticOperator = TypingLiteral["+", "-", "*", "/"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AggregateLeaf:
+    """An aggregate as parsed, before the statement's measured aggregates are numbered."""
+
+    aggregate: Aggregate
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AggregateRef:
+    """The ``index``-th aggregate of the statement's ``select`` (``Statement.aggregates``)."""
+
+    index: int
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Constant:
+    """A number (in arithmetic) or a string/date (compared in HAVING)."""
+
+    value: Value
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Negate:
+    operand: Expression
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Arithmetic:
+    operator: ArithmeticOperator
+    left: Expression
+    right: Expression
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputRef:
+    """HAVING: an output column of the statement, by its name."""
+
+    name: str
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupRef:
+    """HAVING: the ``position``-th GROUP BY column (its output value: a bin's lower bound)."""
+
+    position: int
+    span: Span
+
+
+Expression = AggregateLeaf | AggregateRef | Constant | Negate | Arithmetic | OutputRef | GroupRef
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Compare:
+    """HAVING ``left op right``."""
+
+    operator: ComparisonOperator
+    left: Expression
+    right: Expression
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Range:
+    """HAVING ``operand [NOT] BETWEEN low AND high``."""
+
+    operand: Expression
+    low: Expression
+    high: Expression
+    negated: bool
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Among:
+    """HAVING ``operand [NOT] IN (values)``."""
+
+    operand: Expression
+    values: tuple[Expression, ...]
+    negated: bool
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NullTest:
+    """HAVING ``operand IS [NOT] NULL``."""
+
+    operand: Expression
+    negated: bool
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Connective:
+    """HAVING: AND (``all_of``) or OR of conditions."""
+
+    all_of: bool
+    operands: tuple[Condition, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Negation:
+    """HAVING ``NOT condition``."""
+
+    operand: Condition
+    span: Span
+
+
+Condition = Compare | Range | Among | NullTest | Connective | Negation
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DerivedItem:
+    """An output computed from the statement's aggregates; ``plain`` for a lone aggregate."""
+
+    expression: Expression
+    alias: str
+    span: Span
+    plain: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConstantItem:
+    """A constant output column."""
+
+    value: Value
+    alias: str
+    span: Span
+
+
+OutputItem = GroupColumn | DerivedItem | ConstantItem
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outputs:
+    """A statement's outputs over its measured aggregates: applied, in this order, after answering:
+    the output columns, HAVING (on the noisy values), ORDER BY, LIMIT."""
+
+    items: tuple[OutputItem, ...]
+    having: Condition | None
+    order_by: tuple[OrderItem, ...]
+    limit: int | None
+
+
+# ==================================================================================== statements
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnionPart:
+    """Statement ``part`` of ``parts`` of the UNION ALL that is user statement ``union`` of the
+    batch; ``order_by`` ((output name or 1-based position, descending), ...) and ``limit`` apply to
+    the concatenated rows."""
+
+    union: int
+    part: int
+    parts: int
+    order_by: tuple[tuple[str | int, bool], ...]
+    limit: int | None
+    span: Span
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Statement:
     """One ``SELECT ... FROM table [WHERE] [GROUP BY] [ORDER BY] [LIMIT]`` statement."""
@@ -226,7 +445,7 @@ class Statement:
     #: Per GROUP BY entry, its CASE/date-part key on that column (None: the plain column); () when all are plain.
     group_keys: tuple[GroupKey | None, ...] = ()
     #: The JOIN after FROM (``dpsql.sql.joins``): a public table's, rewritten away against the schema by
-    #: ``public_tables.resolve``, or the privacy unit's table (``dpsql.sql.relations``).
+    #: ``public_joins.resolve``, or the privacy unit's table (``dpsql.sql.relations``).
     joins: tuple[Join, ...] = ()
     #: Outputs computed from the aggregates, HAVING, ORDER BY and LIMIT over them (``dpsql.sql.derived``);
     #: then ``select`` holds the group columns and every measured aggregate, and order_by/limit are empty.

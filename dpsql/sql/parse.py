@@ -42,7 +42,7 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
     plain      := COUNT(*) | COUNT(constant) | COUNT(column) | SUM(column) | AVG(column)  -- COUNT(1) = COUNT(*)
     column     := [[main '.'] table_or_alias '.'] name  -- identifiers may be "quoted"; case-insensitive
     join       := [INNER | LEFT [OUTER]] JOIN table [[AS] alias] (USING (key) | ON column = column)
-                                                    -- a public table of the schema (public_tables): a lookup;
+                                                    -- a public table of the schema (public_joins): a lookup;
                                                     -- or the table's privacy unit's table (relations)
     group      := column | position | alias | case | datepart  -- position/alias: of a select item (group_keys)
     case       := CASE WHEN predicate THEN label ... [ELSE label] END  -- every WHEN on one column; label:
@@ -387,7 +387,7 @@ def _parse_from(select: exp.Select, scope: Scope) -> Scope:
 # SELECT list and GROUP BY
 
 
-Keyed = tuple[tuple[exp.Expr, group_keys.GroupKey | None], ...]
+Keyed = tuple[tuple[exp.Expr, ir.GroupKey | None], ...]
 
 
 def _parse_group_by(select: exp.Select, scope: Scope) -> tuple[tuple[ir.Column, ...], Keyed]:
@@ -400,7 +400,7 @@ def _parse_group_by(select: exp.Select, scope: Scope) -> tuple[tuple[ir.Column, 
         if not is_empty(group.args.get(key)):
             raise unsupported(f"GROUP BY {key.upper().replace('_', ' ')}", group, scope, _GROUP_SUPPORTED)
     columns: list[ir.Column] = []
-    keyed: list[tuple[exp.Expr, group_keys.GroupKey | None]] = []
+    keyed: list[tuple[exp.Expr, ir.GroupKey | None]] = []
     for node in group.expressions:
         node = group_keys.resolve_reference(node, select, scope)
         found = group_keys.parse_key(node, scope) if group_keys.is_key_expression(node) else None
@@ -426,7 +426,7 @@ def _parse_select_list(select: exp.Select, group_by: tuple[ir.Column, ...], keye
     return _unique_aliases(items)
 
 
-def _parse_select_item(node: exp.Expr, grouped: set[str], keys: list[tuple[exp.Expr, group_keys.GroupKey]],
+def _parse_select_item(node: exp.Expr, grouped: set[str], keys: list[tuple[exp.Expr, ir.GroupKey]],
                        scope: Scope) -> derived.ParsedItem:
     """A grouped column or key, an aggregate, or arithmetic/a constant (``derived``), with its AS name or
     default name."""

@@ -1,9 +1,10 @@
 """WHERE predicates, and the columns and constants in them, translated into the IR.
 
 One function per construct, dispatched on the sqlglot node type (``_PREDICATES``, ``_VALUES``):
-comparisons (``5 < age`` is turned around to ``age > 5``), [NOT] BETWEEN, [NOT] IN, NOT, AND/OR
-(nested same-kind connectives flattened) and parentheses; constants are numbers, -numbers,
-strings, dates and bound ``?`` parameters. Every node keeps its span, and anything else is refused
+comparisons (``5 < age`` is turned around to ``age > 5``), [NOT] BETWEEN, [NOT] IN, IS [NOT] NULL,
+[NOT] LIKE/ILIKE (their cells: :mod:`dpsql.sql.filters`), NOT, AND/OR (nested same-kind connectives
+flattened) and parentheses; constants are numbers, -numbers, strings, dates (a timestamp at midnight:
+:mod:`dpsql.sql.timestamps`) and bound ``?`` parameters. Every node keeps its span, and anything else is refused
 with :class:`~dpsql.errors.UnsupportedQueryError` located in the text (:mod:`dpsql.sql.source`).
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.errors import InvalidQueryError, UnsupportedQueryError
-from dpsql.sql import filters, ir
+from dpsql.sql import ir, timestamps
 from dpsql.sql.source import Scope, describe, invalid, is_empty, located, node_span, representable, unparen, unsupported
 
 _WHERE_SUPPORTED = (
@@ -27,6 +28,8 @@ _WHERE_SUPPORTED = (
     "constant, column [NOT] IN (constants), column IS [NOT] NULL, column [NOT] LIKE|ILIKE 'pattern' "
     "(categorical columns), NOT, AND, OR and parentheses."
 )
+_LIKE_SUPPORTED = "LIKE, NOT LIKE and ILIKE take a 'string' pattern (or a ? bound to one), optionally ESCAPE 'c'."
+_IS_SUPPORTED = "WHERE supports column IS NULL and column IS NOT NULL."
 _VALUE_SUPPORTED = ("Constants are numbers, -numbers, 'strings', DATE 'YYYY-MM-DD', TIMESTAMP 'YYYY-MM-DD 00:00:00' "
                     "and ? parameters.")
 OPERATORS: dict[type[exp.Expr], ir.ComparisonOperator] = {
@@ -127,9 +130,9 @@ def _parse_not(node: exp.Not, scope: Scope) -> ir.Predicate:
     """``NOT p``; ``[NOT] x IN``/``BETWEEN`` under NOT become the negated IR forms."""
     operand, span = node.this, node_span(node, scope)
     if isinstance(operand, exp.Is):
-        return filters.parse_is_null(operand, scope, negated=True, span=span)
+        return _parse_is_null(operand, scope, negated=True, span=span)
     if isinstance(operand, (exp.Like, exp.ILike, exp.Escape)):
-        return filters.parse_like(operand, scope, negated=True, span=span)
+        return _parse_like(operand, scope, negated=True, span=span)
     if isinstance(operand, exp.In):
         return replace(_parse_in(operand, scope), negated=True, span=span)
     if isinstance(operand, exp.Between):
@@ -155,6 +158,53 @@ def _parse_paren(node: exp.Paren, scope: Scope) -> ir.Predicate:
     return parse_predicate(node.this, scope)
 
 
+def _parse_is_null(node: exp.Is, scope: Scope, negated: bool = False, span: ir.Span | None = None) -> ir.IsNull:
+    """``column IS NULL`` (``negated``: IS NOT NULL); ``x IS TRUE`` and the like are refused."""
+    if not isinstance(unparen(node.expression), exp.Null):
+        raise unsupported(f"IS {describe(unparen(node.expression), scope)}", node, scope, _IS_SUPPORTED)
+    return ir.IsNull(column=parse_column(node.this, scope, "before IS NULL", _IS_SUPPORTED), negated=negated,
+                     span=span or node_span(node, scope))
+
+
+def _parse_like(node: exp.Like | exp.ILike | exp.Escape, scope: Scope, negated: bool = False,
+               span: ir.Span | None = None) -> ir.Like:
+    """``column [NOT] LIKE|ILIKE 'pattern' [ESCAPE 'c']``."""
+    whole = node
+    escape: str | None = None
+    if isinstance(node, exp.Escape):
+        value = parse_value(node.expression, scope, "ESCAPE").value
+        if not isinstance(value, str) or len(value) != 1:
+            raise unsupported("an ESCAPE that is not one character", node.expression, scope, _LIKE_SUPPORTED)
+        escape, node = value, node.this
+    if not isinstance(node, (exp.Like, exp.ILike)):
+        raise unsupported(describe(node, scope), node, scope, _LIKE_SUPPORTED)
+    pattern = parse_value(node.expression, scope, "a LIKE pattern")
+    if not isinstance(pattern.value, str):
+        raise unsupported("a LIKE pattern that is not a string", node.expression, scope, _LIKE_SUPPORTED)
+    if escape is not None and dangling_escape(pattern.value, escape):
+        raise unsupported("a LIKE pattern ending in its escape character", node.expression, scope,
+                          "Escape the escape character itself, or drop it from the end of the pattern.")
+    return ir.Like(column=parse_column(node.this, scope, "before LIKE", _LIKE_SUPPORTED), pattern=pattern,
+                   escape=escape, case_insensitive=isinstance(node, exp.ILike),
+                   negated=negated != bool(node.args.get("negate")), span=span or node_span(whole, scope))
+
+
+def dangling_escape(pattern: str, escape: str) -> bool:
+    """Whether the pattern ends in an escape character that quotes nothing (DuckDB refuses it).
+
+    >>> dangling_escape("a!", "!"), dangling_escape("a!!", "!"), dangling_escape("a!%", "!")
+    (True, False, False)
+    """
+    index = 0
+    while index < len(pattern):
+        if pattern[index] == escape:
+            if index + 1 == len(pattern):
+                return True
+            index += 1
+        index += 1
+    return False
+
+
 _PREDICATES: dict[type[exp.Expr], Callable[[Any, Scope], ir.Predicate]] = {
     **{kind: _parse_comparison for kind in OPERATORS},
     exp.Between: _parse_between,
@@ -163,10 +213,10 @@ _PREDICATES: dict[type[exp.Expr], Callable[[Any, Scope], ir.Predicate]] = {
     exp.And: _parse_connective,
     exp.Or: _parse_connective,
     exp.Paren: _parse_paren,
-    exp.Is: filters.parse_is_null,
-    exp.Like: filters.parse_like,
-    exp.ILike: filters.parse_like,
-    exp.Escape: filters.parse_like,
+    exp.Is: _parse_is_null,
+    exp.Like: _parse_like,
+    exp.ILike: _parse_like,
+    exp.Escape: _parse_like,
 }
 
 
@@ -263,7 +313,7 @@ def _refuse_clock(node: exp.Expr, scope: Scope) -> None:
 
 def _parse_date(node: exp.Cast, scope: Scope, context: str) -> ir.Literal:
     """``DATE 'yyyy-mm-dd'``, ``CAST('yyyy-mm-dd' AS DATE)`` or ``'yyyy-mm-dd'::DATE``; a TIMESTAMP
-    literal at midnight is its date (see :func:`dpsql.sql.filters.timestamp_as_date`)."""
+    literal at midnight is its date (see :func:`dpsql.sql.timestamps.timestamp_as_date`)."""
     if node.to.is_type(*_TIMESTAMPS) and is_empty(node.args.get("format")):
         return _parse_timestamp(node, scope, context)
     if not node.to.is_type(exp.DataType.Type.DATE) or not is_empty(node.args.get("format")):
@@ -287,12 +337,12 @@ def _parse_timestamp(node: exp.Cast, scope: Scope, context: str) -> ir.Literal:
         return ir.Literal(value=value, span=span)
     if not isinstance(value, str):
         raise unsupported("a CAST of a number to TIMESTAMP", node, scope, _VALUE_SUPPORTED)
-    moment = filters.parse_timestamp(value)
+    moment = timestamps.parse_timestamp(value)
     if moment is None:
         return ir.Literal(value=_date(value, node, scope), span=span)
     if moment.time() != dt.time(0):
         raise unsupported(f"the TIMESTAMP '{value.strip()}' inside the day {moment.date()}", node, scope,
-                          filters.day_boundaries(moment.date()))
+                          timestamps.day_boundaries(moment.date()))
     return ir.Literal(value=moment.date(), span=span)
 
 

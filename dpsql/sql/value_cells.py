@@ -12,15 +12,12 @@ which :meth:`ValueCells.bias` reports as the per-row bias bound.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from dpsql import schema as sch
-
-if TYPE_CHECKING:
-    from dpsql.sql.compile import Axis
+from dpsql.sql.axes import Axis
 
 #: Value-cell weights r/s are rounded to this many binary places (a value moves by at most s·2^-(bits+1)).
 WEIGHT_BITS = 24

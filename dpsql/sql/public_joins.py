@@ -1,25 +1,14 @@
 """Joins with a PUBLIC dimension table: a lookup from a foreign key's declared values to labels.
 
-The schema declares a public table with its rows inline, and a foreign key on the private table::
-
-    [tables.regions]
-    public = true
-    columns = ["region_id", "name"]
-    rows = [[1, "North"], [2, "South"], [3, "North"]]
-
-    [tables.people.columns.region_id]
-    type = "categorical"            # or integer with one value per base cell (resolution 1)
-    values = [1, 2, 3, 4]
-    references = "regions.region_id"
-
-Then ``FROM people [INNER | LEFT] JOIN regions [r] USING (region_id)`` (or ``ON people.region_id =
-r.region_id``) may group by and filter on the public table's columns. Each public column is a public
-function of the key: ``GROUP BY r.name`` is a re-binning of ``region_id``'s cells (a
-:class:`~dpsql.sql.group_keys.LookupKey`), a WHERE atom on ``r.name`` is ``region_id IN (the keys
-whose row makes it TRUE)``. INNER JOIN also adds ``region_id IN (every public key)``, a public
-filter; LEFT JOIN keeps the other key values (and NULL keys) in a NULL group. The public rows come
-from the schema and never touch the database: no SQL join is generated, the private table is
-scanned exactly as for the rewritten statement.
+The schema declares a public table with its rows inline, and a foreign key on the private table
+that references it (:mod:`dpsql.public_tables`). Then ``FROM people [INNER | LEFT] JOIN regions [r]
+USING (region_id)`` (or ``ON people.region_id = r.region_id``) may group by and filter on the public
+table's columns. Each public column is a public function of the key: ``GROUP BY r.name`` is a
+re-binning of ``region_id``'s cells (a :class:`~dpsql.sql.ir.LookupKey`), a WHERE atom on ``r.name``
+is ``region_id IN (the keys whose row makes it TRUE)``. INNER JOIN also adds ``region_id IN (every
+public key)``, a public filter; LEFT JOIN keeps the other key values (and NULL keys) in a NULL group.
+The public rows come from the schema and never touch the database: no SQL join is generated, the
+private table is scanned exactly as for the rewritten statement.
 
 Privacy: an exact rewrite to the private table's cells (same queries, same sensitivity, same cost).
 The public rows are public by declaration and the lookup reads nothing from the private data.
@@ -27,108 +16,18 @@ The public rows are public by declaration and the lookup reads nothing from the 
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 from typing import Literal as TypingLiteral
 
 from dpsql import schema as sch
 from dpsql.errors import SchemaError, UnsupportedQueryError
+from dpsql.public_tables import PublicTable, base_values
 from dpsql.sql import filters, ir
-from dpsql.sql.group_keys import LookupKey
 
 _JOIN_SUPPORTED = ("Joins are [INNER | LEFT] JOIN <public table> [alias] USING (key) or ON <table>.key = "
                    "<alias>.key, with a public table the schema declares and a key column that references it.")
-
-
-# ==================================================================================== schema side
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PublicTable:
-    """A public table: column names and rows, declared in the schema (never read from the database)."""
-
-    name: str
-    columns: tuple[str, ...]
-    rows: tuple[tuple[object, ...], ...]
-
-    def values(self, column: str) -> list[object]:
-        index = self.columns.index(column)
-        return [row[index] for row in self.rows]
-
-
-def is_public(spec: object) -> bool:
-    return isinstance(spec, Mapping) and spec.get("public") is True
-
-
-def load(tables: Mapping[str, Any]) -> dict[str, PublicTable]:
-    """The ``public = true`` tables of ``[tables]``, checked: names, rows of the right width, plain values."""
-    return {name.lower(): _load_table(name, spec) for name, spec in tables.items() if is_public(spec)}
-
-
-def _load_table(name: str, spec: Mapping[str, Any]) -> PublicTable:
-    key = f"tables.{name}"
-    unknown = sorted(set(spec) - {"public", "columns", "rows"})
-    if unknown:
-        raise SchemaError(f"{key} has unknown setting(s) {', '.join(unknown)}; a public table has public = true, "
-                          "columns = [names] and rows = [[values], ...].")
-    columns = spec.get("columns")
-    if not isinstance(columns, list) or not columns or not all(isinstance(c, str) for c in columns) or \
-            len({c.lower() for c in columns}) != len(columns):
-        raise SchemaError(f'{key}.columns must be a list of distinct column names, e.g. ["region_id", "name"].')
-    rows = spec.get("rows")
-    if not isinstance(rows, list) or not rows:
-        raise SchemaError(f"{key}.rows must be a non-empty list of rows, each a list of {len(columns)} values.")
-    for number, row in enumerate(rows, start=1):
-        if not isinstance(row, list) or len(row) != len(columns) or \
-                any(isinstance(v, bool) or not isinstance(v, (str, int, float, dt.date)) for v in row):
-            raise SchemaError(f"{key}.rows row {number} must be a list of {len(columns)} strings, numbers or dates.")
-    return PublicTable(name=name.lower(), columns=tuple(c.lower() for c in columns),
-                       rows=tuple(tuple(row) for row in rows))
-
-
-def check_references(schema: sch.Schema, public: Mapping[str, PublicTable]) -> None:
-    """Every ``references = "table.column"``: a public table and column, a unique key of values of the
-    foreign key's type, and a foreign key whose base cells hold one value each."""
-    for table in schema.tables.values():
-        for column in table.columns.values():
-            if column.references is not None:
-                _check_reference(column, public)
-
-
-def _check_reference(column: sch.Column, public: Mapping[str, PublicTable]) -> None:
-    key = f"{column.key}.references"
-    target, _, name = column.references.lower().partition(".") if isinstance(column.references, str) else ("", "", "")
-    found = public.get(target)
-    if found is None or not name:
-        raise SchemaError(f'{key} must name a public table\'s column as "table.column"; got {column.references!r}. '
-                          f"Public tables: {', '.join(sorted(public)) or 'none'}.")
-    if name not in found.columns:
-        raise SchemaError(f"{key}: the public table '{found.name}' has no column '{name}'; its columns: "
-                          f"{', '.join(found.columns)}.")
-    keys = found.values(name)
-    if len(set(keys)) != len(keys):
-        raise SchemaError(f"{key}: {found.name}.{name} holds a value twice, so it is no key; list each key once in "
-                          f"tables.{found.name}.rows.")
-    domain = column.domain
-    if isinstance(domain, sch.Categorical):
-        wanted: type = str if all(isinstance(v, str) for v in domain.values) else int
-    elif domain.kind == "integer" and all(domain.boundaries[k + 1] - domain.boundaries[k] == 1
-                                          for k in range(domain.size - (1 if domain.closed_top else 0))):
-        wanted = int
-    else:
-        raise SchemaError(f"{key}: a foreign key must be categorical, or integer with one value per base cell "
-                          f"(resolution = 1); {column.key} is not.")
-    if any(isinstance(v, bool) or not isinstance(v, wanted) for v in keys):
-        kind = "strings" if wanted is str else "integers"
-        raise SchemaError(f"{key}: the values of {found.name}.{name} must be {kind}, like the declared values of "
-                          f"{column.key}.")
-
-
-def base_values(column: sch.Column) -> list[object]:
-    """The one value of each base cell of a foreign key (checked by ``check_references``)."""
-    if isinstance(column.domain, sch.Categorical):
-        return list(column.domain.values)
-    return [int(b) for b in column.domain.boundaries[:-1]]
 
 
 # ==================================================================================== parse side
@@ -266,8 +165,8 @@ def _labels(lookup: _Lookup, column: ir.Column) -> dict[object, object]:
     return dict(zip(lookup.public.values(lookup.join.public_column), lookup.public.values(name)))
 
 
-def _lookup_key(lookup: _Lookup, column: ir.Column) -> LookupKey:
-    return LookupKey(column=_key_column(lookup, column), labels=tuple(_labels(lookup, column).items()),
+def _lookup_key(lookup: _Lookup, column: ir.Column) -> ir.LookupKey:
+    return ir.LookupKey(column=_key_column(lookup, column), labels=tuple(_labels(lookup, column).items()),
                      keep_missing=lookup.join.kind == "left", span=column.span)
 
 
