@@ -90,7 +90,7 @@ def test_no_module_reaches_a_private_name_of_a_checked_module() -> None:
 def test_the_checker_sees_both_forms() -> None:
     # The two forms the test refuses; a module's use of its own private names is allowed.
     checked = ("dpsql.noise", "dpsql.planning.mechanism", "dpsql.matrix.workloads")
-    source = "from dpsql.noise.sources import _smear\nfrom dpsql import mechanism\nmechanism._narrowed\n"
+    source = "from dpsql.noise.sources import _smear\nfrom dpsql.planning import mechanism\nmechanism._narrowed\n"
     assert private_reaches(source, "tests.probe", "probe", checked) == [
         "probe:1 imports dpsql.noise.sources._smear", "probe:3 uses dpsql.planning.mechanism._narrowed"]
     own = private_reaches(source, "dpsql.planning.mechanism", "probe", checked)
