@@ -23,8 +23,9 @@ from dpsql import engine
 from dpsql.backends.base import Backend
 from dpsql.backends.choose import choose_backend, is_address
 from dpsql.backends.duckdb import attached_files
+from dpsql.budget.account import Account
 from dpsql.budget.accounting import Budget, PrivacyBudget, PrivacyCost
-from dpsql.budget.ledger import Account, BatchRecord, Binding, Ledger, default_path
+from dpsql.budget.ledger import BatchRecord, Binding, Ledger, default_path
 from dpsql.engine import accuracy_target
 from dpsql.engine.free import (
     Split,

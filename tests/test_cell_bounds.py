@@ -22,7 +22,7 @@ import dpsql
 from dpsql import engine
 from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.engine import thresholds
-from dpsql.engine.thresholds import final_answering
+from dpsql.engine.group_route import final_answering
 from dpsql.engine.vector_plans import cell_bounds
 from dpsql.errors import PrivacyParameterError
 from dpsql.matrix.workloads import Explicit, Kron, scale_columns

@@ -22,8 +22,9 @@ import pytest
 import dpsql
 from dpsql import engine, errors
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget.account import Account
 from dpsql.budget.accounting import PrivacyCost
-from dpsql.budget.ledger import Account, Binding, Ledger, default_path
+from dpsql.budget.ledger import Binding, Ledger, default_path
 from dpsql.cli import main
 from dpsql.dbapi import Connection
 from dpsql.noise import SeededRandomSource

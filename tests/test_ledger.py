@@ -18,8 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dpsql.budget.account import Account, LedgerBudget
 from dpsql.budget.accounting import Budget, PrivacyBudget, PrivacyCost
-from dpsql.budget.ledger import Account, BatchRecord, Binding, Ledger, LedgerBudget, default_path
+from dpsql.budget.ledger import BatchRecord, Binding, Ledger, default_path
 from dpsql.errors import BudgetExhaustedError, BudgetNotSetError, LedgerError, OperationalError, PrivacyParameterError
 from dpsql.schema import Schema
 

@@ -25,8 +25,9 @@ import pytest
 import dpsql
 from _helpers import sql_tampering as _sql
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.budget.account import Account
 from dpsql.budget.accounting import PrivacyCost
-from dpsql.budget.ledger import KEY_ENV, Account, BatchRecord, Binding, Ledger, default_path
+from dpsql.budget.ledger import KEY_ENV, BatchRecord, Binding, Ledger, default_path
 from dpsql.cli import main
 from dpsql.errors import BudgetNotSetError, LedgerError, ProgrammingError
 from dpsql.schema import Schema

@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _helpers import sql_tampering as _sql
+from dpsql.budget.account import Account
 from dpsql.budget.accounting import PrivacyCost
-from dpsql.budget.ledger import Account, BatchRecord, Binding, KeptRelease, Ledger, default_path
+from dpsql.budget.ledger import BatchRecord, Binding, KeptRelease, Ledger, default_path
 from dpsql.budget.ledger_format import COLUMNS, HISTORY, head_mac, row_mac  # the ledger's own signing, for forgeries
 from dpsql.cli import main
 from dpsql.errors import LedgerError, ProgrammingError

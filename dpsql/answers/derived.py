@@ -13,7 +13,7 @@ exact for linear combinations (Var(Σ c_j a_j) = Σ c_j c_k Σ_jk), the delta me
 ratios (Var(x/y) ≈ Var(x)/y² + x²Var(y)/y⁴ − 2x·Cov(x, y)/y³).
 
 A ratio is NULL where its denominator's noisy value is below max(1, AVG_MIN_COUNT_STDDEVS standard
-errors) in absolute value — the rule AVG uses (``dpsql.answers.tables``): there the ratio is dominated
+errors) in absolute value — the rule AVG uses (:mod:`dpsql.answers.columns`): there the ratio is dominated
 by the noise of its denominator and the delta method is meaningless. A denominator with no noise
 (a constant; an exact zero) makes the ratio NULL only when it is zero.
 """
@@ -31,7 +31,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from dpsql import schema as sch
-from dpsql.answers.tables import AVG_MIN_COUNT_STDDEVS, aggregate_values, group_columns, sort_order
+from dpsql.answers.columns import AVG_MIN_COUNT_STDDEVS, aggregate_values, group_columns, sort_order
 from dpsql.errors import UnsupportedQueryError
 from dpsql.planning.mechanism import Answers
 from dpsql.sql import derived as d
@@ -155,7 +155,8 @@ def derived_table(compiled: CompiledBatch, statement: CompiledStatement,
 
 def _output_values(state: _Statement, statement: CompiledStatement, item: ir.DerivedItem,
                    answers: Mapping[int, Answers]) -> tuple[FloatArray, FloatArray]:
-    """A lone aggregate as ``dpsql.answers.tables`` answers it; an expression by forward differentiation."""
+    """A lone aggregate as a plain statement answers it (``aggregate_values``); an expression by forward
+    differentiation."""
     if item.plain:
         assert isinstance(item.expression, ir.AggregateRef)
         return aggregate_values(statement, statement.aggregates[item.expression.index], answers)

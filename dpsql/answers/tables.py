@@ -23,12 +23,13 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from dpsql.answers import derived
+from dpsql.answers.columns import AVG_MIN_COUNT_STDDEVS, aggregate_values, group_columns, sort_order
 from dpsql.planning.mechanism import Answers
-from dpsql.schema import EPOCH, Categorical
+from dpsql.schema import EPOCH
 from dpsql.sql import ir
 from dpsql.sql import quantiles as qs
 from dpsql.sql.compile import CompiledBatch, CompiledStatement, OutputAggregate
-from dpsql.sql.group_keys import label_array
 
 
 class AnswerKey(NamedTuple):
@@ -60,11 +61,6 @@ class AnswerSet(Mapping[AnswerKey, Answers]):
         return {key.block: found for key, found in self._answers.items() if key.group == group}
 
 
-#: AVG is NULL where the noisy COUNT is below this many of its standard errors (or below 1): there
-#: the ratio S/C is dominated by noise in C and its delta-method standard error is meaningless.
-AVG_MIN_COUNT_STDDEVS = 2.0
-
-
 def statement_tables(compiled: CompiledBatch, answers: AnswerSet,
                      metadata: Mapping[str, Any],
                      per_statement: Sequence[Mapping[str, Any]] | None = None) -> list[pa.Table]:
@@ -90,17 +86,16 @@ def _table(compiled: CompiledBatch, statement: CompiledStatement,
     notes: dict[str, str] = {}
     mine = answers.of_group(statement.group)
     if statement.statement.outputs is not None:  # derived outputs, HAVING (dpsql.sql.derived)
-        from dpsql.answers.derived import derived_table
-        return derived_table(compiled, statement, mine)
+        return derived.derived_table(compiled, statement, mine)
     for item in statement.statement.select:
         if isinstance(item, ir.GroupColumn):
             index = next(i for i, c in enumerate(statement.statement.group_by)
                          if c.name.lower() == item.column.name.lower())
-            columns.update(_group_columns(compiled, statement, index, item.alias))
+            columns.update(group_columns(compiled, statement, index, item.alias))
         elif (found := _find(statement, item)).quantile is not None:
             columns.update(_quantile_columns(statement, found, mine))
         else:
-            value, stddev = _aggregate_values(statement, found, mine)
+            value, stddev = aggregate_values(statement, found, mine)
             columns[item.alias] = pa.array(value, type=pa.float64(), from_pandas=True)
             columns[f"{item.alias}_stddev"] = pa.array(stddev, type=pa.float64(), from_pandas=True)
             missing = int(np.isnan(value).sum())
@@ -116,36 +111,6 @@ def _table(compiled: CompiledBatch, statement: CompiledStatement,
 
 def _find(statement: CompiledStatement, aggregate: ir.Aggregate) -> OutputAggregate:
     return next(a for a in statement.aggregates if a.aggregate is aggregate)
-
-
-def _aggregate_values(statement: CompiledStatement, output: OutputAggregate,
-                      answers: Mapping[int, Answers]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Values and standard errors in output row order; AVG = SUM/COUNT by the delta method.
-
-    AVG is the plain ratio of the noisy SUM and COUNT, even where noise puts it outside the
-    measure bounds (clipping it returned e.g. 0 ± 22,343 for a true 25,684, with the
-    standard error of the unclipped ratio).
-    """
-    rows = statement.block_rows
-    first = answers[output.blocks[0]]
-    if output.aggregate.function != "avg":
-        return first.values[rows], np.sqrt(first.variances[rows])
-    second = answers[output.blocks[1]]
-    total, count = first.values[rows], second.values[rows]
-    var_total, var_count = first.variances[rows], second.variances[rows]
-    # Cov(S, C): zero when measured apart; from the shared measurement when read as value cells
-    covariance = first.covariances[output.blocks[1]][rows] if output.blocks[1] in first.covariances else 0.0
-    enough = count >= np.maximum(1.0, AVG_MIN_COUNT_STDDEVS * np.sqrt(var_count))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean = np.where(enough, total / count, np.nan)
-        # delta method: Var(S/C) ≈ Var(S)/C² + S²·Var(C)/C⁴ − 2·S·Cov(S, C)/C³
-        variance = np.where(enough,
-                            var_total / count**2 + total**2 * var_count / count**4 - 2 * total * covariance / count**3,
-                            np.nan)
-        variance = np.maximum(variance, 0.0)
-    # not clipped to the measure bounds: a clipped ratio is biased and its spread is not the one
-    # reported, while S/C is the ratio the delta-method standard error describes
-    return mean, np.sqrt(variance)
 
 
 def _quantile_columns(statement: CompiledStatement, output: OutputAggregate,
@@ -177,25 +142,6 @@ def _order_statistics(statement: CompiledStatement, table: pa.Table) -> dict[str
     return {"order_statistics": entries} if entries else {}
 
 
-def _group_columns(compiled: CompiledBatch, statement: CompiledStatement, index: int,
-                   alias: str) -> dict[str, pa.Array]:
-    axis = compiled.groups[statement.group].axes[statement.group_axes[index]]
-    labels = statement.group_labels[index]
-    picked = [labels[g] for g in statement.group_rows[:, index]]
-    key = statement.statement.group_keys[index] if statement.statement.group_keys else None
-    if key is not None:  # a CASE/date-part key: labels typed by the key, no _upper
-        return {alias: label_array(key, picked)}
-    domain = axis.column.domain
-    if isinstance(domain, Categorical):
-        kind = pa.string() if all(isinstance(v, str) for v in domain.values) else pa.int64()
-        return {alias: pa.array(picked, type=kind)}
-    arrow_type = {"integer": pa.int64(), "numeric": pa.float64(), "date": pa.date32()}[domain.kind]
-    result = {alias: pa.array([None if p is None else p[0] for p in picked], type=arrow_type)}
-    if domain.reports_upper:
-        result[f"{alias}_upper"] = pa.array([None if p is None else p[1] for p in picked], type=arrow_type)
-    return result
-
-
 def _order(statement: ir.Statement, table: pa.Table) -> list[int]:
     """Row order for ORDER BY, applied to the noisy values: stable sorts from the last key to the
     first, NULLs (and NaN) last in either direction, as DuckDB orders them."""
@@ -204,34 +150,11 @@ def _order(statement: ir.Statement, table: pa.Table) -> list[int]:
                        for item in statement.order_by], table)
 
 
-def sort_order(keys: Sequence[tuple[str, bool]], table: pa.Table) -> list[int]:
-    """Row order for (column, descending) keys: stable sorts from the last key to the first, NULLs
-    (and NaN) last in either direction."""
-    order = list(range(table.num_rows))
-    for name, descending in reversed(keys):
-        values = table.column(name).to_pylist()
-        missing = [r for r in order if _is_null(values[r])]
-        present = [r for r in order if not _is_null(values[r])]
-        present.sort(key=lambda r: values[r], reverse=descending)
-        order = present + missing
-    return order
-
-
-#: The lone aggregates and group columns of a derived statement (``dpsql.answers.derived``) are answered as here.
-aggregate_values = _aggregate_values
-group_columns = _group_columns
-
-
 def _derived_metadata(statement: ir.Statement) -> dict[str, Any]:
     """What the metadata says about derived outputs and HAVING (``dpsql.answers.derived``)."""
     if statement.outputs is None:
         return {}
-    from dpsql.answers.derived import metadata
-    return metadata(statement)
-
-
-def _is_null(value: object) -> bool:
-    return value is None or (isinstance(value, float) and np.isnan(value))
+    return derived.metadata(statement)
 
 
 def format_table(table: pa.Table, *, limit: int | None = None) -> str:

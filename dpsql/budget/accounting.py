@@ -2,7 +2,7 @@
 
 A cost is pure ε-DP or ρ-zCDP (``PrivacyCost``), under adding or removing one privacy unit. A budget
 is anything implementing ``PrivacyBudget``: the in-memory ``Budget`` here, or the ledger's
-``dpsql.budget.ledger.LedgerBudget``.
+``dpsql.budget.account.LedgerBudget``.
 
 Math:
     sequential  releases computed from the same data add up: ε = Σ εᵢ (pure DP, Dwork & Roth 2014,

@@ -93,7 +93,6 @@ from pathlib import Path
 from typing import Any
 
 from dpsql.budget import ledger_format as fmt
-from dpsql.budget.account import Account, LedgerBudget
 from dpsql.budget.accounting import UNIT, Family, PrivacyCost
 from dpsql.budget.ledger_format import FORMAT, VERSION
 from dpsql.budget.records import (
@@ -125,8 +124,8 @@ LOCK_TIMEOUT = 60.0
 _KEY_BYTES = 32
 
 
-__all__ = ["KEY_ENV", "KEY_SUFFIX", "LOCK_TIMEOUT", "SUFFIX", "Account", "Action", "Balance", "BatchRecord", "Binding",
-           "Charge", "KeptRelease", "Ledger", "LedgerBudget", "Limit", "default_path", "key_path"]
+__all__ = ["KEY_ENV", "KEY_SUFFIX", "LOCK_TIMEOUT", "SUFFIX", "Action", "Balance", "BatchRecord", "Binding",
+           "Charge", "KeptRelease", "Ledger", "Limit", "default_path", "key_path"]
 
 
 def default_path(database: str | os.PathLike[str]) -> Path:

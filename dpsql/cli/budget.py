@@ -14,10 +14,10 @@ from fractions import Fraction
 from pathlib import Path
 
 from dpsql.backends.choose import choose_backend, is_address
+from dpsql.budget.account import Account
 from dpsql.budget.accounting import UNIT, PrivacyCost, epsilon_from_rho
 from dpsql.budget.ledger import (
     KEY_ENV,
-    Account,
     Action,
     Balance,
     Binding,

@@ -7,13 +7,16 @@ sums) is measured once with the strategy its plan chose, at its share of the bud
 cell-bounded sums); the shares add up to the batch's ε (sequential composition) or ρ (zCDP
 composition). A truncated SUM first has its threshold θ chosen with a share of the batch's budget
 (``dpsql.engine.thresholds``, pure ε_sel-DP, or ρ_sel = ε_sel²/2) and its sums are then measured
-clamped at ±θ with B = θ/quantum; the measurements split the rest. Everything after the
-measurements is post-processing. Nothing is read from the data before the whole cost is charged,
-and the cells come from the schema only.
+clamped at ±θ with B = θ/quantum; the measurements split the rest. Once θ is released, the groups
+summing a truncated column are decided again at ±θ (``final_answering``: public θ, public plan).
+Everything after the measurements is post-processing. Nothing is read from the data before the
+whole cost is charged, and the cells come from the schema only.
 """
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dpsql.backends import Backend
@@ -31,15 +34,17 @@ from dpsql.engine.measure import MeasuredVector, measure_groups
 from dpsql.engine.measurements import PlannedVector, check_calibrations, split
 from dpsql.engine.metadata import Release, ReleaseMetadata, family_name
 from dpsql.engine.sum_answering import answering_groups, bias_bounds
-from dpsql.engine.thresholds import ThresholdPlan, choose_thresholds, final_answering, measured_columns, threshold_plans
+from dpsql.engine.thresholds import ThresholdPlan, choose_thresholds, measured_columns, threshold_plans
 from dpsql.engine.vocabulary import Report, noise_of
 from dpsql.engine.weighing import Weighing
+from dpsql.errors import PrivacyParameterError
 from dpsql.noise import RandomSource
-from dpsql.planning.planner import Progress
+from dpsql.planning.planner import Plan, Progress
 from dpsql.schema import Schema
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, batch_table, compile_batch
 from dpsql.sql.value_cells import ValueCells
+from dpsql.sql.vectors import DataVector
 
 #: Times the statement groups may be planned again with the guard's raised weights (each is a full
 #: planning pass: a count of work, not time).
@@ -101,7 +106,7 @@ class GroupsPlan:
 
     def answer(self, *, backend: Backend, rng: RandomSource | None, report: Report) -> Release:
         """Release θ, decide the sums at θ, scan once, measure every data vector, answer every block."""
-        chosen = choose_thresholds(self, backend=backend, rng=rng, report=report)
+        chosen = choose_thresholds(self.thresholds, self.compiled.table, backend=backend, rng=rng, report=report)
         final = final_answering(self, chosen, report=report)
         columns = measured_columns(final.compiled.table, chosen)
         measured: list[MeasuredVector] = []
@@ -161,3 +166,65 @@ def plan_groups(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weighing: We
                       measurements=guarded.measurements, thresholds=tuple(selections), answering_notes=notes,
                       weights=guarded.kept.weights, guard_notes=guarded.notes)
     return plan, guarded.raised
+
+
+# ===================================================================== after θ is released
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinalAnswering:
+    """The statement groups and measurements that answer once θ is known, and why each group's sums
+    are answered as they are."""
+
+    compiled: CompiledBatch
+    measurements: tuple[PlannedVector, ...]
+    notes: tuple[tuple[int, str], ...]
+
+
+_DECIDED: weakref.WeakKeyDictionary[GroupsPlan, dict[tuple[tuple[str, float], ...], FinalAnswering]] = \
+    weakref.WeakKeyDictionary()
+
+
+def final_answering(plan: GroupsPlan, chosen: Mapping[str, float], *, report: Report) -> FinalAnswering:
+    """The groups and measurements that answer, once the thresholds θ are released.
+
+    Groups summing a truncated column are decided again (value cells or apart) with the column
+    narrowed to ±θ; the others keep the plan made before the data was read. The measurements'
+    budget (the batch's, less the selections' share) is split again over the final set. Memoized
+    by the released θs (the SVT grid repeats them from one release to the next).
+    """
+    if not chosen:
+        return FinalAnswering(compiled=plan.compiled, measurements=plan.measurements, notes=plan.answering_notes)
+    decided = _DECIDED.setdefault(plan, {})
+    key = tuple(sorted(chosen.items()))
+    if key not in decided:
+        decided[key] = decide_at_thresholds(plan, chosen, report=report)
+    return decided[key]
+
+
+def decide_at_thresholds(plan: GroupsPlan, chosen: Mapping[str, float], *, report: Report) -> FinalAnswering:
+    """:func:`final_answering` for one set of released θs."""
+    columns = measured_columns(plan.compiled.table, chosen)
+    separate = plan.separate
+    redo = [g for g, group in enumerate(separate.groups)
+            if any(v.is_sum and v.column in chosen for v in group.data_kinds())]
+    bounds = {name: ValueCells(low=c.bounds[0], high=c.bounds[1])
+              for name, c in columns.items() if c.measure_bounds is not None}
+    noise = noise_of(plan.cost)
+    report("planning the sums at the released thresholds")
+    known: dict[tuple[int, DataVector], Plan] = {
+        (m.group, m.vector): m.plan for m in plan.measurements
+        if plan.compiled.groups[m.group] is separate.groups[m.group] and m.cell_bounds is None}
+    budget = sum(m.share for m in plan.measurements)
+    weighing = Weighing(weights=plan.weights, noise=noise)
+    result = answering_groups(plan.batch, separate, columns, bounds, noise=noise, budget=budget, progress=report,
+                              groups=redo, start=plan.compiled, known=known, weighing=weighing)
+    kept = [m.draft() for m in plan.measurements if m.group not in redo]
+    drafts = sorted(kept + result.drafts, key=lambda d: d.group)
+    notes = [note for note in plan.answering_notes if note[0] not in redo] + result.notes
+    measurements = split(drafts, budget, noise)
+    try:
+        check_calibrations(measurements)
+    except PrivacyParameterError:  # a share too small for the new plans: the plan checked before the charge measures
+        fallback = "the plan made before θ was released is used: a budget share of the re-planned sums was too small"
+        return FinalAnswering(compiled=plan.compiled, measurements=plan.measurements,
+                              notes=tuple(sorted([*plan.answering_notes, *((g, fallback) for g in redo)])))
+    return FinalAnswering(compiled=result.compiled, measurements=measurements, notes=tuple(sorted(notes)))

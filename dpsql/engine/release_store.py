@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from dpsql.budget.account import Account
 from dpsql.budget.accounting import PrivacyBudget
-from dpsql.budget.ledger import Account
 from dpsql.budget.records import shares_releases
 from dpsql.errors import LedgerError, ProgrammingError
 from dpsql.releases.kept import KeptMeasurement, payload, read_payload

@@ -18,6 +18,7 @@ as a known name's is, and nobody without the key can compute it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import socket
@@ -58,7 +59,7 @@ class DpsqlServer(socketserver.ThreadingTCPServer):
         self.connections = Connections(config.max_connections, config.max_unauthenticated)
         self.tls = _tls(config)
         try:
-            super().__init__((config.host, config.port), WireHandler)
+            super().__init__((config.host, config.port), functools.partial(WireHandler, host=self))
         except OSError as err:
             raise OperationalError(f"cannot listen on {config.host}:{config.port}: {err.strerror or err}. Pick "
                                    "another port (--port, or port = ... under [server]).") from None

@@ -39,20 +39,19 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pygwire import BackendConnection, ConnectionPhase, PygwireError, TransactionStatus
 from pygwire import messages as m
 
 from dpsql import errors
 from dpsql.server import pgtypes
+from dpsql.server.config import ServeConfig
 from dpsql.server.framing import MAX_MESSAGE, ClientGoneError, FrameError, Frames
+from dpsql.server.limits import Connections
 from dpsql.server.scram import MECHANISM, AuthenticationFailedError, Exchange, mock_verifier
 from dpsql.server.session import SERVER_PARAMETERS, Outcome, QueryError, Session, public_error, statement_offsets
 from dpsql.sql.source import tokenize
-
-if TYPE_CHECKING:
-    from dpsql.server.server import DpsqlServer
 
 log = logging.getLogger("dpsql.server")
 logging.getLogger("pygwire").setLevel(logging.ERROR)  # its non-strict warnings are about pipelined clients
@@ -91,13 +90,32 @@ class Prepared:
     types: list[int] = field(default_factory=list)
 
 
-class WireHandler(socketserver.BaseRequestHandler):
-    """One client connection, from start-up to Terminate."""
+class Host(Protocol):
+    """What a connection uses of the server that accepted it (:class:`dpsql.server.server.DpsqlServer`):
+    the configuration, the dataset's name, the secret unknown names' SCRAM salts come from, the TLS
+    context, the connection count, and the analysts' sessions."""
 
-    server: DpsqlServer
+    config: ServeConfig
+    dataset: str
+    mock_secret: bytes
+    tls: ssl.SSLContext | None
+    connections: Connections
+
+    def open_session(self, user: str) -> Session: ...
+
+    def end_session(self, session: Session) -> None: ...
+
+
+class WireHandler(socketserver.BaseRequestHandler):
+    """One client connection, from start-up to Terminate, for ``host`` (the ``server`` that accepted it)."""
+
+    def __init__(self, request: socket.socket, client_address: Any, server: socketserver.BaseServer, *,
+                 host: Host) -> None:
+        self.host = host
+        super().__init__(request, client_address, server)
 
     def setup(self) -> None:
-        config = self.server.config
+        config = self.host.config
         self.sock: socket.socket = self.request
         self.frames = Frames(self.sock, deadline=time.monotonic() + config.startup_timeout, idle=config.idle_timeout)
         self.pg = BackendConnection(strict=False)
@@ -109,7 +127,7 @@ class WireHandler(socketserver.BaseRequestHandler):
         self.authenticated = False
 
     def handle(self) -> None:
-        config = self.server.config
+        config = self.host.config
         try:
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.session = self._start()
@@ -129,8 +147,8 @@ class WireHandler(socketserver.BaseRequestHandler):
 
     def finish(self) -> None:
         if self.session is not None:
-            self.server.end_session(self.session)
-        self.server.connections.leave(authenticated=self.authenticated)
+            self.host.end_session(self.session)
+        self.host.connections.leave(authenticated=self.authenticated)
         try:
             self.sock.close()
         except OSError:
@@ -169,11 +187,11 @@ class WireHandler(socketserver.BaseRequestHandler):
     def _start(self) -> Session | None:
         message = self._next()
         while isinstance(message, (m.SSLRequest, m.GSSEncRequest)):
-            if isinstance(message, m.SSLRequest) and self.server.tls is not None and not self.tls:
+            if isinstance(message, m.SSLRequest) and self.host.tls is not None and not self.tls:
                 if self.frames.buffered:  # bytes sent before the handshake would be read as if under TLS
                     raise FrameError("the client sent data after SSLRequest, before the TLS handshake")
                 self._send(m.SSLResponse(accepted=True))
-                self.sock = self.frames.sock = self.server.tls.wrap_socket(self.sock, server_side=True)
+                self.sock = self.frames.sock = self.host.tls.wrap_socket(self.sock, server_side=True)
                 self.tls = True
             else:
                 self._send(m.SSLResponse(accepted=False) if isinstance(message, m.SSLRequest)
@@ -184,19 +202,19 @@ class WireHandler(socketserver.BaseRequestHandler):
         if not isinstance(message, m.StartupMessage):
             return None
         user, database = message.params.get("user", ""), message.params.get("database", "")
-        if self.server.config.require_tls and not self.tls:
+        if self.host.config.require_tls and not self.tls:
             self._fail("28000", "this server accepts only TLS connections: connect with sslmode=require.", fatal=True)
             return None
         if not self._authenticate(user):
             return None
         self.authenticated, self.frames.limit, self.frames.deadline = True, MAX_MESSAGE, None
-        self.server.connections.authenticated()
-        if database and database != self.server.dataset:
+        self.host.connections.authenticated()
+        if database and database != self.host.dataset:
             self._fail("3D000", f'database "{database}" does not exist: this server answers for '
-                       f'"{self.server.dataset}".', fatal=True)
+                       f'"{self.host.dataset}".', fatal=True)
             return None
         try:
-            session = self.server.open_session(user)
+            session = self.host.open_session(user)
         except QueryError as err:
             self._fail(err.sqlstate, err.message, fatal=True)
             return None
@@ -210,9 +228,9 @@ class WireHandler(socketserver.BaseRequestHandler):
         return session
 
     def _authenticate(self, user: str) -> bool:
-        analyst = self.server.config.analysts.get(user)
+        analyst = self.host.config.analysts.get(user)
         exchange = (Exchange(analyst.verifier) if analyst is not None
-                    else Exchange(mock_verifier(self.server.mock_secret, user), known=False))
+                    else Exchange(mock_verifier(self.host.mock_secret, user), known=False))
         self._send(m.AuthenticationSASL(mechanisms=[MECHANISM]))
         try:
             first = self._next()
