@@ -1,4 +1,4 @@
-"""PEP 249 Connection and Cursor: the thin stateful shell around the engine.
+"""PEP 249 Connection and Cursor: the thin stateful shell around the engine's request pipeline.
 
 ``Cursor.execute`` takes one statement or a whole batch; the batch is answered jointly (one scan,
 one measurement per data vector, one budget charge) and each statement's result becomes a result
@@ -6,6 +6,10 @@ set (``nextset()`` moves on). The batch's cost is given per call as ``epsilon=``
 drawn either from the privacy ledger (``dpsql.budget.ledger``, a durable file: always, for a database
 file) or, for data in memory only, from an in-memory ``Budget`` that lasts as long as the
 connection. ``explain()`` reports the plan without spending.
+
+Both build a :class:`dpsql.engine.request.Request` and hand it to :mod:`dpsql.engine.pipeline`, as
+``dpsql run`` and ``dpsql serve`` do: the connection is the pipeline's ``Context`` (the schema, the
+backend, the budget, the kept releases); the cursor keeps the result sets.
 """
 
 from __future__ import annotations
@@ -19,37 +23,18 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from dpsql import engine
 from dpsql.backends.base import Backend
 from dpsql.backends.choose import choose_backend, is_address
 from dpsql.backends.duckdb import attached_files
 from dpsql.budget.account import Account
 from dpsql.budget.accounting import Budget, PrivacyBudget, PrivacyCost
 from dpsql.budget.ledger import BatchRecord, Binding, Ledger, default_path
-from dpsql.engine import accuracy_target
-from dpsql.engine.free import (
-    Split,
-    assemble,
-    combined_stddevs,
-    explain_lines,
-    free_tables,
-    split_batch,
-    stddevs_with,
-)
+from dpsql.engine import pipeline
 from dpsql.engine.release_store import LedgerStore, MemoryStore, ReleaseStore
-from dpsql.errors import (
-    BudgetNotSetError,
-    InterfaceError,
-    LedgerError,
-    NotSupportedError,
-    PrivacyParameterError,
-    ProgrammingError,
-)
+from dpsql.engine.request import Request
+from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.noise import RandomSource
-from dpsql.releases.kept import KeptMeasurement
-from dpsql.schema import Schema, Table
-from dpsql.sql.compile import batch_table
-from dpsql.sql.dp_options import StatementOptions, batch_cost, read_options
+from dpsql.schema import Schema
 
 _ARROW_TYPE_CODES = {pa.string(): "STRING", pa.int64(): "NUMBER", pa.float64(): "NUMBER", pa.date32(): "DATETIME"}
 
@@ -240,11 +225,21 @@ class Connection:
         """The ledger account the connection charges, or None with an in-memory budget."""
         return self._books if isinstance(self._books, Account) else None
 
-    def _budget_for(self, text: str, parameters: Sequence[object] | None, prepared: engine.Prepared) -> PrivacyBudget:
-        """What the engine draws this batch from: the in-memory Budget, or a ledger view that records the batch."""
+    @property
+    def backend(self) -> Backend:
+        """Where the data are read (``dpsql.backends``); dpsql runs only the SQL it generates against it."""
+        return self._backend
+
+    @property
+    def rng(self) -> RandomSource | None:
+        """The seeded random source of ``connect(rng=...)``, or None: the operating system's randomness."""
+        return self._rng
+
+    def budget_for(self, batch: BatchRecord) -> PrivacyBudget:
+        """What ``batch`` draws from: the in-memory Budget, or a ledger view whose charge records the batch."""
         if isinstance(self._books, Budget):
             return self._books
-        return self._books.budget(BatchRecord.of(text, parameters, prepared.cost, _mechanism(prepared)))
+        return self._books.budget(batch)
 
     def cursor(self) -> Cursor:
         self._check_open()
@@ -276,24 +271,6 @@ class Connection:
     @property
     def closed(self) -> bool:
         return self._closed
-
-
-def _mechanism(prepared: engine.Prepared) -> str:
-    """The release mechanism as the ledger records it, e.g. 'matrix mechanism, discrete Laplace'."""
-    route = "ResidualPlanner" if isinstance(prepared.chosen, engine.ResidualPlan) else "matrix mechanism"
-    return f"{route}, {'discrete Laplace' if prepared.cost.family == 'epsilon' else 'discrete Gaussian'}"
-
-
-def _check_unit_options(options: Sequence[StatementOptions], table: Table) -> None:
-    """A ``privacy_unit_column`` option must name the table's declared privacy unit (the bound is the schema's)."""
-    unit = table.privacy_unit
-    for option in options:
-        named = option.privacy_unit_column
-        if named is not None and (unit.column is None or named.lower() != unit.column.lower()):
-            declared = f"'{unit.column}' (max_rows = {unit.max_rows})" if unit.column else "each row (no unit column)"
-            raise ProgrammingError(f"privacy_unit_column = {named} ({option.where}) is not the table's declared "
-                                   f"privacy unit, which is {declared}. dpsql protects the unit the schema declares; "
-                                   "drop the option or name that column. Nothing was charged.")
 
 
 class Cursor:
@@ -342,40 +319,11 @@ class Cursor:
         is read), so a missing ledger or a spent budget is reported before the batch is planned.
         """
         self._check_open()
-        connection = self.connection
-        request = accuracy_target.Request(max_stddev=max_stddev, max_relative_stddev=max_relative_stddev, family=family)
-        targeted = request.asked
-        text, cost, units = (self._target_text(operation, epsilon, rho, request) if targeted
-                             else self._cost_of(operation, epsilon, rho))
-        store = connection.releases
-        split = split_batch(text, parameters, connection.schema, store.kept() if reuse else [],
-                            request if targeted else None, cost=None if targeted else cost, weights=weights,
-                            cache=store.reductions)
-        found = None
-        if split.all_free:
-            _check_unit_options(units, batch_table(split.batch, connection.schema))
-            budget = connection.budget
-            measured: list[pa.Table] = []
-        else:
-            if targeted:
-                found = self._least_cost(text, request, parameters, weights, progress, connection.budget, split)
-                prepared = found.prepared
-            else:
-                connection.budget.check(cost)  # an unreadable ledger or a spent budget fails before the planning work
-                prepared = engine.prepare(text, connection.schema, cost, parameters, progress=progress,
-                                          weights=weights, statements=split.measured)
-            _check_unit_options(units, prepared.chosen.compiled.table)
-            budget = connection._budget_for(operation, parameters, prepared)
-            measured = engine.run(prepared, backend=connection._backend, budget=budget, rng=connection._rng,
-                                  progress=progress, postprocess=postprocess, store=store, combine=reuse, merge=False)
-        free = free_tables(split, store.kept() if split.free else [], budget, postprocess, store.reductions)
-        if targeted:
-            measured = accuracy_target.annotate(measured, found, request, accuracy_target.statement_ratios(found)
-                                                if found is not None else [])
-            ratios = split.free_ratios()
-            free = {s: accuracy_target.annotate([t], None, request, [ratios[s]])[0] for s, t in free.items()}
-        results = assemble(split, measured, free)
-        self._results, self._current, self._row = results, 0, 0
+        request = Request(operation=operation, parameters=parameters, epsilon=epsilon, rho=rho,
+                          default_cost=self.connection.default_cost, max_stddev=max_stddev,
+                          max_relative_stddev=max_relative_stddev, family=family, weights=weights,
+                          postprocess=postprocess, reuse=reuse, progress=progress)
+        self._results, self._current, self._row = pipeline.answer(request, self.connection), 0, 0
         return self
 
     def executemany(self, operation: str, seq_of_parameters: Sequence[Sequence[object]], *,
@@ -408,86 +356,10 @@ class Cursor:
         a line saying the budget state is unknown and why: ``execute`` fails until it is fixed.
         """
         self._check_open()
-        request = accuracy_target.Request(max_stddev=max_stddev, max_relative_stddev=max_relative_stddev, family=family)
-        targeted = request.asked
-        text, cost, units = (self._target_text(operation, epsilon, rho, request) if targeted
-                             else self._cost_of(operation, epsilon, rho))
-        store = self.connection.releases
-        kept = self._kept_for_explain() if reuse else []
-        split = split_batch(text, parameters, self.connection.schema, kept, request if targeted else None,
-                            cost=None if targeted else cost, weights=weights, cache=store.reductions)
-        reused = "\n".join(explain_lines(split)) + "\n" if split.releases else ""
-        if split.all_free:
-            _check_unit_options(units, batch_table(split.batch, self.connection.schema))
-            return reused + self.connection.backend_name
-        targeted_lines: list[str] = []
-        if targeted:
-            found = self._least_cost(text, request, parameters, weights, None, None, split)
-            prepared, targeted_lines = found.prepared, accuracy_target.explain_lines(found)
-        else:
-            prepared = engine.prepare(text, self.connection.schema, cost, parameters, weights=weights,
-                                      statements=split.measured)
-        if split.combined:
-            reused = "\n".join(explain_lines(split, combined_stddevs(split, prepared, kept, store.reductions))) + "\n"
-        _check_unit_options(units, prepared.chosen.compiled.table)
-        backend = "\n".join([*targeted_lines, self.connection.backend_name])
-        try:
-            budget = self.connection.budget
-        except LedgerError as err:
-            return (f"{reused}{engine.explain(prepared)}\n{backend}\n"
-                    f"Budget: unknown, so every query fails until this is fixed: {err}")
-        return f"{reused}{engine.explain(prepared, budget)}\n{backend}"
-
-    def _kept_for_explain(self) -> list[KeptMeasurement]:
-        """The kept releases, or none when the ledger cannot be read (EXPLAIN then says why)."""
-        try:
-            return self.connection.releases.kept()
-        except (LedgerError, BudgetNotSetError):
-            return []
-
-    def _target_text(self, operation: str, epsilon: float | None, rho: float | None,
-                     request: accuracy_target.Request) -> tuple[str, PrivacyCost, list[StatementOptions]]:
-        """The text under an accuracy target (``accuracy_target.target_text``) and a placeholder cost
-        (the least cost is found once the batch is split)."""
-        text, options = accuracy_target.target_text(request, operation, epsilon=epsilon, rho=rho)
-        return text, PrivacyCost.of(request.checked_family(), 1.0), options
-
-    def _least_cost(self, text: str, request: accuracy_target.Request, parameters: Sequence[object] | None,
-                    weights: Sequence[float] | None, progress: Callable[[str], None] | None,
-                    budget: PrivacyBudget | None, split: Split) -> accuracy_target.Target:
-        """The least cost meeting the target for the statements ``split`` leaves to measure, their
-        answers combined with the kept measurements (``dpsql.engine.accuracy_target``)."""
-        kept = self.connection.releases.kept() if split.compiled is not None else []
-        return accuracy_target.find(request, text, self.connection.schema, parameters=parameters, weights=weights,
-                                    budget=budget, progress=progress,
-                                    stddevs=stddevs_with(kept, self.connection.releases.reductions),
-                                    statements=split.measured, targets=split.measured_targets())
-
-    def _cost_of(self, operation: str, epsilon: float | None,
-                 rho: float | None) -> tuple[str, PrivacyCost, list[StatementOptions]]:
-        """The text to parse, the batch's cost and the statements' differential privacy options: a
-        BigQuery ``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (...)`` clause (:mod:`dpsql.sql.dp_options`)
-        is the cost, blanked out of the text; else the cost given, else the connection's default."""
-        if not isinstance(operation, str):
-            return operation, self._cost(epsilon, rho), []
-        text, options = read_options(operation)
-        if not options:
-            return operation, self._cost(epsilon, rho), []
-        if epsilon is not None or rho is not None:
-            raise ProgrammingError("the batch gives its cost twice: WITH DIFFERENTIAL_PRIVACY OPTIONS "
-                                   f"({options[0].where}) and execute(epsilon=/rho=). Keep one. Nothing was charged.")
-        return text, batch_cost(options), options
-
-    def _cost(self, epsilon: float | None, rho: float | None) -> PrivacyCost:
-        """The batch's cost: the one given, else the connection's default; PrivacyParameterError if neither."""
-        if epsilon is None and rho is None:
-            if self.connection.default_cost is not None:
-                return self.connection.default_cost
-            raise PrivacyParameterError("give the batch's cost as epsilon= (pure ε-DP) or rho= (ρ-zCDP), or open the "
-                                        "connection with dpsql.connect(..., epsilon_per_batch=...) (or rho_per_batch=) "
-                                        "so that execute(sql) without a cost, and PEP 249 tools such as "
-                                        "pandas.read_sql, charge that cost per call. Nothing was charged.")
-        return PrivacyCost(epsilon=epsilon, rho=rho)
+        request = Request(operation=operation, parameters=parameters, epsilon=epsilon, rho=rho,
+                          default_cost=self.connection.default_cost, max_stddev=max_stddev,
+                          max_relative_stddev=max_relative_stddev, family=family, weights=weights, reuse=reuse)
+        return pipeline.explain(request, self.connection)
 
     def callproc(self, procname: str, parameters: Sequence[object] = ()) -> None:
         raise NotSupportedError("dpsql has no stored procedures; send SELECT statements to execute().")

@@ -29,6 +29,7 @@ from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.budget.ledger import Binding, Ledger, default_path
 from dpsql.cli import main
 from dpsql.engine import accuracy_target as at
+from dpsql.engine import pipeline
 from dpsql.engine.predicted import predicted_stddevs
 from dpsql.errors import BudgetExhaustedError, NotSupportedError, ProgrammingError
 from dpsql.noise import SeededRandomSource
@@ -210,7 +211,7 @@ def test_over_the_budget_is_refused_before_any_data_is_read(data: duckdb.DuckDBP
     def no_run(*args: object, **kwargs: object) -> None:
         raise AssertionError("the batch reached the engine's run: data would be read")
 
-    monkeypatch.setattr(engine, "run", no_run)
+    monkeypatch.setattr(pipeline, "run", no_run)
     with pytest.raises(BudgetExhaustedError, match=rf"needs ε={need:.6g} .* has ε={need * 0.9:.6g} left"):
         connection.cursor().execute(MIXED, max_stddev=5.0)
     assert budget.exact_spent == 0 and budget.spent == 0

@@ -371,10 +371,10 @@ def _no_data_reads(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_spent_budget_is_reported_before_the_batch_is_planned(data: duckdb.DuckDBPyConnection,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from dpsql import engine
+    from dpsql.engine import pipeline
 
     with dpsql.connect(data, schema=SCHEMA, budget=dpsql.Budget(epsilon=0.5)) as opened:
-        monkeypatch.setattr(engine, "prepare",
+        monkeypatch.setattr(pipeline, "prepare",
                             lambda *args, **kwargs: pytest.fail("planned although the budget cannot pay"))
         with pytest.raises(dpsql.BudgetExhaustedError, match="Nothing was run or charged"):
             opened.cursor().execute(BATCH, epsilon=1.0)

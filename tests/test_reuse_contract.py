@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
@@ -28,8 +29,10 @@ import dpsql
 import dpsql.cli
 from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.budget.ledger import Binding, Ledger, default_path
-from dpsql.engine.free import split_batch
+from dpsql.engine.free import Split, split_batch
+from dpsql.engine.prepare import read_batch
 from dpsql.noise import SeededRandomSource
+from dpsql.releases.kept import KeptMeasurement
 from dpsql.schema import Schema
 
 #: An Adult-like table: joint cells of several releases quickly exceed what one dense pool can hold.
@@ -88,12 +91,17 @@ def _meta(table: pa.Table) -> dict[str, object]:
     return json.loads(table.schema.metadata[b"dpsql"])
 
 
+def _split(sql: str, kept: Sequence[KeptMeasurement]) -> Split:
+    """The statement of ``sql`` split against ``kept`` (no cost: free whenever the kept measurements answer it)."""
+    return split_batch(read_batch(sql, None, SCHEMA), SCHEMA, kept)
+
+
 def _kept_variances(connection: dpsql.Connection) -> dict[int, np.ndarray]:
     """Per statement of STATEMENTS the kept measurements answer, every variance they give it."""
     kept = connection.releases.kept()
     found = {}
     for index, sql in enumerate(STATEMENTS):
-        split = split_batch(sql, None, SCHEMA, kept)
+        split = _split(sql, kept)
         if 0 in split.free:
             found[index] = np.concatenate([a.variances for a in split.free[0].values()])
     return found
@@ -241,9 +249,9 @@ def test_a_pool_holds_every_release_so_it_is_never_worse_than_any_one_of_them() 
     cursor.execute("SELECT education, sex, COUNT(*) AS n FROM people GROUP BY education, sex", epsilon=0.05)
     cursor.execute("SELECT MEDIAN(age) AS m FROM people", epsilon=1.0)
     kept = cursor.connection.releases.kept()
-    total = split_batch("SELECT COUNT(*) AS n FROM people", None, SCHEMA, kept).free[0]
-    alone = {release: split_batch("SELECT COUNT(*) AS n FROM people", None, SCHEMA,
-                                  [m for m in kept if m.release == release]).free[0] for release in (1, 2)}
+    total = _split("SELECT COUNT(*) AS n FROM people", kept).free[0]
+    alone = {release: _split("SELECT COUNT(*) AS n FROM people",
+                             [m for m in kept if m.release == release]).free[0] for release in (1, 2)}
     variance = float(next(iter(total.values())).variances[0])
     for answers in alone.values():
         assert variance <= float(next(iter(answers.values())).variances[0]) * (1 + 1e-6)
@@ -260,9 +268,9 @@ def test_the_work_bound_leaves_out_newer_layouts_says_so_and_keeps_what_pooled_b
     monkeypatch.setattr(reuse, "MAX_POOL_WORK", reduction_work(3))
     cursor = _connect(seed=31).cursor()
     cursor.execute("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex", epsilon=0.5)
-    before = split_batch("SELECT COUNT(*) AS n FROM people", None, SCHEMA, cursor.connection.releases.kept()).free[0]
+    before = _split("SELECT COUNT(*) AS n FROM people", cursor.connection.releases.kept()).free[0]
     cursor.execute("SELECT age, sex, COUNT(*) AS n FROM people GROUP BY age, sex", epsilon=1.0)
-    split = split_batch("SELECT COUNT(*) AS n FROM people", None, SCHEMA, cursor.connection.releases.kept())
+    split = _split("SELECT COUNT(*) AS n FROM people", cursor.connection.releases.kept())
     assert split.left_out == {0: 1} and split.releases[0].own == (1,)
     assert [a.variances for a in split.free[0].values()] == [a.variances for a in before.values()]
     text = cursor.explain("SELECT COUNT(*) AS n FROM people", epsilon=0.001)

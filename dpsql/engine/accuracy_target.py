@@ -52,7 +52,6 @@ from dpsql.planning.planner import Progress
 from dpsql.schema import Column, Schema
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledStatement
-from dpsql.sql.dp_options import StatementOptions, read_options
 from dpsql.sql.flatten import expand_weights
 
 FloatArray = npt.NDArray[np.float64]
@@ -319,7 +318,8 @@ def limit_in(budget: PrivacyBudget, family: Family) -> Fraction:
 # ------------------------------------------------------------------------------------------------ requests
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Request:
-    """An accuracy target as the analyst gives it (``Cursor.execute``, ``dpsql run --max-stddev``):
+    """An accuracy target as the analyst gives it (``Cursor.execute``, ``dpsql run --max-stddev``; the
+    ``target`` of a :class:`dpsql.engine.request.Request`):
     per statement (one value for all, or a list with one value or None per statement), and the
     family of the cost to find ("epsilon", the default: discrete Laplace; or "rho": discrete Gaussian)."""
 
@@ -334,7 +334,7 @@ class Request:
 
     @property
     def asked(self) -> bool:
-        """Whether any target option is given (a family alone is refused by :func:`search`)."""
+        """Whether any target option is given (a family alone is refused, ``dpsql.engine.request``)."""
         return self.given or self.family is not None
 
     def checked_family(self) -> Family:
@@ -352,43 +352,15 @@ class Request:
                 "family": self.checked_family()}
 
 
-def search(request: Request, operation: str, schema: Schema, *, epsilon: float | None = None,
-           rho: float | None = None, parameters: Sequence[object] | None = None,
-           weights: Sequence[float] | None = None, budget: PrivacyBudget | None = None,
-           progress: Progress | None = None,
-           stddevs: Stddevs = predicted_stddevs) -> tuple[str, list[StatementOptions], Target]:
-    """The text to answer (a BigQuery OPTIONS clause blanked out), its statements' options and
-    :func:`find`'s Target (see :func:`target_text` for what is refused)."""
-    text, options = target_text(request, operation, epsilon=epsilon, rho=rho)
-    return text, options, find(request, text, schema, parameters=parameters, weights=weights, budget=budget,
-                               progress=progress, stddevs=stddevs)
-
-
-def target_text(request: Request, operation: str, *, epsilon: float | None = None,
-                rho: float | None = None) -> tuple[str, list[StatementOptions]]:
-    """What ``Cursor.execute``/``explain`` answer under a target: the text (a BigQuery OPTIONS
-    clause blanked out) and its statements' options. ProgrammingError when the batch also gives a
-    cost (epsilon=, rho=, or the OPTIONS clause) or a family without a target."""
-    if not request.given:
-        raise ProgrammingError("family= chooses the cost an accuracy target is met with; give max_stddev= (or "
-                               "max_relative_stddev=) with it. Nothing was charged.")
-    text, options = read_options(operation) if isinstance(operation, str) else (operation, [])
-    given = ([f"WITH DIFFERENTIAL_PRIVACY OPTIONS ({options[0].where})"] if options else []) \
-        + ["epsilon="] * (epsilon is not None) + ["rho="] * (rho is not None)
-    if given:
-        raise ProgrammingError(f"the batch gives both an accuracy target and a cost ({', '.join(given)}): the "
-                               "target's least cost is the cost. Keep one. Nothing was charged.")
-    return text, options
-
-
-def find(request: Request, text: str, schema: Schema, *, parameters: Sequence[object] | None = None,
+def find(request: Request, batch: str | ir.Batch, schema: Schema, *, parameters: Sequence[object] | None = None,
          weights: Sequence[float] | None = None, budget: PrivacyBudget | None = None,
          progress: Progress | None = None, stddevs: Stddevs = predicted_stddevs,
          statements: Sequence[int] | None = None, targets: Sequence[StatementTarget] | None = None) -> Target:
-    """The least cost meeting ``request`` for the batch ``text``: plans made with ``engine.prepare``
-    (no data read). With ``budget``, a least cost over what is left is refused (BudgetExhaustedError).
-    ``statements``: plan only those batch statements (the others are answered from earlier
-    releases), whose ``targets`` (one per planned statement) the caller then gives."""
+    """The least cost meeting ``request`` for ``batch`` (the SQL text, or a batch
+    ``engine.prepare.read_batch`` read): plans made with ``engine.prepare`` (no data read). With
+    ``budget``, a least cost over what is left is refused (BudgetExhaustedError). ``statements``:
+    plan only those batch statements (the others are answered from earlier releases), whose
+    ``targets`` (one per planned statement) the caller then gives."""
     from dpsql.engine.prepare import prepare  # prepare imports the routes this module's callers also use
 
     family = request.checked_family()
@@ -401,15 +373,16 @@ def find(request: Request, text: str, schema: Schema, *, parameters: Sequence[ob
 
     def plan_at(cost: PrivacyCost) -> Prepared:
         if cost not in plans:
-            plans[cost] = prepare(text, schema, cost, parameters, progress=progress, weights=weights,
+            plans[cost] = prepare(batch, schema, cost, parameters, progress=progress, weights=weights,
                                   statements=statements)
         return plans[cost]
 
     if targets is None:
         reference = plan_at(PrivacyCost.of(family, REFERENCE))
         compiled = reference.chosen.compiled.statements
-        batch = ir.Batch(statements=tuple(s.statement for s in compiled), text=text)
-        targets = statement_targets(batch, request.max_stddev, request.max_relative_stddev, compiled)
+        text = batch.text if isinstance(batch, ir.Batch) else batch
+        planned = ir.Batch(statements=tuple(s.statement for s in compiled), text=text)
+        targets = statement_targets(planned, request.max_stddev, request.max_relative_stddev, compiled)
     return least_cost(plan_at, family, targets, stddevs=stddevs, limit=limit)
 
 

@@ -37,9 +37,8 @@ from dpsql.engine.routes import Prepared
 from dpsql.planning import mechanism
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.schema import Schema
-from dpsql.sql import ir, public_joins
+from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, CompiledStatement, compile_batch
-from dpsql.sql.parse import parse_batch
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -83,16 +82,15 @@ class Split:
         return not self.measured
 
 
-def split_batch(text: str, parameters: Sequence[object] | None, schema: Schema,
-                kept: Sequence[KeptMeasurement], request: accuracy_target.Request | None = None, *,
-                cost: PrivacyCost | None = None, weights: Sequence[float] | None = None,
-                cache: Reductions | None = None) -> Split:
-    """Which statements the kept measurements already answer well enough (no data read). With an
+def split_batch(batch: ir.Batch, schema: Schema, kept: Sequence[KeptMeasurement],
+                request: accuracy_target.Request | None = None, *, cost: PrivacyCost | None = None,
+                weights: Sequence[float] | None = None, cache: Reductions | None = None) -> Split:
+    """Which statements of ``batch`` (as :func:`dpsql.engine.prepare.read_batch` read it) the kept
+    measurements already answer well enough (no data read). With an
     accuracy ``request``, a statement is free only if its every answer already meets its target; it
     must then be a plain COUNT/SUM statement, whose standard errors do not depend on the data.
     With a ``cost``, only if none of its answers' variances exceeds what the batch's plan at that
     cost (with ``weights``) gives it without reuse. ``cache``: the store's reductions."""
-    batch = public_joins.resolve(parse_batch(text, parameters), schema)
     everything = tuple(range(len(batch.statements)))
     if not kept:
         return Split(batch=batch, compiled=None, free={}, releases={}, measured=everything, cost=cost)
@@ -107,7 +105,7 @@ def split_batch(text: str, parameters: Sequence[object] | None, schema: Schema,
     if targets is not None:
         free = {s: found for s, found in answerable.items() if _meets(compiled.statements[s], found, targets[s])}
     elif cost is not None and answerable:
-        paid = _paid_variances(text, parameters, schema, cost, weights, answerable)
+        paid = _paid_variances(batch, schema, cost, weights, answerable)
         free = {s: found for s, found in answerable.items()
                 if _no_worse(_variances(compiled.statements[s], found), paid[s])}
     else:
@@ -130,10 +128,10 @@ def _variances(statement: CompiledStatement, answers: Mapping[AnswerKey, mechani
     return [answers[AnswerKey(statement.group, p)].variances for output in statement.aggregates for p in output.blocks]
 
 
-def _paid_variances(text: str, parameters: Sequence[object] | None, schema: Schema, cost: PrivacyCost,
-                    weights: Sequence[float] | None, statements: Iterable[int]) -> dict[int, list[FloatArray]]:
+def _paid_variances(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: Sequence[float] | None,
+                    statements: Iterable[int]) -> dict[int, list[FloatArray]]:
     """Per listed statement, its blocks' variances under the whole batch's plan at ``cost`` without reuse."""
-    plan = prepare(text, schema, cost, parameters, weights=weights).chosen
+    plan = prepare(batch, schema, cost, weights=weights).chosen
     assert isinstance(plan, GroupsPlan | ResidualPlan)
     answers = block_answers(plan)
     return {s: _variances(plan.compiled.statements[s], answers) for s in statements}

@@ -17,7 +17,7 @@ from dpsql.engine.weighing import statement_weights_of
 from dpsql.matrix import blas
 from dpsql.planning.planner import Progress
 from dpsql.schema import Schema
-from dpsql.sql import public_joins
+from dpsql.sql import ir, public_joins
 from dpsql.sql.compile import batch_table, compile_batch, initial_partition
 from dpsql.sql.flatten import expand_weights
 from dpsql.sql.parse import parse_batch
@@ -27,13 +27,21 @@ NOT_PLANNED = ("statement groups were not planned: ResidualPlanner's expected er
                "batch's workload, so no strategy answers it more accurately")
 
 
+def read_batch(batch: str | ir.Batch, parameters: Sequence[object] | None, schema: Schema) -> ir.Batch:
+    """The batch parsed (a text, with its ``parameters``; ``sql.parse``), its joins with public tables
+    rewritten as lookups on the key (``sql.public_joins``). A batch read before is returned as it is."""
+    parsed = batch if isinstance(batch, ir.Batch) else parse_batch(batch, parameters)
+    return public_joins.resolve(parsed, schema)
+
+
 @blas.single_threaded()
 @planning_resources()
-def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[object] | None = None,
+def prepare(batch: str | ir.Batch, schema: Schema, cost: PrivacyCost, parameters: Sequence[object] | None = None,
             progress: Progress | None = None, *, plan_all_routes: bool = False,
             weights: Sequence[float] | None = None, statements: Sequence[int] | None = None) -> Prepared:
     """Parse, compile, plan every route and split the batch's budget — no data read.
 
+    ``batch`` is the SQL text (parsed with ``parameters``) or a batch :func:`read_batch` read.
     ``progress`` hears about each strategy that has to be optimized (seconds, not milliseconds).
     ``plan_all_routes`` plans the statement groups even when ResidualPlanner is certified optimal
     (to compare the routes; the choice is the same). ``weights`` (one positive number per
@@ -49,7 +57,7 @@ def prepare(text: str, schema: Schema, cost: PrivacyCost, parameters: Sequence[o
     (:mod:`dpsql.engine.planning_size`).
     """
     check_batch_cost(cost)
-    batch = public_joins.resolve(parse_batch(text, parameters), schema)  # public joins → lookups on the key
+    batch = read_batch(batch, parameters, schema)
     planned = statement_weights_of(expand_weights(batch, weights), len(batch.statements))
     if statements is not None:
         batch = replace(batch, statements=tuple(batch.statements[i] for i in statements))

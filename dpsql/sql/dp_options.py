@@ -11,8 +11,9 @@ offset, so later errors still point into the text the analyst wrote); the rest i
 - ``epsilon`` and ``delta > 0``: the ρ-zCDP cost with the largest ρ that implies (ε, δ)-DP
   (:func:`dpsql.budget.accounting.rho_for_epsilon_delta`; Canonne, Kamath & Steinke 2020, Cor. 13);
 - ``privacy_unit_column``: accepted when it names the table's declared privacy unit (the
-  contribution bound is the schema's ``max_rows``); ``max_groups_contributed`` and other options
-  are refused, since dpsql bounds contributions per unit in the schema, not per query.
+  contribution bound is the schema's ``max_rows``; :func:`check_privacy_unit`, once the batch's
+  table is known); ``max_groups_contributed`` and other options are refused, since dpsql bounds
+  contributions per unit in the schema, not per query.
 
 The batch is one joint release: its cost is the sequential composition of its statements' costs
 (Σ ε, or Σ ρ with each ε counted as ε²/2), which is what answering them one by one would spend.
@@ -21,6 +22,7 @@ Either every statement of a batch carries the clause or none does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlglot.errors import TokenError
@@ -28,10 +30,11 @@ from sqlglot.tokens import Token, TokenType  # type: ignore[attr-defined]  # re-
 
 from dpsql.budget.accounting import PrivacyCost, rho_for_epsilon_delta, sequential
 from dpsql.errors import PrivacyParameterError, ProgrammingError, SqlSyntaxError
+from dpsql.schema import Table
 from dpsql.sql import ir
 from dpsql.sql.source import Source, located, statement_ranges, tokenize
 
-__all__ = ["StatementOptions", "batch_cost", "read_options"]
+__all__ = ["StatementOptions", "batch_cost", "check_privacy_unit", "read_options"]
 
 _KNOWN = ("epsilon", "delta", "privacy_unit_column")
 _REFUSED = {"max_groups_contributed": "dpsql bounds each privacy unit's rows in the schema "
@@ -94,6 +97,18 @@ def read_options(text: str) -> tuple[str, list[StatementOptions]]:
 def batch_cost(options: list[StatementOptions]) -> PrivacyCost:
     """The batch's cost: the sequential composition of its statements' costs."""
     return sequential(option.cost for option in options)
+
+
+def check_privacy_unit(options: Sequence[StatementOptions], table: Table) -> None:
+    """A ``privacy_unit_column`` option must name the table's declared privacy unit (the bound is the schema's)."""
+    unit = table.privacy_unit
+    for option in options:
+        named = option.privacy_unit_column
+        if named is not None and (unit.column is None or named.lower() != unit.column.lower()):
+            declared = f"'{unit.column}' (max_rows = {unit.max_rows})" if unit.column else "each row (no unit column)"
+            raise ProgrammingError(f"privacy_unit_column = {named} ({option.where}) is not the table's declared "
+                                   f"privacy unit, which is {declared}. dpsql protects the unit the schema declares; "
+                                   "drop the option or name that column. Nothing was charged.")
 
 
 def _clause(tokens: tuple[Token, ...], first: int, last: int) -> tuple[int, int] | None:
