@@ -2,7 +2,8 @@
 
 ``run`` and ``explain`` draw from the privacy ledger next to ``--db`` (or ``--ledger PATH``, which a
 Spark Connect or PostgreSQL address needs, with ``--dataset``), whose total the data owner sets with
-``dpsql budget set``; a run is charged durably before it reads data.
+``dpsql budget set``; a run is charged durably before it reads data. Both hand the queries file to
+the engine's request pipeline (:mod:`dpsql.engine.pipeline`), as ``Cursor.execute`` does.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from dpsql import __version__
 from dpsql.answers.tables import format_table
@@ -21,8 +23,9 @@ from dpsql.cli import budget as budget_cli
 from dpsql.cli import local as local_cli
 from dpsql.cli import serve as serve_cli
 from dpsql.cli.files import read_queries, result_folder, write_tables
+from dpsql.engine import pipeline
+from dpsql.engine.request import Request
 from dpsql.errors import Error, PrivacyParameterError
-from dpsql.sql.dp_options import read_options
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -94,30 +97,27 @@ def _open(arguments: argparse.Namespace):  # type: ignore[no-untyped-def]
                          analyst=arguments.analyst, tables=arguments.tables)
 
 
-def _queries(arguments: argparse.Namespace) -> str:
-    """The batch's text; without --epsilon/--rho its statements must carry their cost in the SQL."""
-    text = read_queries(arguments.queries)
-    if (arguments.epsilon is None and arguments.rho is None and not read_options(text)[1]
-            and not accuracy_cli.targeted(arguments)):
+def _request(arguments: argparse.Namespace, **more: Any) -> Request:
+    """The batch of the queries file as the pipeline reads it (``more``: run's progress and post-processing);
+    without --epsilon/--rho or a target its statements must carry their cost in the SQL."""
+    request = Request(operation=read_queries(arguments.queries), epsilon=arguments.epsilon, rho=arguments.rho,
+                      weights=arguments.weights, reuse=arguments.reuse, **accuracy_cli.target(arguments), **more)
+    if not request.states_cost():
         raise PrivacyParameterError("give the batch's cost: --epsilon (pure ε-DP) or --rho (ρ-zCDP), or write it into "
                                     "each statement as SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = ...) ...; "
                                     "or give an accuracy target (--max-stddev); nothing was run or charged.")
-    return text
+    return request
 
 
 def _run(arguments: argparse.Namespace) -> int:
     started = time.perf_counter()
-    text = _queries(arguments)
+    steps = [step for step in ("nonnegative", "isotonic") if getattr(arguments, step)]
+    request = _request(arguments, progress=lambda message: _progress(message, started), postprocess=steps)
     if arguments.out is not None:  # checked before anything is spent
         result_folder(arguments.out, consequence="Nothing was run or charged.")
     with _open(arguments) as connection:
         _progress("parsing, compiling and planning the batch", started)
-        steps = [step for step in ("nonnegative", "isotonic") if getattr(arguments, step)]
-        cursor = connection.cursor().execute(text, epsilon=arguments.epsilon, rho=arguments.rho,
-                                             progress=lambda message: _progress(message, started), postprocess=steps,
-                                             weights=arguments.weights, reuse=arguments.reuse,
-                                             **accuracy_cli.target(arguments))
-        tables = cursor.fetch_arrow_tables()
+        tables = pipeline.answer(request, connection)
         _progress(f"answered {len(tables)} statement(s)", started)
         releases = [json.loads(table.schema.metadata[b"dpsql"]) for table in tables]
         release = next((r for r in releases if not str(r.get("budget_spent")).startswith("nothing")),
@@ -151,9 +151,7 @@ def _weights(text: str) -> list[float]:
 
 def _explain(arguments: argparse.Namespace) -> int:
     with _open(arguments) as connection:
-        print(connection.cursor().explain(_queries(arguments), epsilon=arguments.epsilon, rho=arguments.rho,
-                                          weights=arguments.weights, reuse=arguments.reuse,
-                                          **accuracy_cli.target(arguments)))
+        print(pipeline.explain(_request(arguments), connection))
     return 0
 
 

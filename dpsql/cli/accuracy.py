@@ -35,13 +35,8 @@ def targets(text: str) -> float | list[float | None]:
     return parts
 
 
-def targeted(arguments: argparse.Namespace) -> bool:
-    """Whether the command gives an accuracy target (then it needs no cost)."""
-    return arguments.max_stddev is not None or arguments.max_relative_stddev is not None
-
-
 def target(arguments: argparse.Namespace) -> dict[str, Any]:
-    """The keyword arguments of ``Cursor.execute``/``explain`` for the command's target."""
+    """The command's target as keyword arguments of a ``dpsql.engine.request.Request`` (or ``Cursor.execute``)."""
     return {"max_stddev": arguments.max_stddev, "max_relative_stddev": arguments.max_relative_stddev,
             "family": arguments.family}
 

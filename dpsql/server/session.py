@@ -4,8 +4,9 @@ A query string is split at its semicolons. Session commands (``SET``, ``RESET``,
 ``BEGIN``/``COMMIT``/``ROLLBACK``, ``DISCARD``) and catalog questions (``information_schema``,
 ``pg_catalog``, ``SELECT version()``; answered by :mod:`dpsql.server.catalog` from the declared schema
 alone) run one by one; each maximal run of the other statements is one private batch, planned
-jointly and charged once (``dpsql.dbapi.Cursor.execute``). ``EXPLAIN`` followed by a batch returns
-its plan and cost without spending. A batch, an EXPLAIN and a catalog question each take a token
+jointly and charged once (:func:`dpsql.engine.pipeline.answer`, as ``Cursor.execute`` answers it).
+``EXPLAIN`` followed by a batch returns its plan and cost without spending
+(:func:`dpsql.engine.pipeline.explain`). A batch, an EXPLAIN and a catalog question each take a token
 of the analyst's rate limit and one of the server's workers.
 
 The cost of a batch: ``WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = ...)`` in the SQL, else the
@@ -24,7 +25,7 @@ import logging
 import re
 import secrets
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -33,10 +34,11 @@ import sqlglot.errors
 from dpsql import errors
 from dpsql.budget.accounting import UNIT, PrivacyCost
 from dpsql.dbapi import Connection
+from dpsql.engine import pipeline
+from dpsql.engine.request import Request
 from dpsql.server.catalog import Catalog
 from dpsql.server.config import Analyst
 from dpsql.server.limits import Limits
-from dpsql.sql.dp_options import read_options
 from dpsql.sql.source import statement_ranges, tokenize
 
 log = logging.getLogger("dpsql.server")
@@ -134,18 +136,14 @@ class Session:
     # ------------------------------------------------------------------------------ statements
     def _batch(self, batch: str, parameters: Sequence[object]) -> Iterator[Outcome]:
         """Answer one private batch (charged once, before any data is read)."""
-        target = self._target()
-        if not _options(batch) and self.settings.cost is None and not target:
+        request = self._request(batch, parameters)
+        if not _states_cost(request):
             raise QueryError("22023", "this batch has no privacy cost: run SET dpsql.epsilon = 0.5 (or dpsql.rho, or "
                              "dpsql.max_stddev for an accuracy target) first, or write SELECT WITH "
                              "DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5) ... Nothing was charged.")
         self._admit()
-        cursor = self.connection.cursor()
-        self.connection.default_cost = None if target else self.settings.cost
         with self.limits.worker():
-            _guarded(lambda: cursor.execute(batch, list(parameters) or None, reuse=self.settings.reuse, **target),
-                     self.analyst.name)
-            tables = cursor.fetch_arrow_tables()
+            tables: list[pa.Table] = _guarded(lambda: pipeline.answer(request, self.connection), self.analyst.name)
         log.info("analyst %s: batch answered (%d statements)", self.analyst.name, len(tables))
         for table in tables:
             yield Outcome(f"SELECT {table.num_rows}", table)
@@ -153,20 +151,23 @@ class Session:
     def _explain(self, batch: str, parameters: Sequence[object]) -> Outcome:
         """EXPLAIN: the plan and the cost, nothing spent."""
         self._admit()
-        target = self._target()
-        arguments: dict[str, Any] = {"reuse": self.settings.reuse, **target}
+        request = self._request(batch, parameters)
         shown = ""
-        if not _options(batch) and not target:
-            cost = self.settings.cost
-            if cost is None:  # EXPLAIN without a cost still shows the plan, at a cost it names
-                cost, shown = PrivacyCost(epsilon=1.0), ("No cost is set in this session: the plan is shown at "
-                                                         "ε = 1 (SET dpsql.epsilon = ... to see your own).")
-            arguments[cost.family] = cost.value
-        cursor = self.connection.cursor()
+        if not _states_cost(request):  # EXPLAIN without a cost still shows the plan, at a cost it names
+            request = replace(request, default_cost=PrivacyCost(epsilon=1.0))
+            shown = ("No cost is set in this session: the plan is shown at ε = 1 (SET dpsql.epsilon = ... to see "
+                     "your own).")
         with self.limits.worker():
-            text = _guarded(lambda: cursor.explain(batch, list(parameters) or None, **arguments), self.analyst.name)
+            text: str = _guarded(lambda: pipeline.explain(request, self.connection), self.analyst.name)
         lines = ([shown] if shown else []) + text.splitlines()
         return Outcome("EXPLAIN", pa.table({"QUERY PLAN": pa.array(lines, pa.string())}))
+
+    def _request(self, batch: str, parameters: Sequence[object]) -> Request:
+        """The batch as the pipeline reads it: the session's accuracy target, else its cost as the default (a
+        WITH DIFFERENTIAL_PRIVACY OPTIONS clause in the SQL comes first), and its reuse setting."""
+        target = self._target()
+        return Request(operation=batch, parameters=list(parameters) or None,
+                       default_cost=None if target else self.settings.cost, reuse=self.settings.reuse, **target)
 
     def _catalog(self, statement: str, parameters: Sequence[object]) -> Outcome:
         """A catalog question: free of privacy cost, but a rate-limit token and a worker like a batch."""
@@ -365,12 +366,13 @@ def _first_word(statement: str) -> str:
     return match.group(1).upper() if match else ""
 
 
-def _options(batch: str) -> bool:
-    """Whether the batch gives its own cost (BigQuery's WITH DIFFERENTIAL_PRIVACY OPTIONS)."""
+def _states_cost(request: Request) -> bool:
+    """Whether the batch has a cost or a target (``Request.states_cost``: the session's, or BigQuery's
+    WITH DIFFERENTIAL_PRIVACY OPTIONS in the SQL)."""
     try:
-        return bool(read_options(batch)[1])
+        return request.states_cost()
     except errors.Error:
-        return True  # let execute report the clause's mistake with its position
+        return True  # let the pipeline report the clause's mistake with its position
 
 
 def _positive(name: str, value: str) -> float:
