@@ -1,5 +1,9 @@
 """The engine: a batch of SQL statements planned without reading data, then answered privately.
 
+Every entry point (``Cursor.execute``/``explain``, ``dpsql run``/``explain``, ``dpsql serve``) builds a
+``request.Request`` and calls ``pipeline.answer`` or ``pipeline.explain``, which read it once
+(``request.resolve``: the cost or target, the batch parsed and split by reuse) and run the passes.
+
 Passes, in order (each a module of this package):
     prepare          parse, weigh the statements, plan every route, choose, check the plan's cost;
     routes           the Route protocol, ``Prepared``, and the choice between route plans;
