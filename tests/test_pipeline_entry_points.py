@@ -1,8 +1,9 @@
 """One request pipeline behind every entry point: the Python API, the ``dpsql`` command and ``dpsql serve``.
 
 The same scenarios run, in the same order, against ``Cursor.execute``/``explain``, ``dpsql run``/
-``dpsql explain`` (``dpsql.cli.main``) and a real ``dpsql serve`` process over psycopg, each on its own
-copy of one database and its ledger (analyst alice, cap ε = 1): a measured batch, the same batch again
+``dpsql explain`` (``dpsql.cli.main``) and a real ``dpsql serve`` process over psycopg, each with its
+own database of the same generated rows and its own ledger (analyst alice, cap ε = 1, as ``dpsql
+serve`` writes it): a measured batch, the same batch again
 (free: answered from the kept release), a mixed batch (one statement free, one measured), an
 accuracy target, a cost in BigQuery's WITH DIFFERENTIAL_PRIVACY OPTIONS clause, a cost the budget
 refuses, and EXPLAIN of each kind. Every entry point must give the same EXPLAIN text, the same
@@ -176,7 +177,7 @@ def _ledger_like_the_server(folder: Path) -> None:
         ledger.set_total(DATASET, PrivacyCost(epsilon=cap), analyst=analyst, binding=binding)
 
 
-Charge = tuple[str, str, str, str, "str | None"]
+Charge = tuple[str, str, str, str, str | None]
 
 
 @dataclass(frozen=True)
@@ -189,23 +190,23 @@ class Found:
 
 @pytest.fixture(scope="module")
 def found(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Found]:
-    """Every scenario's outcome at every entry point, each on its own copy of the data and ledger."""
+    """Every scenario's outcome at every entry point, each with its own database and ledger."""
     folders = {name: tmp_path_factory.mktemp(name) for name in ("api", "cli", "serve")}
     for folder in folders.values():
         make_database(folder)  # the same generated rows (a seeded generator), the ledger bound to this file
-    served = start(folders["serve"], write_config(folders["serve"]))
-    try:
-        for name in ("api", "cli"):
-            _ledger_like_the_server(folders[name])
-        entries: dict[str, EntryPoint] = {"api": PythonApi(folders["api"]), "cli": CommandLine(folders["cli"]),
-                                          "serve": Server(served)}
+    for name in ("api", "cli"):
+        _ledger_like_the_server(folders[name])
+    with contextlib.ExitStack() as stack:
+        api = PythonApi(folders["api"])
+        stack.callback(api.connection.close)
+        served = start(folders["serve"], write_config(folders["serve"]))
+        stack.callback(served.stop)
+        entries: dict[str, EntryPoint] = {"api": api, "cli": CommandLine(folders["cli"]), "serve": Server(served)}
         outcomes: dict[str, list[Outcome]] = {name: [] for name in entries}
         for what, sql, cost in SCENARIOS:
             for name, entry in entries.items():
                 outcomes[name].append(entry.run(sql, cost) if what == "run" else entry.explain(sql, cost))
         yield Found(outcomes=outcomes, charges={name: _charges(folder) for name, folder in folders.items()})
-    finally:
-        served.stop()
 
 
 def _charges(folder: Path) -> list[Charge]:
@@ -264,7 +265,7 @@ def test_the_scenarios_cover_each_path(found: Found) -> None:
     assert all(s.startswith("nothing: answered by release") for s in spent[1])
     assert spent[2][0].startswith("nothing: answered by") and spent[2][1] == "ε=0.1"
     assert spent[4] == ["ε=0.1", "ε=0.1"]
-    target = next(o for o in found.outcomes["api"][7:8] if o.tables is not None).tables
+    target = found.outcomes["api"][7].tables
     assert target is not None and _metadata(target[0])["accuracy_target"]["least_cost"] == found.charges["api"][2][0]
     assert max(target[0].column("n_stddev").to_pylist()) <= 15.0
 

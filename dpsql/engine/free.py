@@ -86,11 +86,11 @@ def split_batch(batch: ir.Batch, schema: Schema, kept: Sequence[KeptMeasurement]
                 request: accuracy_target.Request | None = None, *, cost: PrivacyCost | None = None,
                 weights: Sequence[float] | None = None, cache: Reductions | None = None) -> Split:
     """Which statements of ``batch`` (as :func:`dpsql.engine.prepare.read_batch` read it) the kept
-    measurements already answer well enough (no data read). With an
-    accuracy ``request``, a statement is free only if its every answer already meets its target; it
-    must then be a plain COUNT/SUM statement, whose standard errors do not depend on the data.
-    With a ``cost``, only if none of its answers' variances exceeds what the batch's plan at that
-    cost (with ``weights``) gives it without reuse. ``cache``: the store's reductions."""
+    measurements already answer well enough (no data read). With an accuracy ``request``, a
+    statement is free only if its every answer already meets its target; it must then be a plain
+    COUNT/SUM statement, whose standard errors do not depend on the data. With a ``cost``, only if
+    none of its answers' variances exceeds what the batch's plan at that cost (with ``weights``)
+    gives it without reuse. ``cache``: the store's reductions."""
     everything = tuple(range(len(batch.statements)))
     if not kept:
         return Split(batch=batch, compiled=None, free={}, releases={}, measured=everything, cost=cost)
