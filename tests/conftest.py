@@ -2,7 +2,9 @@
 or fails the same way on every run; ``dev`` (random examples, to explore) with $DPSQL_HYPOTHESIS=dev; neither timed.
 And a private strategy cache, so that tests keep optimized strategies out of the user's ~/.cache."""
 
+import atexit
 import os
+import shutil
 import tempfile
 
 # OpenBLAS picks its kernels by CPU; on AVX-512 machines (SkylakeX kernels) a few seeded answers round differently
@@ -18,4 +20,10 @@ settings.register_profile("ci", derandomize=True, deadline=None, max_examples=60
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("dev" if os.environ.get("DPSQL_HYPOTHESIS") == "dev" else "ci")
 
-os.environ.setdefault("DPSQL_CACHE_DIR", tempfile.mkdtemp(prefix="dpsql-test-cache-"))
+# A private cache per test process: under pytest-xdist each worker has its own (the controller's would otherwise be
+# inherited by every worker through the environment, and a strategy one worker cached would change another's plans).
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+if os.environ.get("_DPSQL_TEST_CACHE_OWNER") != _worker:
+    os.environ["_DPSQL_TEST_CACHE_OWNER"] = _worker
+    os.environ["DPSQL_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"dpsql-test-cache-{_worker}-")
+    atexit.register(shutil.rmtree, os.environ["DPSQL_CACHE_DIR"], ignore_errors=True)
