@@ -20,6 +20,7 @@ import json
 import math
 import warnings
 from collections.abc import Iterator
+from fractions import Fraction
 
 import duckdb
 import numpy as np
@@ -143,6 +144,21 @@ def test_the_threshold_grows_with_the_boundaries_scanned() -> None:
         estimate_quantile(noisy, c, 0.0, "min")
 
 
+def test_a_whole_count_rounded_below_one_is_not_read_as_an_empty_tail() -> None:
+    """At a huge ε (sd ~1e-40 per count) the counts are whole numbers up to the float rounding of the
+    least squares: one row above 3.5 came out as 0.9999999999997726 under one BLAS kernel and 1.0000000000002
+    under another. MAX must not call the tail above 3.5 empty by that last bit (it did: the interval
+    [.., 3.5] missed the true 4); the counts' rounding margin r (module docstring) keeps both the same."""
+    c = cell_boundaries(range(5), range(5), discrete=True)
+    law = NoiseLaw(kind="gaussian", scale=1e-6, variance=discrete_gaussian_variance(Fraction(1, 10**6)))
+    for one in (1.0 - 2.3e-13, 1.0, 1.0 + 2.3e-13):
+        values = np.array([0.0, 500.0, 1000.0, 1499.0 + (1.0 - one), 1500.0])  # one row at 4, at most
+        noisy = PrefixCounts(values=values, variances=np.full(5, 1e-80), total_covariances=np.full(5, 1e-80))
+        high = estimate_quantile(noisy, c, 1.0, "max", clamp=(0.0, 4.0), law=law)
+        assert (high.low, high.high) == (3.5, 4.0), one  # [3.5, 4.5] clamped to the domain: holds 4
+        low = estimate_quantile(noisy, c, 0.0, "min", clamp=(0.0, 4.0), law=law)
+        assert (low.low, low.high) == (0.5, 1.5)  # no row at 0, 500 at 1
+
 def test_a_group_with_too_few_rows_is_null_with_a_reason() -> None:
     noisy = PrefixCounts(values=np.array([0.5, 1.0, 3.0]), variances=np.full(3, 4.0),
                          total_covariances=np.full(3, 4.0))  # N̂ = 3 < 2·sd = 4
@@ -198,6 +214,10 @@ def test_median_and_percentiles_match_duckdb_at_a_huge_epsilon(data: duckdb.Duck
 
 
 def test_grouped_filtered_min_max_match_duckdb(data: duckdb.DuckDBPyConnection) -> None:
+    """At ε = 10⁶ the counts' noise (sd ~10⁻⁴⁰) cannot cross the MIN/MAX thresholds, so the intervals'
+    claims are exact for every seed, not a 95 % event: only the counts' float rounding could make a
+    whole count of 1 read as an empty tail, and the rounding margin covers it (this test failed on
+    AVX-512 BLAS kernels before; test_a_whole_count_rounded_below_one_is_not_read_as_an_empty_tail)."""
     sql = ("SELECT g, MEDIAN(age), MIN(age), MAX(age) FROM t WHERE age > 20 AND age <= 80 GROUP BY g ORDER BY g")
     found = run(data, sql)
     truth = data.execute("SELECT g, median(age), min(age), max(age) FROM t WHERE age > 20 AND age <= 80 "

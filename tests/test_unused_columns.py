@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -47,6 +48,7 @@ def _release(columns: dict[str, Any], extra: dict[str, Any]) -> tuple[list[tuple
     return plan, [table.to_pydict() for table in tables]
 
 
+@pytest.mark.slow  # 14 s of CPU: 15 batches planned and answered twice
 @settings(max_examples=15, deadline=None)
 @given(unread=st.lists(st.sampled_from(UNREAD), unique=True),
        extra=st.lists(st.tuples(other_column, st.integers(0, len(ADULT_COLUMNS))), max_size=2))

@@ -27,7 +27,7 @@ MIN, simultaneously over the boundaries. F(c_j), the rows in cells 0..j−1, is 
 F̂(c_j) = F(c_j) + e_j, e_j = a_j·z a public linear combination of the measurement's iid
 noise z (discrete Laplace or discrete Gaussian), symmetric, of standard deviation s_j. With K′ the
 boundaries where s_j > 0, α = 1 − (the CI's level) = 0.05 and κ = ``tail_multiplier(law, α/K′)``
-(``dpsql.answers.tail_bounds``: P(e_j ≥ κ·s_j) ≤ α/K′ whatever a_j is), q_j = κ·s_j and
+(``dpsql.answers.tail_bounds``: P(e_j ≥ κ·s_j) ≤ α/K′ whatever a_j is), q_j = κ·s_j + r and
   high = the first c_j with F̂(c_j) > q_j       ("surely occupied": then F(c_j) ≥ 1, unless e_j ≥ q_j),
   low  = the last c_j ≤ high with F̂(c_j) + q_j < 1  ("surely empty": then F(c_j) = 0, unless e_j ≤ −q_j),
 (c_K and c_0 when there is none; c_0 always qualifies: F̂(c_0) = 0 exactly). If the minimum lies in
@@ -42,6 +42,14 @@ the true MIN with probability ≥ 1 − α. Where no noisy count can show an emp
 q_j ≫ 1), low is the domain's bound and the midpoint lies halfway to it. MAX is MIN of the counts above each boundary,
 N̂ − F̂(c_j) (again a combination of the noise, with variance Var N̂ + Var F̂ − 2 Cov), on the
 mirrored axis. The thresholds are post-processing of the same release: no privacy cost.
+
+Float rounding: F̂(c_j) is computed in float64 (least squares over the strategy), so it carries a
+rounding error besides e_j. Where the noise is negligible (a huge ε: s_j ~ 1e-40) a whole count of
+1 comes out as 0.9999999999998 or 1.0000000000002 depending on the BLAS kernels, and a rule on
+F̂ + κ·s_j < 1 alone would decide "surely empty" by that last bit. So q_j adds r =
+min(¼, ROUNDING_MARGIN·max(1, |N̂|)), a bound on that rounding (observed: about one unit in the last
+place of N̂; r allows 2¹⁷ times more), and the proof above holds with F̂ − r ≤ F + e_j ≤ F̂ + r. r ≤ ¼
+keeps c_0 (F̂ = 0) surely empty; at N̂ beyond 2³⁴ rows the cap is still ≫ the rounding.
 """
 
 from __future__ import annotations
@@ -62,6 +70,8 @@ QuantileKind = Literal["cont", "disc", "min", "max"]
 Z95 = 1.959963984540054
 #: A group's quantile is NULL where its noisy count N̂ is below max(1, this many standard errors of N̂).
 MIN_TOTAL_STDDEVS = 2.0
+#: Bound on the float rounding of a prefix count, relative to max(1, |N̂|) (module docstring: Float rounding).
+ROUNDING_MARGIN = 2.0**-36
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,7 +135,7 @@ def estimate_quantile(prefix: PrefixCounts, boundaries: npt.ArrayLike, fraction:
         return QuantileEstimate(value=-mirrored.value, low=-mirrored.high, high=-mirrored.low,
                                 stddev=mirrored.stddev)
     if kind == "min":
-        return _minimum(c, f, np.sqrt(var_f), (lo, hi), z, law)
+        return _minimum(c, f, np.sqrt(var_f), (lo, hi), z, law, min(0.25, ROUNDING_MARGIN * max(1.0, abs(total))))
     p = float(fraction)
     value = _crossing(c, f, np.full(f.shape, p * total))
     if kind == "disc":
@@ -137,16 +147,17 @@ def estimate_quantile(prefix: PrefixCounts, boundaries: npt.ArrayLike, fraction:
 
 
 def _minimum(c: FloatArray, f: FloatArray, sd: FloatArray, clamp: tuple[float, float], z: float,
-             law: NoiseLaw | None) -> QuantileEstimate:
+             law: NoiseLaw | None, rounding: float) -> QuantileEstimate:
     """MIN from the counts f_j = F̂(c_j) at or below each boundary (f_0 = 0 exactly) and their
-    standard errors: the simultaneous interval [low, high] and its midpoint (module docstring)."""
+    standard errors: the simultaneous interval [low, high] and its midpoint (module docstring;
+    ``rounding`` is r, the bound on the counts' float rounding)."""
     noisy = int(np.count_nonzero(sd > 0))
     if not noisy:
-        q = sd
+        q = sd + rounding
     elif law is None:
         raise ValueError("MIN and MAX of noisy counts need the noise law of their measurement")
     else:
-        q = tail_multiplier(law, math.erfc(z / math.sqrt(2.0)) / noisy) * sd
+        q = tail_multiplier(law, math.erfc(z / math.sqrt(2.0)) / noisy) * sd + rounding
     occupied = np.flatnonzero(f > q)
     high = float(c[occupied[0]]) if occupied.size else float(c[-1])
     low = float(c[np.flatnonzero((f + q < 1.0) & (c <= high))[-1]])  # c_0 qualifies: f_0 = 0, sd 0
