@@ -5,7 +5,7 @@ The one generated aggregate query per batch runs where the data live, on a class
 e.g. Databricks Connect); only one number per cell comes back to the driver, which holds the
 ledger and adds the noise. Where rows go, how measures are clamped and how the privacy-unit cap
 picks rows is described in :mod:`dpsql.backends.sql_backend`, and is the same as on DuckDB, so
-the same schema gives the same data vector on both (``tests/test_backend_spark.py`` checks it).
+the same schema gives the same data vector on both (``tests/backends/test_backend_spark.py`` checks it).
 
 What is Spark's own here:
 

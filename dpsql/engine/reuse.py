@@ -8,7 +8,7 @@ with the rest a free nuisance), summed (:mod:`dpsql.releases.gls`). Where every 
 the span of the pool, W x̂ with x̂ its GLS estimate is its answer, with exact variance W M⁺ Wᵀ.
 Post-processing of released values: free, and nothing here reads data.
 
-The contract (each part tested as a property, ``tests/test_reuse_contract.py``):
+The contract (each part tested as a property, ``tests/engine/test_reuse_contract.py``):
 
 - **Monotone.** A group's pool takes the kept measurements over the same cells together, in the
   order their cells were first measured, while the pool's work (MAX_POOL_WORK, a count of

@@ -268,8 +268,8 @@ def test_detection_needs_no_pyspark_import(spark: Any, frame: Any) -> None:
         SparkBackend(spark.newSession(), {"people": frame})
     code = ("import sys, dpsql, dpsql.backends, dpsql.backends.spark; "
             "assert not [m for m in sys.modules if m.startswith('pyspark')], 'pyspark imported'")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1],
-                   env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2],
+                   env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
 
 
 def test_types_map_to_families() -> None:

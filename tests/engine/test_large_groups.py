@@ -24,7 +24,7 @@ from dpsql.sql.compile import compile_batch
 from dpsql.sql.parse import parse_batch
 from dpsql.sql.vectors import COUNTS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GIB = 2**30
 
 #: Runs one batch (argv: a JSON of the settings below) over a one-column table t(d) of ``cells``

@@ -22,8 +22,8 @@ from _ledger_worker import EXHAUSTED, binding, make_database
 from dpsql.budget.accounting import PrivacyCost
 from dpsql.budget.ledger import Ledger, default_path
 
-ROOT = Path(__file__).resolve().parents[1]
-WORKER = Path(__file__).with_name("_ledger_worker.py")
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).resolve().parents[1] / "_ledger_worker.py"
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX processes and SIGKILL")

@@ -24,7 +24,7 @@ from dpsql.errors import ProgrammingError, SqlSyntaxError, UnsupportedQueryError
 from dpsql.sql import ir
 from dpsql.sql.parse import parse_batch
 
-FIXTURES = Path(__file__).parent / "fixtures" / "sql"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sql"
 
 
 def load_cases(name: str) -> dict[str, str]:
