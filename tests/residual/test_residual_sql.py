@@ -222,6 +222,7 @@ def truth_queries() -> list[tuple[str, int]]:
                     ("SELECT COUNT(*) FROM t", 0)]
 
 
+@pytest.mark.slow  # 300 releases: about 12 s of CPU
 def test_answers_are_unbiased_with_the_reported_variance() -> None:
     """300 seeded releases of six 2-way marginals, two filtered statements and the total, with
     ``other = false`` (the outside cells are measured, not reported). Per answer, the mean error is
