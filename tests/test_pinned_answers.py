@@ -59,10 +59,10 @@ import pytest
 import dpsql
 import dpsql.noise
 from _helpers import MIXED_COLUMNS
-from dpsql.planning import mechanism
 from dpsql.budget.accounting import Budget
-from dpsql.engine.measurements import PlannedVector
+from dpsql.engine.measuring.measurements import PlannedVector
 from dpsql.noise import SeededRandomSource
+from dpsql.planning import mechanism
 from dpsql.schema import Schema
 
 PINS = Path(__file__).parent / "fixtures" / "pinned_answers.json"
