@@ -21,7 +21,7 @@ import numpy as np
 
 from dpsql import engine
 from dpsql.budget.accounting import PrivacyCost
-from dpsql.engine.weighing import value_scale
+from dpsql.engine.plan.weighing import value_scale
 from dpsql.planning import accuracy
 from dpsql.schema import Schema
 

@@ -11,7 +11,7 @@ Points, over a table t of 20,000 rows with one integer column d of n cells:
 - ``SELECT d, COUNT(*) FROM t GROUP BY d`` at n = 10³, 10⁴, 10⁵, 10⁶ (a partition: closed form);
 - ``SELECT COUNT(*) FROM t WHERE d IN (999 values)`` at n = 10⁵;
 - ``SELECT a, b, COUNT(*) FROM t GROUP BY a, b`` over MAX_CELLS = 2²⁴ cells (EXPLAIN only);
-- the worst batches the planning limits admit (``dpsql.engine.planning_size``): a GROUP BY and a
+- the worst batches the planning limits admit (``dpsql.engine.plan.planning_size``): a GROUP BY and a
   range over each of 1, 2 and MAX_DENSE_VECTORS columns, each column as wide as MAX_DENSE_CELLS and
   MAX_DENSE_WORK then allow (one densely planned group per column); EXPLAIN only, under ε and ρ.
 
@@ -82,7 +82,7 @@ def one_column(cells: int) -> tuple[dict[str, Any], str]:
 def worst_batches() -> list[tuple[int, int]]:
     """(columns, cells per column) of the worst batches the planning limits admit: one, two and
     MAX_DENSE_VECTORS groups, each over the widest axis MAX_DENSE_CELLS and MAX_DENSE_WORK then allow."""
-    from dpsql.engine import planning_size
+    from dpsql.engine.plan import planning_size
 
     counts = (1, 2, planning_size.MAX_DENSE_VECTORS)
     return [(k, min(planning_size.MAX_DENSE_CELLS, int((planning_size.MAX_DENSE_WORK / k) ** (1 / 3) + 1e-9)))

@@ -1,6 +1,6 @@
 """Planning CPU against batch size and domain size, cold and warm; end-to-end CPU of a 20-statement batch.
 
-Planning is ``dpsql.engine.prepare`` (parse, compile, plan every data vector, split the budget: no
+Planning is ``dpsql.engine.plan.prepare`` (parse, compile, plan every data vector, split the budget: no
 data read), the step ``cursor.execute`` and ``cursor.explain`` both start with. Times are CPU
 seconds (``time.process_time``: every thread of the process, BLAS included), each point measured in
 its own Python process so that no in-memory cache of an earlier point helps it:

@@ -20,7 +20,7 @@ so no two batches are alike. Two modes:
   same batches again and again, and the server answers them from the kept releases for free (no
   charge, no data read). The charges made during the phase are printed (0 when every repeat was
   free). A fresh ledger, because a statement's answer from kept releases pools every release over
-  its columns (generalized least squares over up to ``dpsql.engine.reuse.REUSE_CELLS`` joint cells),
+  its columns (generalized least squares over up to ``dpsql.engine.reuse.reuse.REUSE_CELLS`` joint cells),
   so after the hundreds of releases of the reuse-off phase each repeat would cost seconds.
 
 Each batch's latency is taken by the client (``time.perf_counter`` around execute and fetching every

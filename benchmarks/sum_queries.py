@@ -7,9 +7,9 @@ width 800 up to 800,000; incomes above it are in no query and are left out of th
 
 Budget ε = 0.01 in total (--epsilon): thresholds take 10 % (ε₁ = 0.001), the measurement ε₂ = 0.009.
     NoTrunc    θ = 800,000 (the largest value any query includes);
-    SVT        dpsql.planning.sum_truncation.svt_threshold on |v| over dpsql.engine.thresholds' grid
+    SVT        dpsql.planning.sum_truncation.svt_threshold on |v| over dpsql.engine.plan.thresholds' grid
                (r = 0.998, c = 1.2, 64 points up to U), as ``truncate = "svt"`` runs it;
-    recursive  dpsql.planning.sum_truncation.r2t_threshold over dpsql.engine.thresholds' levels U/2^j (β = 0.1).
+    recursive  dpsql.planning.sum_truncation.r2t_threshold over dpsql.engine.plan.thresholds' levels U/2^j (β = 0.1).
 Mechanisms (exact discrete Laplace noise via dpsql.planning.mechanism.measure):
     Identity   counts x + noise, answers W T x̂;
     TaMM       strategy = the planner's best standard strategy for W T, measured on the counts;
@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from _machine import header
 
-from dpsql.engine import thresholds as dpsql_thresholds
+from dpsql.engine.plan import thresholds as dpsql_thresholds
 from dpsql.matrix.workloads import Identity, Prefix, Workload
 from dpsql.noise import SeededRandomSource
 from dpsql.planning import mechanism, planner, sum_truncation

@@ -30,8 +30,8 @@ from dpsql.budget.account import Account
 from dpsql.budget.accounting import Budget, PrivacyBudget, PrivacyCost
 from dpsql.budget.ledger import BatchRecord, Binding, Ledger, default_path
 from dpsql.engine import pipeline
-from dpsql.engine.release_store import LedgerStore, MemoryStore, ReleaseStore
 from dpsql.engine.request import Request
+from dpsql.engine.reuse.release_store import LedgerStore, MemoryStore, ReleaseStore
 from dpsql.errors import InterfaceError, NotSupportedError, ProgrammingError
 from dpsql.noise import RandomSource
 from dpsql.schema import Schema
@@ -298,7 +298,7 @@ class Cursor:
         the least cost whose plan gives every COUNT/SUM answer a standard error at most that, found
         before any data is read and charged exactly (``family="rho"`` finds a ρ, default an ε);
         ``max_relative_stddev`` r asks for at most r times the most one row adds to the answer (1 for
-        a COUNT, max(|lower|, |upper|) for a SUM). See ``dpsql.engine.accuracy_target``: a target the
+        a COUNT, max(|lower|, |upper|) for a SUM). See ``dpsql.engine.reuse.accuracy_target``: a target the
         budget left cannot meet is refused (BudgetExhaustedError) before anything is read, and the
         results' metadata ``accuracy_target`` records the target and the cost found.
 
@@ -306,7 +306,7 @@ class Cursor:
         already determine are answered from them for free when that is at least as accurate as the
         batch's cost would make them without reuse (with a target: when it meets the target); the
         others are measured, and every answer combines the new and the kept measurements by
-        generalized least squares, so paying always helps (``dpsql.engine.reuse``). ``reuse=False``
+        generalized least squares, so paying always helps (``dpsql.engine.reuse.reuse``). ``reuse=False``
         measures every statement again and answers from this batch's measurements alone
         (independent replicates); its release is still kept.
 

@@ -57,10 +57,10 @@ MEASURE_METHODS = frozenset({"measure"})
 #: Every module that touches data or randomness, and why it may.
 TOUCHING: dict[str, frozenset[str]] = {
     # --- answering: after the charge, scan through the backend and measure with the caller's random source
-    "dpsql.engine.scan": frozenset({DATA}),                 # the statement-group route's one scan (cell_data_sets)
-    "dpsql.engine.measure": frozenset({RANDOMNESS}),        # ... and its measurements (mechanism.measure)
-    "dpsql.engine.residual_route": frozenset({DATA, RANDOMNESS}),  # the ResidualPlanner route: marginal_counts, measure
-    "dpsql.engine.thresholds": frozenset({DATA}),           # measure_profile; the selectors draw in sum_truncation
+    "dpsql.engine.measuring.scan": frozenset({DATA}),       # the statement-group route's one scan (cell_data_sets)
+    "dpsql.engine.measuring.measure": frozenset({RANDOMNESS}),  # ... and its measurements (mechanism.measure)
+    "dpsql.engine.plan.residual_route": frozenset({DATA, RANDOMNESS}),  # ResidualPlanner: marginal_counts, measure
+    "dpsql.engine.plan.thresholds": frozenset({DATA}),      # measure_profile; the selectors draw in sum_truncation
     "dpsql.dbapi": frozenset({DATA}),                       # connect opens the chosen backend (rng= only passed along)
     # --- the backends: run the generated queries (exact aggregates; no noise)
     "dpsql.backends.duckdb": frozenset({DATA}),
@@ -155,18 +155,19 @@ def test_only_the_listed_modules_touch_data_or_randomness() -> None:
     assert not stale, f"these TOUCHING entries allow more than the module does (moved or gone?): {stale}"
 
 
-def backend_imports(source: str) -> list[str]:
-    """The ``dpsql.backends`` modules a module imports (``import`` or ``from ... import``).
+def imports_of(source: str, package: str) -> list[tuple[str, str]]:
+    """What a module imports of ``package`` or below, at the top or inside a function: ``(module, name)``
+    for ``from module import name``, ``(module, "")`` for ``import module``.
 
-    >>> backend_imports("from dpsql.backends import Backend\\nfrom dpsql.backends.duckdb import DuckDBBackend")
-    ['dpsql.backends', 'dpsql.backends.duckdb']
+    >>> imports_of("from dpsql.backends import Backend\\nimport dpsql.backends.duckdb", "dpsql.backends")
+    [('dpsql.backends', 'Backend'), ('dpsql.backends.duckdb', '')]
     """
     found = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("dpsql.backends"):
-            found.append(str(node.module))
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(package):
+            found += [(str(node.module), alias.name) for alias in node.names]
         elif isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names if alias.name.startswith("dpsql.backends")]
+            found += [(alias.name, "") for alias in node.names if alias.name.startswith(package)]
     return found
 
 
@@ -177,6 +178,34 @@ def test_the_engine_sees_backends_only_through_the_protocol() -> None:
               if name == "dpsql.engine" or name.startswith("dpsql.engine.")}
     assert len(engine) > 10
     found = {name: imported for name, path in engine.items()
-             if (imported := [m for m in backend_imports(path.read_text(encoding="utf-8")) if m != "dpsql.backends"])}
+             if (imported := [m for m, _ in imports_of(path.read_text(encoding="utf-8"), "dpsql.backends")
+                              if m != "dpsql.backends"])}
     assert found == {}
     assert set(dpsql.backends.__all__) == {"Backend", "CellData", "MeasureProfile", "file_identity"}
+
+
+#: The engine's phases and what each may import of the engine (its own modules too): each only those below it.
+ENGINE_PHASES: dict[str, frozenset[str]] = {
+    "dpsql.engine.measuring": frozenset({"dpsql.engine.vocabulary"}),
+    "dpsql.engine.plan": frozenset({"dpsql.engine.measuring", "dpsql.engine.vocabulary"}),
+    "dpsql.engine.reuse": frozenset({"dpsql.engine.plan", "dpsql.engine.measuring", "dpsql.engine.postprocess",
+                                     "dpsql.engine.vocabulary"}),
+}
+
+
+def test_the_engine_phases_import_only_those_below_them() -> None:
+    """``measuring`` ← ``plan`` ← ``reuse`` ← the passes at the engine's top (``run``, ``explain``,
+    ``request``, ``pipeline``): no phase imports one above it (the engine's docstring has the order)."""
+    modules = _modules()
+    assert {phase for phase in ENGINE_PHASES if phase not in modules} == set()
+    found = {}
+    for name, path in modules.items():
+        phase = next((p for p in ENGINE_PHASES if name == p or name.startswith(p + ".")), None)
+        if phase is None:
+            continue
+        allowed = ENGINE_PHASES[phase] | {phase}
+        imported = [f"{m}.{n}" if n else m for m, n in imports_of(path.read_text(encoding="utf-8"), "dpsql.engine")]
+        beyond = [m for m in imported if not any(m == a or m.startswith(a + ".") for a in allowed)]
+        if beyond:
+            found[name] = beyond
+    assert found == {}

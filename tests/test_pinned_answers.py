@@ -83,7 +83,7 @@ import dpsql.local.sql
 import dpsql.noise
 from _helpers import MIXED_COLUMNS
 from dpsql.budget.accounting import Budget
-from dpsql.engine.measurements import PlannedVector
+from dpsql.engine.measuring.measurements import PlannedVector
 from dpsql.local import protocol
 from dpsql.local.baselines import hadamard
 from dpsql.noise import SeededRandomSource

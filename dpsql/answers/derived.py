@@ -426,6 +426,6 @@ def _merged_type(first: pa.DataType | None, other: pa.DataType | None) -> pa.Dat
 
 
 #: A derived statement's answers with their covariances, and whether an expression is linear in its SUM/COUNT
-#: answers: ``dpsql.engine.predicted`` predicts linear outputs' standard errors with them, before the data.
+#: answers: ``dpsql.engine.reuse.predicted`` predicts linear outputs' standard errors with them, before the data.
 StatementAnswers = _Statement
 is_linear = _linear

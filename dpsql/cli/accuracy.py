@@ -1,4 +1,4 @@
-"""The accuracy-target options of ``dpsql run`` and ``dpsql explain`` (``dpsql.engine.accuracy_target``):
+"""The accuracy-target options of ``dpsql run`` and ``dpsql explain`` (``dpsql.engine.reuse.accuracy_target``):
 ``--max-stddev S[,S...]``, ``--max-relative-stddev R[,R...]`` (one value for every statement, or one
 per statement with ``none`` for no target) and ``--family epsilon|rho``, the cost to find."""
 

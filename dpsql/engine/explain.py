@@ -8,12 +8,12 @@ import math
 from collections.abc import Sequence
 
 from dpsql.budget.accounting import PrivacyBudget
-from dpsql.engine.group_route import GroupsPlan
-from dpsql.engine.measurements import PlannedVector
-from dpsql.engine.planning_size import planning_resources
-from dpsql.engine.residual_route import ResidualPlan
-from dpsql.engine.reuse import not_kept_notes
-from dpsql.engine.routes import Prepared
+from dpsql.engine.measuring.measurements import PlannedVector
+from dpsql.engine.plan.group_route import GroupsPlan
+from dpsql.engine.plan.planning_size import planning_resources
+from dpsql.engine.plan.residual_route import ResidualPlan
+from dpsql.engine.plan.routes import Prepared
+from dpsql.engine.reuse.reuse import not_kept_notes
 from dpsql.engine.vocabulary import NotApplicable
 from dpsql.matrix import blas
 from dpsql.sql import quantiles as qs

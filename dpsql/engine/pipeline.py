@@ -8,13 +8,13 @@ added here holds at every entry point. :func:`answer`, in order:
 
 1. :func:`~dpsql.engine.request.resolve`: the cost or the accuracy target, then the kept releases
    (with reuse), then the batch parsed once and split into statements kept releases answer for free
-   and statements to measure (:mod:`dpsql.engine.free`);
+   and statements to measure (:mod:`dpsql.engine.reuse.free`);
 2. a batch whose every statement is free: its ``privacy_unit_column`` option is checked, nothing
    is planned or charged;
-3. else the measured statements are planned (:func:`dpsql.engine.prepare.prepare`): with a cost,
+3. else the measured statements are planned (:func:`dpsql.engine.plan.prepare.prepare`): with a cost,
    the budget is checked first, so a spent budget or an unreadable ledger is reported before the
    planning work; with a target, the least cost meeting it within what is left is found
-   (:mod:`dpsql.engine.accuracy_target`);
+   (:mod:`dpsql.engine.reuse.accuracy_target`);
 4. the option is checked against the planned table;
 5. :func:`dpsql.engine.run.run` charges the batch (recorded in a ledger), then reads, measures and
    keeps the release;
@@ -34,14 +34,14 @@ import pyarrow as pa
 from dpsql.backends import Backend
 from dpsql.budget.accounting import PrivacyBudget
 from dpsql.budget.records import BatchRecord
-from dpsql.engine import accuracy_target
 from dpsql.engine.explain import explain as explain_plan
-from dpsql.engine.free import assemble, combined_stddevs, explain_lines, free_tables, stddevs_with
-from dpsql.engine.prepare import prepare
-from dpsql.engine.release_store import ReleaseStore
+from dpsql.engine.plan.prepare import prepare
+from dpsql.engine.plan.residual_route import ResidualPlan
+from dpsql.engine.plan.routes import Prepared
 from dpsql.engine.request import Request, Resolved, resolve
-from dpsql.engine.residual_route import ResidualPlan
-from dpsql.engine.routes import Prepared
+from dpsql.engine.reuse import accuracy_target
+from dpsql.engine.reuse.free import assemble, combined_stddevs, explain_lines, free_tables, stddevs_with
+from dpsql.engine.reuse.release_store import ReleaseStore
 from dpsql.engine.run import run
 from dpsql.errors import BudgetNotSetError, LedgerError
 from dpsql.noise import RandomSource

@@ -10,7 +10,7 @@ statement weights, post-processing, reuse and a progress callback. ``Cursor.exec
 :func:`resolve` reads it once, in this order: the cost or the target (refusals about the cost come
 first, before anything is read), then the kept releases (only with reuse), then the batch is parsed
 (``sql.parse``, public joins rewritten) and split into statements kept releases answer for free and
-statements to measure (:mod:`dpsql.engine.free`). Every later step reads the :class:`Resolved`
+statements to measure (:mod:`dpsql.engine.reuse.free`). Every later step reads the :class:`Resolved`
 value: the text is tokenized for the clause once (:attr:`Request.clause`) and parsed once.
 """
 
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from dpsql.budget.accounting import PrivacyCost
-from dpsql.engine import accuracy_target
-from dpsql.engine.free import Split, split_batch
-from dpsql.engine.prepare import read_batch
-from dpsql.engine.reuse import Reductions
+from dpsql.engine.plan.prepare import read_batch
+from dpsql.engine.reuse import accuracy_target
+from dpsql.engine.reuse.free import Split, split_batch
+from dpsql.engine.reuse.reuse import Reductions
 from dpsql.errors import PrivacyParameterError, ProgrammingError
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.schema import Schema
@@ -45,7 +45,7 @@ class Request:
     ``epsilon``/``rho`` give the cost; without them, BigQuery's clause in the text does, else
     ``default_cost`` (``connect(epsilon_per_batch=...)``, a session's ``SET dpsql.epsilon``).
     ``max_stddev``/``max_relative_stddev`` (with ``family``) ask for the least cost meeting an
-    accuracy target instead (:mod:`dpsql.engine.accuracy_target`). ``weights``, ``postprocess``,
+    accuracy target instead (:mod:`dpsql.engine.reuse.accuracy_target`). ``weights``, ``postprocess``,
     ``reuse`` and ``progress`` are as ``Cursor.execute`` documents them.
     """
 

@@ -13,10 +13,10 @@ from dpsql.answers.tables import statement_tables
 from dpsql.backends import Backend
 from dpsql.budget.accounting import PrivacyBudget
 from dpsql.engine import postprocess as postprocessing
-from dpsql.engine.metadata import statement_metadata
-from dpsql.engine.release_store import ReleaseStore
-from dpsql.engine.reuse import Sources, keep_and_answer, reuse_entry
-from dpsql.engine.routes import Prepared
+from dpsql.engine.plan.metadata import statement_metadata
+from dpsql.engine.plan.routes import Prepared
+from dpsql.engine.reuse.release_store import ReleaseStore
+from dpsql.engine.reuse.reuse import Sources, keep_and_answer, reuse_entry
 from dpsql.engine.vocabulary import Report
 from dpsql.errors import ProgrammingError
 from dpsql.matrix import blas
@@ -39,7 +39,7 @@ def run(prepared: Prepared, *, backend: Backend, budget: PrivacyBudget, rng: Ran
     :mod:`dpsql.engine.postprocess` ("nonnegative", "isotonic"). With a ``store``, the release's
     measurements are kept there (after the charge) and, with ``combine``, every statement is
     answered by generalized least squares over them and the measurements kept before
-    (:mod:`dpsql.engine.reuse`); without, from this release alone.
+    (:mod:`dpsql.engine.reuse.reuse`); without, from this release alone.
     ``merge=False`` returns one table per batch statement, UNION ALL parts apart.
     """
     report = progress or (lambda message: None)

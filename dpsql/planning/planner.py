@@ -116,7 +116,7 @@ PLAN_HDMM_WORK = 2**28
 #: ... and at most PLAN_HDMM_CUBIC_WORK / n³ of them: one p-Identity evaluation costs O(p·n²) = O(n³/16)
 #: operations, so this caps HDMM's work per group at any size (256 evaluations at n = 256, 4 at
 #: n = 1,024; Gaussian steps an eighth of that), which the batch limits of
-#: ``dpsql.engine.planning_size`` then bound over all groups.
+#: ``dpsql.engine.plan.planning_size`` then bound over all groups.
 PLAN_HDMM_CUBIC_WORK = 2**32
 #: Eigen-Design runs on domains of at most this many cells (it eigendecomposes the dense Gram).
 EIGEN_MAX_CELLS = 1024

@@ -393,7 +393,7 @@ def measure(
         rng: the randomness (default: a fresh SystemRandomSource; tests pass SeededRandomSource).
         integer_releases: if given, receives each closure set's integer release Ξ_S x + z_S (by its
             index in the closure, shaped (nᵢ)_{i∈S}), whose noise is iid N_ℤ(0, γ_S²): public, and
-            what a later batch reuses (``dpsql.engine.reuse``).
+            what a later batch reuses (``dpsql.engine.reuse.reuse``).
 
     Privacy: ``selection.rho``-zCDP under adding or removing one record, when each record adds 1
     to exactly one cell of each table (module doc: ρ_S = Π nᵢ(nᵢ − 1)/(2γ_S²) per set, the

@@ -356,7 +356,7 @@ def test_residual_planner_answers_expressions_of_one_count_and_declines_those_ne
                          SCHEMA, PrivacyCost(rho=1.0))
     assert not isinstance(one.residual, engine.NotApplicable)
     batch = parse_batch("SELECT sex, COUNT(*) * 2 AS c, AVG(x) / COUNT(*) AS q FROM people GROUP BY sex")
-    from dpsql.engine import residual_route
+    from dpsql.engine.plan import residual_route
     reason = residual_route.plan(batch, SCHEMA, PrivacyCost(rho=1.0), (1.0,))
     assert isinstance(reason, engine.NotApplicable) and "covariances" in reason.reason
 

@@ -28,9 +28,9 @@ from dpsql import engine
 from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.budget.ledger import Binding, Ledger, default_path
 from dpsql.cli import main
-from dpsql.engine import accuracy_target as at
 from dpsql.engine import pipeline
-from dpsql.engine.predicted import predicted_stddevs
+from dpsql.engine.reuse import accuracy_target as at
+from dpsql.engine.reuse.predicted import predicted_stddevs
 from dpsql.errors import BudgetExhaustedError, NotSupportedError, ProgrammingError
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema

@@ -2,7 +2,7 @@
 
 When the summed column is an axis of its statement group, a row in cell j moves that cell's sum
 by at most b_j ≤ B; the mechanism's sensitivity is k·max_j b_j‖a_j‖ and the engine plans on
-y = x/b (``dpsql.planning.mechanism.cell_bounded_strategy``, ``dpsql.engine.vector_plans.cell_bounds``).
+y = x/b (``dpsql.planning.mechanism.cell_bounded_strategy``, ``dpsql.engine.plan.vector_plans.cell_bounds``).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from test_calibration import assert_calibrated, releases
 import dpsql
 from dpsql import engine
 from dpsql.budget.accounting import Budget, PrivacyCost
-from dpsql.engine import thresholds
-from dpsql.engine.group_route import final_answering
-from dpsql.engine.vector_plans import cell_bounds
+from dpsql.engine.plan import thresholds
+from dpsql.engine.plan.group_route import final_answering
+from dpsql.engine.plan.vector_plans import cell_bounds
 from dpsql.errors import PrivacyParameterError
 from dpsql.matrix.workloads import Explicit, Kron, scale_columns
 from dpsql.noise import SeededRandomSource

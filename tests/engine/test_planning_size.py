@@ -1,5 +1,5 @@
 """Bounded work before any charge (issue 29 §2): each statement group's planning size is estimated
-before anything is planned and refused above the named limits of ``dpsql.engine.planning_size``
+before anything is planned and refused above the named limits of ``dpsql.engine.plan.planning_size``
 (EXPLAIN too), and running out of memory or recursion depth while planning is a dpsql error —
 never numpy's MemoryError or Python's RecursionError — with the budget untouched."""
 
@@ -13,7 +13,7 @@ import pytest
 from test_large_groups import GIB, run_capped
 
 import dpsql
-from dpsql.engine import planning_size
+from dpsql.engine.plan import planning_size
 from dpsql.errors import NotSupportedError, PlanningLimitError, UnsupportedQueryError
 from dpsql.planning import planner
 from dpsql.schema import Schema

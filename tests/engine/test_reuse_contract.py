@@ -1,4 +1,4 @@
-"""The reuse contract (``dpsql.engine.reuse``), as properties over random sequences of releases and
+"""The reuse contract (``dpsql.engine.reuse.reuse``), as properties over random sequences of releases and
 statements (Hypothesis), end to end through the DB-API:
 
 1. Monotone: once kept measurements answer a statement, they keep answering it, and adding a
@@ -29,8 +29,8 @@ import dpsql
 import dpsql.cli
 from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.budget.ledger import Binding, Ledger, default_path
-from dpsql.engine.free import Split, split_batch
-from dpsql.engine.prepare import read_batch
+from dpsql.engine.plan.prepare import read_batch
+from dpsql.engine.reuse.free import Split, split_batch
 from dpsql.noise import SeededRandomSource
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.schema import Schema
@@ -228,11 +228,12 @@ def test_why_a_measurement_is_not_kept_is_said_in_explain_and_in_budget_show(
     with dpsql.connect(path, schema=schema) as connection:
         text = connection.cursor().explain(sql, epsilon=1.0)
         assert ("Reuse: count over day(1501) will not be kept: 1,501 cells, more than "
-                "dpsql.engine.reuse.REUSE_CELLS = 1,024.") in text
+                "dpsql.engine.reuse.reuse.REUSE_CELLS = 1,024.") in text
         connection.cursor().execute(sql, epsilon=1.0)
     dpsql.cli.main(["budget", "show", "--db", str(path)])
     shown = capsys.readouterr().out
-    assert "not kept for reuse: count over day(1501): 1,501 cells, more than dpsql.engine.reuse.REUSE_CELLS" in shown
+    assert ("not kept for reuse: count over day(1501): 1,501 cells, more than dpsql.engine.reuse.reuse.REUSE_CELLS"
+            in shown)
     assert "kept releases: each analyst reuses only her own" in shown
     dpsql.cli.main(["budget", "set", "--db", str(path), "--share-releases"])
     assert "kept releases: shared by every analyst of the dataset" in capsys.readouterr().out
@@ -262,7 +263,7 @@ def test_the_work_bound_leaves_out_newer_layouts_says_so_and_keeps_what_pooled_b
         monkeypatch: pytest.MonkeyPatch) -> None:
     """With room for one small reduction, COUNT(*) pools the oldest layout (sex), leaves the newer
     age × sex table out (EXPLAIN counts it) and stays exactly as accurate as before it."""
-    import dpsql.engine.reuse as reuse
+    import dpsql.engine.reuse.reuse as reuse
     from dpsql.releases.reduce import reduction_work
 
     monkeypatch.setattr(reuse, "MAX_POOL_WORK", reduction_work(3))
@@ -274,7 +275,7 @@ def test_the_work_bound_leaves_out_newer_layouts_says_so_and_keeps_what_pooled_b
     assert split.left_out == {0: 1} and split.releases[0].own == (1,)
     assert [a.variances for a in split.free[0].values()] == [a.variances for a in before.values()]
     text = cursor.explain("SELECT COUNT(*) AS n FROM people", epsilon=0.001)
-    assert ("1 kept measurement(s) left out of its pool by the work bound (dpsql.engine.reuse.MAX_POOL_WORK)"
+    assert ("1 kept measurement(s) left out of its pool by the work bound (dpsql.engine.reuse.reuse.MAX_POOL_WORK)"
             in text)
     paid = cursor.execute("SELECT COUNT(*) AS n FROM people", epsilon=1.0).fetch_arrow_table()  # its own joins
     assert _meta(paid)["reuse"]["answered_by_releases"] == [1, 3]

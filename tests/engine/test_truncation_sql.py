@@ -15,7 +15,7 @@ import pytest
 from dpsql import engine
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.budget.accounting import Budget, PrivacyCost
-from dpsql.engine import thresholds
+from dpsql.engine.plan import thresholds
 from dpsql.errors import SchemaError
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema, measure_quantum

@@ -9,7 +9,7 @@ import pytest
 
 from dpsql import engine
 from dpsql.budget.accounting import PrivacyCost
-from dpsql.engine import grouping, vector_plans
+from dpsql.engine.plan import grouping, vector_plans
 from dpsql.matrix import workloads
 from dpsql.planning import accuracy, plan_cache, planner
 from dpsql.schema import Schema

@@ -19,8 +19,8 @@ import dpsql
 from dpsql import engine
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.budget.accounting import Budget, PrivacyCost
-from dpsql.engine.guard import guard_notes, measured_sums
-from dpsql.engine.metadata import statement_metadata
+from dpsql.engine.plan.guard import guard_notes, measured_sums
+from dpsql.engine.plan.metadata import statement_metadata
 from dpsql.errors import ProgrammingError
 from dpsql.matrix.workloads import DisjointSum, Explicit, Kron, VStack
 from dpsql.noise import SeededRandomSource

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dpsql.engine import thresholds
+from dpsql.engine.plan import thresholds
 from dpsql.errors import PrivacyParameterError, ShapeError
 from dpsql.matrix.workloads import Explicit, Prefix
 from dpsql.noise import SeededRandomSource

@@ -53,7 +53,7 @@ def _member(rng: np.random.Generator, axes: tuple[tuple[str, np.ndarray], ...], 
 
 
 def _pool(members: list[list[KeptMeasurement]], group: tuple[tuple[str, np.ndarray], ...]) -> Pool:
-    """The pool as ``dpsql.engine.reuse`` builds it: each list of members (over the same cells)
+    """The pool as ``dpsql.engine.reuse.reuse`` builds it: each list of members (over the same cells)
     summed, reduced onto the target refining the group's columns."""
     target = refinement(group, [ms[0].axes for ms in members], 10**6)
     lift = cell_map(target, group)

@@ -1,7 +1,7 @@
 """Differential tests of dpsql.sql.compile (sqlglot's fixture model, checked on a real engine).
 
 Each statement is compiled, the exact data vectors of its statement group are read from DuckDB
-(``DuckDBBackend.cell_data`` summed into the group's cells by ``dpsql.engine.scan.batch_vector``), and every
+(``DuckDBBackend.cell_data`` summed into the group's cells by ``dpsql.engine.measuring.scan.batch_vector``), and every
 block's ``workload @ x`` is compared with what DuckDB computes for the *original* SQL text run
 directly on the table. The oracle encodes only the documented semantics:
 
@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpsql.backends.duckdb import DuckDBBackend
-from dpsql.engine.scan import batch_vector
+from dpsql.engine.measuring.scan import batch_vector
 from dpsql.errors import NotSupportedError, ProgrammingError, SchemaError, UnsupportedQueryError
 from dpsql.schema import Schema, measure_quantum
 from dpsql.sql.compile import CompiledBatch, compile_batch, label_value

@@ -17,7 +17,7 @@ import pytest
 from dpsql import engine
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.budget.accounting import Budget, PrivacyCost
-from dpsql.engine import residual_route
+from dpsql.engine.plan import residual_route
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
 from dpsql.sql.parse import parse_batch

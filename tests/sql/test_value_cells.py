@@ -17,7 +17,7 @@ from dpsql import engine
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.engine import postprocess
-from dpsql.engine.scan import batch_vector
+from dpsql.engine.measuring.scan import batch_vector
 from dpsql.matrix.workloads import Explicit, Kron, Sum
 from dpsql.noise import SeededRandomSource
 from dpsql.planning import mechanism

@@ -16,11 +16,11 @@ The contract (each part tested as a property, ``tests/engine/test_reuse_contract
   a pool that existed before, and adding information never increases a GLS variance, so no
   answer's variance grows as releases accumulate (unless a new layout is over the work bound:
   then it is left out, EXPLAIN says so, and the statement can be measured).
-- **Never worse than paid for** (:mod:`dpsql.engine.free`): with a cost, a statement is free only
+- **Never worse than paid for** (:mod:`dpsql.engine.reuse.free`): with a cost, a statement is free only
   if the kept answer is at least as accurate as the batch's plan at that cost would make it
   without reuse; otherwise it is measured and combined with the kept measurements, so paying
   always helps. With an accuracy target, it is free exactly when the kept answer meets it.
-- **Scoped** (:mod:`dpsql.engine.release_store`): an analyst reuses the releases her own charges
+- **Scoped** (:mod:`dpsql.engine.reuse.release_store`): an analyst reuses the releases her own charges
   paid for, unless the data owner shares them; another analyst's release numbers are never shown.
 - **Visible**: EXPLAIN says per statement whether it is free, measured, or measured and combined,
   from which releases and with what stddev on each path; why a measurement is not kept is said in
@@ -42,9 +42,9 @@ import numpy.typing as npt
 
 from dpsql.answers.tables import AnswerKey, AnswerSet
 from dpsql.budget.accounting import PrivacyBudget
-from dpsql.engine.measure import MeasuredVector
-from dpsql.engine.measurements import PlannedVector
-from dpsql.engine.release_store import ReleaseStore
+from dpsql.engine.measuring.measure import MeasuredVector
+from dpsql.engine.measuring.measurements import PlannedVector
+from dpsql.engine.reuse.release_store import ReleaseStore
 from dpsql.matrix.workloads import Workload
 from dpsql.planning import mechanism
 from dpsql.releases.gls import Pool, pool
@@ -147,9 +147,9 @@ def _label(vector: DataVector, axes: Sequence[Axis]) -> str:
 def _why_not_kept(cells: int, noise_variance: float, strategy: Workload) -> str | None:
     """Why a measurement over ``cells`` cells is not kept for reuse (None: it is)."""
     if cells > REUSE_CELLS:
-        return f"{cells:,} cells, more than dpsql.engine.reuse.REUSE_CELLS = {REUSE_CELLS:,}"
+        return f"{cells:,} cells, more than dpsql.engine.reuse.reuse.REUSE_CELLS = {REUSE_CELLS:,}"
     if not noise_variance >= MIN_NOISE_VARIANCE:
-        return (f"noise variance {noise_variance:.3g} is below dpsql.engine.reuse.MIN_NOISE_VARIANCE = "
+        return (f"noise variance {noise_variance:.3g} is below dpsql.engine.reuse.reuse.MIN_NOISE_VARIANCE = "
                 f"{MIN_NOISE_VARIANCE:g} (nearly exact)")
     try:
         to_recipe(strategy)

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field, replace
 
 from dpsql.answers.tables import AnswerSet
 from dpsql.budget.accounting import PrivacyCost
-from dpsql.engine.guard import StatementError, guard_notes
-from dpsql.engine.measure import MeasuredVector
+from dpsql.engine.measuring.measure import MeasuredVector
+from dpsql.engine.plan.guard import StatementError, guard_notes
 from dpsql.sql.compile import CompiledBatch
 
 

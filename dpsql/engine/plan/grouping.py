@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from dpsql.engine.planning_size import bounded_partition, dense_vectors, excess
-from dpsql.engine.weighing import Weighing
+from dpsql.engine.plan.planning_size import bounded_partition, dense_vectors, excess
+from dpsql.engine.plan.weighing import Weighing
 from dpsql.noise import Noise
 from dpsql.planning import plan_cache, planner
 from dpsql.planning import weights as weighting

@@ -1,7 +1,7 @@
 """Statements answered for free from earlier releases, and a batch answered partly from them.
 
 Before planning, each statement of the batch is compiled on its own cells and checked against the
-kept measurements (:mod:`dpsql.engine.reuse`): a statement whose every block lies in their span
+kept measurements (:mod:`dpsql.engine.reuse.reuse`): a statement whose every block lies in their span
 *can* be answered from them. It is *free* only if that answer is good enough for what the batch
 offers to pay: with a cost (ε or ρ), every one of its answers' kept variances is at most what the
 batch's own plan at that cost, without reuse, would give it (so a free answer is never worse than
@@ -25,15 +25,15 @@ import pyarrow as pa
 from dpsql.answers.derived import merge_unions
 from dpsql.answers.tables import AnswerKey, AnswerSet, statement_tables
 from dpsql.budget.accounting import PrivacyBudget, PrivacyCost
-from dpsql.engine import accuracy_target
 from dpsql.engine import postprocess as postprocessing
-from dpsql.engine.group_route import GroupsPlan
-from dpsql.engine.metadata import ReleaseMetadata
-from dpsql.engine.predicted import block_answers, predicted_stddevs
-from dpsql.engine.prepare import prepare
-from dpsql.engine.residual_route import ResidualPlan
-from dpsql.engine.reuse import Reductions, Reuse, Sources, not_kept_reason, planned_answers, reuse_entry
-from dpsql.engine.routes import Prepared
+from dpsql.engine.plan.group_route import GroupsPlan
+from dpsql.engine.plan.metadata import ReleaseMetadata
+from dpsql.engine.plan.prepare import prepare
+from dpsql.engine.plan.residual_route import ResidualPlan
+from dpsql.engine.plan.routes import Prepared
+from dpsql.engine.reuse import accuracy_target
+from dpsql.engine.reuse.predicted import block_answers, predicted_stddevs
+from dpsql.engine.reuse.reuse import Reductions, Reuse, Sources, not_kept_reason, planned_answers, reuse_entry
 from dpsql.planning import mechanism
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.schema import Schema
@@ -85,7 +85,7 @@ class Split:
 def split_batch(batch: ir.Batch, schema: Schema, kept: Sequence[KeptMeasurement],
                 request: accuracy_target.Request | None = None, *, cost: PrivacyCost | None = None,
                 weights: Sequence[float] | None = None, cache: Reductions | None = None) -> Split:
-    """Which statements of ``batch`` (as :func:`dpsql.engine.prepare.read_batch` read it) the kept
+    """Which statements of ``batch`` (as :func:`dpsql.engine.plan.prepare.read_batch` read it) the kept
     measurements already answer well enough (no data read). With an accuracy ``request``, a
     statement is free only if its every answer already meets its target; it must then be a plain
     COUNT/SUM statement, whose standard errors do not depend on the data. With a ``cost``, only if
@@ -156,7 +156,7 @@ def _meets(statement: CompiledStatement, answers: Mapping[AnswerKey, mechanism.A
 
 
 def _stddevs(statement: CompiledStatement, answers: Mapping[AnswerKey, mechanism.Answers]) -> dict[str, FloatArray]:
-    """Each COUNT/SUM output's standard errors, in output row order (as ``engine.predicted`` gives them)."""
+    """Each COUNT/SUM output's standard errors, in output row order (as ``engine.reuse.predicted`` gives them)."""
     return {output.aggregate.alias: answers[AnswerKey(statement.group, output.blocks[0])].stddevs[statement.block_rows]
             for output in statement.aggregates if len(output.blocks) == 1}
 
@@ -257,7 +257,7 @@ def explain_lines(split: Split, combined: Mapping[int, float] | None = None) -> 
         stddev = max((float(a.stddevs.max()) for a in kept.values() if a.values.size), default=0.0)
         paid = f"; measured {paying}without reuse: {split.paid[s]:.4g}" if s in split.paid else ""
         left = (f"; {split.left_out[s]} kept measurement(s) left out of its pool by the work bound "
-                "(dpsql.engine.reuse.MAX_POOL_WORK)" if s in split.left_out else "")
+                "(dpsql.engine.reuse.reuse.MAX_POOL_WORK)" if s in split.left_out else "")
         source = split.releases[s].describe("release")
         if s in split.free:
             lines.append(f"  Statement {s + 1}: free (answered by {source}, stddev {stddev:.4g}{paid}{left})")

@@ -1,9 +1,9 @@
 """Measuring the statement groups' data vectors and answering their blocks.
 
-Privacy: each :class:`~dpsql.engine.measurements.PlannedVector` is measured once by
+Privacy: each :class:`~dpsql.engine.measuring.measurements.PlannedVector` is measured once by
 ``mechanism.measure`` at its share (ε_j-DP or ρ_j-zCDP for sensitivity k·B_j, see
-:mod:`dpsql.engine.measurements`); everything after is post-processing of the noisy values and the
-public plan. This module and :mod:`dpsql.engine.scan` are where the statement-group route touches
+:mod:`dpsql.engine.measuring.measurements`); everything after is post-processing of the noisy values and the
+public plan. This module and :mod:`dpsql.engine.measuring.scan` are where the statement-group route touches
 data and randomness, only after the batch's cost is charged.
 """
 
@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dpsql.backends import Backend
-from dpsql.engine.measurements import PlannedVector
-from dpsql.engine.order_statistics import add_total_covariances
-from dpsql.engine.scan import batch_vector, scan
+from dpsql.engine.measuring.measurements import PlannedVector
+from dpsql.engine.measuring.order_statistics import add_total_covariances
+from dpsql.engine.measuring.scan import batch_vector, scan
 from dpsql.engine.vocabulary import AnswerKey, AnswerSet, Report
 from dpsql.noise import RandomSource
 from dpsql.planning import mechanism
@@ -43,7 +43,7 @@ class MeasuredVector:
 def measure_groups(compiled: CompiledBatch, measurements: Sequence[PlannedVector], truncated: Mapping[str, Column], *,
                    backend: Backend, rng: RandomSource | None, report: Report,
                    measured: list[MeasuredVector] | None = None) -> AnswerSet:
-    """One scan for the statement groups (:func:`~dpsql.engine.scan.scan`), each data vector measured
+    """One scan for the statement groups (:func:`~dpsql.engine.measuring.scan.scan`), each data vector measured
     with its plan's strategy, every block answered with its exact variance.
 
     ``truncated``: the table's columns as measured (truncated measures narrowed to ±θ; the

@@ -14,8 +14,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from dpsql.engine.measurements import CellBounds, DraftVector
-from dpsql.engine.weighing import value_scale
+from dpsql.engine.measuring.measurements import CellBounds, DraftVector
+from dpsql.engine.plan.weighing import value_scale
 from dpsql.errors import DomainTooLargeError, ShapeError, UnsupportedStrategyError
 from dpsql.matrix.linalg import diagonal_entries, pinv_gram, quadratic_diag, trace_of_product
 from dpsql.matrix.workloads import Kron, VStack, Workload, scale_columns

@@ -3,10 +3,10 @@ vectors measured with the strategy of lowest expected error, the batch's budget 
 
 Privacy: each data vector the batch needs (cell counts; per column, non-NULL counts and clamped
 sums) is measured once with the strategy its plan chose, at its share of the budget
-(:mod:`dpsql.engine.measurements`: sensitivity k for counts, k·B for sums, k·max_j b_j‖a_j‖ for
+(:mod:`dpsql.engine.measuring.measurements`: sensitivity k for counts, k·B for sums, k·max_j b_j‖a_j‖ for
 cell-bounded sums); the shares add up to the batch's ε (sequential composition) or ρ (zCDP
 composition). A truncated SUM first has its threshold θ chosen with a share of the batch's budget
-(``dpsql.engine.thresholds``, pure ε_sel-DP, or ρ_sel = ε_sel²/2) and its sums are then measured
+(``dpsql.engine.plan.thresholds``, pure ε_sel-DP, or ρ_sel = ε_sel²/2) and its sums are then measured
 clamped at ±θ with B = θ/quantum; the measurements split the rest. Once θ is released, the groups
 summing a truncated column are decided again at ±θ (``final_answering``: public θ, public plan).
 Everything after the measurements is post-processing. Nothing is read from the data before the
@@ -21,8 +21,10 @@ from dataclasses import dataclass
 
 from dpsql.backends import Backend
 from dpsql.budget.accounting import PrivacyCost
-from dpsql.engine.grouping import choose_partition
-from dpsql.engine.guard import (
+from dpsql.engine.measuring.measure import MeasuredVector, measure_groups
+from dpsql.engine.measuring.measurements import PlannedVector, check_calibrations, split
+from dpsql.engine.plan.grouping import choose_partition
+from dpsql.engine.plan.guard import (
     GUARD_ROUNDS,
     StatementError,
     guard,
@@ -30,13 +32,11 @@ from dpsql.engine.guard import (
     standing,
     statement_errors,
 )
-from dpsql.engine.measure import MeasuredVector, measure_groups
-from dpsql.engine.measurements import PlannedVector, check_calibrations, split
-from dpsql.engine.metadata import Release, ReleaseMetadata, family_name
-from dpsql.engine.sum_answering import answering_groups, bias_bounds
-from dpsql.engine.thresholds import ThresholdPlan, choose_thresholds, measured_columns, threshold_plans
+from dpsql.engine.plan.metadata import Release, ReleaseMetadata, family_name
+from dpsql.engine.plan.sum_answering import answering_groups, bias_bounds
+from dpsql.engine.plan.thresholds import ThresholdPlan, choose_thresholds, measured_columns, threshold_plans
+from dpsql.engine.plan.weighing import Weighing
 from dpsql.engine.vocabulary import Report, noise_of
-from dpsql.engine.weighing import Weighing
 from dpsql.errors import PrivacyParameterError
 from dpsql.noise import RandomSource
 from dpsql.planning.planner import Plan, Progress

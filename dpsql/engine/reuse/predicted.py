@@ -6,7 +6,7 @@ sampler at its rounded-up scale) has variance
 
     Var z · diag(W_b (Ã_Kᵀ Ã_K)⁺ W_bᵀ) · (scale_b · quantum_K)²
 
-(``dpsql.engine.measure``); for ResidualPlanner, ``residual.queries.variances`` with the exact
+(``dpsql.engine.measuring.measure``); for ResidualPlanner, ``residual.queries.variances`` with the exact
 per-residual σ² the discrete Gaussian releases with (``residual.planner.effective_sigma2``). Both
 depend only on the plan (the public schema, the statements and the cost), so they are exactly the
 ``<alias>_stddev`` that ``execute`` later reports, computed the same way.
@@ -28,10 +28,10 @@ import numpy as np
 import numpy.typing as npt
 
 from dpsql.answers.derived import StatementAnswers, is_linear
-from dpsql.engine.group_route import GroupsPlan
-from dpsql.engine.measure import add_covariances
-from dpsql.engine.residual_route import ResidualPlan
-from dpsql.engine.routes import Prepared
+from dpsql.engine.measuring.measure import add_covariances
+from dpsql.engine.plan.group_route import GroupsPlan
+from dpsql.engine.plan.residual_route import ResidualPlan
+from dpsql.engine.plan.routes import Prepared
 from dpsql.engine.vocabulary import AnswerKey, AnswerSet
 from dpsql.matrix import linalg
 from dpsql.planning.mechanism import Answers, Measurement
@@ -65,7 +65,7 @@ def predicted_stddevs(prepared: Prepared,
 
     Outputs listed by :func:`unguaranteed` are left out. Reads no data. ``answers_of`` gives every
     block's variances and covariances under the plan (default :func:`block_answers`;
-    ``dpsql.engine.free`` adds what earlier releases contribute).
+    ``dpsql.engine.reuse.free`` adds what earlier releases contribute).
     """
     chosen = prepared.chosen
     answers = AnswerSet((answers_of or block_answers)(chosen) if isinstance(chosen, (GroupsPlan, ResidualPlan)) else {})

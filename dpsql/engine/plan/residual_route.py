@@ -38,10 +38,10 @@ import numpy.typing as npt
 
 from dpsql.backends import Backend
 from dpsql.budget.accounting import PrivacyCost
-from dpsql.engine.guard import StatementError, guard_notes, statement_errors
-from dpsql.engine.measure import MeasuredVector
-from dpsql.engine.metadata import Release, ReleaseMetadata, family_name
-from dpsql.engine.planning_size import MAX_DENSE_CELLS
+from dpsql.engine.measuring.measure import MeasuredVector
+from dpsql.engine.plan.guard import StatementError, guard_notes, statement_errors
+from dpsql.engine.plan.metadata import Release, ReleaseMetadata, family_name
+from dpsql.engine.plan.planning_size import MAX_DENSE_CELLS
 from dpsql.engine.vocabulary import AnswerKey, AnswerSet, NotApplicable, Report, unit_rows
 from dpsql.errors import DomainTooLargeError, ShapeError
 from dpsql.matrix.workloads import Explicit, Kron, Sum, Workload

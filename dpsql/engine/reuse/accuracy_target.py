@@ -1,7 +1,7 @@
 """Accuracy first: the least privacy cost whose plan meets a standard-error target for every answer.
 
 An analyst asks for error bars (``max_stddev=s``) instead of a cost. Every answer's standard error
-is known before the data is read (:mod:`dpsql.engine.predicted`), so the least cost meeting the
+is known before the data is read (:mod:`dpsql.engine.reuse.predicted`), so the least cost meeting the
 target is found without reading anything and is then charged exactly.
 
 Math: for a fixed plan every answer's variance is Var z·(a plan constant), and the calibrated
@@ -45,8 +45,8 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from dpsql.budget.accounting import MAX_BATCH_COST, UNIT, Family, PrivacyBudget, PrivacyCost
-from dpsql.engine.predicted import predicted_stddevs, unguaranteed
-from dpsql.engine.routes import Prepared
+from dpsql.engine.plan.routes import Prepared
+from dpsql.engine.reuse.predicted import predicted_stddevs, unguaranteed
 from dpsql.errors import BudgetExhaustedError, DpsqlWarning, NotSupportedError, ProgrammingError
 from dpsql.planning.planner import Progress
 from dpsql.schema import Column, Schema
@@ -357,11 +357,11 @@ def find(request: Request, batch: str | ir.Batch, schema: Schema, *, parameters:
          progress: Progress | None = None, stddevs: Stddevs = predicted_stddevs,
          statements: Sequence[int] | None = None, targets: Sequence[StatementTarget] | None = None) -> Target:
     """The least cost meeting ``request`` for ``batch`` (the SQL text, or a batch
-    ``engine.prepare.read_batch`` read): plans made with ``engine.prepare`` (no data read). With
+    ``engine.plan.prepare.read_batch`` read): plans made with ``engine.plan.prepare`` (no data read). With
     ``budget``, a least cost over what is left is refused (BudgetExhaustedError). ``statements``:
     plan only those batch statements (the others are answered from earlier releases), whose
     ``targets`` (one per planned statement) the caller then gives."""
-    from dpsql.engine.prepare import prepare  # prepare imports the routes this module's callers also use
+    from dpsql.engine.plan.prepare import prepare  # prepare imports the routes this module's callers also use
 
     family = request.checked_family()
     for name, value in (("max_stddev", request.max_stddev), ("max_relative_stddev", request.max_relative_stddev)):

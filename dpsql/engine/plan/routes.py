@@ -4,8 +4,8 @@ A :class:`Route` plans a batch into a :class:`RoutePlan` or says why it does not
 (:class:`~dpsql.engine.vocabulary.NotApplicable`). Every plan has its expected total error, its
 batch objective (each statement's error relative to answering it alone, weighted; ``dpsql.planning.weights``)
 and ``answer(backend, rng, report)``; the route with the lower objective answers. Two routes exist:
-the statement groups (:mod:`dpsql.engine.group_route`) and ResidualPlanner
-(:mod:`dpsql.engine.residual_route`).
+the statement groups (:mod:`dpsql.engine.plan.group_route`) and ResidualPlanner
+(:mod:`dpsql.engine.plan.residual_route`).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Protocol
 
 from dpsql.backends import Backend
 from dpsql.budget.accounting import PrivacyCost
-from dpsql.engine import group_route, residual_route
-from dpsql.engine.group_route import GroupsPlan
-from dpsql.engine.guard import StatementError
-from dpsql.engine.metadata import Release
-from dpsql.engine.residual_route import ResidualPlan
+from dpsql.engine.plan import group_route, residual_route
+from dpsql.engine.plan.group_route import GroupsPlan
+from dpsql.engine.plan.guard import StatementError
+from dpsql.engine.plan.metadata import Release
+from dpsql.engine.plan.residual_route import ResidualPlan
 from dpsql.engine.vocabulary import NotApplicable, Report
 from dpsql.noise import RandomSource
 from dpsql.planning.planner import Progress

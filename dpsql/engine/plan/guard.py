@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dpsql.budget.accounting import PrivacyCost
-from dpsql.engine.measurements import DraftVector, PlannedVector, split
-from dpsql.engine.order_statistics import alone_sensitivity
+from dpsql.engine.measuring.measurements import DraftVector, PlannedVector, split
+from dpsql.engine.measuring.order_statistics import alone_sensitivity
+from dpsql.engine.plan.weighing import Weighing, row_bound
 from dpsql.engine.vocabulary import AnswerKey, noise_of, unit_rows
-from dpsql.engine.weighing import Weighing, row_bound
 from dpsql.planning import weights as weighting
 from dpsql.schema import Column
 from dpsql.sql.compile import CompiledBatch

@@ -8,12 +8,12 @@ from dataclasses import replace
 
 from dpsql.answers.derived import check_unions
 from dpsql.budget.accounting import PrivacyCost, check_batch_cost
-from dpsql.engine.measurements import check_plan_cost
-from dpsql.engine.planning_size import bounded_partition, check_planning_size, planning_resources
-from dpsql.engine.residual_route import ResidualPlan
-from dpsql.engine.routes import PlanRequest, Prepared, ResidualPlanner, StatementGroups, choose
+from dpsql.engine.measuring.measurements import check_plan_cost
+from dpsql.engine.plan.planning_size import bounded_partition, check_planning_size, planning_resources
+from dpsql.engine.plan.residual_route import ResidualPlan
+from dpsql.engine.plan.routes import PlanRequest, Prepared, ResidualPlanner, StatementGroups, choose
+from dpsql.engine.plan.weighing import statement_weights_of
 from dpsql.engine.vocabulary import NotApplicable
-from dpsql.engine.weighing import statement_weights_of
 from dpsql.matrix import blas
 from dpsql.planning.planner import Progress
 from dpsql.schema import Schema
@@ -49,12 +49,12 @@ def prepare(batch: str | ir.Batch, schema: Schema, cost: PrivacyCost, parameters
     answering it alone, in the objective every planning decision minimises (``dpsql.planning.weights``).
     After planning, a statement still expected to do worse than answering it alone has its
     weight raised and the budget split again, then the groups are planned again with the raised
-    weights (``dpsql.engine.guard``, ``dpsql.engine.group_route``); if it stays worse, the plan's
+    weights (``dpsql.engine.plan.guard``, ``dpsql.engine.plan.group_route``); if it stays worse, the plan's
     ``guard_notes`` say so (EXPLAIN and the statement's result metadata show it). ``statements``
     plans only those statements of the batch (0-based; the others are answered from earlier
-    releases, :mod:`dpsql.engine.free`). A cost above ``MAX_BATCH_COST`` is refused first
+    releases, :mod:`dpsql.engine.reuse.free`). A cost above ``MAX_BATCH_COST`` is refused first
     (PrivacyParameterError), and work is bounded before anything is planned
-    (:mod:`dpsql.engine.planning_size`).
+    (:mod:`dpsql.engine.plan.planning_size`).
     """
     check_batch_cost(cost)
     batch = read_batch(batch, parameters, schema)

@@ -34,7 +34,7 @@ from dpsql.releases.kept import KeptMeasurement, payload, read_payload
 
 class ReleaseStore(Protocol):
     """The kept releases of one dataset under one schema, and the reductions of their measurements
-    computed so far (``dpsql.engine.reuse.Reuse.cache``: kept across the batches of a connection)."""
+    computed so far (``dpsql.engine.reuse.reuse.Reuse.cache``: kept across the batches of a connection)."""
 
     reductions: dict[Any, Any]
 

@@ -1,6 +1,6 @@
 """Reading the data: the cell data of every statement group with something to measure.
 
-This module and :mod:`dpsql.engine.measure` are where the statement-group route touches data; it
+This module and :mod:`dpsql.engine.measuring.measure` are where the statement-group route touches data; it
 runs only after the batch's cost is charged, and reads exactly the vectors the plan measures.
 """
 
@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpsql.backends import Backend, CellData
-from dpsql.engine.measurements import PlannedVector
+from dpsql.engine.measuring.measurements import PlannedVector
 from dpsql.engine.vocabulary import Report
 from dpsql.schema import Column, Table
 from dpsql.sql.compile import CompiledBatch, CompiledGroup, batch_cell_totals

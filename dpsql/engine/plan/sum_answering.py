@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpsql.engine.measurements import DraftVector
-from dpsql.engine.planning_size import dense_vectors, excess
-from dpsql.engine.vector_plans import group_drafts
+from dpsql.engine.measuring.measurements import DraftVector
+from dpsql.engine.plan.planning_size import dense_vectors, excess
+from dpsql.engine.plan.vector_plans import group_drafts
+from dpsql.engine.plan.weighing import Weighing
 from dpsql.engine.vocabulary import unit_rows
-from dpsql.engine.weighing import Weighing
 from dpsql.matrix.workloads import Explicit, Identity, Kron, Workload
 from dpsql.noise import Noise
 from dpsql.planning.planner import Plan, Progress

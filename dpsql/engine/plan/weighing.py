@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from dpsql.engine.order_statistics import alone_sensitivity
+from dpsql.engine.measuring.order_statistics import alone_sensitivity
 from dpsql.errors import ProgrammingError
 from dpsql.noise import Noise
 from dpsql.planning import weights as weighting

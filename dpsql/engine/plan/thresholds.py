@@ -1,7 +1,7 @@
 """Private truncation thresholds for measure columns declared with ``truncate`` (threshold selection
 as in Wu, Pujol, Kotsogiannis and Machanavajjhala, "Answering Summation Queries for Numerical
 Attributes under Differential Privacy", §3.1). The statement-group route decides its sums again once
-θ is released (:mod:`dpsql.engine.group_route`).
+θ is released (:mod:`dpsql.engine.plan.group_route`).
 
 A column with ``truncate = "svt" | "recursive" | "auto"`` has a public outer bound U (its
 measure bounds); its SUMs clip every value at a threshold θ ≤ U chosen from the data with a share
