@@ -12,7 +12,7 @@ The route:
     select   σ_S² for every subset S of every marginal, minimising the weighted sum of the
              blocks' variances (weights from ``dpsql.residual.queries.selection_weight``, exact for
              GROUP BY blocks). Only the public schema and the statements are read.
-    scan     the maximal marginals, once, with GROUPING SETS (``DuckDBBackend.marginal_counts``);
+    scan     the maximal marginals, once, with GROUPING SETS (``Backend.marginal_counts``);
              the product domain Π nᵢ is never formed.
     measure  every residual R_S x with the secure discrete Gaussian (``residual.measure``).
     answer   reconstruct each marginal (mutually consistent: every table's total is the same
