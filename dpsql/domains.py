@@ -11,8 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import math
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -40,20 +41,80 @@ class Categorical:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Grid:
+    """A uniform grid as declared: base boundaries lower + k·step for k = 0..cells, the last one
+    capped at ``top``, and GROUP BY bins of ``per_bin`` base cells. A handful of numbers fixes the
+    whole grid, so it is what keys the domain (:meth:`Ordered.declaration`), however many cells."""
+
+    lower: float
+    step: float
+    cells: int
+    top: float
+    per_bin: int = 1
+    _built: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def boundaries(self) -> tuple[float, ...]:
+        """lower + k·step for k = 0..cells, capped at top, computed in decimal so that 0.1-steps land
+        on the numbers users write (0.3, not 0.30000000000000004); built once per grid."""
+        if "boundaries" not in self._built:
+            if self.lower.is_integer() and self.step.is_integer():
+                built = tuple(np.minimum(self.lower + self.step * np.arange(self.cells + 1), self.top).tolist())
+            else:
+                start, width, cap = Decimal(repr(self.lower)), Decimal(repr(self.step)), Decimal(repr(self.top))
+                built = tuple(float(min(start + k * width, cap)) for k in range(self.cells + 1))
+            self._built["boundaries"] = built
+        return self._built["boundaries"]
+
+    def bin_starts(self) -> tuple[int, ...]:
+        if "bin_starts" not in self._built:
+            self._built["bin_starts"] = tuple(range(0, self.cells, self.per_bin))
+        return self._built["bin_starts"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Ordered:
     """Base cells [b_k, b_{k+1}) over numbers (dates as day numbers), grouped into bins.
 
     ``boundaries`` has K+1 entries for K base cells; ``bin_starts`` are the base indices where the
     GROUP BY bins begin. ``uniform_step`` is the grid step when the grid is uniform (None for
     explicit edges or month/year dates), which lets the backend bin with arithmetic.
+
+    A domain declared as a uniform grid is built from its ``grid`` (``Ordered(kind=..., grid=Grid(...))``):
+    boundaries, bins and step are then computed from it, never passed, so the grid alone keys the
+    domain (:meth:`declaration`). ``grid`` takes no part in equality: the same cells declared as
+    explicit boundaries are the same domain.
     """
 
     kind: OrderedKind
-    boundaries: tuple[float, ...]
-    bin_starts: tuple[int, ...]
-    uniform_step: float | None
+    boundaries: tuple[float, ...] = ()
+    bin_starts: tuple[int, ...] = ()
+    uniform_step: float | None = None
     unit: DateUnit | None = None
     clamp: bool = False
+    grid: Grid | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.grid is not None:  # the grid's own boundaries, bins and step (as dataclasses.replace passes them)
+            built = {"boundaries": self.grid.boundaries(), "bin_starts": self.grid.bin_starts(),
+                     "uniform_step": self.grid.step}
+            for name, value in built.items():
+                given = getattr(self, name)
+                if given is not value and given not in ((), None) and given != value:
+                    raise ValueError(f"a domain on a grid takes its {name} from the grid; pass only grid")
+                object.__setattr__(self, name, value)
+        elif len(self.boundaries) < 2 or not self.bin_starts:
+            raise ValueError("an ordered domain needs at least two boundaries and one bin, or a grid")
+
+    def declaration(self) -> tuple[object, ...] | None:
+        """What fixes this domain exactly, in a few scalars, for keys (``dpsql.planning.plan_cache``):
+        kind, unit, clamp and the grid it was built from; None when it was built from its boundaries
+        (then they are its declaration). Equal declarations build equal domains (boundaries, bins and
+        step are computed from the grid), so a key made from it never confuses two domains."""
+        if self.grid is None:
+            return None
+        grid = self.grid
+        return ("grid", self.kind, self.unit, self.clamp, float(grid.lower), float(grid.step), int(grid.cells),
+                float(grid.top), int(grid.per_bin))
 
     @property
     def size(self) -> int:

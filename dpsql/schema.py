@@ -32,17 +32,15 @@ import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
-
-import numpy as np
 
 from dpsql import public_tables
 from dpsql.domains import EPOCH as EPOCH
 from dpsql.domains import Categorical as Categorical
 from dpsql.domains import DateUnit as DateUnit
 from dpsql.domains import Domain as Domain
+from dpsql.domains import Grid as Grid
 from dpsql.domains import Ordered as Ordered
 from dpsql.domains import OrderedKind as OrderedKind
 from dpsql.errors import SchemaError
@@ -450,18 +448,8 @@ def _numbers(key: str, kind: OrderedKind, spec: Mapping[str, Any], *, clamp: boo
     top = upper + 1 if kind == "integer" else upper  # integers: the last cell is [upper, upper + 1)
     cells = math.ceil((top - lower) / step - 1e-9)
     _check_cells(key, cells)
-    return Ordered(kind=kind, boundaries=_grid(lower, step, cells, top),
-                   bin_starts=tuple(range(0, cells, round(ratio))),
-                   uniform_step=step, clamp=clamp)
-
-
-def _grid(lower: float, step: float, cells: int, top: float) -> tuple[float, ...]:
-    """lower + k·step for k = 0..cells, capped at top, computed in decimal so that 0.1-steps land
-    on the numbers users write (0.3, not 0.30000000000000004)."""
-    if lower.is_integer() and step.is_integer():
-        return tuple(np.minimum(lower + step * np.arange(cells + 1), top).tolist())
-    start, width, cap = Decimal(repr(lower)), Decimal(repr(step)), Decimal(repr(top))
-    return tuple(float(min(start + k * width, cap)) for k in range(cells + 1))
+    return Ordered(kind=kind, grid=Grid(lower=lower, step=step, cells=cells, top=top, per_bin=round(ratio)),
+                   clamp=clamp)
 
 
 def _explicit_edges(key: str, kind: OrderedKind, spec: Mapping[str, Any], *, clamp: bool) -> Ordered:
@@ -487,11 +475,17 @@ def _dates(key: str, spec: Mapping[str, Any], *, clamp: bool) -> Ordered:
         raise SchemaError(f"{key}.bin_width must be a positive integer number of {unit}s; got {width!r}.")
     if upper < lower:
         raise SchemaError(f"{key}: upper ({upper}) must not be before lower ({lower}).")
+    if unit == "day":  # a uniform grid of whole days
+        cells = (upper - lower).days + 1
+        _check_cells(key, cells)
+        first = float((lower - EPOCH).days)
+        return Ordered(kind="date", grid=Grid(lower=first, step=1.0, cells=cells, top=first + cells, per_bin=width),
+                       unit=unit, clamp=clamp)
     starts = _unit_starts(_unit_floor(lower, unit), upper, unit)
     _check_cells(key, len(starts) - 1)
     boundaries = tuple(float((day - EPOCH).days) for day in starts)
     return Ordered(kind="date", boundaries=boundaries, bin_starts=tuple(range(0, len(starts) - 1, width)),
-                   uniform_step=1.0 if unit == "day" else None, unit=unit, clamp=clamp)
+                   uniform_step=None, unit=unit, clamp=clamp)
 
 
 def _date(key: str, spec: Mapping[str, Any], name: str) -> dt.date:

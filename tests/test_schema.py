@@ -76,6 +76,17 @@ def test_domains_cells_bins_and_labels() -> None:
     assert isinstance(sex.domain, Categorical) and sex.other and sex.domain.bin_labels() == ["F", "M"]
 
 
+def test_day_dates_are_a_grid_of_whole_days() -> None:
+    """Declared day by day, a date column's domain is the grid of its days (keyed by its declaration),
+    the same cells and bins as the day starts listed one by one."""
+    domain = Schema.load({"tables": {"t": {"columns": {"d": {
+        "type": "date", "lower": "2020-02-27", "upper": "2020-03-02", "bin_width": 2}}}}}).table("t").column("d").domain
+    first = float((dt.date(2020, 2, 27) - dt.date(1970, 1, 1)).days)
+    assert isinstance(domain, Ordered) and domain.grid is not None
+    assert domain == Ordered(kind="date", boundaries=tuple(first + k for k in range(6)), bin_starts=(0, 2, 4),
+                             uniform_step=1.0, unit="day")
+
+
 @pytest.mark.parametrize(
     ("column", "message"),
     [

@@ -4,7 +4,9 @@ the rows' weights.
 
 A plain GROUP BY (under any WHERE on other columns, and its weighted copies) is such a workload;
 so are a single COUNT with any WHERE, an IN list, and several aggregates over the same groups (a
-SUM and an AVG of one column read its sums twice). Its exact errors need no n × n matrix:
+SUM and an AVG of one column read its sums twice); so are a single marginal as a Kronecker
+product of identities and totals, and any Kronecker product of such factors (ranges that are
+pairwise equal or disjoint, explicit rows, stacks of them). Its exact errors need no n × n matrix:
 
 - identity (measure every cell, Δ₁ = Δ₂ = 1): query r has variance v·c_r²·s_r (s_r = |cells of
   row r|, v the unit noise variance), the total v·Σ_r c_r² s_r = v·trace(WᵀW);
@@ -15,7 +17,9 @@ SUM and an AVG of one column read its sums twice). Its exact errors need no n ×
   query r's variance c_r² 1_pᵀX⁺1_p ≥ c_r² s_p²/1_pᵀX1_p ≥ c_r² (Cauchy–Schwarz). Measuring each
   part's total once attains it for every query, and where every part is one cell (s ≤ 1) that is
   the identity: then the identity is optimal and no other strategy need be scored; otherwise
-  :class:`Parts`.
+  :class:`Parts`. Under Laplace noise (scaled to Δ₁ ≥ Δ₂) every strategy's error is at least its
+  Gaussian-normalised one, and the identity and Parts have Δ₁ = Δ₂ = 1, so the same holds; the
+  bound is per query, so it holds for any weighting of the queries (the planner's objective).
 
 Everything here is O(cells + non-zero entries), factor by factor for Kronecker products.
 """
@@ -31,10 +35,13 @@ import scipy.sparse as sp
 from dpsql.matrix.kronvec import kron_vectors
 from dpsql.matrix.workloads import (
     MAX_DENSE_ENTRIES,
+    AllRange,
     Explicit,
     FloatArray,
     Identity,
     Kron,
+    Prefix,
+    Ranges,
     VStack,
     Weighted,
     Workload,
@@ -141,6 +148,8 @@ def _form(W: Workload, *, owners: bool) -> Form | None:
         return Partition((Factor(W.weight * first.weights, first.sizes, first.part, first.parts), *rest)), inner[1]
     if isinstance(W, Explicit):
         return _explicit_form(W, owners)
+    if isinstance(W, Ranges):
+        return _ranges_form(W, owners)
     if isinstance(W, Kron):
         forms = [_form(f, owners=owners) for f in W.factors]
         if any(f is None for f in forms):
@@ -182,6 +191,27 @@ def _explicit_form(W: Explicit, owners: bool) -> Form | None:
         owner = np.full(cells, -1, dtype=np.int64)
         owner[covered] = np.searchsorted(ids, first[covered])
     return Partition((Factor(weights, counts.astype(np.float64), part, len(ids)),)), owner
+
+
+def _ranges_form(W: Ranges, owners: bool) -> Form | None:
+    """Intervals that are pairwise equal or disjoint (a total, a split of the axis): one part per
+    distinct interval, in order. Prefix and all-range workloads over more than one cell overlap, so
+    they are refused before their rows are listed."""
+    if isinstance(W, (Prefix, AllRange)) and W.n > 1:
+        return None
+    distinct, part = np.unique(np.stack([W.lo, W.hi], axis=1), axis=0, return_inverse=True)
+    lo, hi = distinct[:, 0], distinct[:, 1]
+    if np.any(lo[1:] <= hi[:-1]):
+        return None  # two distinct intervals overlap
+    part = part.ravel().astype(np.int64)
+    sizes = (hi - lo + 1).astype(np.float64)
+    owner = None
+    if owners:  # each cell's interval: the last one starting at or before it, if it reaches the cell
+        cells = np.arange(W.n)
+        owner = np.searchsorted(lo, cells, side="right").astype(np.int64) - 1
+        reaches = cells <= hi[np.maximum(owner, 0)] if len(hi) else np.zeros(W.n, dtype=bool)
+        owner[(owner < 0) | ~reaches] = -1
+    return Partition((Factor(np.ones(W.shape[0]), sizes[part], part, len(distinct)),)), owner
 
 
 def _ravel(indices: list[IntArray], sizes: list[int]) -> IntArray:

@@ -45,9 +45,9 @@ from dpsql.matrix.workloads import (
 )
 from dpsql.planning.strategy_cache import cache_dir
 
-#: Bump when the candidates, their scoring or the planner's work budgets change: decisions made
-#: under other rules are not reused.
-DECISION_FORMAT = "1"
+#: Bump when the candidates, their scoring, the planner's work budgets or the keys change: decisions
+#: made under other rules are not reused. 2: domains keyed by their declaration (``declaration()``).
+DECISION_FORMAT = "2"
 #: Leaves with at most this many entries are hashed row by row; larger ones by their Gram
 #: (the only candidate that reads rows, the workload's own, is limited to far smaller ones).
 ROW_HASH_ENTRIES = 2**22
@@ -171,7 +171,13 @@ def store_numbers(key: str, numbers: Sequence[float]) -> None:
 def object_key(*parts: object) -> str:
     """SHA-256 of DECISION_FORMAT and ``parts``' exact content (dataclasses field by field, arrays
     by their bytes, mappings, sequences, scalars by repr): for decisions keyed by a batch's parsed
-    statements and its table's declaration."""
+    statements and its table's declaration.
+
+    A value with a ``declaration()`` method that returns something other than None (a domain built
+    from a uniform grid, ``dpsql.domains.Ordered``) is fed by that declaration instead of its fields:
+    a few scalars that build it exactly, so a 500,001-cell domain costs what a 2-cell one does. The
+    declaration is tagged apart from field-by-field content, so the two forms never collide; the
+    same domain declared both ways only gets two keys (a missed reuse, never a wrong one)."""
     digest = hashlib.sha256(f"object|{DECISION_FORMAT}".encode())
     for part in parts:
         _feed(digest, part)
@@ -180,7 +186,11 @@ def object_key(*parts: object) -> str:
 
 def _feed(digest: hashlib._Hash, value: object) -> None:
     """Feed one value's exact content into ``digest`` (see :func:`object_key`)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    if callable(declared := getattr(value, "declaration", None)) and (parts := declared()) is not None:
+        digest.update(f"<declared {type(value).__qualname__}".encode())
+        _feed(digest, parts)
+        digest.update(b">")
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         digest.update(f"<{type(value).__qualname__}".encode())
         for item in dataclasses.fields(value):
             digest.update(f"{item.name}=".encode())

@@ -192,7 +192,16 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
 def _partition_plan(W: Workload, form: Partition, *, noise: Noise, sizes: Sequence[int]) -> Plan:
     """The optimal strategy for a workload whose weighted rows partition some cells
     (``dpsql.matrix.partitions``), scored in closed form without an n × n matrix: the identity where every
-    query reads one cell, else each part's total measured once (``workload``, :class:`Parts`)."""
+    query reads one cell, else each part's total measured once (``workload``, :class:`Parts`). No
+    optimizer runs: a plain GROUP BY, a single marginal (identities ⊗ totals), disjoint ranges and
+    Kronecker products of such factors are all partitions.
+
+    Why nothing can do better, under the same sensitivity: query r = c_r·1_pᵀ reads part p of s_p
+    cells. For any strategy A scaled to Δ₂ = 1, X = AᵀA has diagonal ≤ 1, so 1_pᵀX1_p ≤ s_p², and by
+    Cauchy–Schwarz s_p² = (1_pᵀ1_p)² ≤ (1_pᵀX1_p)(1_pᵀX⁺1_p): query r's variance c_r²·1_pᵀX⁺1_p is
+    at least c_r² (unit noise). Measuring each part's total once (Δ₁ = Δ₂ = 1) gives every query
+    exactly c_r², the identity too where s_p = 1. Laplace noise is scaled to Δ₁ ≥ Δ₂, so the same
+    bound holds; and being per query, it holds for any weighting of the total squared error."""
     identity = strategies.kron([_factor("identity", n) for n in sizes]) if sizes else strategies.identity(1)
     scores = {"identity": accuracy.unit_noise_variance(identity, noise) * form.identity_error()}
     read = form.read_cells()

@@ -17,7 +17,7 @@ import scipy.sparse as sp
 from dpsql import strategies
 from dpsql.matrix import linalg
 from dpsql.matrix.partitions import Parts, part_of_cell, partition_form
-from dpsql.matrix.workloads import Explicit, Identity, Kron, VStack, Weighted
+from dpsql.matrix.workloads import AllRange, Explicit, Identity, Kron, Prefix, Ranges, Total, VStack, Weighted, Workload
 from dpsql.planning import accuracy, planner
 from dpsql.schema import Ordered, Schema
 from dpsql.sql.compile import compile_batch
@@ -114,18 +114,33 @@ def test_partition_closed_forms_match_the_dense_algebra(seed: int) -> None:
               VStack([Explicit(dense[:3]), Explicit(dense[3:])]),
               VStack([Explicit(dense), Weighted(0.5, Explicit(dense))]), Kron([Explicit(dense[:2, :4]), Identity(3)]),
               Kron([Explicit(repeated[:, :5]), Explicit(np.ones((2, 2)))])):
-        form = partition_form(W)
-        assert form is not None, W
-        identity = strategies.identity(W.shape[1])
-        assert form.identity_error() == pytest.approx(accuracy.expected_error(W, identity))
-        np.testing.assert_allclose(form.identity_variances(), accuracy.per_query_variance(W, identity))
-        assert form.root_trace() == pytest.approx(np.linalg.svd(W.dense(), compute_uv=False).sum())
-        assert form.read_cells() == np.count_nonzero(np.abs(W.dense()).sum(axis=0))
-        parts = Parts(*part_of_cell(W))
-        R = parts.dense()
-        np.testing.assert_allclose(W.dense() @ np.linalg.pinv(R) @ R, W.dense(), atol=1e-12)  # R supports W
-        assert form.parts_error() == pytest.approx(np.trace(W.dense() @ np.linalg.pinv(R.T @ R) @ W.dense().T))
-        assert accuracy.expected_error(W, parts) == pytest.approx(form.parts_error())
+        _check_closed_forms(W)
+
+
+def test_totals_and_disjoint_ranges_are_partitions_in_closed_form() -> None:
+    """Range leaves (issue 31 item 2): a total, a single marginal, intervals pairwise equal or disjoint."""
+    split = Ranges(10, [(0, 2), (5, 5), (7, 9), (0, 2)])  # cells 3, 4 and 6 unread; one interval twice
+    for W in (Total(7), Kron([Identity(4), Total(5)]), split, Kron([split, Total(3)]), Kron([Total(2), split]),
+              VStack([Ranges(10, [(0, 2)]), Weighted(2.0, Ranges(10, [(7, 9), (0, 2)]))]), Prefix(1)):
+        _check_closed_forms(W)
+    for W in (Prefix(4), AllRange(3), Ranges(10, [(0, 4), (4, 9)]), VStack([Ranges(10, [(0, 9)]), Identity(10)])):
+        assert partition_form(W) is None
+
+
+def _check_closed_forms(W: Workload) -> None:
+    """W's partition closed forms against the dense algebra."""
+    form = partition_form(W)
+    assert form is not None, W
+    identity = strategies.identity(W.shape[1])
+    assert form.identity_error() == pytest.approx(accuracy.expected_error(W, identity))
+    np.testing.assert_allclose(form.identity_variances(), accuracy.per_query_variance(W, identity))
+    assert form.root_trace() == pytest.approx(np.linalg.svd(W.dense(), compute_uv=False).sum())
+    assert form.read_cells() == np.count_nonzero(np.abs(W.dense()).sum(axis=0))
+    parts = Parts(*part_of_cell(W))
+    R = parts.dense()
+    np.testing.assert_allclose(W.dense() @ np.linalg.pinv(R) @ R, W.dense(), atol=1e-12)  # R supports W
+    assert form.parts_error() == pytest.approx(np.trace(W.dense() @ np.linalg.pinv(R.T @ R) @ W.dense().T))
+    assert accuracy.expected_error(W, parts) == pytest.approx(form.parts_error())
 
 
 def test_overlapping_or_unequal_rows_are_not_partitions() -> None:

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +18,7 @@ from dpsql.budget.accounting import PrivacyCost
 from dpsql.engine.plan import grouping, vector_plans
 from dpsql.matrix import workloads
 from dpsql.planning import accuracy, plan_cache, planner
-from dpsql.schema import Schema
+from dpsql.schema import Grid, Ordered, Schema
 
 
 @pytest.fixture(autouse=True)
@@ -108,3 +114,85 @@ def test_each_blocks_expected_error_is_computed_once(monkeypatch: pytest.MonkeyP
                         lambda *args: (_ for _ in ()).throw(AssertionError("computed again")))
     again = engine.prepare(batch, schema, PrivacyCost(epsilon=1.0))
     assert [m.block_totals for m in again.groups.measurements] == [m.block_totals for m in first.groups.measurements]
+
+
+# ---------------------------------------------------------------------------- domains by declaration
+INCOME = {"type": "integer", "lower": 0, "upper": 500_000, "bin_width": 10_000, "resolution": 1}
+
+
+def _table_key(**columns: dict[str, object]) -> str:
+    table = Schema.load({"tables": {"t": {"columns": columns}}}).table("t")
+    return plan_cache.object_key("partition", "laplace", table)
+
+
+def test_equal_declarations_share_a_key_in_every_process() -> None:
+    columns = {"income": INCOME, "day": {"type": "date", "lower": "2020-01-01", "upper": "2024-12-31", "bin_width": 7},
+               "x": {"type": "numeric", "lower": 0, "upper": 1, "resolution": 0.1, "out_of_domain": "clamp"}}
+    key = _table_key(**columns)
+    assert _table_key(**{name: dict(spec) for name, spec in columns.items()}) == key
+    program = ("import json, sys; from dpsql.schema import Schema; from dpsql.planning import plan_cache; "
+               "table = Schema.load({'tables': {'t': {'columns': json.loads(sys.argv[1])}}}).table('t'); "
+               "print(plan_cache.object_key('partition', 'laplace', table))")
+    other = subprocess.run([sys.executable, "-c", program, json.dumps(columns)], capture_output=True, text=True,
+                           check=True, env={**os.environ, "PYTHONHASHSEED": "12345"})
+    assert other.stdout.strip() == key  # the on-disk cache is shared across processes
+
+
+@pytest.mark.parametrize("change", [
+    {"lower": 1}, {"upper": 499_999}, {"resolution": 2}, {"bin_width": 5_000}, {"type": "numeric"},
+    {"out_of_domain": "clamp"}, {"out_of_domain": "exclude"}, {"edges": [0, 10, 500_000]}])
+def test_any_different_declaration_gets_another_key(change: dict[str, object]) -> None:
+    spec = {**INCOME, **change}
+    if "edges" in change:
+        spec = {key: value for key, value in spec.items() if key not in ("lower", "upper", "bin_width", "resolution")}
+    assert _table_key(income=spec) != _table_key(income=INCOME)
+
+
+def test_every_field_of_a_grid_declaration_is_in_the_key() -> None:
+    base = {"lower": 0.0, "step": 1.0, "cells": 10, "top": 10.0, "per_bin": 1}
+    variants = [dict(base), {**base, "lower": -1.0}, {**base, "step": 2.0}, {**base, "cells": 9},
+                {**base, "top": 9.5}, {**base, "per_bin": 2}]
+    domains = [Ordered(kind="numeric", grid=Grid(**grid)) for grid in variants]  # type: ignore[arg-type]
+    domains += [Ordered(kind="integer", grid=Grid(**base)), Ordered(kind="numeric", grid=Grid(**base), clamp=True),  # type: ignore[arg-type]
+                Ordered(kind="date", grid=Grid(**base), unit="day")]  # type: ignore[arg-type]
+    keys = {plan_cache.object_key(domain) for domain in domains}
+    assert len(keys) == len(domains)
+    assert len({domain for domain in domains}) == len(domains)  # ... and they are different domains
+
+
+def test_a_domain_is_keyed_without_enumerating_its_cells(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key reads the declaration, not the 500,001 boundaries: the bytes hashed do not grow with
+    the number of cells (enumerated, they would be 4 MB)."""
+    fed: list[int] = []
+    sha256 = hashlib.sha256
+
+    class Counting:
+        def __init__(self, data: bytes) -> None:
+            self.digest = sha256(data)
+
+        def update(self, data: bytes) -> None:
+            fed.append(len(data))
+            self.digest.update(data)
+
+        def hexdigest(self) -> str:
+            return self.digest.hexdigest()
+
+    monkeypatch.setattr(hashlib, "sha256", Counting)
+
+    def hashed(upper: int) -> int:
+        table = Schema.load({"tables": {"t": {"columns": {"income": {**INCOME, "upper": upper}}}}}).table("t")
+        fed.clear()
+        plan_cache.object_key("partition", "laplace", table)
+        return sum(fed)
+
+    small, large = hashed(100), hashed(500_000)
+    assert large - small <= 8 and large < 2_000
+
+
+def test_a_domain_on_a_grid_is_the_domain_of_its_boundaries() -> None:
+    grid = Ordered(kind="integer", grid=Grid(lower=0.0, step=2.0, cells=3, top=6.0, per_bin=2))
+    assert grid.boundaries == (0.0, 2.0, 4.0, 6.0) and grid.bin_starts == (0, 2) and grid.uniform_step == 2.0
+    assert grid == Ordered(kind="integer", boundaries=(0.0, 2.0, 4.0, 6.0), bin_starts=(0, 2), uniform_step=2.0)
+    assert dataclasses.replace(grid, clamp=True).boundaries is grid.boundaries  # replace passes the grid's own
+    with pytest.raises(ValueError, match="pass only grid"):
+        Ordered(kind="integer", boundaries=(0.0, 2.0), grid=Grid(lower=0.0, step=1.0, cells=1, top=1.0))

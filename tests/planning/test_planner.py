@@ -122,3 +122,56 @@ def test_plan_does_not_depend_on_the_clock(tmp_path: Path, monkeypatch: pytest.M
     second = planned("jumping clock")
     assert second.name == first.name and second.candidates == first.candidates
     np.testing.assert_array_equal(second.strategy.dense(), first.strategy.dense())
+
+
+# ------------------------------------------------------------------- closed forms before optimization
+_I, _T, _R, _K = workloads.Identity, workloads.Total, workloads.Ranges, workloads.Kron
+#: (workload, its Kronecker attributes' sizes): a total, single marginals (identities and totals),
+#: pairwise disjoint or equal ranges, their Kronecker products, weighted and stacked copies.
+PARTITIONS = [
+    (_T(12), [12]),
+    (_K([_I(6), _T(5)]), [6, 5]),
+    (_K([_T(4), _I(3), _T(2)]), [4, 3, 2]),
+    (_R(16, [(0, 3), (4, 9), (12, 15), (4, 9)]), [16]),
+    (_K([_R(10, [(0, 4), (7, 9)]), _T(3)]), [10, 3]),
+    (workloads.Weighted(3.0, _K([_I(4), _T(4)])), [4, 4]),
+    (workloads.VStack([_K([_I(4), _T(3)]), workloads.Weighted(0.5, _K([_I(4), _T(3)]))]), [4, 3]),
+    (_K([_I(5), _I(4)]), [5, 4]),
+]
+
+
+def _no_optimizer(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the optimizer ran on a workload with a closed-form optimum")
+
+    for name in ("_templates", "_optimized", "_workload_strategy"):
+        monkeypatch.setattr(planner, name, refuse)
+    for name in ("opt0", "opt_kron", "opt_marginals", "opt_union", "eigen_design"):
+        monkeypatch.setattr(strategies, name, refuse)
+
+
+@pytest.mark.parametrize("noise", ["laplace", "gaussian"])
+@pytest.mark.parametrize(("W", "sizes"), PARTITIONS, ids=[repr(W) for W, _ in PARTITIONS])
+def test_a_partition_is_planned_in_closed_form_no_worse_than_the_optimizer(
+        W: workloads.Workload, sizes: list[int], noise: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31 item 2: a workload whose rows are disjoint (or equal) 0/1 sums of cells, e.g. a single
+    marginal, gets its optimum (``dpsql.matrix.partitions``: no strategy gives any query a lower
+    variance) without HDMM, and that optimum is at most what the optimizer finds."""
+    with monkeypatch.context() as patched:
+        _no_optimizer(patched)
+        closed = planner.plan(W, noise=noise, sizes=sizes)  # type: ignore[arg-type]
+    assert "closed form" in closed.notes[0]
+    assert closed.expected_error == pytest.approx(accuracy.expected_error(W, closed.strategy, noise=noise),  # type: ignore[arg-type]
+                                                  rel=1e-9)
+    with monkeypatch.context() as patched:  # the planner as it was: every candidate and template scored
+        patched.setattr(planner, "partition_form", lambda W: None)
+        optimized = planner.plan(W, noise=noise, sizes=sizes)  # type: ignore[arg-type]
+    assert closed.expected_error <= optimized.expected_error * (1 + 1e-9)
+    bound, exact = closed.svd_bound()
+    assert exact and bound is not None and closed.expected_error >= bound * (1 - 1e-9)
+
+
+def test_prefixes_and_overlapping_ranges_still_run_the_optimizer() -> None:
+    """No closed form is claimed where none is proved optimal: prefixes, all ranges, overlapping ranges."""
+    for W in (workloads.Prefix(16), workloads.AllRange(8), workloads.Ranges(16, [(0, 7), (4, 11)])):
+        assert any(name.startswith("HDMM") for name in planner.plan(W, noise="laplace").candidates)
