@@ -134,3 +134,22 @@ def test_union_scoring_forms_no_dense_workload_term(monkeypatch: pytest.MonkeyPa
     assert large == [(n, n)] * len(A.blocks)  # the strategy's Gram, block by block
     assert error == pytest.approx(trace_of_product(W.gram(), pinv_gram(A))
                                   * accuracy.unit_noise_variance(A, "gaussian"), rel=RELATIVE)
+
+
+@settings(max_examples=30, deadline=None)
+@given(sizes=st.lists(st.integers(1, 5), min_size=1, max_size=3), parts=st.integers(1, 4),
+       seed=st.integers(0, 2**32 - 1))
+def test_parts_profile_traces_kron_grams_as_numpy(sizes: list[int], parts: int, seed: int) -> None:
+    """trace(G (RᵀR)⁺) and diag(W (RᵀR)⁺ Wᵀ) for a partition strategy R against dense Kronecker
+    workloads, applied factor by factor or formed sparsely, whichever is cheaper: as numpy."""
+    from dpsql.matrix.partitions import Parts
+
+    rng = np.random.default_rng(seed)
+    n = int(np.prod(sizes))
+    R = Parts(rng.integers(-1, parts, size=n), parts)
+    W = Kron([Explicit(rng.integers(0, 3, size=(int(rng.integers(1, 4)), k)).astype(np.float64)) for k in sizes])
+    M = np.linalg.pinv(R.dense().T @ R.dense(), rcond=1e-10, hermitian=True)
+    Wd = W.dense()
+    profile = pinv_gram(R)
+    assert trace_of_product(W.gram(), profile) == pytest.approx(float(np.trace(Wd.T @ Wd @ M)), rel=RELATIVE, abs=1e-12)
+    assert np.allclose(profile.bilinear_diag(W, W), np.diag(Wd @ M @ Wd.T), rtol=RELATIVE, atol=1e-12)
