@@ -6,7 +6,9 @@ Kronecker factorisation: (⊗Aᵢ)⁺ = ⊗Aᵢ⁺, trace(⊗Gᵢ ⊗Mᵢ) = Π 
 diag((⊗Wᵢ)(⊗Mᵢ)(⊗Wᵢ)ᵀ) = ⊗ diag(WᵢMᵢWᵢᵀ). A stack of weighted marginals (dpsql.residual.basis) has
 (AᵀA)⁺ = Σ_r λ_r⁻¹ P_r, a sum of Kronecker products (dpsql.residual.basis.ResidualSum, with closed
 forms against Kronecker terms); other sums are handled term by term.
-Only per-factor matrices are ever dense.
+Only per-factor matrices are ever dense, except (AᵀA)⁺ of a strategy with none of these forms (a
+stack of Kronecker products: HDMM's OPT₊); against such a dense M, a Gram Σ_k c_k ⊗ᵢ G_ki is
+traced in one pass over M (:func:`kron_sum_trace`), never densified term by term.
 """
 
 from __future__ import annotations
@@ -47,7 +49,10 @@ def pinv_psd(G: FloatArray) -> tuple[FloatArray, bool]:
     if info == 0:
         inverse, info = sla.lapack.dpotri(factor, lower=False)
         if info == 0:
-            inverse = np.triu(inverse) + np.triu(inverse, 1).T
+            upper = np.diag(inverse).copy()
+            inverse = np.triu(inverse)
+            inverse += inverse.T  # the strict upper triangle mirrored; the diagonal, doubled, is reset below
+            np.fill_diagonal(inverse, upper)
             # κ₁(G) = ‖G‖₁‖G⁻¹‖₁ bounds λ_max/λ_min; a Cholesky that "succeeds" on a numerically
             # singular G shows up here as a huge inverse.
             if np.abs(G).sum(axis=0).max() * np.abs(inverse).sum(axis=0).max() * RANK_TOLERANCE < 1.0:
@@ -145,6 +150,9 @@ def group_factors(factors: Sequence[Workload], cuts: set[int]) -> list[Workload]
 
 def trace_of_product(G: Workload, M: Workload) -> float:
     """trace(G M) for square operators of one size, exploiting sums, weights and Kronecker form."""
+    if isinstance(G, (Sum, Weighted)) and (matrix := dense_matrix(M)) is not None \
+            and (terms := square_terms(G)) is not None:
+        return kron_sum_trace(terms, matrix)
     if isinstance(G, Sum):
         return float(sum(trace_of_product(term, M) for term in G.terms))
     if isinstance(G, Weighted):
@@ -167,8 +175,66 @@ def trace_of_product(G: Workload, M: Workload) -> float:
     (G, M), n = pairs[0], G.shape[0]  # a one-factor Kronecker product is its factor
     if isinstance(M, Identity):
         return G.trace()
+    if isinstance(G, Kron) and all(f.shape[0] == f.shape[1] for f in G.factors) \
+            and (matrix := dense_matrix(M)) is not None:
+        return kron_trace(G.factors, matrix)
     check_dense_size(n, n, "trace(G M)")
-    return float(np.sum(G.dense() * M.dense().T))
+    return float(np.sum(G.dense() * _dense_view(M).T))
+
+
+def dense_matrix(M: Workload) -> FloatArray | None:
+    """M's own dense array when M is an Explicit held densely (no copy), else None."""
+    return M.matrix if isinstance(M, Explicit) and isinstance(M.matrix, np.ndarray) else None
+
+
+def _dense_view(M: Workload) -> FloatArray:
+    """M as a dense array, without copying one already held densely."""
+    matrix = dense_matrix(M)
+    return M.dense() if matrix is None else matrix
+
+
+def kron_trace(factors: Sequence[Workload], M: FloatArray) -> float:
+    """trace((⊗ᵢ Gᵢ) M) for square factors and a dense M, without forming ⊗Gᵢ (see kron_sum_trace)."""
+    return kron_sum_trace([(1.0, tuple(factors))], M)
+
+
+def square_terms(G: Workload) -> list[tuple[float, tuple[Workload, ...]]] | None:
+    """G as Σ_k c_k ⊗ᵢ G_ki over one factorisation shared by every term, all factors square
+    (:func:`gram_terms`, regrouped on the finest common cuts), or None."""
+    terms = gram_terms(G)
+    cuts = shared_cuts([[f.shape[1] for f in factors] for _, factors in terms])
+    grouped = [(c, tuple(group_factors(factors, cuts))) for c, factors in terms]
+    if any(f.shape[0] != f.shape[1] for _, factors in grouped for f in factors):
+        return None
+    return grouped
+
+
+def kron_sum_trace(terms: Sequence[tuple[float, Sequence[Workload]]], M: FloatArray) -> float:
+    """trace((Σ_k c_k ⊗ᵢ G_ki) M) for a dense n × n M and square factors over one factorisation
+    n = Π nᵢ, without forming any n × n term.
+
+    Math: view M as a tensor T[y₁…y_d, x₁…x_d] (row index y, column x, row-major) and regroup it
+    once as P[(x₁,y₁), …, (x_d,y_d)]. Then trace(⊗Gᵢ M) = Σ_{x,y} Πᵢ Gᵢ[xᵢ,yᵢ] T[y,x] is the
+    multilinear form of P against the vectors vec(Gᵢ) (length nᵢ²), contracted attribute by
+    attribute from the last: one pass over the n² entries of P serves every term at once (a
+    matrix product with the k terms' vec(G_k,d) as columns), the later contractions are smaller.
+    """
+    sizes = [f.shape[0] for f in terms[0][1]]
+    d = len(sizes)
+    paired = M.reshape(sizes + sizes).transpose([a for i in range(d) for a in (d + i, i)])
+    def vectors(axis: int) -> FloatArray:  # n_i² × k: each term's vec(G_ki) as a column
+        return np.stack([_factor_dense(factors[axis]).ravel() for _, factors in terms], axis=1)
+
+    result = np.ascontiguousarray(paired).reshape(-1, sizes[-1] ** 2) @ vectors(d - 1)
+    for axis in reversed(range(d - 1)):
+        result = np.einsum("pqk,qk->pk", result.reshape(-1, sizes[axis] ** 2, len(terms)), vectors(axis))
+    return float(np.asarray([c for c, _ in terms]) @ result[0])
+
+
+def _factor_dense(F: Workload) -> FloatArray:
+    """One Kronecker factor as a dense array (within the dense-size limit)."""
+    check_dense_size(*F.shape, "a Kronecker factor")
+    return _dense_view(F)
 
 
 def quadratic_diag(W: Workload, M: Workload) -> FloatArray:
@@ -197,7 +263,7 @@ def quadratic_diag(W: Workload, M: Workload) -> FloatArray:
         rows = sp.csr_array(W.matrix)
         return np.asarray((rows @ M.matrix).multiply(rows).sum(axis=1), dtype=np.float64).ravel()
     check_dense_size(n, n, "diag(W M Wᵀ)")
-    return W._quadratic_diag_dense(M.dense())
+    return W._quadratic_diag_dense(_dense_view(M))
 
 
 def bilinear_diag(U: Workload, M: Workload, V: Workload) -> FloatArray:

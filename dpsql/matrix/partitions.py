@@ -331,9 +331,9 @@ class Averaging(Workload):
         indicators = sp.csr_array(self.parts.rows.T)
         if indicators.shape[1] == 0:
             return sp.csr_array((U.shape[0], 0))
-        if (matrix := _sparse(U)) is not None:
-            return sp.csr_array(matrix @ indicators)
         cells, parts = indicators.shape
+        if not _applied_cheaper(U, parts) and (matrix := _sparse(U)) is not None:
+            return sp.csr_array(matrix @ indicators)
         check_dense_size(cells, parts, "the parts' indicator vectors")
         return sp.csr_array(U @ indicators.toarray())
 
@@ -347,6 +347,17 @@ class Averaging(Workload):
         """trace(G M) = Σ_r scale_r 1_rᵀ G 1_r for a square G."""
         diagonal = self.parts.rows.multiply(self._on_parts(G).T).sum(axis=1)  # (R G Rᵀ)_rr, no parts × parts matrix
         return float(np.asarray(diagonal, dtype=np.float64).ravel() @ self.scale)
+
+
+def _applied_cheaper(U: Workload, columns: int) -> bool:
+    """Whether applying a Kronecker U factor by factor to ``columns`` dense vectors (about
+    N·columns·Σ rows of the factors operations) costs less than forming U as a sparse product
+    (Π nnz of the factors entries): e.g. dense factor Grams against a few parts' indicators."""
+    if not isinstance(U, Kron) or not all(isinstance(f, Explicit) for f in U.factors):
+        return False
+    entries = np.prod([sp.csr_array(f.matrix).nnz if sp.issparse(f.matrix) else np.count_nonzero(f.matrix)
+                       for f in U.factors if isinstance(f, Explicit)], dtype=np.float64)
+    return bool(float(U.shape[1]) * columns * sum(f.shape[0] for f in U.factors) < entries)
 
 
 def _sparse(U: Workload) -> sp.csr_array | None:

@@ -505,6 +505,15 @@ class Kron(Workload):
     def gram(self) -> Workload:
         return Kron([f.gram() for f in self.factors])
 
+    def dense(self) -> FloatArray:
+        """np.kron of the dense factors: each entry Πᵢ (Aᵢ)_{jᵢkᵢ}, one product per entry instead of
+        applying every factor to the n columns of I_n."""
+        check_dense_size(*self.shape, f"densifying {self!r}")
+        product = self.factors[0].dense()
+        for factor in self.factors[1:]:
+            product = np.asarray(np.kron(product, factor.dense()), dtype=np.float64)
+        return product
+
     def trace(self) -> float:
         """Π trace(Aᵢ) when every factor is square; otherwise densely."""
         if all(f.shape[0] == f.shape[1] for f in self.factors):
@@ -599,6 +608,9 @@ class Weighted(Workload):
     def gram(self) -> Workload:
         return Weighted(self.weight**2, self.base.gram())
 
+    def dense(self) -> FloatArray:
+        return self.weight * self.base.dense()
+
     def trace(self) -> float:
         return self.weight * self.base.trace()
 
@@ -650,6 +662,14 @@ class Sum(Workload):
             return Sum([Kron([Explicit(f.rmatvec(g.dense())) for f, g in zip(left.factors, right.factors)])  # type: ignore[attr-defined]
                         for left in self.terms for right in self.terms])
         return super().gram()
+
+    def dense(self) -> FloatArray:
+        """Σ of the terms' dense forms (each term keeps its own structured ``dense``)."""
+        check_dense_size(*self.shape, f"densifying {self!r}")
+        total = np.array(self.terms[0].dense(), dtype=np.float64)
+        for term in self.terms[1:]:
+            total += term.dense()
+        return total
 
     def trace(self) -> float:
         return float(sum(t.trace() for t in self.terms))
