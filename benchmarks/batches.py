@@ -6,6 +6,9 @@ and ``tests/planning/test_expected_error_corpus.py`` pins their expected errors.
   10,000-wide cells; :data:`SECOND_BATCH`, a different batch on the same columns.
 - :func:`events_schema` / :func:`events_mix`: the planner benchmark's own mix on one table ``events``.
 - :func:`census_mix`: statements of many kinds over the demo's census table (``dpsql.cli.demo.SCHEMA``).
+- :func:`one_range_changed`, :func:`one_statement_added`: a batch that differs from another in one
+  statement, so that it shares every statement group but one with it (issue 31's "a different batch
+  sharing its groups").
 """
 
 from __future__ import annotations
@@ -105,3 +108,16 @@ def census_mix(count: int, seed: int = 31) -> list[str]:
             f"SELECT race, COUNT(*) AS n FROM census WHERE education = '{EDUCATION[k % len(EDUCATION)]}' GROUP BY race",
         ][k % 10])
     return out
+
+
+def one_range_changed(batch: list[str]) -> list[str]:
+    """``batch`` with its first statement's upper bound lowered by 8 (its first statement must end
+    ``AND <number>``): only the statement group holding it changes."""
+    head, _, upper = batch[0].rpartition(" AND ")
+    return [f"{head} AND {int(upper) - 8}", *batch[1:]]
+
+
+def one_statement_added(batch: list[str]) -> list[str]:
+    """``batch`` and one more range count over its first statement's table and column: it joins
+    that column's group, the others are unchanged."""
+    return [*batch, "SELECT COUNT(*) AS n FROM events WHERE x BETWEEN 30 AND 99"]

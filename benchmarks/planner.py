@@ -18,7 +18,11 @@ included):
     - the census mix (``batches.census_mix``) of 100 and 1,000 statements over 100,000 rows of the
       demo's census table, executed cold;
     - plain ``SELECT a, b, COUNT(*) … GROUP BY a, b`` over 10⁴, 10⁵ and 10⁶ cells (100,000 rows), cold;
-    - the 30-statement Adult batch of ``adult_sums.py`` over UCI Adult (``--data``), cold and warm.
+    - the 30-statement Adult batch of ``adult_sums.py`` over UCI Adult (``--data``), cold and warm;
+    - a different batch sharing its groups: planning (``prepare``, so no reuse) of the 20-statement
+      events mix (x: 256 cells) with one statement's range changed (``batches.one_range_changed``)
+      or one range added (``batches.one_statement_added``) after the mix itself, in the same process,
+      and the changed batch in a new process reading the on-disk cache of one that planned the mix.
 (a) Planning (``dpsql.engine.plan.prepare``: parse, compile, plan every data vector, split the budget,
     no data read) of the mix on one table ``events`` (``batches.events_mix``) at batch size 1, 5, 20,
     100 (and 1,000 with ``--sizes 1,5,20,100,1000``), x with 256 cells.
@@ -79,6 +83,33 @@ def plan_point(count: int, cells: int, repeat: bool) -> None:
         started = time.process_time()
         engine.prepare(text, loaded, cost)
         emit("again", time.process_time() - started)
+
+
+def shared_point(step: str) -> None:
+    """Planning CPU of a batch sharing every statement group but one with the events mix planned before
+    it. ``step`` "same": the mix, then one range changed and one range added, in this process; "prime":
+    the mix only (its caches for a later process); "fresh": one range changed, in a new process reading
+    the caches "prime" wrote."""
+    from batches import one_range_changed, one_statement_added
+
+    from dpsql import engine
+    from dpsql.budget.accounting import PrivacyCost
+    from dpsql.schema import Schema
+
+    loaded, cost = Schema.load(events_schema(256)), PrivacyCost(epsilon=EPSILON)
+    first = events_mix(20, 256)
+    if step != "fresh":
+        engine.prepare(";\n".join(first), loaded, cost)
+    if step == "prime":
+        return
+    started = time.process_time()
+    engine.prepare(";\n".join(one_range_changed(first)), loaded, cost)
+    emit("fresh_changed" if step == "fresh" else "changed", time.process_time() - started)
+    if step == "same":
+        started = time.process_time()
+        engine.prepare(";\n".join(one_statement_added(first)), loaded, cost)
+        emit("added", time.process_time() - started)
+    emit("rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
 def execute_point(count: int, cells: int, rows: int, repeat: bool) -> None:
@@ -214,6 +245,8 @@ def child(spec: dict[str, Any]) -> None:
         census_point(spec["count"], spec["rows"])
     elif mode == "group_by":
         group_by_point(spec["cells"], spec["rows"])
+    elif mode == "shared":
+        shared_point(spec["step"])
     else:
         adult_point(spec["data"])
 
@@ -282,6 +315,12 @@ NAMED: list[tuple[str, str, dict[str, Any], str, float | None, float | None]] = 
     ("GROUP BY a, b over 10⁶ cells: cold", "group_by", {"cells": 10**6}, "cold", 5.0, 1024.0),
     ("Adult, 30 statements: cold", "adult", {}, "cold", None, None),
     ("Adult, 30 statements: again (reuse off)", "adult", {}, "again", None, None),
+    ("events mix, one range changed: planned after the mix, same process", "shared", {"step": "same"}, "changed",
+     0.2, None),
+    ("events mix, one range added: planned after the mix, same process", "shared", {"step": "same"}, "added",
+     0.2, None),
+    ("events mix, one range changed: new process, the mix's on-disk cache", "shared", {"step": "fresh"},
+     "fresh_changed", 0.2, None),
 ]
 
 
@@ -303,7 +342,10 @@ def named_cases(args: argparse.Namespace) -> None:
         spec = {"mode": mode, "rows": args.rows, "data": str(args.data), **extra}
         key = json.dumps(spec, sort_keys=True)
         if key not in runs:
-            runs[key] = run_child(spec | {"cache": tempfile.mkdtemp(prefix="dpsql-planner-")}, args.max_seconds)
+            cache = tempfile.mkdtemp(prefix="dpsql-planner-")
+            if extra.get("step") == "fresh":  # a new process reading what an earlier one wrote
+                run_child(spec | {"cache": cache, "step": "prime"}, args.max_seconds)
+            runs[key] = run_child(spec | {"cache": cache}, args.max_seconds)
         figures = runs[key]
         seconds, megabytes = figures.get(figure), figures.get("rss_mb")
         target = " and ".join(t for t in (f"≤ {cpu:g} s" if cpu is not None else "",

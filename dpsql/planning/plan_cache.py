@@ -47,7 +47,8 @@ from dpsql.planning.strategy_cache import cache_dir
 
 #: Bump when the candidates, their scoring, the planner's work budgets or the keys change: decisions
 #: made under other rules are not reused. 2: domains keyed by their declaration (``declaration()``).
-DECISION_FORMAT = "2"
+#: 3: statement groups' candidate scores keyed by the group's statements (``load_scores``).
+DECISION_FORMAT = "3"
 #: Leaves with at most this many entries are hashed row by row; larger ones by their Gram
 #: (the only candidate that reads rows, the workload's own, is limited to far smaller ones).
 ROW_HASH_ENTRIES = 2**22
@@ -168,7 +169,27 @@ def store_numbers(key: str, numbers: Sequence[float]) -> None:
     _store(key, {"numbers": [float(v) for v in numbers]})
 
 
-def object_key(*parts: object) -> str:
+def load_scores(key: str) -> tuple[tuple[float, ...], tuple[tuple[int, ...], ...]] | None:
+    """(errors, sizes) stored under ``key`` by :func:`store_scores`, or None: a candidate statement
+    group's weighted unit errors (non-negative, ∞ for a group refused) and the axis sizes of each of
+    its densely planned data vectors."""
+    stored = _load(key)
+    try:
+        errors = tuple(float(v) for v in stored["errors"])
+        sizes = tuple(tuple(int(n) for n in vector) for vector in stored["sizes"])
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return None
+    if not errors or not all(v >= 0 for v in errors) or not all(n > 0 for vector in sizes for n in vector):
+        return None  # NaN fails v >= 0
+    return errors, sizes
+
+
+def store_scores(key: str, errors: Sequence[float], sizes: Sequence[Sequence[int]]) -> None:
+    """Keep a candidate statement group's errors and dense vectors' sizes under ``key``."""
+    _store(key, {"errors": [float(v) for v in errors], "sizes": [[int(n) for n in vector] for vector in sizes]})
+
+
+def object_key(*parts: object, omit: tuple[type, ...] = ()) -> str:
     """SHA-256 of DECISION_FORMAT and ``parts``' exact content (dataclasses field by field, arrays
     by their bytes, mappings, sequences, scalars by repr): for decisions keyed by a batch's parsed
     statements and its table's declaration.
@@ -177,24 +198,29 @@ def object_key(*parts: object) -> str:
     from a uniform grid, ``dpsql.domains.Ordered``) is fed by that declaration instead of its fields:
     a few scalars that build it exactly, so a 500,001-cell domain costs what a 2-cell one does. The
     declaration is tagged apart from field-by-field content, so the two forms never collide; the
-    same domain declared both ways only gets two keys (a missed reuse, never a wrong one)."""
+    same domain declared both ways only gets two keys (a missed reuse, never a wrong one).
+
+    Values of the ``omit`` types are fed as their type's name only: e.g. a statement's positions in
+    the batch text, which say where it is, not what it asks."""
     digest = hashlib.sha256(f"object|{DECISION_FORMAT}".encode())
     for part in parts:
-        _feed(digest, part)
+        _feed(digest, part, omit)
     return digest.hexdigest()
 
 
-def _feed(digest: hashlib._Hash, value: object) -> None:
+def _feed(digest: hashlib._Hash, value: object, omit: tuple[type, ...] = ()) -> None:
     """Feed one value's exact content into ``digest`` (see :func:`object_key`)."""
-    if callable(declared := getattr(value, "declaration", None)) and (parts := declared()) is not None:
+    if omit and isinstance(value, omit):
+        digest.update(f"<omitted {type(value).__qualname__}>".encode())
+    elif callable(declared := getattr(value, "declaration", None)) and (parts := declared()) is not None:
         digest.update(f"<declared {type(value).__qualname__}".encode())
-        _feed(digest, parts)
+        _feed(digest, parts, omit)
         digest.update(b">")
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         digest.update(f"<{type(value).__qualname__}".encode())
         for item in dataclasses.fields(value):
             digest.update(f"{item.name}=".encode())
-            _feed(digest, getattr(value, item.name))
+            _feed(digest, getattr(value, item.name), omit)
         digest.update(b">")
     elif isinstance(value, np.ndarray):
         digest.update(f"<array{value.dtype}{value.shape}".encode())
@@ -202,8 +228,8 @@ def _feed(digest: hashlib._Hash, value: object) -> None:
     elif isinstance(value, Mapping):
         digest.update(f"<map{len(value)}".encode())
         for name in sorted(value, key=repr):
-            _feed(digest, name)
-            _feed(digest, value[name])
+            _feed(digest, name, omit)
+            _feed(digest, value[name], omit)
     elif isinstance(value, (list, tuple)) and (numbers := _numbers(value)) is not None:
         digest.update(f"<{numbers.dtype}{type(value).__name__}{len(value)}".encode())  # a domain's boundaries
         digest.update(numbers.tobytes())
@@ -211,7 +237,7 @@ def _feed(digest: hashlib._Hash, value: object) -> None:
         items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
         digest.update(f"<{type(value).__name__}{len(items)}".encode())
         for item in items:
-            _feed(digest, item)
+            _feed(digest, item, omit)
     else:
         digest.update(f"<{type(value).__name__}:{value!r}>".encode())
 

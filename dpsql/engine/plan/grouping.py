@@ -9,6 +9,7 @@ or (Σ_k √c_k)² (Gaussian) over the measurements' weighted unit errors c_k = 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from dpsql.engine.plan.planning_size import bounded_partition, dense_vectors, excess
 from dpsql.engine.plan.weighing import Weighing
@@ -31,7 +32,9 @@ def choose_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weig
     chosen. Candidate groups are scored with the standard
     strategies and the quick optimized template (weighted marginals), which is what makes merging
     GROUP BYs over different columns pay off. The partition found is cached by the statements,
-    their weights and the table's declaration (``dpsql.planning.plan_cache``).
+    their weights and the table's declaration (``dpsql.planning.plan_cache``), and so is each candidate
+    group's score, by that group alone (:func:`group_key`): a batch sharing groups with an earlier one
+    scores only the candidate groups it does not share.
     """
     weighing = weighing or Weighing(weights=(1.0,) * len(batch.statements), noise=noise)
     key = plan_cache.object_key("partition", noise, table, batch.statements, weighing.weights)
@@ -50,22 +53,14 @@ def search_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weig
 
     def group_errors(members: frozenset[int]) -> list[float]:
         if members not in errors:
-            group, statements = compile_group(batch, table, sorted(members))
-            dense[members] = dense_vectors(group)
-            if excess(dense[members]) is not None:  # a merge the planning limits refuse is never chosen
-                errors[members] = [math.inf]
-                return errors[members]
-            sizes = [axis.size for axis in group.axes]
-            ordered = [isinstance(axis.column.domain, Ordered) for axis in group.axes]
-            weights = weighing.blocks(group, statements, sorted(members), table.columns)
-            found = []
-            for vector in group.data_kinds():
-                positions = [p for p, block in enumerate(group.blocks) if block.data == vector]
-                top, scales = weighting.normalized([weights[p] for p in positions])
-                W = weighting.scaled_stack(group.workload(vector),
-                                           [group.blocks[p].workload.shape[0] for p in positions], scales)
-                found.append(top * planner.expected_error(W, noise=noise, sizes=sizes, ordered=ordered, quick=True))
-            errors[members] = found
+            key = group_key("candidate group", batch, table, sorted(members), weighing)
+            known = plan_cache.load_scores(key)
+            if known is None:
+                found, vectors = candidate_errors(batch, table, sorted(members), weighing)
+                plan_cache.store_scores(key, found, vectors)
+            else:
+                found, vectors = list(known[0]), list(known[1])
+            errors[members], dense[members] = found, vectors
         return errors[members]
 
     def score(groups: list[frozenset[int]]) -> float:
@@ -95,3 +90,35 @@ def search_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weig
         columns[union] = columns[groups[i]] | columns[groups[j]]
         groups = [g for k, g in enumerate(groups) if k not in (i, j)] + [union]
     return [sorted(g) for g in groups]
+
+
+def group_key(purpose: str, batch: ir.Batch, table: Table, members: Sequence[int], weighing: Weighing,
+              *extra: object) -> str:
+    """The plan cache's key for one statement group: what it is for, its statements in order (what they
+    ask, not where they are in the batch text: ``ir.Span`` is left out), their weights, the noise family,
+    the table's declaration and the caller's ``extra`` — everything a group's plan depends on, so that
+    a batch sharing the group with an earlier one, whatever its other statements, reuses it."""
+    return plan_cache.object_key(purpose, weighing.noise, table, [batch.statements[i] for i in members],
+                                 [weighing.weights[i] for i in members], *extra, omit=(ir.Span,))
+
+
+def candidate_errors(batch: ir.Batch, table: Table, members: Sequence[int],
+                     weighing: Weighing) -> tuple[list[float], list[tuple[int, ...]]]:
+    """(errors, dense) of the candidate group of statements ``members``: each data vector's weighted
+    unit error under its quick plan (∞ alone when the group exceeds a planning limit) and the axis
+    sizes of its densely planned vectors (``planning_size.dense_vectors``)."""
+    group, statements = compile_group(batch, table, members)
+    dense = dense_vectors(group)
+    if excess(dense) is not None:  # a merge the planning limits refuse is never chosen
+        return [math.inf], dense
+    sizes = [axis.size for axis in group.axes]
+    ordered = [isinstance(axis.column.domain, Ordered) for axis in group.axes]
+    weights = weighing.blocks(group, statements, members, table.columns)
+    found = []
+    for vector in group.data_kinds():
+        positions = [p for p, block in enumerate(group.blocks) if block.data == vector]
+        top, scales = weighting.normalized([weights[p] for p in positions])
+        W = weighting.scaled_stack(group.workload(vector), [group.blocks[p].workload.shape[0] for p in positions],
+                                   scales)
+        found.append(top * planner.expected_error(W, noise=weighing.noise, sizes=sizes, ordered=ordered, quick=True))
+    return found, dense
