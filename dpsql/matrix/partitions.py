@@ -224,18 +224,22 @@ def _ravel(indices: list[IntArray], sizes: list[int]) -> IntArray:
 
 def _stacked_form(W: VStack, owners: bool) -> Form | None:
     """Blocks' partitions whose parts are pairwise equal or disjoint: a block's part matching an
-    earlier one (the same cells exactly) keeps its index, the others are new parts."""
-    forms = [_form(block, owners=len(W.blocks) > 1 or owners) for block in W.blocks]
-    if any(f is None for f in forms):
-        return None
-    (first, owner), *rest = [(f[0], f[1]) for f in forms if f is not None]
-    if not rest:
-        return first, owner
+    earlier one (the same cells exactly) keeps its index, the others are new parts. Blocks are read
+    one at a time and the first that breaks the partition ends the search, so a stack that is not
+    a partition (ranges beside a GROUP BY) costs the blocks up to that one, not all of them."""
+    found = _form(W.blocks[0], owners=len(W.blocks) > 1 or owners)
+    if found is None or len(W.blocks) == 1:
+        return found
+    first, owner = found
     assert owner is not None
     head = first.flat()
     owner, parts = owner.copy(), head.parts
     weights, sizes, part = [head.weights], [head.sizes], [head.part]
-    for form, cells in rest:
+    for later in W.blocks[1:]:
+        step = _form(later, owners=True)
+        if step is None:
+            return None
+        form, cells = step
         assert cells is not None
         block = form.flat()
         mapping = _matched(owner, parts, cells, block.parts)

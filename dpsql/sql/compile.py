@@ -177,12 +177,50 @@ def batch_table(batch: ir.Batch, schema: sch.Schema) -> sch.Table:
     return schema.table(first.table)
 
 
+class StatementMemo:
+    """Statements of one batch over one table already compiled, by statement index and the group's
+    axes: a statement's blocks depend on nothing else (not on the other statements of its group, nor
+    on where its blocks fall), and on an axis whose column it neither groups nor filters on only
+    through that axis's size (its factor there is a row of ones), so a search that compiles many
+    candidate groups (``engine.plan.grouping``) compiles each statement once per distinct set of
+    cells of its own columns, not once per candidate group."""
+
+    def __init__(self) -> None:
+        self.compiled: dict[tuple[int, tuple[tuple[str, bytes | int], ...]],
+                            tuple[tuple[Block, ...], CompiledStatement]] = {}
+        self.touched: dict[int, frozenset[str]] = {}  # each statement's columns
+        self.compilations = 0  # statements compiled, not read from the memo (tests count them)
+
+    def statement(self, compiler: _StatementCompiler, index: int, statement: ir.Statement) -> CompiledStatement:
+        """``statement`` (the batch's ``index``-th) compiled over ``compiler``'s axes, its blocks appended
+        to the compiler's: compiled once, then copied with its block indices moved to where they fall."""
+        touched = self.touched.get(index)
+        if touched is None:
+            touched = self.touched[index] = frozenset(c.name for c in _touched_columns([statement], compiler.table))
+        key = (index, tuple((a.column.name, a.cell_of_base.tobytes() if a.column.name in touched else a.size)
+                            for a in compiler.axes))
+        offset = len(compiler.blocks)
+        if key not in self.compiled:
+            self.compilations += 1
+            found = compiler.compile(statement)
+            local = tuple(replace(a, blocks=tuple(b - offset for b in a.blocks)) for a in found.aggregates)
+            self.compiled[key] = tuple(compiler.blocks[offset:]), replace(found, group=0, aggregates=local)
+            return found
+        blocks, known = self.compiled[key]
+        compiler.blocks.extend(blocks)
+        moved = tuple(replace(a, blocks=tuple(b + offset for b in a.blocks)) for a in known.aggregates)
+        return replace(known, group=compiler.group, aggregates=moved)
+
+
 def compile_group(batch: ir.Batch, table: sch.Table, members: Sequence[int], index: int = 0,
-                  values: Mapping[str, ValueCells] | None = None) -> tuple[CompiledGroup, list[CompiledStatement]]:
+                  values: Mapping[str, ValueCells] | None = None,
+                  memo: StatementMemo | None = None) -> tuple[CompiledGroup, list[CompiledStatement]]:
     """One group of statements over the coarsest cells that all of them respect.
 
     ``values`` reads those measure columns as value cells (see the module docstring; check
     :func:`~dpsql.sql.value_cells.value_cells_problem` first): their SUM and COUNT(col) become count blocks.
+    ``memo`` (for this batch and table, without value cells) reuses statements compiled before over
+    the same axes.
     """
     sub = [batch.statements[i] for i in members]
     values = values or {}
@@ -190,7 +228,10 @@ def compile_group(batch: ir.Batch, table: sch.Table, members: Sequence[int], ind
     columns = [c for c in table.columns.values() if c.name in touched or c.name in values]
     axes = tuple(_axis(_value_column(c) if c.name in values else c, sub, table, values.get(c.name)) for c in columns)
     compiler = _StatementCompiler(table=table, axes=axes, group=index, values=values)
-    statements = [compiler.compile(statement) for statement in sub]
+    if memo is None or values:
+        statements = [compiler.compile(statement) for statement in sub]
+    else:
+        statements = [memo.statement(compiler, i, batch.statements[i]) for i in members]
     return CompiledGroup(axes=axes, blocks=tuple(compiler.blocks)), statements
 
 

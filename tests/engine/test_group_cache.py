@@ -99,9 +99,9 @@ def test_only_the_candidate_groups_holding_the_change_are_scored_again(monkeypat
     scored: list[list[str]] = []
     original = grouping.candidate_errors
 
-    def counting(batch: Any, table: Any, members: list[int], weighing: Weighing) -> Any:
+    def counting(batch: Any, table: Any, members: list[int], weighing: Weighing, *memo: Any) -> Any:
         scored.append([batch.statements[i].text for i in members])
-        return original(batch, table, members, weighing)
+        return original(batch, table, members, weighing, *memo)
 
     monkeypatch.setattr(grouping, "candidate_errors", counting)
     _prepare(CHANGED)

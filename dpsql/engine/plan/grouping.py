@@ -18,7 +18,7 @@ from dpsql.planning import plan_cache, planner
 from dpsql.planning import weights as weighting
 from dpsql.schema import Ordered, Table
 from dpsql.sql import ir
-from dpsql.sql.compile import MERGE_CELLS, column_set, compile_group, group_cells
+from dpsql.sql.compile import MERGE_CELLS, StatementMemo, column_set, compile_group, group_cells
 
 #: How many candidate statement groups the partition search may plan before it stops merging.
 MAX_GROUP_EVALUATIONS = 60
@@ -50,13 +50,14 @@ def search_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weig
     power = 1 / 3 if noise == "laplace" else 1 / 2
     errors: dict[frozenset[int], list[float]] = {}
     dense: dict[frozenset[int], list[tuple[int, ...]]] = {}  # each group's densely planned vectors (planning_size)
+    memo = StatementMemo()  # each statement compiled once per distinct set of axes, not once per candidate
 
     def group_errors(members: frozenset[int]) -> list[float]:
         if members not in errors:
             key = group_key("candidate group", batch, table, sorted(members), weighing)
             known = plan_cache.load_scores(key)
             if known is None:
-                found, vectors = candidate_errors(batch, table, sorted(members), weighing)
+                found, vectors = candidate_errors(batch, table, sorted(members), weighing, memo)
                 plan_cache.store_scores(key, found, vectors)
             else:
                 found, vectors = list(known[0]), list(known[1])
@@ -67,7 +68,7 @@ def search_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weig
         total = float(sum(c**power for g in groups for c in group_errors(g)))
         return math.inf if excess([sizes for g in groups for sizes in dense[g]]) is not None else total
 
-    groups = [frozenset(members) for members in bounded_partition(batch, table)]
+    groups = [frozenset(members) for members in bounded_partition(batch, table, memo)]
     if len(groups) == 1:
         return [sorted(groups[0])]
     columns = {g: frozenset().union(*(column_set(batch.statements[i], table) for i in g)) for g in groups}
@@ -102,12 +103,13 @@ def group_key(purpose: str, batch: ir.Batch, table: Table, members: Sequence[int
                                  [weighing.weights[i] for i in members], *extra, omit=(ir.Span,))
 
 
-def candidate_errors(batch: ir.Batch, table: Table, members: Sequence[int],
-                     weighing: Weighing) -> tuple[list[float], list[tuple[int, ...]]]:
+def candidate_errors(batch: ir.Batch, table: Table, members: Sequence[int], weighing: Weighing,
+                     memo: StatementMemo | None = None) -> tuple[list[float], list[tuple[int, ...]]]:
     """(errors, dense) of the candidate group of statements ``members``: each data vector's weighted
     unit error under its quick plan (∞ alone when the group exceeds a planning limit) and the axis
-    sizes of its densely planned vectors (``planning_size.dense_vectors``)."""
-    group, statements = compile_group(batch, table, members)
+    sizes of its densely planned vectors (``planning_size.dense_vectors``); ``memo`` holds the statements
+    compiled for earlier candidates."""
+    group, statements = compile_group(batch, table, members, memo=memo)
     dense = dense_vectors(group)
     if excess(dense) is not None:  # a merge the planning limits refuse is never chosen
         return [math.inf], dense

@@ -29,7 +29,7 @@ from dpsql.errors import PlanningLimitError, UnsupportedQueryError
 from dpsql.matrix.partitions import partition_form
 from dpsql.schema import Table
 from dpsql.sql import ir
-from dpsql.sql.compile import CompiledBatch, CompiledGroup, compile_group, initial_partition
+from dpsql.sql.compile import CompiledBatch, CompiledGroup, StatementMemo, compile_group, initial_partition
 
 #: The most cells of one axis planned with dense n × n algebra (a group whose queries do not
 #: partition its cells: e.g. a GROUP BY and a range over the same column in one batch).
@@ -67,14 +67,15 @@ def excess(vectors: Sequence[tuple[int, ...]]) -> tuple[str, int, int] | None:
     return None
 
 
-def bounded_partition(batch: ir.Batch, table: Table) -> list[list[int]]:
+def bounded_partition(batch: ir.Batch, table: Table, memo: StatementMemo | None = None) -> list[list[int]]:
     """The initial statement groups (one per column set, ``compile.initial_partition``), except that
     a group whose statements together exceed a dense limit is split into one group per statement:
     each is then planned alone — a GROUP BY day in closed form beside a range over the same column,
-    whose own cells are few — and the merge search may join those that fit together again."""
+    whose own cells are few — and the merge search may join those that fit together again. ``memo``
+    keeps the statements compiled (``compile.StatementMemo``)."""
     partition: list[list[int]] = []
     for members in initial_partition(batch, table):
-        if len(members) > 1 and excess(dense_vectors(compile_group(batch, table, members)[0])) is not None:
+        if len(members) > 1 and excess(dense_vectors(compile_group(batch, table, members, memo=memo)[0])) is not None:
             partition.extend([member] for member in members)
         else:
             partition.append(members)

@@ -1,0 +1,64 @@
+"""A stacked workload's partition form reads its blocks one at a time and stops at the first that
+breaks the partition (issue 31): the answer is the one read from every block, the work is not."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from dpsql.matrix import partitions
+from dpsql.matrix.partitions import partition_form
+from dpsql.matrix.workloads import Explicit, Identity, Ranges, VStack, Weighted
+
+
+def _brute_partition(dense: np.ndarray) -> bool:
+    """Whether the rows' supports are pairwise equal or disjoint and each row weighs its cells equally."""
+    supports = []
+    for row in dense:
+        read = row != 0
+        if read.any() and len(set(row[read])) > 1:
+            return False
+        supports.append(read)
+    for a in supports:
+        for b in supports:
+            if (a & b).any() and not np.array_equal(a, b):
+                return False
+    return True
+
+
+def test_a_stack_that_is_no_partition_stops_at_the_breaking_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    form = partitions._form
+    monkeypatch.setattr(partitions, "_form", lambda W, *, owners: calls.append(W) or form(W, owners=owners))
+    n = 100
+    blocks = [Identity(n), Ranges(n, [(3, 40)])] + [Ranges(n, [(i, i + 1)]) for i in range(0, 98, 2)] * 4
+    assert partition_form(VStack(blocks)) is None
+    assert len(calls) <= 3  # the stack, the identity, the overlapping range: not the ~200 blocks after it
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_stacked_forms_match_the_dense_rows(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 12))
+    blocks = []
+    for _ in range(int(rng.integers(1, 5))):
+        kind = rng.integers(3)
+        if kind == 0:
+            lo = int(rng.integers(n))
+            block = Ranges(n, [(lo, int(rng.integers(lo, n)))])
+        elif kind == 1:
+            cuts = np.sort(rng.choice(np.arange(1, n), size=int(rng.integers(0, 3)), replace=False))
+            edges = [0, *cuts.tolist(), n]
+            block = Ranges(n, [(a, b - 1) for a, b in itertools.pairwise(edges)])
+        else:
+            block = Explicit((rng.random((int(rng.integers(1, 3)), n)) < 0.3).astype(float))
+        blocks.append(Weighted(float(rng.integers(1, 4)), block) if rng.random() < 0.3 else block)
+    W = VStack(blocks)
+    dense = W.dense()
+    found = partition_form(W)
+    assert (found is not None) == _brute_partition(dense)
+    if found is not None:
+        assert found.identity_error() == pytest.approx(float(np.sum(dense**2)), rel=1e-12)
+        assert found.parts == len({tuple(row != 0) for row in dense if np.any(row)})

@@ -1,0 +1,61 @@
+"""compile.StatementMemo: a statement compiled once per distinct cells of its own columns, and a
+group compiled through the memo equal to one compiled without it (issue 31)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dpsql.cli.demo import SCHEMA
+from dpsql.schema import Schema
+from dpsql.sql.compile import StatementMemo, batch_table, compile_group
+from dpsql.sql.parse import parse_batch
+
+STATEMENTS = [
+    "SELECT age, COUNT(*) AS n FROM census GROUP BY age",
+    "SELECT sex, COUNT(*) AS n FROM census GROUP BY sex",
+    "SELECT COUNT(*) AS n FROM census WHERE age BETWEEN 10 AND 42",
+    "SELECT education, AVG(income) AS a FROM census WHERE age BETWEEN 3 AND 57 GROUP BY education",
+    "SELECT sex, SUM(income) AS s FROM census WHERE hours < 40 GROUP BY sex",
+    "SELECT COUNT(*) AS n FROM census WHERE hours >= 20 AND sex = 'F'",
+    "SELECT COUNT(*) AS n FROM census WHERE age >= 50 AND age < 60",
+]
+
+
+def _same(left, right) -> None:  # type: ignore[no-untyped-def]
+    (group_a, statements_a), (group_b, statements_b) = left, right
+    assert [a.column.name for a in group_a.axes] == [b.column.name for b in group_b.axes]
+    assert len(group_a.blocks) == len(group_b.blocks)
+    for a, b in zip(group_a.blocks, group_b.blocks):
+        assert (a.data, a.kind, a.scale, a.bias) == (b.data, b.kind, b.scale, b.bias)
+        assert type(a.workload) is type(b.workload)
+        np.testing.assert_array_equal(a.workload.dense(), b.workload.dense())
+    for a, b in zip(statements_a, statements_b):
+        assert (a.group, a.group_axes, a.aggregates) == (b.group, b.group_axes, b.aggregates)
+        np.testing.assert_array_equal(a.block_rows, b.block_rows)
+
+
+def test_groups_compiled_through_the_memo_equal_those_compiled_without() -> None:
+    schema = Schema.load(SCHEMA)
+    batch = parse_batch(";\n".join(STATEMENTS))
+    table = batch_table(batch, schema)
+    memo = StatementMemo()
+    candidates = [[0], [1], [0, 1], [1, 0, 4], [2, 3], [0, 2, 3], [4, 5], [1, 4, 5], [0, 1, 2, 3, 4, 5], [3, 5]]
+    for index, members in enumerate(candidates):
+        _same(compile_group(batch, table, members, index, memo=memo), compile_group(batch, table, members, index))
+    assert memo.compilations < sum(len(m) for m in candidates)
+
+
+def test_a_statement_is_compiled_once_per_cells_of_its_own_columns() -> None:
+    schema = Schema.load(SCHEMA)
+    batch = parse_batch(";\n".join(STATEMENTS))
+    table = batch_table(batch, schema)
+    memo = StatementMemo()
+    compile_group(batch, table, [1, 4], memo=memo)  # sex, and hours for the SUM's WHERE
+    assert memo.compilations == 2
+    compile_group(batch, table, [1, 4], 3, memo=memo)
+    assert memo.compilations == 2  # the same cells in another group
+    compile_group(batch, table, [0, 1, 4], memo=memo)
+    assert memo.compilations == 5  # a new axis: each statement has a factor on it
+    grown, _ = compile_group(batch, table, [0, 1, 4, 6], memo=memo)  # its range falls on the age bands' edges
+    assert memo.compilations == 6  # so only the new statement is compiled
+    _same((grown, _), compile_group(batch, table, [0, 1, 4, 6]))
