@@ -33,8 +33,9 @@ from dpsql.engine.plan.residual_route import ResidualPlan
 from dpsql.engine.plan.routes import Prepared
 from dpsql.engine.reuse import accuracy_target
 from dpsql.engine.reuse.predicted import block_answers, predicted_stddevs
-from dpsql.engine.reuse.reuse import Reductions, Reuse, Sources, not_kept_reason, planned_answers, reuse_entry
+from dpsql.engine.reuse.reuse import Reuse, Sources, not_kept_reason, planned_answers, reuse_entry
 from dpsql.planning import mechanism
+from dpsql.releases.information import KeptInformation
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.schema import Schema
 from dpsql.sql import ir
@@ -84,13 +85,13 @@ class Split:
 
 def split_batch(batch: ir.Batch, schema: Schema, kept: Sequence[KeptMeasurement],
                 request: accuracy_target.Request | None = None, *, cost: PrivacyCost | None = None,
-                weights: Sequence[float] | None = None, cache: Reductions | None = None) -> Split:
+                weights: Sequence[float] | None = None, cache: KeptInformation | None = None) -> Split:
     """Which statements of ``batch`` (as :func:`dpsql.engine.plan.prepare.read_batch` read it) the kept
     measurements already answer well enough (no data read). With an accuracy ``request``, a
     statement is free only if its every answer already meets its target; it must then be a plain
     COUNT/SUM statement, whose standard errors do not depend on the data. With a ``cost``, only if
     none of its answers' variances exceeds what the batch's plan at that cost (with ``weights``)
-    gives it without reuse. ``cache``: the store's reductions."""
+    gives it without reuse. ``cache``: the store's kept information."""
     everything = tuple(range(len(batch.statements)))
     if not kept:
         return Split(batch=batch, compiled=None, free={}, releases={}, measured=everything, cost=cost)
@@ -99,7 +100,7 @@ def split_batch(batch: ir.Batch, schema: Schema, kept: Sequence[KeptMeasurement]
         return Split(batch=batch, compiled=None, free={}, releases={}, measured=everything, cost=cost)
     targets = None if request is None else accuracy_target.statement_targets(
         batch, request.max_stddev, request.max_relative_stddev, compiled.statements)
-    reuse = Reuse(compiled=compiled, kept=kept, cache=cache if cache is not None else {})
+    reuse = Reuse(compiled=compiled, kept=kept, cache=cache if cache is not None else KeptInformation())
     answerable = {s: found for s in everything if (found := reuse.statement_answers(s)) is not None}
     paid: dict[int, list[FloatArray]] = {}
     if targets is not None:
@@ -161,7 +162,7 @@ def _stddevs(statement: CompiledStatement, answers: Mapping[AnswerKey, mechanism
             for output in statement.aggregates if len(output.blocks) == 1}
 
 
-def stddevs_with(kept: Sequence[KeptMeasurement], cache: Reductions | None = None) -> accuracy_target.Stddevs:
+def stddevs_with(kept: Sequence[KeptMeasurement], cache: KeptInformation | None = None) -> accuracy_target.Stddevs:
     """The accuracy search's predicted stddevs once a plan's measurements join ``kept`` (GLS)."""
     def answers(plan: GroupsPlan | ResidualPlan) -> Mapping[AnswerKey, mechanism.Answers]:
         alone = block_answers(plan)
@@ -173,7 +174,7 @@ def stddevs_with(kept: Sequence[KeptMeasurement], cache: Reductions | None = Non
 
 
 def combined_stddevs(split: Split, prepared: Prepared, kept: Sequence[KeptMeasurement],
-                     cache: Reductions | None = None) -> dict[int, float]:
+                     cache: KeptInformation | None = None) -> dict[int, float]:
     """Per statement measured and combined (by batch statement), its largest predicted stddev once
     the plan's measurements join the kept ones (no data read)."""
     plan = prepared.chosen
@@ -199,13 +200,13 @@ def _union_parts(batch: ir.Batch) -> list[list[int]]:
 
 
 def free_tables(split: Split, kept: Sequence[KeptMeasurement], budget: PrivacyBudget,
-                postprocess: Sequence[str] = (), cache: Reductions | None = None) -> dict[int, pa.Table]:
+                postprocess: Sequence[str] = (), cache: KeptInformation | None = None) -> dict[int, pa.Table]:
     """The free statements' tables, answered over every kept measurement (those measured since the
     split included; a statement no longer determined by the pool keeps its split-time answers)."""
     if not split.free:
         return {}
     assert split.compiled is not None
-    reuse = Reuse(compiled=split.compiled, kept=kept, cache=cache if cache is not None else {})
+    reuse = Reuse(compiled=split.compiled, kept=kept, cache=cache if cache is not None else KeptInformation())
     answers: dict[AnswerKey, mechanism.Answers] = {}
     used: dict[int, Sources] = {}
     for statement, earlier in split.free.items():
