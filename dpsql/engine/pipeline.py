@@ -147,8 +147,11 @@ def explain(request: Request, context: Context) -> str:
 
 
 def _prepared(resolved: Resolved, context: Context) -> Prepared:
-    """The plan of the measured statements at the batch's cost (no data read)."""
+    """The plan of the measured statements at the batch's cost (no data read): when none is free,
+    the plan the split made to compare kept answers with (the same statements, cost and weights)."""
     assert resolved.cost is not None
+    if resolved.split.plan is not None:
+        return resolved.split.plan
     request = resolved.request
     return prepare(resolved.batch, context.schema, resolved.cost, progress=request.progress, weights=request.weights,
                    statements=resolved.split.measured)

@@ -110,7 +110,8 @@ def resolve(request: Request, schema: Schema, kept: Callable[[], Sequence[KeptMe
     text, options, cost, target = _priced(request)
     found = kept() if request.reuse else []
     batch = read_batch(text, request.parameters, schema)
-    split = split_batch(batch, schema, found, target, cost=cost, weights=request.weights, cache=cache)
+    split = split_batch(batch, schema, found, target, cost=cost, weights=request.weights, cache=cache,
+                        progress=request.progress)
     return Resolved(request=request, text=text, options=tuple(options), cost=cost, target=target, kept=found,
                     split=split)
 

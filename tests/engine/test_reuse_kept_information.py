@@ -6,6 +6,8 @@ reduces and factors nothing.
 
 from __future__ import annotations
 
+import json
+
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -99,3 +101,24 @@ def test_a_repeated_free_batch_reduces_and_factors_nothing(monkeypatch: pytest.M
     assert calls == {"reduce": 0, "factor": 0}
     for a, b in zip(_floats(first), _floats(again), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_batch_kept_releases_answer_but_none_free_is_planned_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The split plans the batch at its cost to compare kept answers with; when every statement is
+    then measured (and combined), that is the plan measured: the batch is not planned twice."""
+    from dpsql.engine import pipeline
+    from dpsql.engine.reuse import free
+
+    connection = _connect(5)
+    cursor = connection.cursor()
+    cursor.execute(BATCHES[0][0], epsilon=0.2).fetch_arrow_tables()
+    plans = []
+    for module in (free, pipeline):
+        def counted(*args, _original=module.prepare, **kwargs):  # type: ignore[no-untyped-def]
+            plans.append(kwargs.get("statements"))
+            return _original(*args, **kwargs)
+        monkeypatch.setattr(module, "prepare", counted)
+    tables = cursor.execute(BATCHES[0][0], epsilon=1.0).fetch_arrow_tables()  # more than was paid: measured again
+    assert plans == [None]
+    assert connection.budget.spent == pytest.approx(1.2)
+    assert all(json.loads(t.schema.metadata[b"dpsql"])["reuse"]["answered_by_releases"] == [1, 2] for t in tables)
