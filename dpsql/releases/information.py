@@ -8,6 +8,8 @@ Everything there depends only on which measurements join (their identities in th
 admission order) and on T, never on the batch that asks, so a store keeps:
 
 - each class's reduction, by its members and its meet with T;
+- per group's cells and the cells of the classes that join, the target cells T, each class's meet
+  with T and the lift of T onto the group's cells (:func:`KeptInformation.layout`);
 - per *layout* (table, data vector, T), the classes summed so far with their sums Σ S_i, Σ r_i and
   the factorisation. The same classes again (a later stage of the same batch, a repeated batch)
   give the same factorisation, with no work. Classes that *extend* them (the contract admits the
@@ -32,6 +34,7 @@ import numpy.typing as npt
 
 from dpsql.releases.gls import Pool, factor, summed
 from dpsql.releases.kept import KeptMeasurement
+from dpsql.releases.reduce import Axes, Meet, cell_map, meet, refinement
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -43,6 +46,27 @@ Part = tuple[FloatArray, FloatArray]
 REDUCTION_BYTES = 2**28
 #: Bytes of summed information and factorisations a store remembers (likewise).
 POOL_BYTES = 2**28
+#: Layouts (target cells, meets, lifts) a store remembers (likewise).
+LAYOUTS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A pool's target cells T (refining the group's columns by the classes' cells), each class's meet
+    with T, and per T cell the group cell holding it (-1: a cell no row can fall in)."""
+
+    target: tuple[tuple[str, IntArray], ...]
+    meets: tuple[Meet, ...]
+    lift: IntArray
+
+    @property
+    def key(self) -> tuple[tuple[str, bytes], ...]:
+        return cells_key(self.target)
+
+
+def cells_key(axes: Axes) -> tuple[tuple[str, bytes], ...]:
+    """Cells as a key: per axis, its key and map from base cells."""
+    return tuple((name, np.asarray(cells, dtype=np.int64).tobytes()) for name, cells in axes)
 
 
 @dataclass(slots=True)
@@ -70,6 +94,24 @@ class KeptInformation:
     pool_bytes: int = POOL_BYTES
     reductions: dict[tuple[Members, bytes], Part] = field(default_factory=dict)
     _layouts: dict[Hashable, _Summed] = field(default_factory=dict)
+    _geometry: dict[Hashable, Layout] = field(default_factory=dict)
+
+    def layout(self, group: Axes, measured: Sequence[Axes], limit: int) -> Layout:
+        """The layout of a pool over ``group``'s cells whose classes are over ``measured`` cells (in
+        admission order; the target has at most ``limit`` cells: :func:`dpsql.releases.reduce.refinement`)."""
+        name = (cells_key(group), tuple(cells_key(axes) for axes in measured), limit)
+        found = self._geometry.get(name)
+        if found is None:
+            target = refinement(group, measured, limit)
+            lift = cell_map(target, group)
+            meets = tuple(meet(axes, target) for axes in measured)
+            for each in meets:
+                lift = np.where(each.of_group < 0, -1, lift)
+            found = Layout(target=target, meets=meets, lift=lift)
+            if len(self._geometry) >= LAYOUTS:
+                self._geometry.clear()
+            self._geometry[name] = found
+        return found
 
     def reduction(self, members: Members, meet: bytes, compute: Callable[[], Part], keep: bool) -> Part:
         """A class's reduction onto the target (``meet``: its meet with the target, as bytes),

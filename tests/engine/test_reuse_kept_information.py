@@ -122,3 +122,16 @@ def test_a_batch_kept_releases_answer_but_none_free_is_planned_once(monkeypatch:
     assert plans == [None]
     assert connection.budget.spent == pytest.approx(1.2)
     assert all(json.loads(t.schema.metadata[b"dpsql"])["reuse"]["answered_by_releases"] == [1, 2] for t in tables)
+
+
+def test_the_first_release_of_a_connection_builds_no_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing kept before, a release's statements keep its own answers: no pool is built for them."""
+    factored = []
+    original = information.factor
+    monkeypatch.setattr(information, "factor", lambda *args: factored.append(1) or original(*args))
+    cursor = _connect(3).cursor()
+    tables = cursor.execute(BATCHES[0][0], epsilon=1.0).fetch_arrow_tables()
+    assert factored == []
+    assert all("reuse" not in json.loads(t.schema.metadata[b"dpsql"]) for t in tables)
+    cursor.execute(BATCHES[1][0], epsilon=1.0).fetch_arrow_tables()  # then one is: combined
+    assert factored

@@ -126,3 +126,15 @@ def test_a_full_cache_forgets_and_still_answers_exactly(monkeypatch: pytest.Monk
     for _ in range(2):
         _same(counted.pool([members]), _fresh([members]))
     assert counted.factored == 2
+
+
+def test_a_layout_is_computed_once_and_is_the_fresh_one() -> None:
+    kept = KeptInformation()
+    measured = [(("a", np.array([0, 0, 0, 1, 1, 1], dtype=np.int64)),), GROUP]
+    found = kept.layout(GROUP, measured, 10**6)
+    assert kept.layout(GROUP, [tuple((k, c.copy()) for k, c in axes) for axes in measured], 10**6) is found
+    target, lift, meets = _layout([[_member(np.random.default_rng(0), axes[0][1], 1)] for axes in measured])
+    assert found.key == tuple((k, c.tobytes()) for k, c in target)
+    np.testing.assert_array_equal(found.lift, lift)
+    assert all(np.array_equal(a.of_group, b.of_group) and np.array_equal(a.of_measured, b.of_measured)
+               for a, b in zip(found.meets, meets, strict=True))

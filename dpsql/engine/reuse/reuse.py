@@ -48,10 +48,10 @@ from dpsql.engine.reuse.release_store import ReleaseStore
 from dpsql.matrix.workloads import Workload
 from dpsql.planning import mechanism
 from dpsql.releases.gls import Pool
-from dpsql.releases.information import KeptInformation
+from dpsql.releases.information import KeptInformation, cells_key
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.releases.recipes import NotKeptError, to_recipe
-from dpsql.releases.reduce import Axes, Meet, cell_map, meet, reduce, reduction_work, refinement
+from dpsql.releases.reduce import Meet, reduce, reduction_work
 from dpsql.schema import Table, measure_quantum
 from dpsql.sql.axes import Axis
 from dpsql.sql.compile import CompiledBatch, CompiledGroup
@@ -244,7 +244,7 @@ class Reuse:
         classes: dict[tuple[tuple[str, bytes], ...], list[KeptMeasurement]] = {}
         for kept in self.kept:
             if kept.table == table.name and kept.vector == key[1]:
-                classes.setdefault(_cells_of(kept.axes), []).append(kept)
+                classes.setdefault(cells_key(kept.axes), []).append(kept)
         work, admitted, left = 0, [], []
         for measured in sorted(classes.values(), key=lambda ms: min(m.release for m in ms)):  # oldest cells first
             earlier = [m for m in measured if m.release != self.first]
@@ -261,16 +261,12 @@ class Reuse:
             self.left_out[key] = left
         if not admitted:
             return None
-        target = refinement(axes, [measured[0].axes for measured in admitted], REUSE_CELLS)
-        lift = cell_map(target, axes)
-        found = [meet(measured[0].axes, target) for measured in admitted]
-        for each in found:
-            lift = np.where(each.of_group < 0, -1, lift)
-        return self.cache.pool((self.compiled.table.name, key[1], _cells_of(target)),
+        layout = self.cache.layout(axes, [measured[0].axes for measured in admitted], REUSE_CELLS)
+        return self.cache.pool((self.compiled.table.name, key[1], layout.key),
                                [tuple(m.identity for m in measured) for measured in admitted],
                                [_is_kept(measured) for measured in admitted],
-                               [m for measured in admitted for m in measured], lift,
-                               lambda i: self._reduced(admitted[i], found[i]))
+                               [m for measured in admitted for m in measured], layout.lift,
+                               lambda i: self._reduced(admitted[i], layout.meets[i]))
 
     def _reduced(self, members: Sequence[KeptMeasurement], found: Meet) -> tuple[FloatArray, FloatArray]:
         """Members over the same cells, their information summed and reduced onto the group's cells."""
@@ -330,11 +326,6 @@ class Reuse:
 def _is_kept(members: Sequence[KeptMeasurement]) -> bool:
     """Whether measurements are all of kept releases (a planned one's values and variance are not final)."""
     return all(m.release != NEW_RELEASE and m.release != 0 for m in members)
-
-
-def _cells_of(axes: Axes) -> tuple[tuple[str, bytes], ...]:
-    """A measurement's cells as a key: per axis, its key and map from base cells."""
-    return tuple((name, np.asarray(cells, dtype=np.int64).tobytes()) for name, cells in axes)
 
 
 def answer_all(reuse: Reuse, answers: AnswerSet, statements: Iterable[int],
@@ -414,7 +405,10 @@ def keep_and_answer(compiled: CompiledBatch, measured: Sequence[MeasuredVector],
         if kept or skipped else None
     if not combine or not_kept_reason(compiled.table) is not None:
         return answers, {}
-    reuse = Reuse(compiled=compiled, kept=store.kept(), keys=measured_keys(measured), first=own,
+    everything = store.kept()
+    if all(m.release == own for m in everything if m.table == compiled.table.name):
+        return answers, {}  # nothing kept before: every statement keeps its own release's answers (answer_all)
+    reuse = Reuse(compiled=compiled, kept=everything, keys=measured_keys(measured), first=own,
                   cache=store.information)
     return answer_all(reuse, answers, range(len(compiled.statements)), own)
 
