@@ -187,7 +187,7 @@ def _on_classes(M: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, 
     n = classes.size
     members = np.flatnonzero(classes >= 0)
     U = sp.csr_array((scale[classes[members]], (members, classes[members])), shape=(n, t))
-    N = _contrasts(classes)
+    N = contrasts(classes)
     MU, MN = np.asarray(M @ U), np.asarray(M @ N)
     Muu, Mun, Mnn = np.asarray(U.T @ MU), np.asarray(U.T @ MN), np.asarray(N.T @ MN)
     eigenvalues, vectors = np.linalg.eigh(Mnn) if Mnn.size else (np.zeros(0), np.zeros((0, 0)))
@@ -201,7 +201,7 @@ def _on_classes(M: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, 
     return S_phi * np.outer(scale, scale) * np.outer(sizes > 0, sizes > 0), r_phi * scale
 
 
-def _contrasts(classes: IntArray) -> sp.csc_array:
+def contrasts(classes: IntArray) -> sp.csc_array:
     """An orthonormal basis of the vectors over K's cells that sum to zero within every class (and
     are free on cells of no class): Helmert contrasts per class, unit vectors for the rest. Columns
     class by class (cells of no class first), within a class of members m_0 … m_{k-1} (cell order)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from dpsql.matrix.workloads import Explicit
 from dpsql.releases.gls import Pool, pool
 from dpsql.releases.kept import KeptMeasurement
-from dpsql.releases.reduce import cell_map, meet, reduce, refinement
+from dpsql.releases.reduce import cell_map, contrasts, meet, reduce, refinement
 
 BASE = {"a": 6, "b": 3}  # base cells per column (the last one the outside cell)
 
@@ -196,12 +196,10 @@ def test_a_measurement_over_the_groups_cells_is_the_matrix_mechanisms_own_answer
 @settings(max_examples=80, deadline=None)
 @given(classes=st.lists(st.integers(-1, 6), min_size=0, max_size=40))
 def test_within_class_contrasts_are_an_orthonormal_basis_of_the_nuisance(classes: list[int]) -> None:
-    """``reduce._contrasts``: orthonormal columns, each summing to zero within every class, as many as
+    """``reduce.contrasts``: orthonormal columns, each summing to zero within every class, as many as
     there are cells beyond one per class (free cells: unit vectors), the Helmert pattern column by column."""
-    from dpsql.releases.reduce import _contrasts
-
     labels = np.asarray(classes, dtype=np.int64)
-    N = _contrasts(labels).toarray()
+    N = contrasts(labels).toarray()
     kinds = {c for c in classes if c >= 0}
     assert N.shape == (labels.size, labels.size - len(kinds))
     np.testing.assert_allclose(N.T @ N, np.eye(N.shape[1]), atol=1e-12)
