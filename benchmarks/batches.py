@@ -3,7 +3,8 @@ and ``tests/planning/test_expected_error_corpus.py`` pins their expected errors.
 
 - :data:`PEOPLE` / :data:`ISSUE_BATCH`: 20 statements whose counts form one statement group over
   age × sex × region (21 × 3 × 51 = 3,213 cells, the outside cells included); income [0, 500000) in
-  10,000-wide cells; :data:`SECOND_BATCH`, a different batch on the same columns.
+  10,000-wide cells; :data:`SECOND_BATCH`, a different batch on the same columns; :data:`FREE_BATCH`, a
+  batch whose release is kept (its groups within ``REUSE_CELLS``), answered free when repeated.
 - :func:`events_schema` / :func:`events_mix`: the planner benchmark's own mix on one table ``events``.
 - :func:`census_mix`: statements of many kinds over the demo's census table (``dpsql.cli.demo.SCHEMA``).
 - :func:`one_range_changed`, :func:`one_statement_added`: a batch that differs from another in one
@@ -42,6 +43,15 @@ SECOND_BATCH: list[str] = [
     "SELECT age, COUNT(*) AS n FROM people GROUP BY age",
     "SELECT region, COUNT(*) AS n FROM people WHERE sex = 'F' GROUP BY region",
     "SELECT sex, SUM(income) AS s FROM people WHERE age >= 65 GROUP BY sex",
+    *(f"SELECT COUNT(*) AS n FROM people WHERE age BETWEEN {10 * k} AND {10 * k + 19}" for k in range(8)),
+]
+
+#: A batch whose statement groups stay within ``REUSE_CELLS`` (so its release is kept): measured once,
+#: then answered entirely free by reuse when asked again.
+FREE_BATCH: list[str] = [
+    "SELECT age, COUNT(*) AS n FROM people GROUP BY age",
+    "SELECT sex, COUNT(*) AS n FROM people GROUP BY sex",
+    "SELECT sex, region, COUNT(*) AS n FROM people WHERE age >= 65 GROUP BY sex, region",
     *(f"SELECT COUNT(*) AS n FROM people WHERE age BETWEEN {10 * k} AND {10 * k + 19}" for k in range(8)),
 ]
 

@@ -14,7 +14,9 @@ included):
     and whether it is met:
     - 20 statements over ``--rows`` (100,000) rows with a 3,213-cell age × sex × region group, executed
       cold; then on the same connection a different batch on the same columns (with reuse, and on a
-      second connection without it); then the first batch again, answered free from the kept release;
+      second connection without it); then the first batch again (its 3,213-cell group is over
+      ``REUSE_CELLS``, so it is not kept: measured again, combined where the second's release answers);
+      then ``batches.FREE_BATCH`` measured, and repeated: answered entirely free (reuse off: measured);
     - the census mix (``batches.census_mix``) of 100 and 1,000 statements over 100,000 rows of the
       demo's census table, executed cold;
     - plain ``SELECT a, b, COUNT(*) … GROUP BY a, b`` over 10⁴, 10⁵ and 10⁶ cells (100,000 rows), cold;
@@ -156,9 +158,10 @@ def _timed(name: str, run: Any) -> None:
 
 def people_point(rows: int) -> None:
     """The issue's 20 statements executed cold, a different batch after it (with reuse; and on a second
-    connection, after the first batch, without), then the first batch again (free from its release)."""
+    connection, after the first batch, without), then the first batch again (measured: its group is not
+    kept), then a batch whose release is kept, repeated (free) and measured again without reuse."""
     import duckdb
-    from batches import ISSUE_BATCH, PEOPLE, SECOND_BATCH
+    from batches import FREE_BATCH, ISSUE_BATCH, PEOPLE, SECOND_BATCH
 
     import dpsql
 
@@ -168,15 +171,18 @@ def people_point(rows: int) -> None:
         CASE WHEN random() < 0.5 THEN 'F' ELSE 'M' END AS sex,
         'r' || lpad(CAST(CAST(floor(50 * pow(random(), 2)) AS INTEGER) AS VARCHAR), 2, '0') AS region,
         CAST(floor(500000 * pow(random(), 4)) AS DOUBLE) AS income FROM range({rows})""")
-    first, second = ";\n".join(ISSUE_BATCH), ";\n".join(SECOND_BATCH)
+    first, second, free = ";\n".join(ISSUE_BATCH), ";\n".join(SECOND_BATCH), ";\n".join(FREE_BATCH)
     budget = dpsql.Budget(epsilon=100 * EPSILON)
     cursor = dpsql.connect(data, schema=PEOPLE, budget=budget).cursor()
     _timed("cold", lambda: cursor.execute(first, epsilon=EPSILON).fetch_arrow_tables())
     _timed("different", lambda: cursor.execute(second, epsilon=EPSILON).fetch_arrow_tables())
     _timed("repeat", lambda: cursor.execute(first, epsilon=EPSILON).fetch_arrow_tables())
+    cursor.execute(free, epsilon=EPSILON).fetch_arrow_tables()  # measured and kept
+    _timed("free_repeat", lambda: cursor.execute(free, epsilon=EPSILON).fetch_arrow_tables())
     other = dpsql.connect(data, schema=PEOPLE, budget=budget).cursor()
     _timed("again", lambda: other.execute(first, epsilon=EPSILON, reuse=False).fetch_arrow_tables())
     _timed("different_alone", lambda: other.execute(second, epsilon=EPSILON, reuse=False).fetch_arrow_tables())
+    _timed("free_again", lambda: other.execute(free, epsilon=EPSILON, reuse=False).fetch_arrow_tables())
 
 
 def census_point(count: int, rows: int) -> None:
@@ -306,8 +312,11 @@ NAMED: list[tuple[str, str, dict[str, Any], str, float | None, float | None]] = 
     ("20 statements, 3,213-cell group: cold", "people", {}, "cold", 1.5, None),
     ("a different batch on its columns, same connection (reuse)", "people", {}, "different", 0.2, None),
     ("the same different batch without reuse (warm process)", "people", {}, "different_alone", 0.2, None),
-    ("the first batch repeated: answered free by reuse", "people", {}, "repeat", 0.1, None),
+    ("the first batch repeated (its 3,213-cell group is not kept: measured, combined)", "people", {}, "repeat",
+     None, None),
     ("the first batch again, measured (reuse off, warm process)", "people", {}, "again", None, None),
+    ("a repeated batch answered free by reuse (batches.FREE_BATCH)", "people", {}, "free_repeat", 0.1, None),
+    ("that batch measured again (reuse off, warm process)", "people", {}, "free_again", None, None),
     ("census mix, 100 statements: cold", "census", {"count": 100}, "cold", None, None),
     ("census mix, 1,000 statements: cold", "census", {"count": 1000}, "cold", 5.0, None),
     ("GROUP BY a, b over 10⁴ cells: cold", "group_by", {"cells": 10**4}, "cold", 1.5, None),

@@ -87,7 +87,7 @@ def answer(request: Request, context: Context) -> list[pa.Table]:
     """Every statement's table, in statement order (see the module docstring for the steps): the batch
     is charged once, durably, before any data is read; statements kept releases answer are free."""
     store = context.releases
-    resolved = resolve(request, context.schema, store.kept, store.reductions)
+    resolved = resolve(request, context.schema, store.kept, store.information)
     split = resolved.split
     found: accuracy_target.Target | None = None
     if split.all_free:
@@ -107,7 +107,7 @@ def answer(request: Request, context: Context) -> list[pa.Table]:
                                                    _mechanism(prepared)))
         measured = run(prepared, backend=context.backend, budget=budget, rng=context.rng, progress=request.progress,
                        postprocess=request.postprocess, store=store, combine=request.reuse, merge=False)
-    free = free_tables(split, store.kept() if split.free else [], budget, request.postprocess, store.reductions)
+    free = free_tables(split, store.kept() if split.free else [], budget, request.postprocess, store.information)
     if resolved.target is not None:
         measured = accuracy_target.annotate(measured, found, resolved.target, accuracy_target.statement_ratios(found)
                                             if found is not None else [])
@@ -121,7 +121,7 @@ def explain(request: Request, context: Context) -> str:
     alone, the cost), which statements kept releases answer, the least cost meeting a target, the
     backend and the budget left; nothing is read or spent."""
     store = context.releases
-    resolved = resolve(request, context.schema, lambda: _kept_for_explain(store), store.reductions)
+    resolved = resolve(request, context.schema, lambda: _kept_for_explain(store), store.information)
     split = resolved.split
     reused = "\n".join(explain_lines(split)) + "\n" if split.releases else ""
     if split.all_free:
@@ -134,7 +134,7 @@ def explain(request: Request, context: Context) -> str:
     else:
         prepared = _prepared(resolved, context)
     if split.combined:
-        combined = combined_stddevs(split, prepared, resolved.kept, store.reductions)
+        combined = combined_stddevs(split, prepared, resolved.kept, store.information)
         reused = "\n".join(explain_lines(split, combined)) + "\n"
     check_privacy_unit(resolved.options, prepared.chosen.compiled.table)
     backend = "\n".join([*targeted, context.backend_name])
@@ -147,8 +147,11 @@ def explain(request: Request, context: Context) -> str:
 
 
 def _prepared(resolved: Resolved, context: Context) -> Prepared:
-    """The plan of the measured statements at the batch's cost (no data read)."""
+    """The plan of the measured statements at the batch's cost (no data read): when none is free,
+    the plan the split made to compare kept answers with (the same statements, cost and weights)."""
     assert resolved.cost is not None
+    if resolved.split.plan is not None:
+        return resolved.split.plan
     request = resolved.request
     return prepare(resolved.batch, context.schema, resolved.cost, progress=request.progress, weights=request.weights,
                    statements=resolved.split.measured)
@@ -162,7 +165,7 @@ def _least_cost(resolved: Resolved, context: Context, budget: PrivacyBudget | No
     kept = resolved.kept if split.compiled is not None else []
     return accuracy_target.find(resolved.target, resolved.batch, context.schema, weights=request.weights,
                                 budget=budget, progress=request.progress,
-                                stddevs=stddevs_with(kept, context.releases.reductions),
+                                stddevs=stddevs_with(kept, context.releases.information),
                                 statements=split.measured, targets=split.measured_targets())
 
 

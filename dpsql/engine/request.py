@@ -24,8 +24,8 @@ from dpsql.budget.accounting import PrivacyCost
 from dpsql.engine.plan.prepare import read_batch
 from dpsql.engine.reuse import accuracy_target
 from dpsql.engine.reuse.free import Split, split_batch
-from dpsql.engine.reuse.reuse import Reductions
 from dpsql.errors import PrivacyParameterError, ProgrammingError
+from dpsql.releases.information import KeptInformation
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.schema import Schema
 from dpsql.sql import ir
@@ -103,14 +103,15 @@ class Resolved:
 
 
 def resolve(request: Request, schema: Schema, kept: Callable[[], Sequence[KeptMeasurement]],
-            cache: Reductions) -> Resolved:
+            cache: KeptInformation) -> Resolved:
     """Read ``request`` once: its cost or target, then (with reuse) the kept measurements ``kept()``,
     then the batch, parsed and split into free and measured statements (no data read, nothing charged).
-    ``cache``: the release store's reductions."""
+    ``cache``: the release store's kept information."""
     text, options, cost, target = _priced(request)
     found = kept() if request.reuse else []
     batch = read_batch(text, request.parameters, schema)
-    split = split_batch(batch, schema, found, target, cost=cost, weights=request.weights, cache=cache)
+    split = split_batch(batch, schema, found, target, cost=cost, weights=request.weights, cache=cache,
+                        progress=request.progress)
     return Resolved(request=request, text=text, options=tuple(options), cost=cost, target=target, kept=found,
                     split=split)
 

@@ -5,7 +5,9 @@ Math (numpy only, no SQL or database):
     ``recipes``  a strategy as JSON and back (Kronecker products, stacks, weights, dense or sparse factors);
     ``kept``     one kept measurement y = Ã x + z with its cells, and its JSON form;
     ``reduce``   what a measurement says about a group's cells (the meet of their cells, a Schur complement);
-    ``gls``      generalized least squares over the reduced measurements of one data vector, on a group's cells.
+    ``gls``      generalized least squares over the reduced measurements of one data vector, on a group's cells;
+    ``information``  what a release store keeps of them across batches and stages: reductions, layouts,
+                 each pool's summed information and its factorisation, extended as releases arrive.
 
 Privacy: everything here is post-processing of released noisy values and public plans, so
 answering from kept measurements costs nothing (Dwork and Roth, "The Algorithmic Foundations of

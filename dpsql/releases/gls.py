@@ -75,11 +75,27 @@ def pool(members: Sequence[KeptMeasurement], parts: Sequence[tuple[FloatArray, F
          lift: IntArray) -> Pool | None:
     """Sum the reduced information ``parts`` ((S_i, r_i) over the target cells) and factor it (one
     symmetric eigendecomposition); None if LAPACK cannot (then nothing is answered from them)."""
-    n = lift.size
-    information, score = np.zeros((n, n)), np.zeros(n)
+    information, score = summed(parts, lift.size)
+    return factor(members, information, score, lift)
+
+
+def summed(parts: Sequence[tuple[FloatArray, FloatArray]], cells: int,
+           start: tuple[FloatArray, FloatArray] | None = None) -> tuple[FloatArray, FloatArray]:
+    """(Σ S_i, Σ r_i) over ``cells`` target cells, added in order onto ``start`` (a sum of earlier
+    parts, left untouched; default zeros): the same floating-point sums as adding every part to zeros."""
+    information, score = (np.zeros((cells, cells)), np.zeros(cells)) if start is None else \
+        (start[0].copy(), start[1].copy())
     for S, r in parts:
         information += S
         score += r
+    return information, score
+
+
+def factor(members: Sequence[KeptMeasurement], information: FloatArray, score: FloatArray,
+           lift: IntArray) -> Pool | None:
+    """The pool of the information M = ``information`` and score b = ``score``: one symmetric
+    eigendecomposition of M (None if M is not finite or LAPACK cannot factor it)."""
+    n = lift.size
     if not np.all(np.isfinite(information)) or not np.all(np.isfinite(score)):
         return None
     try:

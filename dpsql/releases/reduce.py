@@ -187,7 +187,7 @@ def _on_classes(M: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, 
     n = classes.size
     members = np.flatnonzero(classes >= 0)
     U = sp.csr_array((scale[classes[members]], (members, classes[members])), shape=(n, t))
-    N = _contrasts(classes)
+    N = contrasts(classes)
     MU, MN = np.asarray(M @ U), np.asarray(M @ N)
     Muu, Mun, Mnn = np.asarray(U.T @ MU), np.asarray(U.T @ MN), np.asarray(N.T @ MN)
     eigenvalues, vectors = np.linalg.eigh(Mnn) if Mnn.size else (np.zeros(0), np.zeros((0, 0)))
@@ -201,32 +201,30 @@ def _on_classes(M: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, 
     return S_phi * np.outer(scale, scale) * np.outer(sizes > 0, sizes > 0), r_phi * scale
 
 
-def _contrasts(classes: IntArray) -> sp.csc_array:
+def contrasts(classes: IntArray) -> sp.csc_array:
     """An orthonormal basis of the vectors over K's cells that sum to zero within every class (and
-    are free on cells of no class): Helmert contrasts per class, unit vectors for the rest."""
-    rows: list[IntArray] = []
-    columns: list[IntArray] = []
-    values: list[FloatArray] = []
-    column = 0
+    are free on cells of no class): Helmert contrasts per class, unit vectors for the rest. Columns
+    class by class (cells of no class first), within a class of members m_0 … m_{k-1} (cell order)
+    the j-th (j = 1 … k-1) is (1, …, 1, −j, 0, …)/√(j(j+1)) over m_0 … m_j."""
     order = np.argsort(classes, kind="stable")
-    boundaries = np.flatnonzero(np.diff(classes[order])) + 1
-    for members in np.split(order, boundaries):
-        if members.size == 0:
-            continue
-        if classes[members[0]] < 0:  # cells no row falls in: free directions
-            count = members.size
-            rows.append(members)
-            columns.append(column + np.arange(count))
-            values.append(np.ones(count))
-            column += count
-            continue
-        for j in range(1, members.size):  # (1, …, 1, −j, 0, …)/√(j(j+1))
-            norm = 1.0 / np.sqrt(j * (j + 1.0))
-            rows.append(members[: j + 1])
-            columns.append(np.full(j + 1, column))
-            values.append(np.concatenate([np.full(j, norm), [-j * norm]]))
-            column += 1
-    if not rows:
-        return sp.csc_array((classes.size, 0))
-    return sp.csc_array((np.concatenate(values), (np.concatenate(rows), np.concatenate(columns))),
-                        shape=(classes.size, column))
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(classes[order])) + 1]) if classes.size else \
+        np.zeros(0, dtype=np.int64)
+    sizes = np.diff(np.concatenate([starts, [classes.size]])).astype(np.int64)
+    free = classes[order[starts]] < 0 if classes.size else np.zeros(0, dtype=bool)
+    # per column: where its class starts among the sorted cells, and j (0: a unit vector of a free cell)
+    per_class = np.where(free, sizes, sizes - 1)
+    start = np.repeat(starts, per_class)
+    within = np.arange(int(per_class.sum())) - np.repeat(np.cumsum(per_class) - per_class, per_class)
+    unit = np.repeat(free, per_class)
+    j = np.where(unit, 0, within + 1)
+    start = np.where(unit, start + within, start)
+    # per entry: its column, its place t among the column's rows, and the value
+    entries = j + 1
+    column = np.repeat(np.arange(j.size), entries)
+    t = np.arange(int(entries.sum())) - np.repeat(np.cumsum(entries) - entries, entries)
+    jj = j[column].astype(np.float64)
+    safe = np.maximum(jj, 1.0)
+    norm = 1.0 / np.sqrt(safe * (safe + 1.0))
+    values = np.where(jj > 0, np.where(t < jj, norm, -jj * norm), 1.0)
+    rows = order[start[column] + t]
+    return sp.csc_array((values, (rows, column)), shape=(classes.size, j.size))

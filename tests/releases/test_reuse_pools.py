@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from dpsql.matrix.workloads import Explicit
 from dpsql.releases.gls import Pool, pool
 from dpsql.releases.kept import KeptMeasurement
-from dpsql.releases.reduce import cell_map, meet, reduce, refinement
+from dpsql.releases.reduce import cell_map, contrasts, meet, reduce, refinement
 
 BASE = {"a": 6, "b": 3}  # base cells per column (the last one the outside cell)
 
@@ -191,3 +191,23 @@ def test_a_measurement_over_the_groups_cells_is_the_matrix_mechanisms_own_answer
     w = np.array([[1.0, -1.0, 0.5]])
     assert found.values(w)[0] == pytest.approx(float((w @ np.linalg.pinv(A) @ member.y)[0]), rel=1e-9)
     assert found.covariances(w, w)[0] == pytest.approx(float((2.0 * w @ np.linalg.inv(A.T @ A) @ w.T)[0, 0]), rel=1e-9)
+
+
+@settings(max_examples=80, deadline=None)
+@given(classes=st.lists(st.integers(-1, 6), min_size=0, max_size=40))
+def test_within_class_contrasts_are_an_orthonormal_basis_of_the_nuisance(classes: list[int]) -> None:
+    """``reduce.contrasts``: orthonormal columns, each summing to zero within every class, as many as
+    there are cells beyond one per class (free cells: unit vectors), the Helmert pattern column by column."""
+    labels = np.asarray(classes, dtype=np.int64)
+    N = contrasts(labels).toarray()
+    kinds = {c for c in classes if c >= 0}
+    assert N.shape == (labels.size, labels.size - len(kinds))
+    np.testing.assert_allclose(N.T @ N, np.eye(N.shape[1]), atol=1e-12)
+    for c in kinds:
+        np.testing.assert_allclose(N[labels == c].sum(axis=0), 0.0, atol=1e-12)
+    members = np.flatnonzero(labels == min(kinds)) if kinds else np.zeros(0, dtype=np.int64)
+    for j in range(1, members.size):  # the first class's columns: (1, …, 1, −j)/√(j(j+1)) over its first j + 1 cells
+        column = N[:, int(np.sum(labels < 0)) + j - 1]
+        norm, expected = 1.0 / np.sqrt(j * (j + 1.0)), np.zeros(labels.size)
+        expected[members[:j]], expected[members[j]] = norm, -j * norm
+        np.testing.assert_array_equal(column, expected)

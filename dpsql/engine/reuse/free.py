@@ -33,8 +33,10 @@ from dpsql.engine.plan.residual_route import ResidualPlan
 from dpsql.engine.plan.routes import Prepared
 from dpsql.engine.reuse import accuracy_target
 from dpsql.engine.reuse.predicted import block_answers, predicted_stddevs
-from dpsql.engine.reuse.reuse import Reductions, Reuse, Sources, not_kept_reason, planned_answers, reuse_entry
+from dpsql.engine.reuse.reuse import Reuse, Sources, not_kept_reason, planned_answers, reuse_entry
 from dpsql.planning import mechanism
+from dpsql.planning.planner import Progress
+from dpsql.releases.information import KeptInformation
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.schema import Schema
 from dpsql.sql import ir
@@ -64,6 +66,9 @@ class Split:
     cost: PrivacyCost | None = None
     #: Per statement, how many kept measurements the pools' work bound left out.
     left_out: Mapping[int, int] = field(default_factory=dict)
+    #: The whole batch's plan at ``cost`` without reuse when no statement is free: the plan of the
+    #: measured statements, planned once (``paid`` read it).
+    plan: Prepared | None = None
 
     def measured_targets(self) -> tuple[accuracy_target.StatementTarget, ...] | None:
         """The measured statements' targets (None: the search reads them from its own plan)."""
@@ -84,13 +89,14 @@ class Split:
 
 def split_batch(batch: ir.Batch, schema: Schema, kept: Sequence[KeptMeasurement],
                 request: accuracy_target.Request | None = None, *, cost: PrivacyCost | None = None,
-                weights: Sequence[float] | None = None, cache: Reductions | None = None) -> Split:
+                weights: Sequence[float] | None = None, cache: KeptInformation | None = None,
+                progress: Progress | None = None) -> Split:
     """Which statements of ``batch`` (as :func:`dpsql.engine.plan.prepare.read_batch` read it) the kept
     measurements already answer well enough (no data read). With an accuracy ``request``, a
     statement is free only if its every answer already meets its target; it must then be a plain
     COUNT/SUM statement, whose standard errors do not depend on the data. With a ``cost``, only if
     none of its answers' variances exceeds what the batch's plan at that cost (with ``weights``)
-    gives it without reuse. ``cache``: the store's reductions."""
+    gives it without reuse (``progress``: that plan's progress). ``cache``: the store's kept information."""
     everything = tuple(range(len(batch.statements)))
     if not kept:
         return Split(batch=batch, compiled=None, free={}, releases={}, measured=everything, cost=cost)
@@ -99,13 +105,15 @@ def split_batch(batch: ir.Batch, schema: Schema, kept: Sequence[KeptMeasurement]
         return Split(batch=batch, compiled=None, free={}, releases={}, measured=everything, cost=cost)
     targets = None if request is None else accuracy_target.statement_targets(
         batch, request.max_stddev, request.max_relative_stddev, compiled.statements)
-    reuse = Reuse(compiled=compiled, kept=kept, cache=cache if cache is not None else {})
+    reuse = Reuse(compiled=compiled, kept=kept, cache=cache if cache is not None else KeptInformation())
     answerable = {s: found for s in everything if (found := reuse.statement_answers(s)) is not None}
     paid: dict[int, list[FloatArray]] = {}
+    plan: Prepared | None = None
     if targets is not None:
         free = {s: found for s, found in answerable.items() if _meets(compiled.statements[s], found, targets[s])}
     elif cost is not None and answerable:
-        paid = _paid_variances(batch, schema, cost, weights, answerable)
+        plan = prepare(batch, schema, cost, progress=progress, weights=weights)
+        paid = _paid_variances(plan, answerable)
         free = {s: found for s, found in answerable.items()
                 if _no_worse(_variances(compiled.statements[s], found), paid[s])}
     else:
@@ -115,8 +123,9 @@ def split_batch(batch: ir.Batch, schema: Schema, kept: Sequence[KeptMeasurement]
             for s in part:
                 free.pop(s, None)
     left = {s: count for s in answerable if (count := len(reuse.left_out_of(s)))}
+    measured = tuple(s for s in everything if s not in free)
     return Split(batch=batch, compiled=compiled, free=free, releases={s: reuse.sources_of(s) for s in answerable},
-                 measured=tuple(s for s in everything if s not in free), targets=targets,
+                 measured=measured, targets=targets, plan=plan if measured == everything else None,
                  combined={s: found for s, found in answerable.items() if s not in free},
                  paid={s: float(np.sqrt(max((float(v.max()) for v in variances if v.size), default=0.0)))
                        for s, variances in paid.items()},
@@ -128,10 +137,9 @@ def _variances(statement: CompiledStatement, answers: Mapping[AnswerKey, mechani
     return [answers[AnswerKey(statement.group, p)].variances for output in statement.aggregates for p in output.blocks]
 
 
-def _paid_variances(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: Sequence[float] | None,
-                    statements: Iterable[int]) -> dict[int, list[FloatArray]]:
-    """Per listed statement, its blocks' variances under the whole batch's plan at ``cost`` without reuse."""
-    plan = prepare(batch, schema, cost, weights=weights).chosen
+def _paid_variances(prepared: Prepared, statements: Iterable[int]) -> dict[int, list[FloatArray]]:
+    """Per listed statement, its blocks' variances under the whole batch's plan at its cost without reuse."""
+    plan = prepared.chosen
     assert isinstance(plan, GroupsPlan | ResidualPlan)
     answers = block_answers(plan)
     return {s: _variances(plan.compiled.statements[s], answers) for s in statements}
@@ -161,7 +169,7 @@ def _stddevs(statement: CompiledStatement, answers: Mapping[AnswerKey, mechanism
             for output in statement.aggregates if len(output.blocks) == 1}
 
 
-def stddevs_with(kept: Sequence[KeptMeasurement], cache: Reductions | None = None) -> accuracy_target.Stddevs:
+def stddevs_with(kept: Sequence[KeptMeasurement], cache: KeptInformation | None = None) -> accuracy_target.Stddevs:
     """The accuracy search's predicted stddevs once a plan's measurements join ``kept`` (GLS)."""
     def answers(plan: GroupsPlan | ResidualPlan) -> Mapping[AnswerKey, mechanism.Answers]:
         alone = block_answers(plan)
@@ -173,7 +181,7 @@ def stddevs_with(kept: Sequence[KeptMeasurement], cache: Reductions | None = Non
 
 
 def combined_stddevs(split: Split, prepared: Prepared, kept: Sequence[KeptMeasurement],
-                     cache: Reductions | None = None) -> dict[int, float]:
+                     cache: KeptInformation | None = None) -> dict[int, float]:
     """Per statement measured and combined (by batch statement), its largest predicted stddev once
     the plan's measurements join the kept ones (no data read)."""
     plan = prepared.chosen
@@ -199,13 +207,13 @@ def _union_parts(batch: ir.Batch) -> list[list[int]]:
 
 
 def free_tables(split: Split, kept: Sequence[KeptMeasurement], budget: PrivacyBudget,
-                postprocess: Sequence[str] = (), cache: Reductions | None = None) -> dict[int, pa.Table]:
+                postprocess: Sequence[str] = (), cache: KeptInformation | None = None) -> dict[int, pa.Table]:
     """The free statements' tables, answered over every kept measurement (those measured since the
     split included; a statement no longer determined by the pool keeps its split-time answers)."""
     if not split.free:
         return {}
     assert split.compiled is not None
-    reuse = Reuse(compiled=split.compiled, kept=kept, cache=cache if cache is not None else {})
+    reuse = Reuse(compiled=split.compiled, kept=kept, cache=cache if cache is not None else KeptInformation())
     answers: dict[AnswerKey, mechanism.Answers] = {}
     used: dict[int, Sources] = {}
     for statement, earlier in split.free.items():

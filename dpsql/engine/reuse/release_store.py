@@ -23,20 +23,22 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from dpsql.budget.account import Account
 from dpsql.budget.accounting import PrivacyBudget
 from dpsql.budget.records import shares_releases
 from dpsql.errors import LedgerError, ProgrammingError
+from dpsql.releases.information import KeptInformation
 from dpsql.releases.kept import KeptMeasurement, payload, read_payload
 
 
 class ReleaseStore(Protocol):
-    """The kept releases of one dataset under one schema, and the reductions of their measurements
-    computed so far (``dpsql.engine.reuse.reuse.Reuse.cache``: kept across the batches of a connection)."""
+    """The kept releases of one dataset under one schema, and the information of their measurements
+    computed so far (:mod:`dpsql.releases.information`, ``dpsql.engine.reuse.reuse.Reuse.cache``: kept
+    across the batches of a connection and the stages of each)."""
 
-    reductions: dict[Any, Any]
+    information: KeptInformation
 
     def kept(self) -> list[KeptMeasurement]:
         """Every kept measurement, each knowing its release's id."""
@@ -53,7 +55,7 @@ class MemoryStore:
 
     releases: list[list[KeptMeasurement]] = field(default_factory=list)
     summaries: list[list[str]] = field(default_factory=list)
-    reductions: dict[Any, Any] = field(default_factory=dict)
+    information: KeptInformation = field(default_factory=KeptInformation)
 
     def kept(self) -> list[KeptMeasurement]:
         return [m for release in self.releases for m in release]
@@ -73,7 +75,7 @@ class LedgerStore:
     account: Account
     schema: str
     identity: str = ""  # the backend's identity (a database file's path and inode), for the data version
-    reductions: dict[Any, Any] = field(default_factory=dict)
+    information: KeptInformation = field(default_factory=KeptInformation)
     #: Releases already read, by id: their stored text and measurements (each measurement caches its
     #: information matrix, so a long session does not recompute every release's on every batch).
     _read: dict[int, tuple[str, list[KeptMeasurement]]] = field(default_factory=dict)

@@ -47,10 +47,11 @@ from dpsql.engine.measuring.measurements import PlannedVector
 from dpsql.engine.reuse.release_store import ReleaseStore
 from dpsql.matrix.workloads import Workload
 from dpsql.planning import mechanism
-from dpsql.releases.gls import Pool, pool
+from dpsql.releases.gls import Pool
+from dpsql.releases.information import KeptInformation, cells_key
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.releases.recipes import NotKeptError, to_recipe
-from dpsql.releases.reduce import Axes, Meet, cell_map, meet, reduce, reduction_work, refinement
+from dpsql.releases.reduce import Meet, reduce, reduction_work
 from dpsql.schema import Table, measure_quantum
 from dpsql.sql.axes import Axis
 from dpsql.sql.compile import CompiledBatch, CompiledGroup
@@ -70,8 +71,6 @@ REUSE_CELLS = 1024
 #: cells, whatever it needs) one pool may take for the releases kept before the batch: 16 reductions of the
 #: largest kept size, a few seconds of CPU in all (each is remembered for the connection's later batches).
 MAX_POOL_WORK = 16 * reduction_work(REUSE_CELLS)
-#: Bytes of reductions a store remembers across batches (then it forgets them all and starts again).
-CACHED_REDUCTION_BYTES = 2**28
 
 
 def not_kept_reason(table: Table) -> str | None:
@@ -191,10 +190,6 @@ def sources(members: Iterable[KeptMeasurement]) -> Sources:
                    others=frozenset(r for r, shared in found if shared))
 
 
-#: A pool's reductions, by the measurements reduced together and their meet with the group's cells.
-Reductions = dict[tuple[tuple[tuple[int, int], ...], bytes], tuple[FloatArray, FloatArray]]
-
-
 @dataclass(slots=True, kw_only=True)
 class Reuse:
     """Answering statements of one compiled batch from kept measurements (pools built once per
@@ -215,8 +210,9 @@ class Reuse:
     keys: Mapping[tuple[int, DataVector], tuple[str, float]] = field(default_factory=dict)
     #: The release whose measurements join every pool whatever the bound: the batch's own (measured, or planned).
     first: int | None = None
-    #: Reductions computed before (a store keeps them across batches); only kept releases' are cached.
-    cache: Reductions = field(default_factory=dict)
+    #: Reductions and pools computed before (a store keeps them across batches and the stages of one;
+    #: :mod:`dpsql.releases.information`); only kept releases' are kept.
+    cache: KeptInformation = field(default_factory=KeptInformation)
     _pools: dict[tuple[int, str], Pool | None] = field(default_factory=dict)
     #: Per pool, the kept measurements the work bound left out.
     left_out: dict[tuple[int, str], list[KeptMeasurement]] = field(default_factory=dict)
@@ -248,7 +244,7 @@ class Reuse:
         classes: dict[tuple[tuple[str, bytes], ...], list[KeptMeasurement]] = {}
         for kept in self.kept:
             if kept.table == table.name and kept.vector == key[1]:
-                classes.setdefault(_cells_of(kept.axes), []).append(kept)
+                classes.setdefault(cells_key(kept.axes), []).append(kept)
         work, admitted, left = 0, [], []
         for measured in sorted(classes.values(), key=lambda ms: min(m.release for m in ms)):  # oldest cells first
             earlier = [m for m in measured if m.release != self.first]
@@ -265,31 +261,23 @@ class Reuse:
             self.left_out[key] = left
         if not admitted:
             return None
-        target = refinement(axes, [measured[0].axes for measured in admitted], REUSE_CELLS)
-        lift = cell_map(target, axes)
-        members, parts = [], []
-        for measured in admitted:
-            found = meet(measured[0].axes, target)
-            members.extend(measured)
-            parts.append(self._reduced(measured, found))
-            lift = np.where(found.of_group < 0, -1, lift)
-        return pool(members, parts, lift)
+        layout = self.cache.layout(axes, [measured[0].axes for measured in admitted], REUSE_CELLS)
+        return self.cache.pool((self.compiled.table.name, key[1], layout.key),
+                               [tuple(m.identity for m in measured) for measured in admitted],
+                               [_is_kept(measured) for measured in admitted],
+                               [m for measured in admitted for m in measured], layout.lift,
+                               lambda i: self._reduced(admitted[i], layout.meets[i]))
 
     def _reduced(self, members: Sequence[KeptMeasurement], found: Meet) -> tuple[FloatArray, FloatArray]:
         """Members over the same cells, their information summed and reduced onto the group's cells."""
-        cacheable = all(m.release != NEW_RELEASE and m.release != 0 for m in members)
-        name = (tuple(m.identity for m in members), found.of_group.tobytes() + b"|" + found.of_measured.tobytes())
-        if cacheable and name in self.cache:
-            return self.cache[name]
-        information = sum(m.information()[0] for m in members)
-        score = sum(m.information()[1] for m in members)
-        found_parts = reduce(np.asarray(information), np.asarray(score), found)
-        if cacheable:
-            if sum(S.nbytes + r.nbytes for S, r in self.cache.values()) + found_parts[0].nbytes \
-                    > CACHED_REDUCTION_BYTES:
-                self.cache.clear()
-            self.cache[name] = found_parts
-        return found_parts
+        def compute() -> tuple[FloatArray, FloatArray]:
+            information = sum(m.information()[0] for m in members)
+            score = sum(m.information()[1] for m in members)
+            return reduce(np.asarray(information), np.asarray(score), found)
+
+        return self.cache.reduction(tuple(m.identity for m in members),
+                                    found.of_group.tobytes() + b"|" + found.of_measured.tobytes(),
+                                    compute, _is_kept(members))
 
     def statement_answers(self, statement: int) -> dict[AnswerKey, mechanism.Answers] | None:
         """Every block of a statement answered from the pools, with covariances between blocks that
@@ -335,9 +323,9 @@ class Reuse:
         return [m for key in sorted(keys) for m in self.left_out.get(key, [])]
 
 
-def _cells_of(axes: Axes) -> tuple[tuple[str, bytes], ...]:
-    """A measurement's cells as a key: per axis, its key and map from base cells."""
-    return tuple((name, np.asarray(cells, dtype=np.int64).tobytes()) for name, cells in axes)
+def _is_kept(members: Sequence[KeptMeasurement]) -> bool:
+    """Whether measurements are all of kept releases (a planned one's values and variance are not final)."""
+    return all(m.release != NEW_RELEASE and m.release != 0 for m in members)
 
 
 def answer_all(reuse: Reuse, answers: AnswerSet, statements: Iterable[int],
@@ -365,11 +353,11 @@ def measured_keys(measured: Sequence[MeasuredVector]) -> dict[tuple[int, DataVec
 
 def planned_answers(compiled: CompiledBatch, measurements: Sequence[PlannedVector], kept: Sequence[KeptMeasurement],
                     alone: Mapping[AnswerKey, mechanism.Answers],
-                    cache: Reductions | None = None) -> dict[AnswerKey, mechanism.Answers]:
+                    cache: KeptInformation | None = None) -> dict[AnswerKey, mechanism.Answers]:
     """Each block's variances (and covariances) once the planned measurements join the kept ones
     (GLS over all of them; no data: the new measurements' strategies and calibrated noise variances
     are public, the values are zeros). ``alone``: the blocks under the plan by itself, kept where
-    no pool applies. ``cache``: a store's reductions of its kept measurements."""
+    no pool applies. ``cache``: a store's information of its kept measurements."""
     result = dict(alone)
     if not kept or not_kept_reason(compiled.table) is not None:
         return result
@@ -387,7 +375,7 @@ def planned_answers(compiled: CompiledBatch, measurements: Sequence[PlannedVecto
             axes=group_axes(group, table), strategy=calibration.strategy, y=np.zeros(calibration.strategy.shape[0]),
             noise_variance=calibration.variance, release=NEW_RELEASE))
     reuse = Reuse(compiled=compiled, kept=[*kept, *hypothetical], first=NEW_RELEASE,
-                  cache=cache if cache is not None else {})
+                  cache=cache if cache is not None else KeptInformation())
     for s in range(len(compiled.statements)):
         found = reuse.statement_answers(s)
         if found is not None:
@@ -417,7 +405,11 @@ def keep_and_answer(compiled: CompiledBatch, measured: Sequence[MeasuredVector],
         if kept or skipped else None
     if not combine or not_kept_reason(compiled.table) is not None:
         return answers, {}
-    reuse = Reuse(compiled=compiled, kept=store.kept(), keys=measured_keys(measured), first=own, cache=store.reductions)
+    everything = store.kept()
+    if all(m.release == own for m in everything if m.table == compiled.table.name):
+        return answers, {}  # nothing kept before: every statement keeps its own release's answers (answer_all)
+    reuse = Reuse(compiled=compiled, kept=everything, keys=measured_keys(measured), first=own,
+                  cache=store.information)
     return answer_all(reuse, answers, range(len(compiled.statements)), own)
 
 
