@@ -343,7 +343,7 @@ def verdict(seconds: float | None, megabytes: float | None, cpu: float | None, m
 
 
 def named_cases(args: argparse.Namespace) -> None:
-    print(f"\n## (n) Issue 31's named cases over {args.rows:,} rows (CPU s; peak resident MB of the point's process)")
+    print(f"\n## (n) Named cases over {args.rows:,} rows (CPU s; peak resident MB of the point's process)")
     print("| case | CPU s | peak MB | target | |")
     print("|---|---:|---:|---|---|")
     runs: dict[str, dict[str, float]] = {}
@@ -369,7 +369,7 @@ def end_to_end(args: argparse.Namespace) -> None:
     cold, fresh = measure({"mode": "execute", "count": 20, "cells": 256, "rows": args.rows}, args.max_seconds)
     print(f"cold {_s(cold.get('first'))}; warm {_s(cold.get('again'))}; warm, new process {_s(fresh.get('first'))}; "
           f"DuckDB exact, one by one: {_s(cold.get('duckdb'))}")
-    print(f"target (issue 31: ≤ 20 statements, groups ≤ 10⁴ cells): cold ≤ 1.5 s: "
+    print(f"target (≤ 20 statements, groups ≤ 10⁴ cells): cold ≤ 1.5 s: "
           f"{verdict(cold.get('first'), None, 1.5, None)}")
 
 

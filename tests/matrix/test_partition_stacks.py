@@ -8,7 +8,6 @@ import itertools
 import numpy as np
 import pytest
 
-from dpsql.matrix import partitions
 from dpsql.matrix.partitions import partition_form
 from dpsql.matrix.workloads import Explicit, Identity, Ranges, VStack, Weighted
 
@@ -28,14 +27,28 @@ def _brute_partition(dense: np.ndarray) -> bool:
     return True
 
 
-def test_a_stack_that_is_no_partition_stops_at_the_breaking_block(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = []
-    form = partitions._form
-    monkeypatch.setattr(partitions, "_form", lambda W, *, owners: calls.append(W) or form(W, owners=owners))
-    n = 100
-    blocks = [Identity(n), Ranges(n, [(3, 40)])] + [Ranges(n, [(i, i + 1)]) for i in range(0, 98, 2)] * 4
-    assert partition_form(VStack(blocks)) is None
-    assert len(calls) <= 3  # the stack, the identity, the overlapping range: not the ~200 blocks after it
+class _ReadRanges(Ranges):
+    """Ranges that record when a partition form reads their intervals (``lo``)."""
+
+    def __init__(self, n: int, intervals: list[tuple[int, int]], reads: list[int]) -> None:
+        super().__init__(n, intervals)
+        self.reads = reads
+
+    @property
+    def lo(self) -> np.ndarray:
+        self.reads.append(1)
+        return super().lo
+
+
+def test_a_stack_that_is_no_partition_stops_at_the_breaking_block() -> None:
+    n, reads = 100, []
+    later = [_ReadRanges(n, [(i, i + 1)], reads) for i in range(0, 98, 2)] * 4
+    stack, partition = (VStack([Identity(n), Ranges(n, [(3, 40)]), *later]),
+                        VStack([Identity(n), *(_ReadRanges(n, [(i, i)], reads) for i in range(3))]))
+    reads.clear()  # building a stack reads each block's shape
+    assert partition_form(stack) is None
+    assert reads == []  # the overlapping range ends the search: none of the ~200 blocks after it is read
+    assert partition_form(partition) is not None and reads  # a partition reads every block
 
 
 @pytest.mark.parametrize("seed", range(40))
