@@ -15,6 +15,7 @@ vectors), ``_quadratic_diag_dense`` (diag(A M Aᵀ) for a dense M) and ``integra
 from __future__ import annotations
 
 import functools
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from functools import cached_property
@@ -473,7 +474,8 @@ class Kron(Workload):
 
     @property
     def shape(self) -> tuple[int, int]:
-        return (int(np.prod([f.shape[0] for f in self.factors])), int(np.prod([f.shape[1] for f in self.factors])))
+        shapes = [f.shape for f in self.factors]  # math.prod: exact ints, without numpy's per-call overhead
+        return math.prod(rows for rows, _ in shapes), math.prod(cols for _, cols in shapes)
 
     def _apply(self, X: FloatArray, transpose: bool) -> FloatArray:
         k = X.shape[1]

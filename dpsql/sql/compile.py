@@ -183,17 +183,25 @@ class StatementMemo:
     on where its blocks fall), and on an axis whose column it neither groups nor filters on only
     through that axis's size (its factor there is a row of ones), so a search that compiles many
     candidate groups (``engine.plan.grouping``) compiles each statement once per distinct set of
-    cells of its own columns, not once per candidate group."""
+    cells of its own columns, not once per candidate group.
 
-    def __init__(self) -> None:
+    ``same`` (optional, one entry per statement of the batch) names for each statement the first
+    statement of the batch that asks exactly what it asks (its spans aside: ``ir.Span`` says where a
+    statement is, not what it asks): identical statements are compiled once, each copy keeping its
+    own ``statement`` (a batch of 1,000 statements repeats many, e.g. the same GROUP BY)."""
+
+    def __init__(self, same: Sequence[int] | None = None) -> None:
         self.compiled: dict[tuple[int, tuple[tuple[str, bytes | int], ...]],
                             tuple[tuple[Block, ...], CompiledStatement]] = {}
         self.touched: dict[int, frozenset[str]] = {}  # each statement's columns
+        self.same = tuple(same) if same is not None else None
         self.compilations = 0  # statements compiled, not read from the memo (tests count them)
 
     def statement(self, compiler: _StatementCompiler, index: int, statement: ir.Statement) -> CompiledStatement:
         """``statement`` (the batch's ``index``-th) compiled over ``compiler``'s axes, its blocks appended
         to the compiler's: compiled once, then copied with its block indices moved to where they fall."""
+        if self.same is not None:
+            index = self.same[index]
         touched = self.touched.get(index)
         if touched is None:
             touched = self.touched[index] = frozenset(c.name for c in _touched_columns([statement], compiler.table))
@@ -208,8 +216,18 @@ class StatementMemo:
             return found
         blocks, known = self.compiled[key]
         compiler.blocks.extend(blocks)
-        moved = tuple(replace(a, blocks=tuple(b + offset for b in a.blocks)) for a in known.aggregates)
-        return replace(known, group=compiler.group, aggregates=moved)
+        moved = tuple(_own_aggregate(a, own, offset) for a, own in zip(known.aggregates, statement.aggregates,
+                                                                        strict=True))
+        return replace(known, statement=statement, group=compiler.group, aggregates=moved)
+
+
+def _own_aggregate(known: OutputAggregate, own: ir.Aggregate, offset: int) -> OutputAggregate:
+    """``known`` (compiled for a statement identical to ``own``'s) with ``own``'s aggregate (its spans)
+    and its block indices moved by ``offset``."""
+    quantile = known.quantile
+    if quantile is not None and own.quantile is not None:
+        quantile = replace(quantile, spec=own.quantile)
+    return replace(known, aggregate=own, blocks=tuple(b + offset for b in known.blocks), quantile=quantile)
 
 
 def compile_group(batch: ir.Batch, table: sch.Table, members: Sequence[int], index: int = 0,

@@ -1,5 +1,7 @@
 """Statement groups' plans cached by group (issue 31, item 3): a batch sharing groups with an earlier
-one reuses their candidate scores, and its plan is exactly the plan it gets cold."""
+one reuses their candidate scores, and its plan is exactly the plan it gets cold. Identical statements
+of one batch (a batch of 1,000 repeats many) are compiled once in the group search, each copy keeping
+its own statement, and the plan is exactly the plan found compiling every copy."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dpsql import engine
 from dpsql.budget.accounting import PrivacyCost
@@ -16,6 +20,7 @@ from dpsql.engine.plan.routes import Prepared
 from dpsql.engine.plan.weighing import Weighing
 from dpsql.planning import plan_cache
 from dpsql.schema import Schema
+from dpsql.sql.compile import StatementMemo, batch_table, compile_group
 from dpsql.sql.parse import parse_batch
 
 COLUMNS: dict[str, dict[str, Any]] = {
@@ -69,10 +74,14 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     plan_cache.clear_memory()
 
 
-def _cold(statements: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **options: Any) -> Prepared:
-    """``statements`` planned with empty caches (another cache folder, nothing in memory)."""
+def _cold(statements: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dedup: bool = True,
+          **options: Any) -> Prepared:
+    """``statements`` planned with empty caches (another cache folder, nothing in memory); ``dedup``
+    False: every statement compiled on its own in the group search, copies too."""
     with monkeypatch.context() as local:
         local.setenv("DPSQL_CACHE_DIR", str(tmp_path / f"cold-{len(list(tmp_path.iterdir()))}"))
+        if not dedup:
+            local.setattr(grouping, "same_statements", lambda digests: list(range(len(digests))))
         plan_cache.clear_memory()
         prepared = _prepare(statements, **options)
     plan_cache.clear_memory()
@@ -164,3 +173,65 @@ def test_a_damaged_group_entry_is_scored_again(private_cache: Path, monkeypatch:
     assert damaged
     plan_cache.clear_memory()
     assert _summary(_prepare(CHANGED)) == cold
+
+
+#: Statements over ``t`` sampled with repeats.
+POOL = ["SELECT g, COUNT(*) AS n FROM t GROUP BY g", "SELECT y, COUNT(*) AS n FROM t GROUP BY y", *FIRST]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(statements=st.lists(st.sampled_from(POOL), min_size=2, max_size=12))
+def test_a_batch_with_repeated_statements_is_planned_as_without_deduplication(
+        statements: list[str], tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path_factory.mktemp("dedup")
+    deduplicated = _cold(statements, folder, monkeypatch)
+    every_copy = _cold(statements, folder, monkeypatch, dedup=False)
+    assert _summary(deduplicated) == _summary(every_copy)
+    assert deduplicated.groups.weights == every_copy.groups.weights
+    assert deduplicated.groups.guard_notes == every_copy.groups.guard_notes
+    assert [repr(e) for e in deduplicated.groups.statement_errors()] == \
+        [repr(e) for e in every_copy.groups.statement_errors()]  # each statement's own expected error
+    own = parse_batch(";\n".join(statements), None).statements
+    assert [c.statement for c in deduplicated.groups.compiled.statements] == list(own)
+
+
+def test_copies_of_a_statement_are_compiled_once_in_the_group_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    memos: list[StatementMemo] = []
+
+    class Counting(StatementMemo):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            memos.append(self)
+
+    copies = 20
+    monkeypatch.setattr(grouping, "StatementMemo", Counting)
+    _prepare([POOL[0]] * copies + [FIRST[0]] * copies + [FIRST[1]])
+    compiled = {key for memo in memos for key in memo.compiled}
+    assert memos and {index for index, _ in compiled} == {0, copies, 2 * copies}  # each statement's first copy
+    assert sum(memo.compilations for memo in memos) == len(compiled)
+
+
+def test_the_memo_compiles_identical_statements_once_each_copy_keeping_its_own_statement() -> None:
+    batch = parse_batch(";\n".join([POOL[0], FIRST[0], POOL[0], POOL[0]]), None)
+    table = batch_table(batch, _schema())
+    digests = grouping.statement_digests(batch)
+    assert digests[0] == digests[2] == digests[3] != digests[1]
+    assert grouping.same_statements(digests) == [0, 1, 0, 0]
+    memo = StatementMemo(grouping.same_statements(digests))
+    group, compiled = compile_group(batch, table, [0, 1, 2, 3], memo=memo)
+    assert memo.compilations == 2
+    plain, expected = compile_group(batch, table, [0, 1, 2, 3])
+    assert [c.statement for c in compiled] == list(batch.statements)  # each its own spans
+    assert [a.aggregate for c in compiled for a in c.aggregates] == [a for s in batch.statements for a in s.aggregates]
+    assert [(c.group, c.group_axes, c.aggregates) for c in compiled] == \
+        [(c.group, c.group_axes, c.aggregates) for c in expected]
+    assert [(b.data, b.kind, b.scale, b.bias) for b in group.blocks] == \
+        [(b.data, b.kind, b.scale, b.bias) for b in plain.blocks]
+
+
+def test_a_groups_key_is_the_same_from_the_batchs_digests() -> None:
+    batch = parse_batch(";\n".join([POOL[0], FIRST[0], POOL[0]]), None)
+    weighing = Weighing(weights=(1.0, 1.0, 1.0), noise="laplace")
+    table = batch_table(batch, _schema())
+    assert grouping.group_key("g", batch, table, [0, 1], weighing) == \
+        grouping.group_key("g", batch, table, [2, 1], weighing, digests=grouping.statement_digests(batch))

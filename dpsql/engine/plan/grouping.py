@@ -50,11 +50,13 @@ def search_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weig
     power = 1 / 3 if noise == "laplace" else 1 / 2
     errors: dict[frozenset[int], list[float]] = {}
     dense: dict[frozenset[int], list[tuple[int, ...]]] = {}  # each group's densely planned vectors (planning_size)
-    memo = StatementMemo()  # each statement compiled once per distinct set of axes, not once per candidate
+    digests = statement_digests(batch)
+    # each distinct statement compiled once per distinct set of axes, not once per candidate nor per copy
+    memo = StatementMemo(same_statements(digests))
 
     def group_errors(members: frozenset[int]) -> list[float]:
         if members not in errors:
-            key = group_key("candidate group", batch, table, sorted(members), weighing)
+            key = group_key("candidate group", batch, table, sorted(members), weighing, digests=digests)
             known = plan_cache.load_scores(key)
             if known is None:
                 found, vectors = candidate_errors(batch, table, sorted(members), weighing, memo)
@@ -93,14 +95,33 @@ def search_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weig
     return [sorted(g) for g in groups]
 
 
+def statement_digest(statement: ir.Statement) -> str:
+    """What ``statement`` asks, as a plan-cache digest: its content with ``ir.Span`` (where it is in
+    the batch text) left out, so identical statements anywhere in any batch have one digest."""
+    return plan_cache.object_key("statement", statement, omit=(ir.Span,))
+
+
+def statement_digests(batch: ir.Batch) -> list[str]:
+    """:func:`statement_digest` of each of the batch's statements, in order."""
+    return [statement_digest(statement) for statement in batch.statements]
+
+
+def same_statements(digests: Sequence[str]) -> list[int]:
+    """For each statement, the index of the first statement with its digest (itself when it is the first)."""
+    first: dict[str, int] = {}
+    return [first.setdefault(digest, index) for index, digest in enumerate(digests)]
+
+
 def group_key(purpose: str, batch: ir.Batch, table: Table, members: Sequence[int], weighing: Weighing,
-              *extra: object) -> str:
+              *extra: object, digests: Sequence[str] | None = None) -> str:
     """The plan cache's key for one statement group: what it is for, its statements in order (what they
-    ask, not where they are in the batch text: ``ir.Span`` is left out), their weights, the noise family,
+    ask, not where they are in the batch text: :func:`statement_digest`), their weights, the noise family,
     the table's declaration and the caller's ``extra`` — everything a group's plan depends on, so that
-    a batch sharing the group with an earlier one, whatever its other statements, reuses it."""
-    return plan_cache.object_key(purpose, weighing.noise, table, [batch.statements[i] for i in members],
-                                 [weighing.weights[i] for i in members], *extra, omit=(ir.Span,))
+    a batch sharing the group with an earlier one, whatever its other statements, reuses it. ``digests``:
+    the batch's :func:`statement_digests`, when the caller already has them (the key is the same)."""
+    found = [digests[i] if digests is not None else statement_digest(batch.statements[i]) for i in members]
+    return plan_cache.object_key(purpose, weighing.noise, table, found, [weighing.weights[i] for i in members],
+                                 *extra)
 
 
 def candidate_errors(batch: ir.Batch, table: Table, members: Sequence[int], weighing: Weighing,
