@@ -295,9 +295,13 @@ class Ledger:
             PrivacyParameterError: the total is below what is already spent, or changes the unit
                 of a dataset that has charges, or an analyst's unit differs from the dataset's.
             BudgetNotSetError: an analyst's total before the dataset has one.
-            ProgrammingError: no binding for an unbound dataset, a binding that differs (or is another
-                dataset's) without ``rebind``, or ``rebind`` without a binding or with an analyst.
+            ProgrammingError: a ``binding`` that is not a :class:`Binding`, no binding for an unbound
+                dataset, a binding that differs (or is another dataset's) without ``rebind``, or ``rebind``
+                without a binding or with an analyst.
         """
+        if binding is not None and not isinstance(binding, Binding):
+            raise ProgrammingError(f"binding= must be a dpsql.budget.ledger.Binding, not {type(binding).__name__}: "
+                                   "pass Binding.of(schema, database). Nothing was set.")
         with self._session(write=True, create=True) as books:
             self._check_family(books, dataset, total.family, analyst)
             spent = self._spent(books, dataset, analyst)

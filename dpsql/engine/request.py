@@ -63,9 +63,9 @@ class Request:
     progress: Callable[[str], None] | None = None
 
     @property
-    def target(self) -> accuracy_target.Request:
+    def target(self) -> accuracy_target.TargetRequest:
         """The accuracy target asked for (``asked`` is false when there is none)."""
-        return accuracy_target.Request(max_stddev=self.max_stddev, max_relative_stddev=self.max_relative_stddev,
+        return accuracy_target.TargetRequest(max_stddev=self.max_stddev, max_relative_stddev=self.max_relative_stddev,
                                        family=self.family)
 
     @cached_property
@@ -92,7 +92,7 @@ class Resolved:
     text: str  # the text parsed: the operation with BigQuery's clause blanked out
     options: tuple[StatementOptions, ...]  # the clause of each statement (none without one)
     cost: PrivacyCost | None  # the batch's cost; None under a target (its least cost is found once split)
-    target: accuracy_target.Request | None  # the accuracy target, or None for a cost
+    target: accuracy_target.TargetRequest | None  # the accuracy target, or None for a cost
     kept: Sequence[KeptMeasurement]  # the kept measurements the split read (none without reuse)
     split: Split  # the parsed batch (``split.batch``), its free and its measured statements
 
@@ -117,7 +117,7 @@ def resolve(request: Request, schema: Schema, kept: Callable[[], Sequence[KeptMe
 
 
 def _priced(request: Request) -> tuple[str, list[StatementOptions], PrivacyCost | None,
-                                       accuracy_target.Request | None]:
+                                       accuracy_target.TargetRequest | None]:
     """The text to parse, its statements' options, and the batch's cost or its accuracy target.
 
     Under a target, the text must give no cost (epsilon=, rho= or the clause). Else BigQuery's

@@ -397,3 +397,11 @@ def test_a_version_1_file_put_in_place_of_an_upgraded_ledger_is_not_upgraded(own
         Ledger(owner["ledger"]).set_total("people.duckdb", PrivacyCost(epsilon=3.0), binding=binding)
     with sqlite3.connect(owner["ledger"]) as db:
         assert db.execute("SELECT value FROM ledger_meta WHERE key = 'version'").fetchone() == ("1",)
+
+
+@pytest.mark.parametrize("binding", ["people.duckdb", ("people.duckdb", "schema.toml"), 3])
+def test_a_binding_that_is_not_one_is_refused_before_the_ledger_is_created(tmp_path: Path, binding: object) -> None:
+    path = tmp_path / "ledger.dpsql-ledger"
+    with pytest.raises(ProgrammingError, match=r"binding= must be a dpsql\.budget\.ledger\.Binding.*Nothing was set"):
+        Ledger(path).set_total("people.duckdb", PrivacyCost(epsilon=1.0), binding=binding)
+    assert not path.exists()

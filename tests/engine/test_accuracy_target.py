@@ -109,7 +109,7 @@ def test_linear_derived_outputs_are_predicted_exactly(data: duckdb.DuckDBPyConne
     for alias, stddevs in predicted.items():
         np.testing.assert_array_equal(np.asarray(table.column(f"{alias}_stddev")), stddevs)
     targeted = "SELECT sex, SUM(income) - 2 * COUNT(*) AS d FROM t GROUP BY sex HAVING COUNT(*) > 0"
-    found = at.find(at.Request(max_stddev=100.0), targeted, SCHEMA)
+    found = at.find(at.TargetRequest(max_stddev=100.0), targeted, SCHEMA)
     assert found.worst <= 1 < worst(targeted, PrivacyCost(epsilon=found.cost.value * 0.99), [100.0])
 
 
@@ -139,22 +139,22 @@ def test_least_cost_meets_the_target_and_one_percent_less_misses(data: duckdb.Du
 
 @pytest.mark.parametrize("family", ["epsilon", "rho"])
 def test_least_cost_brackets_to_the_precision(family: str) -> None:
-    found = at.find(at.Request(max_stddev=[None, 0.8], family=family), MIXED, SCHEMA)
+    found = at.find(at.TargetRequest(max_stddev=[None, 0.8], family=family), MIXED, SCHEMA)
     assert found.miss is not None and found.cost.value / found.miss - 1 <= at.PRECISION
     assert found.worst <= 1 < worst(MIXED, PrivacyCost.of(found.cost.family, found.miss), found.targets)
     assert found.plans <= at.MAX_PLANS
 
 
 def test_residual_route_search() -> None:
-    found = at.find(at.Request(max_stddev=2.0, family="rho"), MARGINALS, SCHEMA)
+    found = at.find(at.TargetRequest(max_stddev=2.0, family="rho"), MARGINALS, SCHEMA)
     assert type(found.prepared.chosen).__name__ == "ResidualPlan"
     assert found.worst <= 1 < worst(MARGINALS, PrivacyCost(rho=found.cost.value * 0.99), found.targets)
 
 
 def test_per_statement_targets(data: duckdb.DuckDBPyConnection) -> None:
-    both = at.find(at.Request(max_stddev=[30.0, 0.5]), MIXED, SCHEMA)
-    first = at.find(at.Request(max_stddev=[30.0, None]), MIXED, SCHEMA)
-    second = at.find(at.Request(max_stddev=[None, 0.5]), MIXED, SCHEMA)
+    both = at.find(at.TargetRequest(max_stddev=[30.0, 0.5]), MIXED, SCHEMA)
+    first = at.find(at.TargetRequest(max_stddev=[30.0, None]), MIXED, SCHEMA)
+    second = at.find(at.TargetRequest(max_stddev=[None, 0.5]), MIXED, SCHEMA)
     assert both.cost.value >= max(first.cost.value, second.cost.value) * (1 - at.PRECISION)
     assert first.targets == (30.0, None) and second.stddevs[0]  # untargeted statements are still predicted
     tables = connect(data, Budget(epsilon=100)).cursor().execute(MIXED, max_stddev=[None, 0.5]).fetch_arrow_tables()
@@ -165,16 +165,16 @@ def test_per_statement_targets(data: duckdb.DuckDBPyConnection) -> None:
 def test_union_all_takes_one_target_per_user_statement() -> None:
     sql = ("SELECT COUNT(*) AS n FROM t WHERE age < 5 UNION ALL SELECT COUNT(*) AS n FROM t WHERE age >= 15; "
            "SELECT sex, COUNT(*) AS n FROM t GROUP BY sex")
-    found = at.find(at.Request(max_stddev=[1.0, None]), sql, SCHEMA)
+    found = at.find(at.TargetRequest(max_stddev=[1.0, None]), sql, SCHEMA)
     assert found.targets == (1.0, 1.0, None)
     assert found.worst <= 1 < at.worst_ratio(predicted_stddevs(prepared_at(sql, PrivacyCost(
         epsilon=found.cost.value * 0.99))), found.targets)
 
 
 def test_relative_target_is_per_row_of_the_declared_bounds() -> None:
-    found = at.find(at.Request(max_relative_stddev=[3.0, None]), MIXED, SCHEMA)
+    found = at.find(at.TargetRequest(max_relative_stddev=[3.0, None]), MIXED, SCHEMA)
     assert found.targets == ({"n": 3.0, "s": 300.0}, None)  # a COUNT's row adds 1, a SUM(income)'s at most 100
-    both = at.find(at.Request(max_relative_stddev=3.0, max_stddev=[100.0, None]), MIXED, SCHEMA)
+    both = at.find(at.TargetRequest(max_relative_stddev=3.0, max_stddev=[100.0, None]), MIXED, SCHEMA)
     assert both.targets[0] == {"n": 3.0, "s": 100.0}  # each answer meets the smaller
 
 
@@ -204,7 +204,7 @@ def test_executemany_finds_each_runs_least_cost(data: duckdb.DuckDBPyConnection)
 # ------------------------------------------------------------------------------------------------ refusals
 def test_over_the_budget_is_refused_before_any_data_is_read(data: duckdb.DuckDBPyConnection,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    need = at.find(at.Request(max_stddev=5.0), MIXED, SCHEMA).cost.value
+    need = at.find(at.TargetRequest(max_stddev=5.0), MIXED, SCHEMA).cost.value
     budget = Budget(epsilon=need * 0.9)
     connection = connect(data, budget)
 
@@ -219,12 +219,12 @@ def test_over_the_budget_is_refused_before_any_data_is_read(data: duckdb.DuckDBP
 
 def test_far_over_the_budget_is_refused_without_narrowing_it_down() -> None:
     with pytest.raises(BudgetExhaustedError, match="needs about ε=") as caught:
-        at.find(at.Request(max_stddev=0.01), MIXED, SCHEMA, budget=Budget(epsilon=1.0))
+        at.find(at.TargetRequest(max_stddev=0.01), MIXED, SCHEMA, budget=Budget(epsilon=1.0))
     assert "Nothing was run or charged" in str(caught.value)
 
 
 def test_the_limit_is_compared_exactly() -> None:
-    found = at.find(at.Request(max_stddev=5.0), MIXED, SCHEMA)
+    found = at.find(at.TargetRequest(max_stddev=5.0), MIXED, SCHEMA)
     assert at.least_cost(lambda cost: prepared_at(MIXED, cost), "epsilon", found.targets,
                          limit=found.cost.exact).cost == found.cost
     with pytest.raises(BudgetExhaustedError):
@@ -232,7 +232,7 @@ def test_the_limit_is_compared_exactly() -> None:
 
 
 def test_an_epsilon_target_on_a_rho_budget_is_priced_in_rho(data: duckdb.DuckDBPyConnection) -> None:
-    need = at.find(at.Request(max_stddev=5.0), MIXED, SCHEMA).cost.value
+    need = at.find(at.TargetRequest(max_stddev=5.0), MIXED, SCHEMA).cost.value
     with pytest.raises(BudgetExhaustedError, match=f"ε={need:.6g}"):
         connect(data, Budget(rho=need**2 / 2 * 0.98)).cursor().execute(MIXED, max_stddev=5.0)
     budget = Budget(rho=need**2 / 2 * 1.01)
@@ -310,7 +310,7 @@ def test_a_target_with_bigquerys_cost_clause_is_refused(data: duckdb.DuckDBPyCon
 def test_explain_shows_the_cost_found_and_spends_nothing(data: duckdb.DuckDBPyConnection) -> None:
     budget = Budget(epsilon=100)
     text = connect(data, budget).cursor().explain(MIXED, max_stddev=[20.0, None])
-    found = at.find(at.Request(max_stddev=[20.0, None]), MIXED, SCHEMA)
+    found = at.find(at.TargetRequest(max_stddev=[20.0, None]), MIXED, SCHEMA)
     assert f"Cost: {found.cost.describe()}" in text
     assert f"least cost ε={found.cost.value:.6g} meets every target" in text and "EXPLAIN spends nothing" in text
     assert "statement 1: largest predicted stddev 20; worst stddev/target 1.0000" in text
@@ -341,7 +341,7 @@ def cli(files: dict[str, str], command: str, *extra: str) -> int:
 
 
 def test_cli_run_and_explain_take_a_target(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
-    found = at.find(at.Request(max_stddev=[300.0, None]), MIXED, SCHEMA)
+    found = at.find(at.TargetRequest(max_stddev=[300.0, None]), MIXED, SCHEMA)
     assert cli(files, "explain", "--max-stddev", "300,none") == 0
     assert f"least cost ε={found.cost.value:.6g}" in capsys.readouterr().out
     assert cli(files, "run", "--max-stddev", "300,none") == 0

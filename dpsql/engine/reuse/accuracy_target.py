@@ -317,7 +317,7 @@ def limit_in(budget: PrivacyBudget, family: Family) -> Fraction:
 
 # ------------------------------------------------------------------------------------------------ requests
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Request:
+class TargetRequest:
     """An accuracy target as the analyst gives it (``Cursor.execute``, ``dpsql run --max-stddev``; the
     ``target`` of a :class:`dpsql.engine.request.Request`):
     per statement (one value for all, or a list with one value or None per statement), and the
@@ -352,7 +352,7 @@ class Request:
                 "family": self.checked_family()}
 
 
-def find(request: Request, batch: str | ir.Batch, schema: Schema, *, parameters: Sequence[object] | None = None,
+def find(request: TargetRequest, batch: str | ir.Batch, schema: Schema, *, parameters: Sequence[object] | None = None,
          weights: Sequence[float] | None = None, budget: PrivacyBudget | None = None,
          progress: Progress | None = None, stddevs: Stddevs = predicted_stddevs,
          statements: Sequence[int] | None = None, targets: Sequence[StatementTarget] | None = None) -> Target:
@@ -428,7 +428,7 @@ def statement_ratios(found: Target) -> list[float]:
     return [worst_ratio([answers], [target]) for answers, target in zip(found.stddevs, found.targets)]
 
 
-def annotate(tables: Sequence[pa.Table], found: Target | None, request: Request,
+def annotate(tables: Sequence[pa.Table], found: Target | None, request: TargetRequest,
              ratios: Sequence[float]) -> list[pa.Table]:
     """The result tables with ``accuracy_target`` in their ``dpsql`` metadata: the request, the
     least cost found (None: nothing was measured), the cost found to miss, and each table's worst

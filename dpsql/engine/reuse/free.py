@@ -88,7 +88,7 @@ class Split:
 
 
 def split_batch(batch: ir.Batch, schema: Schema, kept: Sequence[KeptMeasurement],
-                request: accuracy_target.Request | None = None, *, cost: PrivacyCost | None = None,
+                request: accuracy_target.TargetRequest | None = None, *, cost: PrivacyCost | None = None,
                 weights: Sequence[float] | None = None, cache: KeptInformation | None = None,
                 progress: Progress | None = None) -> Split:
     """Which statements of ``batch`` (as :func:`dpsql.engine.plan.prepare.read_batch` read it) the kept
