@@ -357,11 +357,19 @@ def _applied_cheaper(U: Workload, columns: int) -> bool:
     """Whether applying a Kronecker U factor by factor to ``columns`` dense vectors (about
     N·columns·Σ rows of the factors operations) costs less than forming U as a sparse product
     (Π nnz of the factors entries): e.g. dense factor Grams against a few parts' indicators."""
-    if not isinstance(U, Kron) or not all(isinstance(f, Explicit) for f in U.factors):
+    if not isinstance(U, Kron) or (entries := _kron_entries(U)) is None:
         return False
-    entries = np.prod([sp.csr_array(f.matrix).nnz if sp.issparse(f.matrix) else np.count_nonzero(f.matrix)
-                       for f in U.factors if isinstance(f, Explicit)], dtype=np.float64)
     return bool(float(U.shape[1]) * columns * sum(f.shape[0] for f in U.factors) < entries)
+
+
+def _kron_entries(U: Kron) -> float | None:
+    """Π nnz of U's factors (the non-zero entries of their Kronecker product) when every factor is
+    explicit, else None."""
+    factors = [f.matrix for f in U.factors if isinstance(f, Explicit)]
+    if len(factors) != len(U.factors):
+        return None
+    return float(np.prod([sp.csr_array(m).nnz if sp.issparse(m) else np.count_nonzero(m) for m in factors],
+                         dtype=np.float64))
 
 
 def _sparse(U: Workload) -> sp.csr_array | None:
@@ -371,11 +379,10 @@ def _sparse(U: Workload) -> sp.csr_array | None:
         return sp.csr_array(U.matrix)
     if isinstance(U, Weighted) and (base := _sparse(U.base)) is not None:
         return sp.csr_array(U.weight * base)
-    if isinstance(U, Kron):
+    if isinstance(U, Kron) and (entries := _kron_entries(U)) is not None and entries <= MAX_DENSE_ENTRIES:
         factors = [sp.csr_array(f.matrix) for f in U.factors if isinstance(f, Explicit)]
-        if len(factors) == len(U.factors) and np.prod([f.nnz for f in factors], dtype=np.float64) <= MAX_DENSE_ENTRIES:
-            product = factors[0]
-            for factor in factors[1:]:
-                product = sp.kron(product, factor, format="csr")
-            return sp.csr_array(product)
+        product = factors[0]
+        for factor in factors[1:]:
+            product = sp.kron(product, factor, format="csr")
+        return sp.csr_array(product)
     return None
