@@ -135,9 +135,7 @@ def _priced(request: Request) -> tuple[str, list[StatementOptions], PrivacyCost 
                                    "target's least cost is the cost. Keep one. Nothing was charged.")
         target.checked_family()
         return text, options, None, target
-    if not isinstance(request.operation, str):
-        return request.operation, [], _cost(request), None
-    text, options = request.clause
+    text, options = request.clause  # (the operation itself, no options, when it is no string)
     if not options:
         return request.operation, [], _cost(request), None
     if request.epsilon is not None or request.rho is not None:
