@@ -94,6 +94,7 @@ def answer(request: Request, context: Context) -> list[pa.Table]:
         check_privacy_unit(resolved.options, batch_table(resolved.batch, context.schema))
         budget = context.budget
         measured: list[pa.Table] = []
+        kept = resolved.kept  # nothing was measured since the split read them
     else:
         if resolved.target is not None:
             found = _least_cost(resolved, context, context.budget)
@@ -107,7 +108,8 @@ def answer(request: Request, context: Context) -> list[pa.Table]:
                                                    _mechanism(prepared)))
         measured = run(prepared, backend=context.backend, budget=budget, rng=context.rng, progress=request.progress,
                        postprocess=request.postprocess, store=store, combine=request.reuse, merge=False)
-    free = free_tables(split, store.kept() if split.free else [], budget, request.postprocess, store.information)
+        kept = store.kept() if split.free else []  # this batch's release included
+    free = free_tables(split, kept, budget, request.postprocess, store.information)
     if resolved.target is not None:
         measured = accuracy_target.annotate(measured, found, resolved.target, accuracy_target.statement_ratios(found)
                                             if found is not None else [])

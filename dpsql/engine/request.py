@@ -89,7 +89,6 @@ class Resolved:
     """A request read once: the text parsed, the cost or target, and the batch split by reuse."""
 
     request: Request
-    text: str  # the text parsed: the operation with BigQuery's clause blanked out
     options: tuple[StatementOptions, ...]  # the clause of each statement (none without one)
     cost: PrivacyCost | None  # the batch's cost; None under a target (its least cost is found once split)
     target: accuracy_target.TargetRequest | None  # the accuracy target, or None for a cost
@@ -112,8 +111,7 @@ def resolve(request: Request, schema: Schema, kept: Callable[[], Sequence[KeptMe
     batch = read_batch(text, request.parameters, schema)
     split = split_batch(batch, schema, found, target, cost=cost, weights=request.weights, cache=cache,
                         progress=request.progress)
-    return Resolved(request=request, text=text, options=tuple(options), cost=cost, target=target, kept=found,
-                    split=split)
+    return Resolved(request=request, options=tuple(options), cost=cost, target=target, kept=found, split=split)
 
 
 def _priced(request: Request) -> tuple[str, list[StatementOptions], PrivacyCost | None,
@@ -135,9 +133,7 @@ def _priced(request: Request) -> tuple[str, list[StatementOptions], PrivacyCost 
                                    "target's least cost is the cost. Keep one. Nothing was charged.")
         target.checked_family()
         return text, options, None, target
-    if not isinstance(request.operation, str):
-        return request.operation, [], _cost(request), None
-    text, options = request.clause
+    text, options = request.clause  # (the operation itself, no options, when it is no string)
     if not options:
         return request.operation, [], _cost(request), None
     if request.epsilon is not None or request.rho is not None:
