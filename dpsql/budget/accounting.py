@@ -32,6 +32,7 @@ float the engine calibrates its noise with differs from that decimal by less tha
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -66,7 +67,8 @@ def exact(value: float | Fraction) -> Fraction:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrivacyCost:
-    """What one batch spends: exactly one of epsilon (pure DP) or rho (zCDP)."""
+    """What one batch spends: exactly one of epsilon (pure DP) or rho (zCDP), a real number > 0
+    (an int, float, Fraction or numpy number, kept as a float)."""
 
     epsilon: float | None = None
     rho: float | None = None
@@ -76,8 +78,13 @@ class PrivacyCost:
             raise PrivacyParameterError("give exactly one of epsilon= (pure ε-DP) or rho= (ρ-zCDP) "
                                         "as the batch's cost.")
         name, value = ("epsilon", self.epsilon) if self.epsilon is not None else ("rho", self.rho)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise PrivacyParameterError(f"{name} must be a real number > 0 (an int, float or Fraction); "
+                                        f"got {type(value).__name__} {value!r}.")
+        number = float(value)  # a Fraction or a numpy number is kept as the float nearest to it
+        if not math.isfinite(number) or number <= 0:
             raise PrivacyParameterError(f"{name} must be a finite number > 0; got {value!r}.")
+        object.__setattr__(self, name, number)
 
     @property
     def family(self) -> Family:

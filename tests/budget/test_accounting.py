@@ -57,6 +57,25 @@ def test_bad_costs(kwargs: dict[str, float]) -> None:
         Budget(**kwargs)
 
 
+
+def test_a_cost_is_any_real_number_kept_as_a_float() -> None:
+    import numpy as np
+
+    assert PrivacyCost(epsilon=Fraction(1, 2)).epsilon == 0.5
+    assert isinstance(PrivacyCost(rho=np.float32(0.25)).rho, float)
+    assert PrivacyCost(epsilon=np.int64(2)).exact == 2 and PrivacyCost(epsilon=Fraction(1)).describe() == "ε=1"
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("1", r"epsilon must be a real number > 0 \(an int, float or Fraction\); got str '1'"),
+    (True, r"epsilon must be a real number > 0 .*; got bool True"),
+    (Fraction(-1, 2), r"epsilon must be a finite number > 0; got Fraction\(-1, 2\)"),
+])
+def test_a_cost_that_is_not_a_positive_real_number_is_named(value: object, message: str) -> None:
+    with pytest.raises(PrivacyParameterError, match=message):
+        PrivacyCost(epsilon=value)  # type: ignore[arg-type]
+
+
 # ------------------------------------------------------------------------------- composition
 def test_costs_are_the_decimals_written() -> None:
     assert exact(0.1) == Fraction(1, 10) and exact(2.5e-7) == Fraction(1, 4_000_000) and exact(3) == 3
