@@ -7,37 +7,24 @@ order bug is born. Read from the source (AST), so nothing is executed.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "dpsql"
-
-
-def module_name(path: Path, root: Path) -> str:
-    parts = list(path.relative_to(root.parent).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+from _imports import PACKAGE, imported, modules
 
 
 def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
     """Module → the dpsql modules it imports (``from pkg import name`` counts ``pkg.name`` when that is a
     module). dpsql's imports are all absolute (ruff's isort settings keep them so)."""
-    modules = {module_name(path, root): path for path in root.rglob("*.py")}
-    graph: dict[str, set[str]] = {name: set() for name in modules}
-    for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                assert node.level == 0, f"{name}: a relative import"
-                base = node.module or ""
-                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
-                           for alias in node.names]
-            for target in targets:
-                while target and target not in modules:
-                    target = target.rpartition(".")[0]
-                if target and target != name and not name.startswith(target + "."):
-                    graph[name].add(target)
+    found = modules(root)
+    graph: dict[str, set[str]] = {name: set() for name in found}
+    for name, path in found.items():
+        for module, alias, level in imported(path.read_text(encoding="utf-8")):
+            assert level == 0, f"{name}: a relative import"
+            target = f"{module}.{alias}" if alias and f"{module}.{alias}" in found else module
+            while target and target not in found:
+                target = target.rpartition(".")[0]
+            if target and target != name and not name.startswith(target + "."):
+                graph[name].add(target)
     return graph
 
 

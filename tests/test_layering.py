@@ -18,7 +18,8 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from pathlib import Path
+
+from _imports import imported, modules
 
 import dpsql.backends
 
@@ -45,7 +46,6 @@ class Block:
 sys.meta_path.insert(0, Block())
 """
 
-PACKAGE = Path(__file__).resolve().parents[1] / "dpsql"
 DATA, RANDOMNESS = "data", "randomness"
 DATA_METHODS = frozenset({"cell_data", "cell_data_sets", "marginal_counts", "measure_profile"})
 RANDOM_MODULES = frozenset({"random", "secrets", "numpy.random", "dpsql.noise"})
@@ -137,16 +137,8 @@ def touches(source: str) -> frozenset[str]:
     return frozenset(found)
 
 
-def _modules() -> dict[str, Path]:
-    names = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return names
-
-
 def test_only_the_listed_modules_touch_data_or_randomness() -> None:
-    found = {name: touches(path.read_text(encoding="utf-8")) for name, path in _modules().items()}
+    found = {name: touches(path.read_text(encoding="utf-8")) for name, path in modules().items()}
     beyond = {name: sorted(kinds - TOUCHING.get(name, frozenset())) for name, kinds in found.items()
               if kinds - TOUCHING.get(name, frozenset())}
     assert not beyond, f"these modules touch data or randomness without a TOUCHING entry saying why: {beyond}"
@@ -156,25 +148,19 @@ def test_only_the_listed_modules_touch_data_or_randomness() -> None:
 
 
 def imports_of(source: str, package: str) -> list[tuple[str, str]]:
-    """What a module imports of ``package`` or below, at the top or inside a function: ``(module, name)``
-    for ``from module import name``, ``(module, "")`` for ``import module``.
+    """What a module imports of ``package`` or below: ``(module, name)`` for ``from module import name``,
+    ``(module, "")`` for ``import module``.
 
     >>> imports_of("from dpsql.backends import Backend\\nimport dpsql.backends.duckdb", "dpsql.backends")
     [('dpsql.backends', 'Backend'), ('dpsql.backends.duckdb', '')]
     """
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(package):
-            found += [(str(node.module), alias.name) for alias in node.names]
-        elif isinstance(node, ast.Import):
-            found += [(alias.name, "") for alias in node.names if alias.name.startswith(package)]
-    return found
+    return [(module, name) for module, name, level in imported(source) if level == 0 and module.startswith(package)]
 
 
 def test_the_engine_sees_backends_only_through_the_protocol() -> None:
     """Every module of dpsql.engine imports from dpsql.backends only the package itself, whose names
     are the protocol and its result types (a second backend needs no change to the engine)."""
-    engine = {name: path for name, path in _modules().items()
+    engine = {name: path for name, path in modules().items()
               if name == "dpsql.engine" or name.startswith("dpsql.engine.")}
     assert len(engine) > 10
     found = {name: imported for name, path in engine.items()
@@ -196,16 +182,16 @@ ENGINE_PHASES: dict[str, frozenset[str]] = {
 def test_the_engine_phases_import_only_those_below_them() -> None:
     """``measuring`` ← ``plan`` ← ``reuse`` ← the passes at the engine's top (``run``, ``explain``,
     ``request``, ``pipeline``): no phase imports one above it (the engine's docstring has the order)."""
-    modules = _modules()
-    assert {phase for phase in ENGINE_PHASES if phase not in modules} == set()
+    every = modules()
+    assert {phase for phase in ENGINE_PHASES if phase not in every} == set()
     found = {}
-    for name, path in modules.items():
+    for name, path in every.items():
         phase = next((p for p in ENGINE_PHASES if name == p or name.startswith(p + ".")), None)
         if phase is None:
             continue
         allowed = ENGINE_PHASES[phase] | {phase}
-        imported = [f"{m}.{n}" if n else m for m, n in imports_of(path.read_text(encoding="utf-8"), "dpsql.engine")]
-        beyond = [m for m in imported if not any(m == a or m.startswith(a + ".") for a in allowed)]
+        imports = [f"{m}.{n}" if n else m for m, n in imports_of(path.read_text(encoding="utf-8"), "dpsql.engine")]
+        beyond = [m for m in imports if not any(m == a or m.startswith(a + ".") for a in allowed)]
         if beyond:
             found[name] = beyond
     assert found == {}
