@@ -208,10 +208,9 @@ def test_answers_at_the_guards_split_have_honest_standard_errors() -> None:
     for seed in range(runs):
         first, second, _ = engine.run(prepared, backend=backend, budget=Budget(epsilon=100.0),
                                       rng=SeededRandomSource(seed))
-        values = np.concatenate([first.sort_by("occupation").column("n").to_numpy(),
-                                 second.sort_by([("occupation", "ascending"), ("sex", "ascending")]).column("n").to_numpy()])
-        stddevs = np.concatenate([first.sort_by("occupation").column("n_stddev").to_numpy(),
-                                  second.sort_by([("occupation", "ascending"), ("sex", "ascending")]).column("n_stddev").to_numpy()])
+        first, second = first.sort_by("occupation"), second.sort_by([("occupation", "ascending"), ("sex", "ascending")])
+        values = np.concatenate([first.column("n").to_numpy(), second.column("n").to_numpy()])
+        stddevs = np.concatenate([first.column("n_stddev").to_numpy(), second.column("n_stddev").to_numpy()])
         z.append((values - truth) / stddevs)
     scores = np.array(z)
     assert np.all(np.abs(scores.mean(axis=0)) < 4.5 / math.sqrt(runs))

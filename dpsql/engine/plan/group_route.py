@@ -39,8 +39,8 @@ from dpsql.sql.compile import CompiledBatch, batch_table, compile_batch
 from dpsql.sql.value_cells import ValueCells
 from dpsql.sql.vectors import DataVector
 
-#: Times the statement groups may be planned again with the guard's weights w_s + λ_s when some
-#: statement is still worse than alone (each is a full planning pass: a count of work, not time).
+#: Times the statement groups may be planned again with the guard's weights w_s + λ_s when its split
+#: binds (each is a full planning pass: a count of work, not time).
 GUARD_REPLANS = 2
 
 
@@ -126,24 +126,33 @@ class GroupsPlan:
 
 def plan_route(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: tuple[float, ...],
                progress: Progress | None) -> GroupsPlan:
-    """The statement-group route: planned with the statements' weights, then — while the guard's
-    split still leaves statements worse than alone — again with its weights w_s + λ_s (GUARD_REPLANS
-    times at most, kept only when fewer statements lose, or the worst loses less)."""
-    plan, raised = plan_groups(batch, schema, cost, Weighing(weights=weights, noise=noise_of(cost)), progress)
+    """The statement-group route: planned with the statements' weights w, then — while the guard's
+    split binds (some statement held at its promise, or still worse than alone) — again with the
+    strategies chosen under its weights w_s + λ_s, the split still judged by J under w
+    (GUARD_REPLANS times at most; kept only when fewer statements lose, the worst loses less, or
+    J is lower)."""
+    plan, raised = plan_groups(batch, schema, cost, Weighing(weights=weights, noise=noise_of(cost)), progress, weights)
     for _ in range(GUARD_REPLANS):
-        if not plan.guard_notes:
+        if not plan.guard_notes and plan.split_objective <= plan.unconstrained * (1 + 1e-9):
             break
-        again, raised = plan_groups(batch, schema, cost, raised, progress)
-        if standing(again.compiled, again.measurements, cost) >= standing(plan.compiled, plan.measurements, cost):
+        again, raised = plan_groups(batch, schema, cost, raised, progress, weights)
+        if _order(again) >= _order(plan):
             break
         plan = again
     return plan
 
 
+def _order(plan: GroupsPlan) -> tuple[int, float, float]:
+    """(statements worse than alone, their worst ratio, J): lower is better."""
+    losers, worst = standing(plan.compiled, plan.measurements, plan.cost)
+    return losers, worst if losers else 0.0, plan.split_objective
+
+
 def plan_groups(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weighing: Weighing,
-                progress: Progress | None) -> tuple[GroupsPlan, Weighing]:
-    """The route under ``weighing``: statement groups, value cells or apart, the split and the
-    guard's constrained split. Also returns the guard's weights w_s + λ_s, to plan again with."""
+                progress: Progress | None, weights: tuple[float, ...]) -> tuple[GroupsPlan, Weighing]:
+    """The route with strategies chosen under ``weighing``: statement groups, value cells or apart,
+    and the guard's constrained split under the statements' own ``weights``. Also returns the
+    guard's weights w_s + λ_s, to plan again with."""
     noise = weighing.noise
     table = batch_table(batch, schema)
     separate = compile_batch(batch, schema, choose_partition(batch, table, noise, weighing))
@@ -159,7 +168,7 @@ def plan_groups(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weighing: We
                for g, group in enumerate(separate.groups) for v in group.data_kinds()
                if v.is_sum and v.column not in bounds]
     notes = tuple(sorted(choice.notes + pending))
-    guarded = guard(choice.compiled, split(choice.drafts, budget, noise), weighing, cost, budget)
+    guarded = guard(choice.compiled, split(choice.drafts, budget, noise), weighing, cost, budget, weights)
     check_calibrations(guarded.measurements)  # every noise scale is representable: checked before anything is charged
     plan = GroupsPlan(cost=cost, batch=batch, separate=separate, compiled=choice.compiled,
                       measurements=guarded.measurements, thresholds=tuple(selections), answering_notes=notes,

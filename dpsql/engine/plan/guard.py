@@ -161,28 +161,29 @@ class Guarded:
 
 
 def guard(compiled: CompiledBatch, measurements: tuple[PlannedVector, ...], weighing: Weighing, cost: PrivacyCost,
-          budget: float) -> Guarded:
+          budget: float, weights: Sequence[float]) -> Guarded:
     """Split the budget so that no statement does worse than answering it alone, where a split can.
 
-    ``measurements`` come split by the statement weights (the closed-form optimum of J); where every
-    statement's ratio r_s is at most 1 (within ``weights.TOLERANCE``) they are kept as they are.
+    ``measurements`` come split by ``weighing`` (the closed-form optimum of J under its weights);
+    J is judged under the statements' own ``weights``. Where the two agree and every statement's
+    ratio r_s is at most 1 (within ``weights.TOLERANCE``), the measurements are kept as they are.
     Otherwise the shares are ``constrained_split.solve``'s: the least J subject to r_s ≤ 1 (or to the
     least achievable worst ratio, when no split meets 1), and the measurements carry the block
     weights of w_s + λ_s, whose closed-form split that is. A note names each statement left worse
     than alone. Public information only: the plan and the schema.
     """
     H, beta = ratio_terms(compiled, measurements, cost, budget)
-    solved = constrained_split.solve(H, beta, weighing.weights, weighing.noise)
+    solved = constrained_split.solve(H, beta, weights, weighing.noise)
     errors = statement_errors(compiled, measured_sums(compiled, measurements), cost)
-    objective = float(np.dot(weighing.weights, [e.ratio for e in errors]))
-    if not weighting.worse_than_alone([e.ratio for e in errors]):
+    objective = float(np.dot(weights, [e.ratio for e in errors]))
+    if tuple(weights) == weighing.weights and not weighting.worse_than_alone([e.ratio for e in errors]):
         return Guarded(measurements=measurements, kept=weighing, notes=(), objective=objective,
                        unconstrained=solved.unconstrained, cap=solved.cap)
     raised = Weighing(weights=solved.weights, noise=weighing.noise)
     drafts = [m.draft(vector_weights(compiled, m, raised, compiled.table.columns)) for m in measurements]
     found = at_fractions(drafts, solved.fractions, budget)
     errors = statement_errors(compiled, measured_sums(compiled, found), cost)
-    found_objective = float(np.dot(weighing.weights, [e.ratio for e in errors]))
+    found_objective = float(np.dot(weights, [e.ratio for e in errors]))
     return Guarded(measurements=found, kept=raised, notes=guard_notes(errors, solved.cap), objective=found_objective,
                    unconstrained=solved.unconstrained, cap=solved.cap)
 
