@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from dpsql import engine
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.budget.accounting import Budget, PrivacyCost
+from dpsql.engine.plan import group_route
 from dpsql.engine.plan.guard import measured_sums, ratio_terms
+from dpsql.engine.plan.weighing import Weighing
 from dpsql.noise import SeededRandomSource
 from dpsql.planning import constrained_split as cs
 from dpsql.planning.weights import TOLERANCE
@@ -215,3 +217,17 @@ def test_answers_at_the_guards_split_have_honest_standard_errors() -> None:
     scores = np.array(z)
     assert np.all(np.abs(scores.mean(axis=0)) < 4.5 / math.sqrt(runs))
     assert abs(scores.var(axis=0, ddof=1).mean() - 1) < 1.6 * 6 * math.sqrt(2 / (runs * scores.shape[1]))
+
+
+def test_planning_again_under_the_raised_weights_never_raises_j() -> None:
+    """Where the promise binds, the route plans the strategies again under w + λ and keeps that pass
+    only if it has no more losers and a J (under the statements' own weights) no higher."""
+    schema, _ = adult_like()
+    weights = (1.0, 1.0, 1e-3)
+    cost = PrivacyCost(epsilon=1.0)
+    batch = engine.prepare(ADULT, schema, cost, weights=list(weights)).groups.batch
+    first, raised = group_route.plan_groups(batch, schema, cost, Weighing(weights=weights, noise="laplace"), None,
+                                            weights)
+    final = group_route.plan_route(batch, schema, cost, weights, None)
+    assert raised.weights[2] > weights[2] and first.split_objective > first.unconstrained
+    assert final.guard_notes == () and final.split_objective <= first.split_objective * (1 + 1e-12)
