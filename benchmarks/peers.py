@@ -4,7 +4,10 @@ Both systems answer the same SQL at the same total privacy cost, pure ε-DP, ε 
 the same public bounds and domains, and are scored against DuckDB's exact answers:
 
 - dpsql answers each batch jointly (one ``cursor.execute`` of the whole batch at ``epsilon=1``)
-  with a seeded noise source per batch (in-memory data and budget; ``--seed``).
+  with a seeded noise source per batch (in-memory data and budget; ``--seed``), with ``reuse=False``:
+  every trial is a new release at ε = 1, as each of SmartNoise's is. (With reuse, a later trial
+  answers statements from the earlier trials' kept releases, so its errors repeat theirs: a
+  statement's RMSE over trials is then a few draws, not twenty, and its coverage is not a test.)
 - SmartNoise SQL (``pip install 'dpsql[bench]'``) answers statement by statement, as a
   per-query system must: each of the N statements costs ε/N in total, split evenly over the
   statement's noise mechanisms (an AVG is a SUM and a COUNT, so two mechanisms at ε/(2N) each;
@@ -274,14 +277,20 @@ def _number(value: object) -> float | None:
 
 
 def exact_answers(connection: duckdb.DuckDBPyConnection, dataset: Dataset, batch: Batch) -> Answers:
-    """DuckDB's exact answer of every statement (the same SQL text)."""
+    """DuckDB's exact answer of every statement (the same SQL text); an AVG's cell also holds its
+    exact COUNT of non-NULL values as ``<alias>__count`` (for SmartNoise's predicted AVG error)."""
     answers: Answers = []
     for statement in batch.statements:
-        cursor = connection.execute(statement.sql.format(t=dataset.table))
+        sql = statement.sql.format(t=dataset.table)
+        for alias, kind, column in statement.values:
+            if kind == "avg":
+                sql = sql.replace(f" AS {alias} FROM", f" AS {alias}, COUNT({column}) AS {alias}__count FROM", 1)
+        cursor = connection.execute(sql)
         names = [d[0].lower() for d in cursor.description]
         rows = cursor.fetchall()
         answers.append({_key([row[names.index(g)] for g in statement.groups]):
-                        {alias: _number(row[names.index(alias)]) for alias, _, _ in statement.values} for row in rows})
+                        {name: _number(row[index]) for index, name in enumerate(names) if name not in statement.groups}
+                        for row in rows})
     return answers
 
 
@@ -308,6 +317,7 @@ class Trial:
     answers: Answers | None  # None: the whole batch was refused
     seconds: float
     refusals: list[str | None]  # per statement: None, or the exception's class and first line
+    plan: SmartNoisePlan | None = None  # SmartNoise's trials: its shares, for its predicted AVG errors
 
 
 def run_dpsql(connection: Any, batch: Batch, dataset: Dataset) -> Trial:
@@ -315,7 +325,7 @@ def run_dpsql(connection: Any, batch: Batch, dataset: Dataset) -> Trial:
     text = ";\n".join(s.sql.format(t=dataset.table) for s in batch.statements)
     started = time.process_time()
     try:
-        tables = connection.cursor().execute(text, epsilon=EPSILON).fetch_arrow_tables()
+        tables = connection.cursor().execute(text, epsilon=EPSILON, reuse=False).fetch_arrow_tables()
     except Exception as error:  # a refusal is a result here
         seconds = time.process_time() - started
         return Trial(answers=None, seconds=seconds, refusals=[_first_line(error)] * len(batch.statements))
@@ -330,6 +340,12 @@ class SmartNoisePlan:
 
     shares: list[float]
     stddevs: list[dict[str, float]]
+
+    def avg_stddev(self, statement: int, bound: float, average: float, count: float) -> float:
+        """SmartNoise's AVG = noisy SUM / noisy COUNT, each Laplace at the statement's per-mechanism
+        ε (scales bound/ε and 1/ε): delta-method stddev √(2·(b_S² + a²·b_C²))/C at the exact a and C."""
+        epsilon = self.shares[statement]
+        return float(np.sqrt(2 * ((bound / epsilon) ** 2 + (average / epsilon) ** 2)) / max(count, 1.0))
 
 
 def smartnoise_plan(reader: Any, batch: Batch, dataset: Dataset) -> SmartNoisePlan:
@@ -390,7 +406,7 @@ def run_smartnoise(reader: Any, batch: Batch, dataset: Dataset, plan: SmartNoise
     for released, stddev in zip(answers, plan.stddevs):  # the mechanisms' own noise, beside each answer
         for cell in released.values():
             cell.update({f"{alias}_stddev": sd for alias, sd in stddev.items()})
-    return Trial(answers=answers, seconds=seconds, refusals=refusals)
+    return Trial(answers=answers, seconds=seconds, refusals=refusals, plan=plan)
 
 
 # ------------------------------------------------------------------------------------ scoring
@@ -407,6 +423,14 @@ class Score:
     refused_statements: int = 0
     statements: int = 0
     seconds: list[float] = field(default_factory=list)
+    by_statement: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))  # squared errors
+    statement_variances: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))  # predicted
+
+    def statement_rmse(self, statement: int) -> tuple[float | None, float | None]:
+        """(measured RMSE, predicted RMSE) of one statement's answers over every trial."""
+        measured, predicted = self.by_statement.get(statement), self.statement_variances.get(statement)
+        return (float(np.sqrt(np.mean(measured))) if measured else None,
+                float(np.sqrt(np.mean(predicted))) if predicted else None)
 
     def reported(self, kind: str) -> float | None:
         """The RMSE predicted by the released standard errors (dpsql) or the mechanisms' scales
@@ -442,9 +466,16 @@ def score(trial: Trial, exact: Answers, batch: Batch, dataset: Dataset, into: Sc
                     into.missing[kind] += 1
                     value = fallback
                 into.squares[kind].append((value - truth) ** 2)
+                into.by_statement[i].append((value - truth) ** 2)
                 if kind != "count":
                     into.by_measure[f"{kind}({column})"].append((value - truth) ** 2)
                 stddev = cell.get(f"{alias}_stddev")
+                if kind == "avg" and trial.plan is not None and key in exact[i]:
+                    bound = max(abs(v) for v in (dataset.schema["tables"][dataset.table]["columns"][column]["lower"],
+                                                 dataset.schema["tables"][dataset.table]["columns"][column]["upper"]))
+                    stddev = trial.plan.avg_stddev(i, bound, truth, exact[i][key].get(f"{alias}__count") or 0.0)
+                if stddev is not None:
+                    into.statement_variances[i].append(stddev**2)
                 if cell.get(alias) is not None and stddev is not None:
                     hit = abs(cell[alias] - truth) <= Z95 * stddev  # type: ignore[operator]
                     for label in (kind, f"{kind}({column})") if kind != "count" else (kind,):
@@ -535,6 +566,12 @@ def print_batch(r: Result) -> None:
           f"ratio dpsql/SmartNoise cold {_f(_ratio(r.cold, r.sn_seconds))}, warm {_f(_ratio(r.warm, r.sn_seconds))}")
     every = [hit for kind in KINDS for hit in r.dp.covered.get(kind, [])]
     print(f"coverage of dpsql's ±1.96·stddev: {_coverage(every)}")
+    print("per statement: RMSE measured dpsql / SmartNoise / ratio; predicted (dpsql's stddevs; SmartNoise's "
+          "Laplace scales, AVG by the delta method at the exact values) dpsql / SmartNoise / ratio")
+    for i, statement in enumerate(r.batch.statements):
+        (a, pa_), (b, pb) = r.dp.statement_rmse(i), r.sn.statement_rmse(i)
+        print(f"  {i + 1:3} {_f(a):>10} {_f(b):>10} {_f(_ratio(a, b)):>6}   {_f(pa_):>10} {_f(pb):>10} "
+              f"{_f(_ratio(pa_, pb)):>6}  {statement.sql.format(t='t')[:90]}")
     print(f"refusals: dpsql {_refusals(r.dp)}; SmartNoise {_refusals(r.sn)}")
 
 

@@ -121,7 +121,25 @@ def _statements(prepared: Prepared) -> list[str]:
         lines.extend(f"    note: {note}" for note in derived_notes(compiled.statements[s].statement))
         lines.extend(f"    {qs.explain_line(output.aggregate.alias, output.quantile)}"
                      for output in compiled.statements[s].aggregates if output.quantile is not None)
+    if isinstance(chosen, GroupsPlan):
+        lines.append(_objective(chosen, [e.ratio for e in errors]))
     return lines
+
+
+def _objective(plan: GroupsPlan, ratios: Sequence[float]) -> str:
+    """The batch objective J = Σ_s w_s·ratio_s at this split against J*, its least over every split of
+    the same measurements without the promise, and which statements the promise holds back."""
+    head = (f"Objective: J = Σ weight·ratio = {plan.split_objective:.6g} at this split; the least over every split "
+            f"of these measurements without the promise J* = {plan.unconstrained:.6g}")
+    if plan.split_cap > 1:
+        worst = max(range(len(ratios)), key=ratios.__getitem__)
+        return (f"{head}. No split brings every statement within answering it alone: the least worst ratio is "
+                f"{plan.split_cap:.4g} (statement {worst + 1}); the split holds every statement at most there.")
+    if plan.split_objective <= plan.unconstrained * (1 + 1e-9):
+        return f"{head}: the split is the joint optimum, and no statement does worse than answering it alone."
+    held = runs([s + 1 for s, r in enumerate(ratios) if r >= 1 - 1e-3])
+    return (f"{head} ({plan.split_objective / plan.unconstrained:.4g}×): the joint optimum would leave statements "
+            f"worse than alone, so the split is the least J with every ratio at most 1 (held at 1: statements {held}).")
 
 
 def runs(numbers: Sequence[int]) -> str:

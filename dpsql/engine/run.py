@@ -68,7 +68,7 @@ def run(prepared: Prepared, *, backend: Backend, budget: PrivacyBudget, rng: Ran
     report("packaging the results")
     spent = NOTHING_SPENT if chosen.measures_nothing else prepared.cost.describe()
     metadata = metadata.with_budget(spent, f"{budget.remaining:.6g} of {budget.total.describe()}")
-    statements = statement_metadata(release.errors, chosen.weights, release.guard_rounds)
+    statements = statement_metadata(release.errors, chosen.weights, release.split_cap)
     entries = [{**s.to_json(), **reuse_entry(reused.get(i))} for i, s in enumerate(statements)]
     tables = statement_tables(release.compiled, answers, metadata.to_json(), entries)
     if not merge:

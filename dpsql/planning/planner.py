@@ -382,7 +382,17 @@ def split_budget(errors: Sequence[float], total: float, *, noise: Noise) -> list
     values = np.asarray(errors, dtype=np.float64)
     weights = np.power(values, power) / np.power(values.max(), power) if values.size and values.max() > 0 \
         else np.zeros(values.size)
-    if not weights.any():
+    return proportional_shares(weights.tolist(), total)
+
+
+def proportional_shares(weights: Sequence[float], total: float) -> list[float]:
+    """total·w_k/Σw, each rounded down to a float so that the shares' exact sum never exceeds
+    ``total`` (all zeros when every weight is 0).
+
+    >>> proportional_shares([1.0, 3.0], 1.0)
+    [0.25, 0.75]
+    """
+    if not any(weights):
         return [0.0] * len(weights)
     exact_total = Fraction(total)
     exact_weights = [Fraction(float(w)) for w in weights]

@@ -21,6 +21,11 @@ so up to a constant J = Σ_K (Σ_{b ∈ K} c_b·t_b) / ε_K² with t_b = Σ_{i �
 The planner scores trace(WᵀW M) over the workload whose block b rows are scaled by √c_b, which
 is exactly Σ_b c_b·t_b; the budget split and the value-cell choice use the same weighted
 errors. Only planning sees the weights: answers use the unweighted workload.
+
+Two promises: no statement worse than answering it alone (its mean Var/baseline at most 1), and J
+at its least subject to that. The closed-form split (ε_K ∝ (Σ_b c_b·t_b)^{1/3}) keeps the second;
+where it breaks the first, ``dpsql.planning.constrained_split`` finds the least J over the shares
+with every ratio at most 1, which is the closed form under the raised weights w_s + λ_s.
 """
 
 from __future__ import annotations

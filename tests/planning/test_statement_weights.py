@@ -130,9 +130,9 @@ def test_the_guard_names_a_statement_left_worse_than_alone() -> None:
     """A statement expected to do worse than answering it alone gets a note naming the ratio, in
     EXPLAIN and in its result metadata."""
     error = engine.StatementError(parts=(("s", 20.0, 10.0),), ratio=4.0)
-    ((index, note),) = guard_notes([engine.StatementError(parts=(("n", 1.0, 2.0),), ratio=0.25), error], 3)
+    ((index, note),) = guard_notes([engine.StatementError(parts=(("n", 1.0, 2.0),), ratio=0.25), error], 4.0)
     assert index == 1 and note.startswith("expected mean squared error 4× that of answering this statement alone")
-    assert "after 3 rounds" in note and "s RMSE 20 against 10 alone" in note
+    assert "the least worst ratio is 4" in note and "s RMSE 20 against 10 alone" in note
     prepared = engine.prepare(BATCH, schema(), PrivacyCost(epsilon=1.0))
     assert f"    note: {note}" in engine.explain(
         replace(prepared, chosen=replace(prepared.chosen, guard_notes=((1, note),))))

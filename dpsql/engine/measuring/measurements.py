@@ -142,6 +142,16 @@ def split(drafts: Sequence[DraftVector], total: float, noise: Noise) -> tuple[Pl
                  for d, share in zip(drafts, shares))
 
 
+def at_fractions(drafts: Sequence[DraftVector], fractions: Sequence[float], total: float) -> tuple[PlannedVector, ...]:
+    """The drafts measured at the given fractions of ``total`` (``planner.proportional_shares``:
+    rounded down, so the shares never add up to more than ``total``)."""
+    shares = planner.proportional_shares(fractions, total)
+    return tuple(PlannedVector(group=d.group, vector=d.vector, plan=d.plan, share=share, row_scale=d.row_scale,
+                               quantum=d.quantum, block_totals=d.block_totals, block_weights=d.block_weights,
+                               cell_bounds=d.cell_bounds)
+                 for d, share in zip(drafts, shares))
+
+
 def check_calibrations(measurements: Sequence[PlannedVector]) -> None:
     """Every measured share has a representable noise scale (PrivacyParameterError otherwise):
     checked before anything is charged."""

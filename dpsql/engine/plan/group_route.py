@@ -24,14 +24,7 @@ from dpsql.budget.accounting import PrivacyCost
 from dpsql.engine.measuring.measure import MeasuredVector, measure_groups
 from dpsql.engine.measuring.measurements import PlannedVector, check_calibrations, split
 from dpsql.engine.plan.grouping import choose_partition
-from dpsql.engine.plan.guard import (
-    GUARD_ROUNDS,
-    StatementError,
-    guard,
-    measured_sums,
-    standing,
-    statement_errors,
-)
+from dpsql.engine.plan.guard import StatementError, guard, measured_sums, standing, statement_errors
 from dpsql.engine.plan.metadata import Release, ReleaseMetadata, family_name
 from dpsql.engine.plan.sum_answering import answering_groups, bias_bounds
 from dpsql.engine.plan.thresholds import ThresholdPlan, choose_thresholds, measured_columns, threshold_plans
@@ -46,8 +39,8 @@ from dpsql.sql.compile import CompiledBatch, batch_table, compile_batch
 from dpsql.sql.value_cells import ValueCells
 from dpsql.sql.vectors import DataVector
 
-#: Times the statement groups may be planned again with the guard's raised weights (each is a full
-#: planning pass: a count of work, not time).
+#: Times the statement groups may be planned again with the guard's weights w_s + λ_s when its split
+#: binds (each is a full planning pass: a count of work, not time).
 GUARD_REPLANS = 2
 
 
@@ -59,8 +52,11 @@ class GroupsPlan:
     answered (some read as value cells); ``measurements``: each data vector's plan and share;
     ``thresholds``: the truncated columns' θ selections, released first; ``answering_notes``:
     (group, why its sums are answered as they are); ``weights``: each statement's weight as planned
-    (the guard may have raised some); ``guard_notes``: (statement, why it is still expected to do
-    worse than answering it alone).
+    (w_s + λ_s: the guard raises those its split holds at their promise); ``guard_notes``:
+    (statement, why it is still expected to do worse than answering it alone); ``split_objective``
+    and ``unconstrained``: the batch objective J at this split and J*, its least over every split of
+    the same measurements without the promise; ``split_cap``: the promise the split holds (1, or the
+    least achievable worst ratio).
     """
 
     cost: PrivacyCost
@@ -72,6 +68,9 @@ class GroupsPlan:
     answering_notes: tuple[tuple[int, str], ...]
     weights: tuple[float, ...]
     guard_notes: tuple[tuple[int, str], ...]
+    split_objective: float
+    unconstrained: float
+    split_cap: float
 
     name = "statement groups"
 
@@ -122,29 +121,38 @@ class GroupsPlan:
             truncation_threshold=chosen,
             truncation={plan.column.name: plan.describe() for plan in self.thresholds} if chosen else {})
         return Release(compiled=final.compiled, answers=answers, errors=errors, metadata=metadata,
-                       guard_rounds=GUARD_ROUNDS, measured=tuple(measured))
+                       split_cap=self.split_cap, measured=tuple(measured))
 
 
 def plan_route(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: tuple[float, ...],
                progress: Progress | None) -> GroupsPlan:
-    """The statement-group route: planned with the statements' weights, then — while the guard
-    still finds statements worse than alone — again with its raised weights (GUARD_REPLANS times
-    at most, kept only when fewer statements lose)."""
-    plan, raised = plan_groups(batch, schema, cost, Weighing(weights=weights, noise=noise_of(cost)), progress)
+    """The statement-group route: planned with the statements' weights w, then — while the guard's
+    split binds (some statement held at its promise, or still worse than alone) — again with the
+    strategies chosen under its weights w_s + λ_s, the split still judged by J under w
+    (GUARD_REPLANS times at most; kept only when fewer statements lose, the worst loses less, or
+    J is lower)."""
+    plan, raised = plan_groups(batch, schema, cost, Weighing(weights=weights, noise=noise_of(cost)), progress, weights)
     for _ in range(GUARD_REPLANS):
-        if not plan.guard_notes:
+        if not plan.guard_notes and plan.split_objective <= plan.unconstrained * (1 + 1e-9):
             break
-        again, raised = plan_groups(batch, schema, cost, raised, progress)
-        if standing(again.compiled, again.measurements, cost) >= standing(plan.compiled, plan.measurements, cost):
+        again, raised = plan_groups(batch, schema, cost, raised, progress, weights)
+        if _order(again) >= _order(plan):
             break
         plan = again
     return plan
 
 
+def _order(plan: GroupsPlan) -> tuple[int, float, float]:
+    """(statements worse than alone, their worst ratio, J): lower is better."""
+    losers, worst = standing(plan.compiled, plan.measurements, plan.cost)
+    return losers, worst if losers else 0.0, plan.split_objective
+
+
 def plan_groups(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weighing: Weighing,
-                progress: Progress | None) -> tuple[GroupsPlan, Weighing]:
-    """The route under ``weighing``: statement groups, value cells or apart, the split and the
-    guard's re-splits. Also returns the guard's raised weights, to plan again with."""
+                progress: Progress | None, weights: tuple[float, ...]) -> tuple[GroupsPlan, Weighing]:
+    """The route with strategies chosen under ``weighing``: statement groups, value cells or apart,
+    and the guard's constrained split under the statements' own ``weights``. Also returns the
+    guard's weights w_s + λ_s, to plan again with."""
     noise = weighing.noise
     table = batch_table(batch, schema)
     separate = compile_batch(batch, schema, choose_partition(batch, table, noise, weighing))
@@ -160,12 +168,13 @@ def plan_groups(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weighing: We
                for g, group in enumerate(separate.groups) for v in group.data_kinds()
                if v.is_sum and v.column not in bounds]
     notes = tuple(sorted(choice.notes + pending))
-    guarded = guard(choice.compiled, split(choice.drafts, budget, noise), weighing, cost, budget)
+    guarded = guard(choice.compiled, split(choice.drafts, budget, noise), weighing, cost, budget, weights)
     check_calibrations(guarded.measurements)  # every noise scale is representable: checked before anything is charged
     plan = GroupsPlan(cost=cost, batch=batch, separate=separate, compiled=choice.compiled,
                       measurements=guarded.measurements, thresholds=tuple(selections), answering_notes=notes,
-                      weights=guarded.kept.weights, guard_notes=guarded.notes)
-    return plan, guarded.raised
+                      weights=guarded.kept.weights, guard_notes=guarded.notes, split_objective=guarded.objective,
+                      unconstrained=guarded.unconstrained, split_cap=guarded.cap)
+    return plan, guarded.kept
 
 
 # ===================================================================== after θ is released

@@ -67,9 +67,10 @@ class StatementMetadata:
 
 
 def statement_metadata(errors: Sequence[StatementError], weights: Sequence[float],
-                       rounds: int) -> list[StatementMetadata]:
-    """Each statement's :class:`StatementMetadata` (``rounds``: the guard's rounds, for its notes)."""
-    notes = dict(guard_notes(errors, rounds))
+                       cap: float | None) -> list[StatementMetadata]:
+    """Each statement's :class:`StatementMetadata` (``cap``: the least worst ratio the guard's split
+    reached, for its notes; None when no split was solved)."""
+    notes = dict(guard_notes(errors, cap))
     return [StatementMetadata(error=e, weight=weights[s] if weights else 1.0, note=notes.get(s))
             for s, e in enumerate(errors)]
 
@@ -84,7 +85,7 @@ class Release:
     answers: AnswerSet
     errors: list[StatementError]
     metadata: ReleaseMetadata
-    guard_rounds: int
+    split_cap: float | None  # the least worst ratio the guard's split reached (None: no split solved)
     measured: tuple[MeasuredVector, ...] = ()  # the statement groups' noisy releases (kept for reuse)
 
 

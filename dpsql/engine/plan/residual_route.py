@@ -124,7 +124,7 @@ class ResidualPlan:
     @property
     def guard_notes(self) -> tuple[tuple[int, str], ...]:
         """(statement, note) for each statement expected to do worse than answering it alone."""
-        return guard_notes(self.statement_errors(), 0)
+        return guard_notes(self.statement_errors(), None)
 
     def statement_errors(self) -> list[StatementError]:
         """Each statement's expected error against answering it alone (Σ Var over each block)."""
@@ -143,7 +143,7 @@ class ResidualPlan:
         measured: list[MeasuredVector] = []
         answers = answer(self, backend=backend, rng=rng, report=report, measured=measured)
         return Release(compiled=self.compiled, answers=answers, errors=self.statement_errors(), metadata=metadata,
-                       guard_rounds=0, measured=tuple(measured))
+                       split_cap=None, measured=tuple(measured))
 
     def explain_lines(self) -> list[str]:
         """ResidualPlanner's marginals, measurements and optimality certificate."""
