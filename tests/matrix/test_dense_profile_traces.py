@@ -115,23 +115,31 @@ def test_union_strategy_error_matches_dense(sizes: list[int], blocks: int, terms
 
 
 def test_union_scoring_forms_no_dense_workload_term(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Scoring a union strategy over n cells densifies the strategy's Gram (one n × n product per
-    block, for (AᵀA)⁺) and no Kronecker term of the workload's Gram."""
+    """Scoring a union strategy over n cells densifies the strategy's Gram once (for (AᵀA)⁺, its
+    blocks' Kronecker terms added into one n × n array) and no Kronecker term on its own, neither
+    the strategy's nor the workload's."""
     rng = np.random.default_rng(11)
     sizes = [12, 3, 9]
     n = int(np.prod(sizes))
     A, W = _union(rng, sizes, 3), _workload(rng, sizes, 12)
     large: list[tuple[int, int]] = []
-    kron_dense = Kron.dense
+    sums: list[tuple[int, int]] = []
+    kron_dense, sum_dense = Kron.dense, Sum.dense
 
     def dense(self: Kron) -> np.ndarray:
         if self.shape[0] * self.shape[1] >= n * n:
             large.append(self.shape)
         return kron_dense(self)
 
+    def summed(self: Sum) -> np.ndarray:
+        sums.append(self.shape)
+        return sum_dense(self)
+
     monkeypatch.setattr(Kron, "dense", dense)
+    monkeypatch.setattr(Sum, "dense", summed)
     error = accuracy.expected_error(W, A)
-    assert large == [(n, n)] * len(A.blocks)  # the strategy's Gram, block by block
+    assert large == []
+    assert sums == [(n, n)]  # the strategy's Gram
     assert error == pytest.approx(trace_of_product(W.gram(), pinv_gram(A))
                                   * accuracy.unit_noise_variance(A, "gaussian"), rel=RELATIVE)
 
