@@ -83,9 +83,12 @@ def _eigh_pinv(G: FloatArray) -> tuple[FloatArray, bool]:
 FACTORED_CELLS = 1024
 
 #: :func:`factored_pinv` trusts LAPACK's condition estimate when it is this far below 1/RANK_TOLERANCE.
-#: The estimate ‖G⁻¹ x‖₁ (Hager 1984; Higham 1988, LAPACK's dlacn2) is a lower bound of ‖G⁻¹‖₁, in
-#: practice exact (it was on 400 random Grams of Kronecker stacks, condition numbers 10 to 10¹¹):
-#: a decision could differ from the exact test only if it fell short of the norm by more than this factor.
+#: The estimate ‖G⁻¹x‖₁ for one x with ‖x‖₁ = 1 (W. W. Hager, "Condition estimates", SIAM J. Sci.
+#: Stat. Comput., 1984; N. J. Higham, "FORTRAN codes for estimating the one-norm of a real or complex
+#: matrix, with applications to condition estimation", ACM TOMS, 1988: LAPACK's dlacn2) is a lower
+#: bound of ‖G⁻¹‖₁, in practice equal to it (to rounding on 400 random Grams of Kronecker stacks with
+#: κ₁ from 10 to 10¹¹): a decision could differ from the exact test's only if the estimate fell short
+#: of ‖G⁻¹‖₁ by more than this factor.
 ESTIMATE_MARGIN = 2.0
 
 
@@ -94,11 +97,12 @@ def factored_pinv(G: Workload) -> tuple[Workload, bool]:
     when G's Cholesky factor U exists and κ₁(G) · RANK_TOLERANCE < 1, else G's eigendecomposition.
 
     κ₁(G) = ‖G‖₁‖G⁻¹‖₁ is estimated from U in O(n²) (LAPACK dpocon, a lower bound): an estimate
-    of at least 1/RANK_TOLERANCE decides "not definite" exactly as the exact test would; one below
-    1/(ESTIMATE_MARGIN · RANK_TOLERANCE) decides "definite"; between the two, the exact test is run
-    on the inverse (dpotri, which the result then keeps). The decisions are :func:`pinv_psd`'s.
+    of at least 1/RANK_TOLERANCE decides against the Cholesky inverse exactly as the exact test
+    would; one below 1/(ESTIMATE_MARGIN · RANK_TOLERANCE) decides for it; between the two, the
+    exact test is run on the inverse (dpotri, which the result then keeps). So the decisions are
+    :func:`pinv_psd`'s unless the estimate falls short of ‖G⁻¹‖₁ by more than ESTIMATE_MARGIN.
     """
-    matrix = G.dense().T  # symmetric: the Fortran-ordered view of a fresh array, factored in place
+    matrix = G.dense().T  # symmetric: the Fortran-ordered view of dense()'s fresh array, factored in place
     norm = float(sla.lapack.dlange("1", matrix))
     factor, info = sla.lapack.dpotrf(matrix, lower=False, overwrite_a=True)
     if info == 0:

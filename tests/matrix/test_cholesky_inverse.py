@@ -174,3 +174,29 @@ def test_scoring_a_stacked_strategy_with_few_rows_forms_no_inverse(monkeypatch: 
     np.testing.assert_allclose(covariance, np.diag(exact)[:4], rtol=RELATIVE)
     totals = [v * gram_trace(block, M) for block in blocks]
     np.testing.assert_allclose(totals, [np.trace(exact[:4, :4]), np.trace(exact[4:, 4:])], rtol=RELATIVE)
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(2, 6), min_size=2, max_size=3), blocks=st.integers(1, 4),
+       spread=st.floats(0, 12), seed=st.integers(0, 2**32 - 1))
+def test_decisions_on_kronecker_stacks_are_the_exact_tests(sizes: list[int], blocks: int, spread: float,
+                                                            seed: int) -> None:
+    """On Grams of weighted Kronecker stacks (block weights spread over `spread` decades, factors of
+    any rank), the condition estimate decides as pinv_psd's exact κ₁ test: same definiteness, the
+    Cholesky factor kept exactly where pinv_psd inverts by Cholesky, and the same pseudo-inverse."""
+    rng = np.random.default_rng(seed)
+    stack: list[Workload] = []
+    for _ in range(blocks):
+        factors: list[Workload] = [
+            Explicit(rng.integers(0, 3, size=(int(rng.integers(1, n + 2)), n)).astype(np.float64)) for n in sizes]
+        stack.append(Weighted(10.0 ** rng.uniform(0, spread / 2), Kron(factors)))
+    G = VStack(stack).gram()
+    dense = G.dense()
+    expected, expected_definite = pinv_psd(dense.copy())
+    M, definite = factored_pinv(G)
+    assert definite == expected_definite
+    _, info = sla.lapack.dpotrf(dense, lower=False)
+    by_cholesky = info == 0 and np.abs(dense).sum(axis=0).max() * np.abs(expected).sum(axis=0).max() * 1e-10 < 1
+    assert isinstance(M, CholeskyInverse) == by_cholesky
+    if not by_cholesky:
+        assert np.array_equal(M.dense(), expected)
