@@ -673,13 +673,15 @@ class Sum(Workload):
     def dense(self) -> FloatArray:
         """Σ of the terms' dense forms, added in order into one array. A term c·(F₁ ⊗ … ⊗ F_d)
         (c = 1 for a plain Kronecker product) is added a row of L = F₁ ⊗ … ⊗ F_{d−1} at a time, as
-        c·(L_ij · F_d), the very products ``Weighted(c, Kron).dense`` forms, without an n × n
-        temporary per term; other terms by their own ``dense``."""
+        c·(L_ij · F_d), the very products ``Weighted(c, Kron).dense`` forms, without a temporary of
+        the sum's size per term (when such a row block holds at least KRON_BLOCK_ENTRIES); other
+        terms by their own ``dense``."""
         check_dense_size(*self.shape, f"densifying {self!r}")
         total = np.empty(self.shape)
         for index, term in enumerate(self.terms):
             weight, base = (term.weight, term.base) if isinstance(term, Weighted) else (None, term)
-            if isinstance(base, Kron) and len(base.factors) > 1:
+            if isinstance(base, Kron) and len(base.factors) > 1 \
+                    and base.factors[-1].shape[0] * base.shape[1] >= KRON_BLOCK_ENTRIES:
                 _add_kron(total, weight, base, first=index == 0)
             elif index == 0:
                 total[...] = term.dense()
@@ -692,6 +694,10 @@ class Sum(Workload):
 
     def __repr__(self) -> str:
         return "Sum([" + ", ".join(map(repr, self.terms)) + "])"
+
+
+#: Sum.dense adds a Kronecker term by row blocks of at least this many entries (else densely).
+KRON_BLOCK_ENTRIES = 2**14
 
 
 def _add_kron(total: FloatArray, weight: float | None, term: Kron, *, first: bool) -> None:
