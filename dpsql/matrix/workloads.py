@@ -565,6 +565,11 @@ class VStack(Workload):
     def gram(self) -> Workload:
         return Sum([b.gram() for b in self.blocks])
 
+    def dense(self) -> FloatArray:
+        """The blocks' dense forms stacked (each block keeps its own structured ``dense``)."""
+        check_dense_size(*self.shape, f"densifying {self!r}")
+        return np.concatenate([b.dense() for b in self.blocks])
+
     def _column_terms(self, p: int) -> list[ColumnTerm]:
         return [term for b in self.blocks for term in b._column_terms(p)]
 
@@ -666,11 +671,22 @@ class Sum(Workload):
         return super().gram()
 
     def dense(self) -> FloatArray:
-        """Σ of the terms' dense forms (each term keeps its own structured ``dense``)."""
+        """Σ of the terms' dense forms, added in order into one array. A term c·(F₁ ⊗ … ⊗ F_d)
+        (c = 1 for a plain Kronecker product) is added a row of L = F₁ ⊗ … ⊗ F_{d−1} at a time, as
+        c·(L_ij · F_d), the very products ``Weighted(c, Kron).dense`` forms, without a temporary of
+        the sum's size per term (when such a row block holds at least KRON_BLOCK_ENTRIES); other
+        terms by their own ``dense``."""
         check_dense_size(*self.shape, f"densifying {self!r}")
-        total = np.array(self.terms[0].dense(), dtype=np.float64)
-        for term in self.terms[1:]:
-            total += term.dense()
+        total = np.empty(self.shape)
+        for index, term in enumerate(self.terms):
+            weight, base = (term.weight, term.base) if isinstance(term, Weighted) else (None, term)
+            if isinstance(base, Kron) and len(base.factors) > 1 \
+                    and base.factors[-1].shape[0] * base.shape[1] >= KRON_BLOCK_ENTRIES:
+                _add_kron(total, weight, base, first=index == 0)
+            elif index == 0:
+                total[...] = term.dense()
+            else:
+                total += term.dense()
         return total
 
     def trace(self) -> float:
@@ -678,6 +694,27 @@ class Sum(Workload):
 
     def __repr__(self) -> str:
         return "Sum([" + ", ".join(map(repr, self.terms)) + "])"
+
+
+#: Sum.dense adds a Kronecker term by row blocks of at least this many entries (else densely).
+KRON_BLOCK_ENTRIES = 2**14
+
+
+def _add_kron(total: FloatArray, weight: float | None, term: Kron, *, first: bool) -> None:
+    """total (+)= weight · (L ⊗ F) for L = ⊗ of the term's leading factors and F its last, one row
+    of L at a time: entries L_ij · F_kl (times the weight), as np.kron and Weighted.dense form them."""
+    left = Kron(term.factors[:-1]).dense() if len(term.factors) > 2 else term.factors[0].dense()
+    right = term.factors[-1].dense()
+    (p, q), (r, s) = left.shape, right.shape
+    blocks = total.reshape(p, r, q, s)
+    block = np.empty((r, q, s))
+    for i in range(p):
+        out = blocks[i] if first else block
+        np.multiply(left[i][None, :, None], right[:, None, :], out=out)
+        if weight is not None:
+            out *= weight
+        if not first:
+            blocks[i] += block
 
 
 class DisjointSum(Sum):

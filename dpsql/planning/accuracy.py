@@ -23,6 +23,7 @@ from dpsql.matrix.kronvec import align_terms, kron_vectors, shared_cuts
 from dpsql.matrix.linalg import (
     RANK_TOLERANCE,
     gram_terms,
+    gram_trace,
     group_factors,
     nuclear_norm_of_root,
     pinv_gram,
@@ -96,7 +97,7 @@ def expected_error(W: Workload, A: Workload, *, noise: Noise = "gaussian") -> fl
         _refuse_unsupported(W, A, residual)
         return unit_noise_variance(A, noise) * trace
     check_support(W, A)
-    return unit_noise_variance(A, noise) * trace_of_product(W.gram(), pinv_gram(A))
+    return unit_noise_variance(A, noise) * gram_trace(W, pinv_gram(A))
 
 
 #: A dense strategy of p < n rows is scored through its row space while m·p is at most this.

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpsql.matrix.linalg import kron_sum_trace, pinv_gram, trace_of_product
-from dpsql.matrix.workloads import Explicit, Identity, Kron, Sum, Total, VStack, Weighted, Workload
+from dpsql.matrix.workloads import KRON_BLOCK_ENTRIES, Explicit, Identity, Kron, Sum, Total, VStack, Weighted, Workload
 from dpsql.planning import accuracy
 
 RELATIVE = 1e-9
@@ -73,6 +73,27 @@ def test_structured_dense_equals_applying_to_identity(sizes: list[int], seed: in
     assert np.array_equal(W.dense(), W @ np.eye(n))
     S = Sum([K.gram(), W.gram(), Identity(n)])
     assert np.array_equal(S.dense(), S @ np.eye(n))
+
+
+@settings(max_examples=15, deadline=None)
+@given(sizes=st.lists(st.integers(4, 6), min_size=2, max_size=2), last=st.integers(40, 60), terms=st.integers(1, 4),
+       seed=st.integers(0, 2**32 - 1))
+def test_large_sum_dense_adds_kronecker_terms_bitwise(sizes: list[int], last: int, terms: int, seed: int) -> None:
+    """A Sum whose Kronecker terms are added row block by row block (blocks of at least
+    KRON_BLOCK_ENTRIES) equals adding the terms' own dense forms in order, bit for bit, for real
+    (not integer) factors and weights, weighted or not, with other terms between."""
+    rng = np.random.default_rng(seed)
+    parts: list[Workload] = []
+    for k in range(terms):
+        kron = Kron([Explicit(rng.standard_normal((n, n))) for n in [*sizes, last]])
+        parts.append(Weighted(float(rng.uniform(0.1, 10.0)), kron) if k % 2 else kron)
+    n = parts[0].shape[1]
+    assert last * n >= KRON_BLOCK_ENTRIES
+    parts.insert(1, Explicit(rng.standard_normal((n, n))))
+    expected = parts[0].dense()
+    for part in parts[1:]:
+        expected += part.dense()
+    assert np.array_equal(Sum(parts).dense(), expected)
 
 
 def _union(rng: np.random.Generator, sizes: list[int], blocks: int) -> Workload:

@@ -17,7 +17,7 @@ import numpy as np
 from dpsql.engine.measuring.measurements import CellBounds, DraftVector
 from dpsql.engine.plan.weighing import value_scale
 from dpsql.errors import DomainTooLargeError, ShapeError, UnsupportedStrategyError
-from dpsql.matrix.linalg import diagonal_entries, pinv_gram, quadratic_diag, trace_of_product
+from dpsql.matrix.linalg import diagonal_entries, gram_trace, pinv_gram, quadratic_diag
 from dpsql.matrix.workloads import Kron, VStack, Workload, scale_columns
 from dpsql.noise import Noise
 from dpsql.planning import mechanism, plan_cache, planner
@@ -102,7 +102,7 @@ def block_totals(workload: Workload, rows: Sequence[int], plan: planner.Plan) ->
         return known
     M, v = pinv_gram(strategy), unit_noise_variance(strategy, plan.noise)
     if isinstance(workload, VStack):
-        totals = tuple(v * trace_of_product(block.gram(), M) for block in workload.blocks)
+        totals = tuple(v * gram_trace(block, M) for block in workload.blocks)
     else:
         diagonal = quadratic_diag(workload, M)
         ends = np.cumsum(rows)
