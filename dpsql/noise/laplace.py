@@ -12,16 +12,19 @@ such counts never decide a sample, so the samples are iid from the target.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
 from dpsql.noise import limits
 from dpsql.noise.bernoulli import bernoulli_exp_unit, bernoulli_exp_vec, count_exp1_successes, geometric_vec
+from dpsql.noise.inversion import Interval, Inversion, div, exp_neg, mul
 from dpsql.noise.parameters import check_size, positive_rational
-from dpsql.noise.sources import IntArray, RandomSource, below, fields, oversample, resolve_rng
+from dpsql.noise.sources import IntArray, RandomSource, below, fields, resolve_rng
 
 
 def _laplace_magnitude_scalar(p: int, q: int, u: int, rng: RandomSource) -> int:
@@ -120,11 +123,107 @@ def fill(n: int, batch: Callable[[int], IntArray]) -> IntArray:
     return out
 
 
+def _rescale(bounds: list[Interval], extra: int) -> list[Interval]:
+    """Intervals at precision P + extra rounded outward to precision P."""
+    return [(lo >> extra, -((-hi) >> extra)) for lo, hi in bounds]
+
+
+def _powers(ratio: Interval, count: int, prec: int) -> list[Interval]:
+    """Intervals of 2^prec r^j for j = 0..count, by repeated multiplication."""
+    out = [(1 << prec, 1 << prec)]
+    for _ in range(count):
+        out.append(mul(out[-1], ratio, prec))
+    return out
+
+
+def digit_survival(num: int, den: int, m: int) -> Callable[[int, int], list[Interval]]:
+    """S(j) = (r^j - r^m)/(1 - r^m), j = 1..m-1: the truncated geometric P[u] ∝ r^u on [0, m),
+    r = e^{-num/den}."""
+
+    def survival(prec: int, count: int) -> list[Interval]:
+        extra = 32 + (num * m // den + 1).bit_length() + m.bit_length()
+        work = prec + extra
+        one = 1 << work
+        top = exp_neg(num * m, den, work)
+        rest = (max(one - top[1], 1), one - top[0])
+        terms = _powers(exp_neg(num, den, work), count, work)[1:]
+        ratios = [div((max(lo - top[1], 0), max(hi - top[0], 0)), rest, work) for lo, hi in terms]
+        return _rescale(ratios, extra)
+
+    return survival
+
+
+def signed_survival(num: int, den: int, block: int) -> Callable[[int, int], list[Interval]]:
+    """Survival of the signed block index o = 2k + s of Lap_Z(den/num) in blocks of ``block``.
+
+    Block k >= 0 holds y = kM + v (s = 0) or y = -(1 + kM + v) (s = 1), v in [0, M), with
+    weights β^k and ρ β^k (ρ = e^{-num/den}, β = ρ^M): S(2k) = β^k and
+    S(2k + 1) = β^k (ρ + β)/(1 + ρ).
+    """
+
+    def survival(prec: int, count: int) -> list[Interval]:
+        extra = 32 + count.bit_length()
+        work = prec + extra
+        rho, beta = exp_neg(num, den, work), exp_neg(num * block, den, work)
+        one = 1 << work
+        odd = div((rho[0] + beta[0], rho[1] + beta[1]), (one + rho[0], one + rho[1]), work)
+        powers = _powers(beta, count // 2 + 1, work)
+        out = [powers[i // 2] if i % 2 == 0 else mul(powers[i // 2], odd, work) for i in range(1, count + 1)]
+        return _rescale(out, extra)
+
+    return survival
+
+
+@dataclass(frozen=True)
+class LaplaceTables:
+    """Lap_Z(t), t = p/q, as y = kM + v or -(1 + kM + v): v = Σ_l u_l Π_{j<l} m_j from
+    independent truncated geometric digits u_l in [0, m_l) (ratio ρ^{Π_{j<l} m_j}), and the
+    signed block index 2k + s (weights β^k and ρ β^k with β = ρ^M, M = Π m_l): the pmf
+    P[y] ∝ ρ^{|y|} factorises over them, so each is drawn by exact inversion."""
+
+    digits: tuple[tuple[int, Inversion], ...]
+    block: int
+    signed: Inversion
+
+    @classmethod
+    def build(cls, p: int, q: int) -> LaplaceTables:
+        """Digits of at most DIGIT_BITS bits, so that t/M is in [16, 32) (M = 1 for t < 32)."""
+        total = max(0, (p // q).bit_length() - 1 - 4)
+        levels = -(-total // limits.DIGIT_BITS)
+        digits, block = [], 1
+        for level in range(levels):
+            bits = total // levels + (1 if level < total % levels else 0)
+            m = 1 << bits
+            digits.append((m, Inversion(digit_survival(q * block, p, m), m, 0)))
+            block *= m
+        # S(2k) = β^k < 2^-TAIL_BITS once k > TAIL_BITS ln 2 · t/M (floats: a table size only).
+        count = 2 * (math.ceil(limits.TAIL_BITS * math.log(2) * (p / (q * block))) + 2)
+        return cls(tuple(digits), block, Inversion(signed_survival(q, p, block), None, count))
+
+    def sample(self, n: int, rng: RandomSource) -> IntArray:
+        """n iid Lap_Z(p/q) samples."""
+        outcome = self.signed.sample(n, rng)
+        k, negative = outcome >> 1, outcome & 1
+        if k.max(initial=0) > (limits.I64_MAX - self.block) // self.block:
+            raise OverflowError(f"a Lap_Z sample exceeds int64: block {int(k.max())} of {self.block}")
+        v = k * self.block
+        weight = 1
+        for m, digit in self.digits:
+            v += digit.sample(n, rng) * weight
+            weight *= m
+        return v ^ -negative  # -(1 + v) = ~v where negative
+
+
+@functools.lru_cache(maxsize=64)
+def laplace_tables(p: int, q: int) -> LaplaceTables:
+    """The inversion tables of Lap_Z(p/q) (cached: built once per scale)."""
+    return LaplaceTables.build(p, q)
+
+
 def _laplace_vec(scale: Fraction, n: int, rng: RandomSource) -> IntArray:
-    """n iid Lap_Z(scale): batches of runs of CKS Algorithm 2, sized by its return rate."""
-    p, q = scale.numerator, scale.denominator
-    rate = laplace_rate(p, q)
-    return fill(n, lambda m: laplace_batch(p, q, oversample(m, rate), rng))
+    """n iid Lap_Z(scale) by exact inversion (:class:`LaplaceTables`), in batches."""
+    tables = laplace_tables(scale.numerator, scale.denominator)
+    return fill(n, lambda m: tables.sample(m, rng))
 
 
 def discrete_laplace(

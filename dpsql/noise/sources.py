@@ -195,9 +195,15 @@ def fields(rng: RandomSource, count: int, bits: int) -> IntArray:
 
     Each word is cut into floor(64/bits) disjoint fields of ``bits`` bits; disjoint bits of a
     uniform word are independent and uniform. Fields left over in the last word are discarded.
+    When the count per word is the same, the words' memory is read as 8-, 16- or 32-bit integers
+    whose low ``bits`` bits are the fields.
     """
     per_word = 64 // bits
     drawn = words(rng, -(-count // per_word))
+    width = next((w for w in (8, 16, 32) if w >= bits), 64)
+    if 64 // width == per_word < 64:  # read the words as narrower integers: as many per word
+        narrow: IntArray = drawn.view(f"uint{width}")[:count].astype(np.int64)
+        return narrow if width == bits else narrow & ((1 << bits) - 1)
     if per_word == 1:
         return (drawn >> np.uint64(64 - bits)).view(np.int64)
     shifts = np.arange(0, per_word * bits, bits, dtype=np.uint64)[:, None]
