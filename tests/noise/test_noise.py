@@ -31,7 +31,7 @@ from scipy import stats
 
 from dpsql import noise
 from dpsql.errors import PrivacyParameterError
-from dpsql.noise import bernoulli, distributions, gaussian, laplace, limits, sources
+from dpsql.noise import bernoulli, distributions, gaussian, inversion, laplace, limits, sources
 
 FAIL_PROB = 1e-7
 Z_TOL = float(stats.norm.isf(FAIL_PROB / 2))  # 5.33
@@ -662,7 +662,7 @@ def test_forked_child_does_not_reuse_the_parent_buffer() -> None:
     assert not np.intersect1d(parent, child).size  # by chance with probability < 1e-15
 
 
-@pytest.mark.parametrize("bits", [1, 3, 4, 7, 8, 13, 21, 32, 33, 63])
+@pytest.mark.parametrize("bits", [1, 3, 4, 7, 8, 13, 14, 16, 21, 24, 32, 33, 63])
 def test_fields_are_uniform(bits: int) -> None:
     values = sources.fields(noise.SeededRandomSource(71), 300_000, bits)
     assert values.dtype == np.int64 and values.size == 300_000
@@ -888,3 +888,136 @@ def test_bernoulli_exp_rejects_bad_gamma(gamma: object) -> None:
 def test_helpers_reject_bad_parameters(helper: Callable, value: float) -> None:
     with pytest.raises(PrivacyParameterError, match=f"must be positive and finite; got {value}"):
         helper(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Exact inversion from certified thresholds
+# --------------------------------------------------------------------------------------------
+
+
+@HYPOTHESIS
+@given(st.integers(min_value=1, max_value=1000), st.fractions(min_value=0, max_value=1),
+       st.integers(min_value=0, max_value=6), st.integers(min_value=1, max_value=100))
+def test_exp_neg_bounds_enclose_the_exact_value(den: int, frac: Fraction, whole: int, prec: int) -> None:
+    # Against the exact partial sum S_N of e^{-x} = Σ (-x)^k/k! with N = 90 > x: the rest is at
+    # most x^{N+1}/(N+1)! < 2^-110 (alternating, decreasing terms), so the bounds must hold up to it.
+    num = whole * den + math.floor(frac * den)
+    lo, hi = inversion.exp_neg(num, den, prec)
+    x = Fraction(num, den)
+    total, term = Fraction(0), Fraction(1)
+    for k in range(91):
+        total += term if k % 2 == 0 else -term
+        term = term * x / (k + 1)
+    assert term < Fraction(1, 2**110)
+    assert Fraction(lo, 2**prec) <= total + term and total - term <= Fraction(hi, 2**prec)
+    assert 0 <= hi - lo <= 4
+
+
+def test_exp_neg_large_exponents_stay_bounds() -> None:
+    # e^{-100} and e^{-10^6} are below 2^-80: the bounds are 0 and one unit.
+    assert inversion.exp_neg(100, 1, 80) == (0, 1)
+    assert inversion.exp_neg(10**6, 1, 80) == (0, 1)
+    lo, hi = inversion.exp_neg(100, 1, 200)
+    assert hi - lo <= 4 and lo == pytest.approx(math.exp(-100) * 2**200, rel=1e-12)
+
+
+@pytest.fixture
+def narrow_inversion(monkeypatch: pytest.MonkeyPatch) -> Callable[[int, int, int], None]:
+    """Set the inversion widths (table tails, guide and refine bits) with fresh table caches."""
+
+    def narrow(guide: int, refine: int, tail: int) -> None:
+        monkeypatch.setattr(limits, "GUIDE_BITS", guide)
+        monkeypatch.setattr(limits, "REFINE_BITS", refine)
+        monkeypatch.setattr(limits, "TAIL_BITS", tail)
+        laplace.laplace_tables.cache_clear()
+        gaussian.gauss_tables.cache_clear()
+
+    yield narrow
+    laplace.laplace_tables.cache_clear()
+    gaussian.gauss_tables.cache_clear()
+
+
+def test_inversion_of_a_finite_law_is_exact(narrow_inversion: Callable[[int, int, int], None]) -> None:
+    # The truncated geometric P[u] ∝ e^{-u/3} on [0, 8): with 2 + 2 bits most draws are decided
+    # in Python integers, and every path must give the exact law.
+    narrow_inversion(2, 2, 48)
+    table = inversion.Inversion(laplace.digit_survival(1, 3, 8), 8, 0)
+    values = table.sample(60_000, noise.SeededRandomSource(91))
+    weights = np.exp(-np.arange(8) / 3)
+    obs_bins, exp_bins = pooled(np.bincount(values, minlength=8), weights / weights.sum() * values.size)
+    statistic = float(((obs_bins - exp_bins) ** 2 / exp_bins).sum())
+    assert statistic < stats.chi2.ppf(CHI2_LEVEL, obs_bins.size - 1)
+
+
+def test_inversion_resolves_prefixes_exactly() -> None:
+    # Lap_Z(1): S(1) = P[Y != 0] = 2e^{-1}/(1 + e^{-1}) = 0.5379. A 1-bit prefix 0 (R < 1/2)
+    # gives X >= 1 for certain; a prefix 1 (R in [1/2, 1)) gives X >= 1 with probability
+    # (S(1) - 1/2)/(1/2) = 0.0758, decided by the Python path's further bits.
+    table = inversion.Inversion(laplace.signed_survival(1, 1, 1), None, 60)
+    rng = noise.SeededRandomSource(92)
+    assert all(table.resolve(0, 1, rng) >= 1 for _ in range(200))
+    n = 20_000
+    above = sum(table.resolve(1, 1, rng) >= 1 for _ in range(n))
+    p = 2 * (2 * math.exp(-1) / (1 + math.exp(-1))) - 1
+    assert z_score(above / n, p, math.sqrt(p * (1 - p) / n)) < Z_TOL
+
+
+@pytest.mark.slow
+def test_narrow_inversion_settings_stay_exact(narrow_inversion: Callable[[int, int, int], None],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # 3-bit guides, 3 more bits and tables that stop at 2^-2: nearly every sample goes through the
+    # Python path, often beyond the table (a Gaussian block past the tabulated ones takes the
+    # scalar acceptance test); the laws must not move.
+    narrow_inversion(3, 3, 2)
+    resolved = []
+    original = inversion.Inversion.resolve
+
+    def spy(self: inversion.Inversion, prefix: int, bits: int, rng: noise.RandomSource) -> int:
+        out = original(self, prefix, bits, rng)
+        resolved.append(out > self.count)
+        return out
+
+    monkeypatch.setattr(inversion.Inversion, "resolve", spy)
+    rng = noise.SeededRandomSource(93)
+    for scale in (Fraction(1, 2), Fraction(3), Fraction(1000)):
+        assert_fits(noise.discrete_laplace(scale, 20_000, rng=rng), laplace_pmf(scale), laplace_radius(scale))
+    for sigma2 in (Fraction(1, 4), Fraction(100), Fraction(40_000)):
+        samples = noise.discrete_gaussian(sigma2, 20_000, rng=rng)
+        assert_fits(samples, gaussian_pmf(sigma2), gaussian_radius(sigma2))
+    assert len(resolved) > 10_000 and sum(resolved) > 100
+
+
+@pytest.mark.parametrize("scale", [Fraction(100), Fraction(1000), Fraction(12345, 7), Fraction(10**5, 3)])
+def test_discrete_laplace_digit_tables_fit_pmf(scale: Fraction) -> None:
+    tables = laplace.laplace_tables(scale.numerator, scale.denominator)
+    assert tables.digits and scale / tables.block >= 16  # blocks of M values, M <= t/16
+    samples = noise.discrete_laplace(scale, 200_000, rng=noise.SeededRandomSource(94))
+    assert_fits(samples, laplace_pmf(scale), laplace_radius(scale))
+
+
+def test_discrete_laplace_many_digit_levels() -> None:
+    scale = Fraction(10**15, 7)
+    tables = laplace.laplace_tables(scale.numerator, scale.denominator)
+    assert len(tables.digits) == 4 and all(m <= 2**limits.DIGIT_BITS for m, _ in tables.digits)
+    samples = noise.discrete_laplace(scale, 20_000, rng=noise.SeededRandomSource(95))
+    assert stats.kstest(samples / float(scale), "laplace").pvalue > FAIL_PROB
+    low = samples % 2**12  # the lowest digit: uniform up to O(2^12/t)
+    assert_uniform(low, 2**12)
+
+
+@pytest.mark.parametrize("sigma2", [Fraction(128**2), Fraction(20_000), Fraction(10**6), Fraction(987_654_321, 11)])
+def test_discrete_gaussian_staircase_fits_pmf(sigma2: Fraction) -> None:
+    tables = gaussian.gauss_tables(sigma2.numerator, sigma2.denominator)
+    assert (tables.shift > 0) == (sigma2 > limits.DIRECT_SIGMA**2) and tables.vectorizable()
+    samples = noise.discrete_gaussian(sigma2, 200_000, rng=noise.SeededRandomSource(96))
+    assert_fits(samples, gaussian_pmf(sigma2), gaussian_radius(sigma2))
+
+
+def test_discrete_gaussian_large_sigma_staircase() -> None:
+    sigma2 = Fraction(10**12)
+    assert gaussian.gauss_tables(10**12, 1).shift == 14
+    samples = noise.discrete_gaussian(sigma2, 200_000, rng=noise.SeededRandomSource(97))
+    sigma = math.sqrt(sigma2)
+    assert stats.kstest(samples / sigma, "norm").pvalue > FAIL_PROB
+    second = float(((samples / sigma) ** 2).mean())
+    assert z_score(second, 1.0, math.sqrt(2 / samples.size)) < Z_TOL
