@@ -21,10 +21,10 @@ import numpy as np
 from dpsql.noise import limits
 from dpsql.noise.bernoulli import bernoulli_exp, bernoulli_exp_vec, geometric_vec
 from dpsql.noise.distributions import discrete_gaussian_normalizer
-from dpsql.noise.inversion import Interval, Inversion, div, exp_neg
+from dpsql.noise.inversion import Interval, Inversion, Staircase, div, exp_neg
 from dpsql.noise.laplace import discrete_laplace_scalar, fill, laplace_batch, laplace_rate
 from dpsql.noise.parameters import check_size, positive_rational
-from dpsql.noise.sources import BoolArray, IntArray, RandomSource, fields, oversample, resolve_rng
+from dpsql.noise.sources import BoolArray, IntArray, RandomSource, oversample, resolve_rng
 
 
 def discrete_gaussian_scalar(sigma2: Fraction, *, rng: RandomSource) -> int:
@@ -180,74 +180,25 @@ def block_survival(p: int, q: int, block: int) -> Callable[[int, int], list[Inte
     return survival
 
 
-@dataclass(frozen=True)
-class GaussTables:
-    """N_Z(0, p/q) by rejection from a staircase envelope drawn by exact inversion.
-
-    The signed block index (:func:`block_survival`) is drawn by inversion; for blocks of M > 1
-    values, u uniform in [0, M) and acceptance with probability
-    e^{-((a + u)² - a²)/(2σ²)} = e^{-u(2a + u) q/(2p)}, the target over the envelope. For
-    M = 1 (σ <= limits.DIRECT_SIGMA) every proposal is accepted: plain inversion.
-    """
-
-    p: int
-    q: int
-    shift: int  # M = 2^shift
-    signed: Inversion
-    rate: float  # acceptance probability, floats: to size batches only
-
-    @classmethod
-    def build(cls, p: int, q: int) -> GaussTables:
-        """M = 2^floor(log2(σ/32)) (γ <= 1/2 over the tabulated blocks) or 1 for small σ."""
-        sigma = math.isqrt(p // q)
-        shift = max(0, (sigma // 32).bit_length() - 1) if sigma > limits.DIRECT_SIGMA else 0
-        block = 1 << shift
-        # S(o) < 2^-TAIL_BITS once a_o > σ sqrt(2 TAIL_BITS ln 2) (floats: a table size only).
-        count = 2 * (math.ceil(math.sqrt(2 * limits.TAIL_BITS * math.log(2)) * (sigma + 1) / block) + 2)
-        signed = Inversion(block_survival(p, q, block), None, count)
-        sigma2 = p / q
-        bases = (np.arange(4 * count) // 2) * block + np.arange(4 * count) % 2
-        envelope = float(np.exp(-(bases.astype(np.float64) ** 2) / (2 * sigma2)).sum()) * block
-        return cls(p, q, shift, signed, discrete_gaussian_normalizer(sigma2) / envelope)
-
-    def vectorizable(self) -> bool:
-        """Whether γ's integers stay within int64 for every tabulated block."""
-        block = 1 << self.shift
-        a_max = (self.signed.count // 2 + 1) * block
-        return 2 * self.p <= limits.MAX_VECTOR_INT and block * (2 * a_max + block) * self.q <= limits.ARITH_LIMIT
-
-    def batch(self, m: int, rng: RandomSource) -> IntArray:
-        """The accepted samples of about m / rate proposals, in order."""
-        if not self.shift:
-            o = self.signed.sample(m, rng)
-            return (o >> 1) ^ -(o & 1)  # y = k or -(k + 1)
-        o = self.signed.sample(oversample(m, self.rate), rng)
-        negative = o & 1
-        a = (o >> 1 << self.shift) + negative
-        u = fields(rng, o.size, self.shift)
-        magnitude = a + u
-        return np.compress(self.accept(a, u, rng), (magnitude ^ -negative) + negative)
-
-    def accept(self, a: IntArray, u: IntArray, rng: RandomSource) -> BoolArray:
-        """Bernoulli(e^{-u(2a + u) q/(2p)}) per proposal; blocks beyond the table in Python."""
-        block = 1 << self.shift
-        a_max = (self.signed.count // 2 + 1) * block
-        if a.max(initial=0) <= a_max:
-            return bernoulli_exp_vec(u * (2 * a + u) * self.q, 2 * self.p, rng)
-        safe = a <= a_max
-        out = np.zeros(a.size, dtype=bool)
-        idx = np.flatnonzero(safe)
-        out[idx] = bernoulli_exp_vec(u[idx] * (2 * a[idx] + u[idx]) * self.q, 2 * self.p, rng)
-        for i in np.flatnonzero(~safe).tolist():
-            gamma = Fraction(int(u[i]) * (2 * int(a[i]) + int(u[i])) * self.q, 2 * self.p)
-            out[i] = bool(bernoulli_exp(gamma, rng=rng))
-        return out
-
-
 @functools.lru_cache(maxsize=64)
-def gauss_tables(p: int, q: int) -> GaussTables:
-    """The inversion table of N_Z(0, p/q)'s envelope (cached: built once per σ²)."""
-    return GaussTables.build(p, q)
+def gauss_staircase(p: int, q: int) -> Staircase:
+    """N_Z(0, p/q) as a :class:`Staircase` (cached: built once per σ²).
+
+    φ(v) = v² q/(2p), so φ(a + u) - φ(a) = u(2a + u) q/(2p). Blocks of M = 2^floor(log2(σ/32))
+    values for σ > limits.DIRECT_SIGMA (γ <= 1/2 over the tabulated blocks, about 99% of
+    proposals accepted), else M = 1: plain inversion. S(o) < 2^-TAIL_BITS once
+    a_o > σ sqrt(2 TAIL_BITS ln 2): the table size (floats size tables and batches only).
+    """
+    sigma = math.isqrt(p // q)
+    shift = max(0, (sigma // 32).bit_length() - 1) if sigma > limits.DIRECT_SIGMA else 0
+    block = 1 << shift
+    count = 2 * (math.ceil(math.sqrt(2 * limits.TAIL_BITS * math.log(2)) * (sigma + 1) / block) + 2)
+    signed = Inversion(block_survival(p, q, block), None, count)
+    sigma2 = p / q
+    bases = (np.arange(4 * count) // 2) * block + np.arange(4 * count) % 2
+    envelope = float(np.exp(-(bases.astype(np.float64) ** 2) / (2 * sigma2)).sum()) * block
+    rate = discrete_gaussian_normalizer(sigma2) / envelope
+    return Staircase(signed, shift, (2, 1, 0), q, 2 * p, rate, (count // 2 + 1) * block)
 
 
 def discrete_gaussian(
@@ -261,7 +212,7 @@ def discrete_gaussian(
         above, rejection from a staircase envelope: a block of M ≈ σ/32 values drawn by exact
         inversion, a uniform value in it, accepted with probability
         e^{-((a + u)² - a²)/(2σ²)} <= 1 (exact Bernoulli(exp(-γ)), CKS Algorithm 1): about
-        97% of proposals are accepted (:class:`GaussTables`). Parameters whose integers leave
+        99% of proposals are accepted (:func:`gauss_staircase`). Parameters whose integers leave
         int64 use CKS Algorithm 3 (propose Y ~ Lap_Z(t), accept with probability
         exp(-(|Y| - σ²/t)²/(2σ²)), t = σ²/c with c the integer nearest σ) vectorised, and beyond
         that the pure-Python reference sampler (:func:`discrete_gaussian_scalar`).
@@ -281,9 +232,9 @@ def discrete_gaussian(
     source = resolve_rng(rng)
     p, q = s2.numerator, s2.denominator
     if 2 * p <= limits.MAX_VECTOR_INT:
-        tables = gauss_tables(p, q)
-        if tables.vectorizable():
-            return fill(n, lambda m: tables.batch(m, source))
+        stairs = gauss_staircase(p, q)
+        if stairs.vectorizable():
+            return fill(n, lambda m: stairs.batch(m, source))
     plan = GaussPlan.for_sigma2(s2)
     if plan.vectorizable():
         return _gaussian_vec(plan, n, source)

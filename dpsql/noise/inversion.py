@@ -26,12 +26,16 @@ continue one by one in Python integers (:meth:`Inversion.resolve`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
 from dpsql.noise import limits
-from dpsql.noise.sources import IntArray, RandomSource, fields
+from dpsql.noise.bernoulli import bernoulli_exp, bernoulli_exp_vec
+from dpsql.noise.sources import BoolArray, IntArray, RandomSource, below, fields, oversample
 
 Interval = tuple[int, int]
 #: (precision P, count) -> the intervals of 2^P S(i) for i = 1..count.
@@ -151,11 +155,25 @@ class Inversion:
 
     def sample(self, n: int, rng: RandomSource) -> IntArray:
         """n iid outcomes, exact: a 16-bit lookup, 48-bit comparisons, then Python integers."""
-        bucket = fields(rng, n, self.guide_bits)
+        return self.sample_with_spare(n, rng, 0)[0]
+
+    def sample_with_spare(self, n: int, rng: RandomSource, spare: int) -> tuple[IntArray, IntArray]:
+        """n iid outcomes and, independent of them, n uniform integers of ``spare`` bits.
+
+        One field of guide + spare bits per sample: its top bits index the table, and where the
+        bucket decides the outcome its low bits were not looked at, so they are uniform and
+        independent of the outcome; undecided samples get fresh spare bits.
+        """
+        bucket = fields(rng, n, self.guide_bits + spare)
+        low = bucket & ((1 << spare) - 1) if spare else bucket[:0]
+        if spare:
+            bucket >>= spare
         out = self.guide[bucket]
         todo = np.flatnonzero(out < 0)
         if not todo.size:
-            return out
+            return out, low
+        if spare:
+            low[todo] = fields(rng, todo.size, spare)
         prefix = (bucket[todo] << self.refine_bits) | fields(rng, todo.size, self.refine_bits)
         # X = #{i : prefix < lo48_i} when no threshold is undecided at 48 bits.
         value = self.count - np.searchsorted(self.ascending, prefix, side="right")
@@ -164,7 +182,7 @@ class Inversion:
         bits = self.guide_bits + self.refine_bits
         for i in np.flatnonzero(undecided).tolist():
             out[todo[i]] = self.resolve(int(prefix[i]), bits, rng)
-        return out
+        return out, low
 
     def resolve(self, prefix: int, bits: int, rng: RandomSource) -> int:
         """The outcome for R = (prefix + R') 2^-bits, R' read 64 bits at a time (exact)."""
@@ -191,3 +209,98 @@ def _count_above(thresholds: IntArray, buckets: int) -> IntArray:
     counts = np.bincount(thresholds, minlength=buckets + 1)
     return np.asarray(counts[::-1].cumsum()[::-1][1:], dtype=np.int64)
 
+
+
+@dataclass(frozen=True)
+class Staircase:
+    """Rejection from a staircase envelope whose steps are drawn by exact inversion.
+
+    A target P[y] ∝ e^{-φ(|y|)} on Z, φ increasing, with φ(a + u) - φ(a) = u (c_a a + c_u u + c_1)
+    q/den for integer constants (discrete Laplace: c_1 = 1; discrete Gaussian: c_a = 2, c_u = 1).
+    Signed block o (:attr:`signed`, weights e^{-φ(a_o)}) covers |y| = a_o + u, u in [0, M),
+    a_o = (o // 2) M + (o % 2), with y >= 0 for even o and y < 0 for odd o; u is uniform and the
+    proposal is accepted with probability e^{-(φ(a + u) - φ(a))} <= 1 (exact Bernoulli(exp(-γ)),
+    CKS Algorithm 1), the target over the envelope. For M = 1 every proposal is accepted: plain
+    inversion of the pmf.
+    """
+
+    signed: Inversion
+    shift: int  # M = 2^shift
+    coefficients: tuple[int, int, int]  # (c_a, c_u, c_1)
+    q: int
+    den: int
+    rate: float  # acceptance probability, floats: to size batches only
+    a_max: int  # the largest a_o of the tabulated blocks
+
+    def vectorizable(self) -> bool:
+        """Whether 2^8 times γ's numerator, and its denominator, stay in int64 over the table."""
+        top = self.scalar_numerator(self.a_max, (1 << self.shift) - 1)
+        return self.den <= limits.MAX_VECTOR_INT and top << 8 <= limits.ARITH_LIMIT
+
+    def scalar_numerator(self, a: int, u: int) -> int:
+        """γ den = u (c_a a + c_u u + c_1) q, in Python integers."""
+        c_a, c_u, c_1 = self.coefficients
+        return u * (c_a * a + c_u * u + c_1) * self.q
+
+    def numerator(self, a: IntArray, u: IntArray) -> IntArray:
+        """γ den per proposal, in int64 (a <= a_max)."""
+        c_a, c_u, c_1 = self.coefficients
+        return u * (c_a * a + c_u * u + c_1) * self.q
+
+    @functools.cached_property
+    def quick(self) -> IntArray:
+        """Per tabulated block o, ceil(2^8 γ_max(o)) with γ_max(o) = γ(a_o, M - 1), and 2^8 for
+        the blocks beyond: a byte F >= quick[o] shows U = (F + U')/2^8 >= γ."""
+        block = 1 << self.shift
+        out = [-(-(self.scalar_numerator(o // 2 * block + o % 2, block - 1) << 8) // self.den)
+               for o in range(self.signed.count + 1)]
+        return np.minimum(np.array(out + [1 << 8], dtype=np.int64), 1 << 8)
+
+    def batch(self, m: int, rng: RandomSource) -> IntArray:
+        """The accepted samples of about m / rate proposals, in order."""
+        if not self.shift:
+            o = self.signed.sample(m, rng)
+            return (o >> 1) ^ -(o & 1)  # y = k or -(k + 1)
+        spare = self.shift if self.shift + self.signed.guide_bits <= 32 else 0
+        o, u = self.signed.sample_with_spare(oversample(m, self.rate), rng, spare)
+        if not spare:
+            u = fields(rng, o.size, self.shift)
+        negative = o & 1
+        a = (o >> 1 << self.shift) + negative
+        magnitude = a + u
+        return np.compress(self.accept(o, a, u, rng), (magnitude ^ -negative) + negative)
+
+    def accept(self, o: IntArray, a: IntArray, u: IntArray, rng: RandomSource) -> BoolArray:
+        """Bernoulli(e^{-γ}) per proposal, CKS Algorithm 1 with its first draw U read lazily.
+
+        The chain stops at K = 1 (accept) unless U < γ. A byte F of U with F >= ceil(2^8 γ_max)
+        already shows U >= γ; otherwise U < γ is decided exactly, U = (F + U')/2^8 compared with
+        γ as in :func:`dpsql.noise.bernoulli.bernoulli`, and chains with U < γ continue from
+        K = 2. Blocks beyond the table are decided in Python integers.
+        """
+        quick = self.quick
+        byte = fields(rng, o.size, 8)
+        index = o if o.max(initial=0) < quick.size else np.minimum(o, quick.size - 1)
+        out = np.ones(o.size, dtype=bool)
+        maybe = np.flatnonzero(byte < quick[index])
+        if not maybe.size:
+            return out
+        a_sub, u_sub, byte = a[maybe], u[maybe], byte[maybe]
+        big = np.flatnonzero(a_sub > self.a_max)
+        if big.size:  # decided below in Python integers; zeros keep int64 safe meanwhile
+            a_sub[big] = u_sub[big] = 0
+        num = self.numerator(a_sub, u_sub)
+        scaled = num << 8
+        threshold = scaled // self.den
+        below_gamma = byte < threshold
+        tie = np.flatnonzero(byte == threshold)
+        if tie.size:
+            below_gamma[tie] = below(rng, self.den, tie.size) < scaled[tie] - threshold[tie] * self.den
+        going = np.flatnonzero(below_gamma)
+        decided = ~below_gamma
+        decided[going] = bernoulli_exp_vec(num[going], self.den, rng, 2)
+        out[maybe] = decided
+        for i in maybe[big].tolist():
+            gamma = Fraction(self.scalar_numerator(int(a[i]), int(u[i])), self.den)
+            out[i] = bool(bernoulli_exp(gamma, rng=rng))
+        return out

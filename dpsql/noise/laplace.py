@@ -15,16 +15,15 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
 from dpsql.noise import limits
 from dpsql.noise.bernoulli import bernoulli_exp_unit, bernoulli_exp_vec, count_exp1_successes, geometric_vec
-from dpsql.noise.inversion import Interval, Inversion, div, exp_neg, mul
+from dpsql.noise.inversion import Interval, Inversion, Staircase, div, exp_neg, mul
 from dpsql.noise.parameters import check_size, positive_rational
-from dpsql.noise.sources import IntArray, RandomSource, below, fields, resolve_rng
+from dpsql.noise.sources import IntArray, RandomSource, below, fields, oversample, resolve_rng
 
 
 def _laplace_magnitude_scalar(p: int, q: int, u: int, rng: RandomSource) -> int:
@@ -136,23 +135,6 @@ def _powers(ratio: Interval, count: int, prec: int) -> list[Interval]:
     return out
 
 
-def digit_survival(num: int, den: int, m: int) -> Callable[[int, int], list[Interval]]:
-    """S(j) = (r^j - r^m)/(1 - r^m), j = 1..m-1: the truncated geometric P[u] ∝ r^u on [0, m),
-    r = e^{-num/den}."""
-
-    def survival(prec: int, count: int) -> list[Interval]:
-        extra = 32 + (num * m // den + 1).bit_length() + m.bit_length()
-        work = prec + extra
-        one = 1 << work
-        top = exp_neg(num * m, den, work)
-        rest = (max(one - top[1], 1), one - top[0])
-        terms = _powers(exp_neg(num, den, work), count, work)[1:]
-        ratios = [div((max(lo - top[1], 0), max(hi - top[0], 0)), rest, work) for lo, hi in terms]
-        return _rescale(ratios, extra)
-
-    return survival
-
-
 def signed_survival(num: int, den: int, block: int) -> Callable[[int, int], list[Interval]]:
     """Survival of the signed block index o = 2k + s of Lap_Z(den/num) in blocks of ``block``.
 
@@ -174,56 +156,22 @@ def signed_survival(num: int, den: int, block: int) -> Callable[[int, int], list
     return survival
 
 
-@dataclass(frozen=True)
-class LaplaceTables:
-    """Lap_Z(t), t = p/q, as y = kM + v or -(1 + kM + v): v = Σ_l u_l Π_{j<l} m_j from
-    independent truncated geometric digits u_l in [0, m_l) (ratio ρ^{Π_{j<l} m_j}), and the
-    signed block index 2k + s (weights β^k and ρ β^k with β = ρ^M, M = Π m_l): the pmf
-    P[y] ∝ ρ^{|y|} factorises over them, so each is drawn by exact inversion."""
-
-    digits: tuple[tuple[int, Inversion], ...]
-    block: int
-    signed: Inversion
-
-    @classmethod
-    def build(cls, p: int, q: int) -> LaplaceTables:
-        """Digits of at most DIGIT_BITS bits, so that t/M is in [16, 32) (M = 1 for t < 32)."""
-        total = max(0, (p // q).bit_length() - 1 - 4)
-        levels = -(-total // limits.DIGIT_BITS)
-        digits, block = [], 1
-        for level in range(levels):
-            bits = total // levels + (1 if level < total % levels else 0)
-            m = 1 << bits
-            digits.append((m, Inversion(digit_survival(q * block, p, m), m, 0)))
-            block *= m
-        # S(2k) = β^k < 2^-TAIL_BITS once k > TAIL_BITS ln 2 · t/M (floats: a table size only).
-        count = 2 * (math.ceil(limits.TAIL_BITS * math.log(2) * (p / (q * block))) + 2)
-        return cls(tuple(digits), block, Inversion(signed_survival(q, p, block), None, count))
-
-    def sample(self, n: int, rng: RandomSource) -> IntArray:
-        """n iid Lap_Z(p/q) samples."""
-        outcome = self.signed.sample(n, rng)
-        k, negative = outcome >> 1, outcome & 1
-        if k.max(initial=0) > (limits.I64_MAX - self.block) // self.block:
-            raise OverflowError(f"a Lap_Z sample exceeds int64: block {int(k.max())} of {self.block}")
-        v = k * self.block
-        weight = 1
-        for m, digit in self.digits:
-            v += digit.sample(n, rng) * weight
-            weight *= m
-        return v ^ -negative  # -(1 + v) = ~v where negative
-
-
 @functools.lru_cache(maxsize=64)
-def laplace_tables(p: int, q: int) -> LaplaceTables:
-    """The inversion tables of Lap_Z(p/q) (cached: built once per scale)."""
-    return LaplaceTables.build(p, q)
+def laplace_staircase(p: int, q: int) -> Staircase:
+    """Lap_Z(p/q) as a :class:`Staircase` (cached: built once per scale).
 
-
-def _laplace_vec(scale: Fraction, n: int, rng: RandomSource) -> IntArray:
-    """n iid Lap_Z(scale) by exact inversion (:class:`LaplaceTables`), in batches."""
-    tables = laplace_tables(scale.numerator, scale.denominator)
-    return fill(n, lambda m: tables.sample(m, rng))
+    φ(v) = v q/p. Blocks of M = 2^(floor(log2 t) - 4) values (t/M in [16, 32), so proposals are
+    accepted with probability (1 - e^{-M/t})/(M (1 - e^{-1/t})) > 0.97) or, for
+    t < limits.DIRECT_SCALE, M = 1: plain inversion. S(2k) = β^k < 2^-TAIL_BITS once
+    k > TAIL_BITS ln 2 · t/M: the table size (floats size tables and batches only).
+    """
+    t = p / q
+    shift = max(0, (p // q).bit_length() - 5) if t >= limits.DIRECT_SCALE else 0
+    block = 1 << shift
+    count = 2 * (math.ceil(limits.TAIL_BITS * math.log(2) * t / block) + 2)
+    rate = -math.expm1(-block / t) / (block * -math.expm1(-1 / t))
+    signed = Inversion(signed_survival(q, p, block), None, count)
+    return Staircase(signed, shift, (0, 0, 1), q, p, rate, (count // 2 + 1) * block)
 
 
 def discrete_laplace(
@@ -233,10 +181,11 @@ def discrete_laplace(
 
     Math:
         P[y] = tanh(1/(2t)) e^{-|y|/t} for y in Z, t = scale; Var = 2e^{-1/t}/(1 - e^{-1/t})².
-        CKS Algorithm 2 (see :func:`discrete_laplace_scalar`), vectorised in int64 numpy: batches
-        of independent runs, each run's rejections decided exactly, the returned samples kept in
-        order (module doc). Scales whose numerator or denominator exceed 2^56 use the pure-Python
-        reference sampler.
+        Exact inversion (:mod:`dpsql.noise.inversion`): for t < 256 of the pmf itself, above of
+        blocks of M ≈ t/16 values with weights e^{-a/t}, a uniform value u in the block accepted
+        with probability e^{-u/t} (:func:`laplace_staircase`). When int64 cannot hold γ's
+        integers, CKS Algorithm 2 (see :func:`discrete_laplace_scalar`) vectorised; scales whose
+        numerator or denominator exceed 2^56 use the pure-Python reference sampler.
 
     Privacy:
         Adding the samples to an integer query of L1 sensitivity Δ₁ with scale = Δ₁/ε is pure
@@ -251,7 +200,12 @@ def discrete_laplace(
     t = positive_rational(scale, "scale", maximum=limits.MAX_LAPLACE_SCALE)
     n = check_size(size)
     source = resolve_rng(rng)
-    if max(t.numerator, t.denominator) <= limits.MAX_VECTOR_INT:
-        return _laplace_vec(t, n, source)
+    p, q = t.numerator, t.denominator
+    if max(p, q) <= limits.MAX_VECTOR_INT:
+        stairs = laplace_staircase(p, q)
+        if stairs.vectorizable():
+            return fill(n, lambda m: stairs.batch(m, source))
+        rate = laplace_rate(p, q)
+        return fill(n, lambda m: laplace_batch(p, q, oversample(m, rate), source))
     samples = [discrete_laplace_scalar(t, rng=source) for _ in range(n)]
     return np.array(samples, dtype=np.int64).reshape(n)

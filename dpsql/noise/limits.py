@@ -39,7 +39,7 @@ GUARD_BITS = 64
 # Inversion tables hold the thresholds down to about 2^-TAIL_BITS; R below them all (X beyond the
 # table) continues in Python integers.
 TAIL_BITS = 48
-# Largest digit (in bits) of the discrete Laplace's inversion tables: tables of 2^DIGIT_BITS.
-DIGIT_BITS = 12
-# The discrete Gaussian is drawn by plain inversion up to this σ, by a staircase envelope above.
+# The discrete Gaussian is drawn by plain inversion up to this σ, the discrete Laplace below this
+# scale; by a staircase envelope above.
 DIRECT_SIGMA = 128
+DIRECT_SCALE = 256

@@ -929,19 +929,36 @@ def narrow_inversion(monkeypatch: pytest.MonkeyPatch) -> Callable[[int, int, int
         monkeypatch.setattr(limits, "GUIDE_BITS", guide)
         monkeypatch.setattr(limits, "REFINE_BITS", refine)
         monkeypatch.setattr(limits, "TAIL_BITS", tail)
-        laplace.laplace_tables.cache_clear()
-        gaussian.gauss_tables.cache_clear()
+        laplace.laplace_staircase.cache_clear()
+        gaussian.gauss_staircase.cache_clear()
 
     yield narrow
-    laplace.laplace_tables.cache_clear()
-    gaussian.gauss_tables.cache_clear()
+    laplace.laplace_staircase.cache_clear()
+    gaussian.gauss_staircase.cache_clear()
+
+
+def truncated_geometric(num: int, den: int, m: int) -> inversion.Survival:
+    """S(j) = (r^j - r^m)/(1 - r^m), j = 1..m-1, r = e^{-num/den}: P[u] ∝ r^u on [0, m)."""
+
+    def survival(prec: int, count: int) -> list[inversion.Interval]:
+        work = prec + 40
+        one, top = 1 << work, inversion.exp_neg(num * m, den, work)
+        rest = (one - top[1], one - top[0])
+        out = []
+        for j in range(1, count + 1):
+            lo, hi = inversion.exp_neg(num * j, den, work)
+            lo, hi = inversion.div((max(lo - top[1], 0), hi - top[0]), rest, work)
+            out.append((lo >> 40, -((-hi) >> 40)))
+        return out
+
+    return survival
 
 
 def test_inversion_of_a_finite_law_is_exact(narrow_inversion: Callable[[int, int, int], None]) -> None:
     # The truncated geometric P[u] ∝ e^{-u/3} on [0, 8): with 2 + 2 bits most draws are decided
     # in Python integers, and every path must give the exact law.
     narrow_inversion(2, 2, 48)
-    table = inversion.Inversion(laplace.digit_survival(1, 3, 8), 8, 0)
+    table = inversion.Inversion(truncated_geometric(1, 3, 8), 8, 0)
     values = table.sample(60_000, noise.SeededRandomSource(91))
     weights = np.exp(-np.arange(8) / 3)
     obs_bins, exp_bins = pooled(np.bincount(values, minlength=8), weights / weights.sum() * values.size)
@@ -988,34 +1005,33 @@ def test_narrow_inversion_settings_stay_exact(narrow_inversion: Callable[[int, i
 
 
 @pytest.mark.parametrize("scale", [Fraction(100), Fraction(1000), Fraction(12345, 7), Fraction(10**5, 3)])
-def test_discrete_laplace_digit_tables_fit_pmf(scale: Fraction) -> None:
-    tables = laplace.laplace_tables(scale.numerator, scale.denominator)
-    assert tables.digits and scale / tables.block >= 16  # blocks of M values, M <= t/16
+def test_discrete_laplace_tables_fit_pmf(scale: Fraction) -> None:
+    stairs = laplace.laplace_staircase(scale.numerator, scale.denominator)
+    assert (stairs.shift > 0) == (scale >= limits.DIRECT_SCALE) and stairs.vectorizable()
+    assert stairs.shift == 0 or 16 <= scale / 2**stairs.shift < 32
     samples = noise.discrete_laplace(scale, 200_000, rng=noise.SeededRandomSource(94))
     assert_fits(samples, laplace_pmf(scale), laplace_radius(scale))
 
 
-def test_discrete_laplace_many_digit_levels() -> None:
-    scale = Fraction(10**15, 7)
-    tables = laplace.laplace_tables(scale.numerator, scale.denominator)
-    assert len(tables.digits) == 4 and all(m <= 2**limits.DIGIT_BITS for m, _ in tables.digits)
+def test_discrete_laplace_large_scale_staircase() -> None:
+    scale = Fraction(10**15, 7)  # blocks of 2^43 values: u from its own fields
+    assert laplace.laplace_staircase(scale.numerator, scale.denominator).shift == 43
     samples = noise.discrete_laplace(scale, 20_000, rng=noise.SeededRandomSource(95))
     assert stats.kstest(samples / float(scale), "laplace").pvalue > FAIL_PROB
-    low = samples % 2**12  # the lowest digit: uniform up to O(2^12/t)
-    assert_uniform(low, 2**12)
+    assert_uniform(samples % 2**12, 2**12)  # the low bits: uniform up to O(2^12/t)
 
 
 @pytest.mark.parametrize("sigma2", [Fraction(128**2), Fraction(20_000), Fraction(10**6), Fraction(987_654_321, 11)])
 def test_discrete_gaussian_staircase_fits_pmf(sigma2: Fraction) -> None:
-    tables = gaussian.gauss_tables(sigma2.numerator, sigma2.denominator)
-    assert (tables.shift > 0) == (sigma2 > limits.DIRECT_SIGMA**2) and tables.vectorizable()
+    stairs = gaussian.gauss_staircase(sigma2.numerator, sigma2.denominator)
+    assert (stairs.shift > 0) == (sigma2 >= (limits.DIRECT_SIGMA + 1) ** 2) and stairs.vectorizable()
     samples = noise.discrete_gaussian(sigma2, 200_000, rng=noise.SeededRandomSource(96))
     assert_fits(samples, gaussian_pmf(sigma2), gaussian_radius(sigma2))
 
 
 def test_discrete_gaussian_large_sigma_staircase() -> None:
     sigma2 = Fraction(10**12)
-    assert gaussian.gauss_tables(10**12, 1).shift == 14
+    assert gaussian.gauss_staircase(10**12, 1).shift == 14
     samples = noise.discrete_gaussian(sigma2, 200_000, rng=noise.SeededRandomSource(97))
     sigma = math.sqrt(sigma2)
     assert stats.kstest(samples / sigma, "norm").pvalue > FAIL_PROB
