@@ -233,9 +233,10 @@ class Staircase:
     a_max: int  # the largest a_o of the tabulated blocks
 
     def vectorizable(self) -> bool:
-        """Whether 2^8 times γ's numerator, and its denominator, stay in int64 over the table."""
+        """Whether γ <= 1 and 2^8 times γ's numerator and its denominator stay in int64, over
+        the tabulated blocks (CKS Algorithm 1 as :func:`bernoulli_exp_vec` runs it needs γ <= 1)."""
         top = self.scalar_numerator(self.a_max, (1 << self.shift) - 1)
-        return self.den <= limits.MAX_VECTOR_INT and top << 8 <= limits.ARITH_LIMIT
+        return self.den <= limits.MAX_VECTOR_INT and top <= self.den and top << 8 <= limits.ARITH_LIMIT
 
     def scalar_numerator(self, a: int, u: int) -> int:
         """γ den = u (c_a a + c_u u + c_1) q, in Python integers."""
