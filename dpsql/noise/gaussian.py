@@ -1,11 +1,14 @@
-"""The discrete Gaussian distribution N_Z(0, σ²): exact samplers after CKS Algorithm 3.
+"""The discrete Gaussian distribution N_Z(0, σ²): exact samplers.
 
-Canonne, Kamath and Steinke, "The Discrete Gaussian for Differential Privacy" (NeurIPS 2020),
-called CKS, Algorithm 3: propose Y ~ Lap_Z(t) and accept it with probability
-exp(-(|Y| - σ²/t)²/(2σ²)). :func:`discrete_gaussian_scalar` is the pure-Python reference;
-:func:`discrete_gaussian` runs it vectorised in int64 numpy over batches of proposals
-(:class:`GaussPlan` holds the exact integer form of the acceptance exponent), the accepted
-proposals kept in order, so they are iid from the target.
+:func:`discrete_gaussian` draws by exact inversion from certified thresholds
+(:mod:`dpsql.noise.inversion`): for σ <= 128 of the pmf itself, above of a staircase envelope
+(:func:`gauss_staircase`: blocks of about σ/32 values, a uniform value in the block accepted with
+probability e^{-((a + u)² - a²)/(2σ²)}). Canonne, Kamath and Steinke, "The Discrete Gaussian for
+Differential Privacy" (NeurIPS 2020), called CKS, Algorithm 3: propose Y ~ Lap_Z(t) and accept it
+with probability exp(-(|Y| - σ²/t)²/(2σ²)). :func:`discrete_gaussian_scalar` is its pure-Python
+reference; when γ's integers leave int64 :func:`discrete_gaussian` runs it vectorised in int64
+numpy over batches of proposals (:class:`GaussPlan` holds the exact integer form of the
+acceptance exponent), the accepted proposals kept in order, so they are iid from the target.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 A distribution on the outcomes 0, 1, 2, ... is given by its survival function S(i) = P[X >= i]
 (S(0) = 1, strictly decreasing). With R a uniform real in [0, 1), X = #{i >= 1 : R < S(i)} has
-exactly this law (inversion). The S(i) here are irrational (sums and ratios of e^{-x} for
-rational x), so no finite table holds them; instead a *survival function* returns, for any
+exactly this law (inversion). The S(i) here are sums and ratios of e^{-x} for rational x, which
+no finite table holds exactly; instead a *survival function* returns, for any
 precision P, integer intervals lo <= 2^P S(i) <= hi computed in exact integer arithmetic
 (:func:`exp_neg`, fixed point with directed rounding). R is read lazily, as a binary prefix:
 with its first n bits W, R lies in [W 2^-n, (W + 1) 2^-n), so
@@ -13,15 +13,20 @@ with its first n bits W, R lies in [W 2^-n, (W + 1) 2^-n), so
 
 and X is decided as soon as every threshold is decided; otherwise more bits of R are read and
 the thresholds recomputed at a higher precision (Devroye, "Non-Uniform Random Variate
-Generation", 1986, §III.2 on inversion; the interval-refinement idea of Haney et al.,
-"Precision-based attacks and interval refining", 2022). No float takes part in any decision:
-every sample is exact given exactly uniform bits.
+Generation", 1986, chapter III on inversion and guide tables; the interval refining of Haney,
+Desfontaines, Hartman, Shrestha and Hay, "Precision-based attacks and interval refining: how to
+break, then fix, differential privacy on finite computers", 2022). No float takes part in any
+decision: every sample is exact given exactly uniform bits.
 
 Vectorised (:meth:`Inversion.sample`): a 16-bit prefix indexes a table of 2^16 entries; a bucket
 that no threshold crosses gives X at once. The rest read 32 more bits and compare the 48-bit
 prefix with 48-bit thresholds (``numpy.searchsorted``); the few left undecided (a prefix equal to
 a rounded threshold, probability about 2^-32 each, or R below the last tabulated threshold)
 continue one by one in Python integers (:meth:`Inversion.resolve`).
+
+:class:`Staircase` turns an inversion over blocks into a sampler of a two-sided law e^{-φ(|y|)}
+with a uniform value in the block and an exact acceptance test: the discrete Laplace's and
+discrete Gaussian's vectorised samplers.
 """
 
 from __future__ import annotations

@@ -1,13 +1,17 @@
-"""The discrete Laplace distribution Lap_Z(t): exact samplers after CKS Algorithm 2.
+"""The discrete Laplace distribution Lap_Z(t): exact samplers.
 
-Canonne, Kamath and Steinke, "The Discrete Gaussian for Differential Privacy" (NeurIPS 2020),
-called CKS, Algorithm 2: U uniform in [0, p), kept with probability exp(-U/p); V the count of
-Bernoulli(e^-1) successes before a failure; magnitude floor((U + pV)/q) for t = p/q; a uniform
-sign, "-0" rejected. :func:`discrete_laplace_scalar` is the pure-Python reference;
-:func:`discrete_laplace` runs the same algorithm vectorised in int64 numpy over batches of runs
-(:func:`fill`), every run's rejections decided exactly and the returned samples kept in order.
-How many runs a batch draws comes from the expected return rate, computed in floating point, but
-such counts never decide a sample, so the samples are iid from the target.
+:func:`discrete_laplace` draws by exact inversion from certified thresholds
+(:mod:`dpsql.noise.inversion`): for t < 256 of the pmf itself, above of a staircase envelope
+(:func:`laplace_staircase`: blocks of about t/16 values, a uniform value in the block accepted
+with probability e^{-u/t}). Canonne, Kamath and Steinke, "The Discrete Gaussian for Differential
+Privacy" (NeurIPS 2020), called CKS, Algorithm 2: U uniform in [0, p), kept with probability
+exp(-U/p); V the count of Bernoulli(e^-1) successes before a failure; magnitude
+floor((U + pV)/q) for t = p/q; a uniform sign, "-0" rejected. :func:`discrete_laplace_scalar`
+is its pure-Python reference; :func:`laplace_batch` runs it vectorised in int64 numpy over
+batches of runs (:func:`fill`), the proposals of the discrete Gaussian's CKS fallback and the
+Laplace's own when γ's integers leave int64. How many runs or proposals a batch draws comes from
+expected rates computed in floating point, but such counts never decide a sample, so the samples
+are iid from the target.
 """
 
 from __future__ import annotations
