@@ -24,7 +24,7 @@ import numpy as np
 from dpsql.noise import limits
 from dpsql.noise.bernoulli import bernoulli_exp, bernoulli_exp_vec, geometric_vec
 from dpsql.noise.distributions import discrete_gaussian_normalizer
-from dpsql.noise.inversion import Interval, Inversion, Staircase, div, exp_neg
+from dpsql.noise.inversion import Interval, Inversion, Staircase, div, exp_neg, mul
 from dpsql.noise.laplace import discrete_laplace_scalar, fill, laplace_batch, laplace_rate
 from dpsql.noise.parameters import check_size, positive_rational
 from dpsql.noise.sources import BoolArray, IntArray, RandomSource, oversample, resolve_rng
@@ -168,7 +168,7 @@ def block_survival(p: int, q: int, block: int) -> Callable[[int, int], list[Inte
             if tail <= 1 << extra:
                 break
             n *= 2
-        weights = [weight(o, work) for o in range(n)]
+        weights = _weights(p, q, block, n, work)
         suffix: list[Interval] = [(0, 0)] * (n + 1)
         for o in range(n - 1, -1, -1):
             suffix[o] = (suffix[o + 1][0] + weights[o][0], suffix[o + 1][1] + weights[o][1])
@@ -181,6 +181,22 @@ def block_survival(p: int, q: int, block: int) -> Callable[[int, int], list[Inte
         return out
 
     return survival
+
+
+def _weights(p: int, q: int, block: int, n: int, prec: int) -> list[Interval]:
+    """w_o = e^{-a_o² q/(2p)} for o < n, by the ratios of consecutive blocks of each sign:
+    a² grows by (2k + 1)M² from kM to (k + 1)M and by (2k + 1)M² + 2M from kM + 1 to
+    (k + 1)M + 1, so each ratio is the previous one times e^{-2c}, c = M² q/(2p)."""
+    den, step = 2 * p, exp_neg(2 * block * block * q, 2 * p, prec)
+    weights: list[list[Interval]] = []
+    for first, ratio in ((exp_neg(0, 1, prec), exp_neg(block * block * q, den, prec)),
+                         (exp_neg(q, den, prec), exp_neg((block * block + 2 * block) * q, den, prec))):
+        w, out = first, list[Interval]()
+        for _ in range((n + 1) // 2):
+            out.append(w)
+            w, ratio = mul(w, ratio, prec), mul(ratio, step, prec)
+        weights.append(out)
+    return [weights[o % 2][o // 2] for o in range(n)]
 
 
 @functools.lru_cache(maxsize=64)
@@ -216,7 +232,8 @@ def discrete_gaussian(
         inversion, a uniform value in it, accepted with probability
         e^{-((a + u)² - a²)/(2σ²)} <= 1 (exact Bernoulli(exp(-γ)), CKS Algorithm 1): about
         99% of proposals are accepted (:func:`gauss_staircase`). Parameters whose integers leave
-        int64 use CKS Algorithm 3 (propose Y ~ Lap_Z(t), accept with probability
+        int64, and calls of fewer than limits.TABLE_MIN_SIZE samples (which would not repay the
+        tables), use CKS Algorithm 3 (propose Y ~ Lap_Z(t), accept with probability
         exp(-(|Y| - σ²/t)²/(2σ²)), t = σ²/c with c the integer nearest σ) vectorised, and beyond
         that the pure-Python reference sampler (:func:`discrete_gaussian_scalar`).
 
@@ -234,7 +251,7 @@ def discrete_gaussian(
     n = check_size(size)
     source = resolve_rng(rng)
     p, q = s2.numerator, s2.denominator
-    if 2 * p <= limits.MAX_VECTOR_INT:
+    if n >= limits.TABLE_MIN_SIZE and 2 * p <= limits.MAX_VECTOR_INT:
         stairs = gauss_staircase(p, q)
         if stairs.vectorizable():
             return fill(n, lambda m: stairs.batch(m, source))

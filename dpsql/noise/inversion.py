@@ -40,7 +40,7 @@ import numpy as np
 
 from dpsql.noise import limits
 from dpsql.noise.bernoulli import bernoulli_exp, bernoulli_exp_vec
-from dpsql.noise.sources import BoolArray, IntArray, RandomSource, below, fields, oversample
+from dpsql.noise.sources import BoolArray, IntArray, RandomSource, below, narrow_fields, oversample
 
 Interval = tuple[int, int]
 #: (precision P, count) -> the intervals of 2^P S(i) for i = 1..count.
@@ -169,7 +169,7 @@ class Inversion:
         bucket decides the outcome its low bits were not looked at, so they are uniform and
         independent of the outcome; undecided samples get fresh spare bits.
         """
-        bucket = fields(rng, n, self.guide_bits + spare)
+        bucket = narrow_fields(rng, n, self.guide_bits + spare)
         low = bucket & ((1 << spare) - 1) if spare else bucket[:0]
         if spare:
             bucket >>= spare
@@ -178,8 +178,8 @@ class Inversion:
         if not todo.size:
             return out, low
         if spare:
-            low[todo] = fields(rng, todo.size, spare)
-        prefix = (bucket[todo] << self.refine_bits) | fields(rng, todo.size, self.refine_bits)
+            low[todo] = narrow_fields(rng, todo.size, spare)
+        prefix = (bucket[todo] << self.refine_bits) | narrow_fields(rng, todo.size, self.refine_bits)
         # X = #{i : prefix < lo48_i} when no threshold is undecided at 48 bits.
         value = self.count - np.searchsorted(self.ascending, prefix, side="right")
         undecided = prefix < self.next_hi[value]
@@ -269,8 +269,10 @@ class Staircase:
             return (o >> 1) ^ -(o & 1)  # y = k or -(k + 1)
         spare = self.shift if self.shift + self.signed.guide_bits <= 32 else 0
         o, u = self.signed.sample_with_spare(oversample(m, self.rate), rng, spare)
+        if int(o.max(initial=0)) >> 1 > (limits.I64_MAX >> self.shift) - 2:
+            raise OverflowError(f"a sample exceeds int64: block {int(o.max()) >> 1} of 2^{self.shift} values")
         if not spare:
-            u = fields(rng, o.size, self.shift)
+            u = narrow_fields(rng, o.size, self.shift)
         negative = o & 1
         a = (o >> 1 << self.shift) + negative
         magnitude = a + u
@@ -285,7 +287,7 @@ class Staircase:
         K = 2. Blocks beyond the table are decided in Python integers.
         """
         quick = self.quick
-        byte = fields(rng, o.size, 8)
+        byte = narrow_fields(rng, o.size, 8)
         index = o if o.max(initial=0) < quick.size else np.minimum(o, quick.size - 1)
         out = np.ones(o.size, dtype=bool)
         maybe = np.flatnonzero(byte < quick[index])

@@ -187,8 +187,9 @@ def discrete_laplace(
         P[y] = tanh(1/(2t)) e^{-|y|/t} for y in Z, t = scale; Var = 2e^{-1/t}/(1 - e^{-1/t})².
         Exact inversion (:mod:`dpsql.noise.inversion`): for t < 256 of the pmf itself, above of
         blocks of M ≈ t/16 values with weights e^{-a/t}, a uniform value u in the block accepted
-        with probability e^{-u/t} (:func:`laplace_staircase`). When int64 cannot hold γ's
-        integers, CKS Algorithm 2 (see :func:`discrete_laplace_scalar`) vectorised; scales whose
+        with probability e^{-u/t} (:func:`laplace_staircase`). For calls of fewer than
+        limits.TABLE_MIN_SIZE samples (which would not repay the tables) and when int64 cannot
+        hold γ's integers, CKS Algorithm 2 (see :func:`discrete_laplace_scalar`) vectorised; scales whose
         numerator or denominator exceed 2^56 use the pure-Python reference sampler.
 
     Privacy:
@@ -206,8 +207,8 @@ def discrete_laplace(
     source = resolve_rng(rng)
     p, q = t.numerator, t.denominator
     if max(p, q) <= limits.MAX_VECTOR_INT:
-        stairs = laplace_staircase(p, q)
-        if stairs.vectorizable():
+        stairs = laplace_staircase(p, q) if n >= limits.TABLE_MIN_SIZE else None
+        if stairs is not None and stairs.vectorizable():
             return fill(n, lambda m: stairs.batch(m, source))
         rate = laplace_rate(p, q)
         return fill(n, lambda m: laplace_batch(p, q, oversample(m, rate), source))

@@ -43,3 +43,6 @@ TAIL_BITS = 48
 # scale; by a staircase envelope above.
 DIRECT_SIGMA = 128
 DIRECT_SCALE = 256
+# Calls for fewer samples use the CKS samplers: building a parameter's tables costs milliseconds
+# (cached per parameter), as much as drawing thousands of samples the CKS way.
+TABLE_MIN_SIZE = 2**12

@@ -662,9 +662,10 @@ def test_forked_child_does_not_reuse_the_parent_buffer() -> None:
     assert not np.intersect1d(parent, child).size  # by chance with probability < 1e-15
 
 
+@pytest.mark.parametrize("cut", [sources.fields, sources.narrow_fields], ids=["fields", "narrow"])
 @pytest.mark.parametrize("bits", [1, 3, 4, 7, 8, 13, 14, 16, 21, 24, 32, 33, 63])
-def test_fields_are_uniform(bits: int) -> None:
-    values = sources.fields(noise.SeededRandomSource(71), 300_000, bits)
+def test_fields_are_uniform(cut: Callable, bits: int) -> None:
+    values = cut(noise.SeededRandomSource(71), 300_000, bits)
     assert values.dtype == np.int64 and values.size == 300_000
     assert values.min() >= 0 and values.max() < 2**bits
     if bits <= 8:
@@ -1037,3 +1038,35 @@ def test_discrete_gaussian_large_sigma_staircase() -> None:
     assert stats.kstest(samples / sigma, "norm").pvalue > FAIL_PROB
     second = float(((samples / sigma) ** 2).mean())
     assert z_score(second, 1.0, math.sqrt(2 / samples.size)) < Z_TOL
+
+
+@pytest.mark.parametrize(("p", "q", "block"), [(1, 4, 1), (100, 1, 1), (12345, 7, 1), (10**12, 1, 2**14)])
+def test_staircase_weights_by_ratios_match_direct_exponentials(p: int, q: int, block: int) -> None:
+    # The block weights e^{-a_o² q/(2p)} built by running products enclose the directly computed
+    # ones: both intervals hold the exact value, so they meet, and both are a few units wide.
+    prec = 80
+    weights = gaussian._weights(p, q, block, 400, prec)
+    for o, (lo, hi) in enumerate(weights):
+        a = (o // 2) * block + o % 2
+        direct = inversion.exp_neg(a * a * q, 2 * p, prec)
+        assert lo <= direct[1] and direct[0] <= hi and hi - lo <= 2**12
+
+
+def test_small_calls_use_the_cks_samplers() -> None:
+    # Below limits.TABLE_MIN_SIZE samples no inversion table is built (they would not repay it).
+    gaussian.gauss_staircase.cache_clear()
+    laplace.laplace_staircase.cache_clear()
+    rng = noise.SeededRandomSource(98)
+    noise.discrete_gaussian(Fraction(7, 3), limits.TABLE_MIN_SIZE - 1, rng=rng)
+    noise.discrete_laplace(Fraction(7, 3), limits.TABLE_MIN_SIZE - 1, rng=rng)
+    assert gaussian.gauss_staircase.cache_info().currsize == laplace.laplace_staircase.cache_info().currsize == 0
+    noise.discrete_gaussian(Fraction(7, 3), limits.TABLE_MIN_SIZE, rng=rng)
+    noise.discrete_laplace(Fraction(7, 3), limits.TABLE_MIN_SIZE, rng=rng)
+    assert gaussian.gauss_staircase.cache_info().currsize == laplace.laplace_staircase.cache_info().currsize == 1
+
+
+def test_staircase_block_beyond_int64_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    stairs = laplace.laplace_staircase(10**6, 1)
+    monkeypatch.setattr(limits, "I64_MAX", 2**20)
+    with pytest.raises(OverflowError, match="exceeds int64"):
+        stairs.batch(10_000, noise.SeededRandomSource(99))
