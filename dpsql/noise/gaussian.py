@@ -168,7 +168,7 @@ def block_survival(p: int, q: int, block: int) -> Callable[[int, int], list[Inte
             if tail <= 1 << extra:
                 break
             n *= 2
-        weights = _weights(p, q, block, n, work)
+        weights = block_weights(p, q, block, n, work)
         suffix: list[Interval] = [(0, 0)] * (n + 1)
         for o in range(n - 1, -1, -1):
             suffix[o] = (suffix[o + 1][0] + weights[o][0], suffix[o + 1][1] + weights[o][1])
@@ -183,7 +183,7 @@ def block_survival(p: int, q: int, block: int) -> Callable[[int, int], list[Inte
     return survival
 
 
-def _weights(p: int, q: int, block: int, n: int, prec: int) -> list[Interval]:
+def block_weights(p: int, q: int, block: int, n: int, prec: int) -> list[Interval]:
     """w_o = e^{-a_o² q/(2p)} for o < n, by the ratios of consecutive blocks of each sign:
     a² grows by (2k + 1)M² from kM to (k + 1)M and by (2k + 1)M² + 2M from kM + 1 to
     (k + 1)M + 1, so each ratio is the previous one times e^{-2c}, c = M² q/(2p)."""

@@ -1045,7 +1045,7 @@ def test_staircase_weights_by_ratios_match_direct_exponentials(p: int, q: int, b
     # The block weights e^{-a_o² q/(2p)} built by running products enclose the directly computed
     # ones: both intervals hold the exact value, so they meet, and both are a few units wide.
     prec = 80
-    weights = gaussian._weights(p, q, block, 400, prec)
+    weights = gaussian.block_weights(p, q, block, 400, prec)
     for o, (lo, hi) in enumerate(weights):
         a = (o // 2) * block + o % 2
         direct = inversion.exp_neg(a * a * q, 2 * p, prec)
