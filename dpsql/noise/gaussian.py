@@ -199,7 +199,7 @@ def block_weights(p: int, q: int, block: int, n: int, prec: int) -> list[Interva
     return [weights[o % 2][o // 2] for o in range(n)]
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=16)
 def gauss_staircase(p: int, q: int) -> Staircase:
     """N_Z(0, p/q) as a :class:`Staircase` (cached: built once per σ²).
 

@@ -133,7 +133,7 @@ class Inversion:
         self.guide_bits, self.refine_bits = limits.GUIDE_BITS, limits.REFINE_BITS
         guide, refine = self.guide_bits, self.guide_bits + self.refine_bits
         prec = refine + limits.GUARD_BITS
-        bounds = self.bounds(prec, self.count)
+        bounds = _monotone(survival(prec, self.count))  # not cached: resolve caches its own
         lo48 = np.array([lo >> (prec - refine) for lo, _ in bounds], dtype=np.int64)
         hi48 = np.array([_ceil_shift(hi, prec - refine) for _, hi in bounds], dtype=np.int64)
         # Buckets b < lo16_i have R < S(i) for certain; buckets b >= hi16_i have R >= S(i).

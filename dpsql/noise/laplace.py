@@ -160,7 +160,7 @@ def signed_survival(num: int, den: int, block: int) -> Callable[[int, int], list
     return survival
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=16)
 def laplace_staircase(p: int, q: int) -> Staircase:
     """Lap_Z(p/q) as a :class:`Staircase` (cached: built once per scale).
 
