@@ -69,6 +69,7 @@ TOUCHING: dict[str, frozenset[str]] = {
     "dpsql.noise": frozenset({RANDOMNESS}),                 # the package re-exports the samplers
     "dpsql.noise.sources": frozenset({RANDOMNESS}),         # os.urandom / a seeded generator: the random words
     "dpsql.noise.bernoulli": frozenset({RANDOMNESS}),       # exact Bernoulli draws from those words
+    "dpsql.noise.inversion": frozenset({RANDOMNESS}),       # exact inversion and the staircase from those words
     "dpsql.noise.laplace": frozenset({RANDOMNESS}),         # the discrete Laplace sampler
     "dpsql.noise.gaussian": frozenset({RANDOMNESS}),        # the discrete Gaussian sampler
     "dpsql.noise.wide": frozenset({RANDOMNESS}),            # both samplers in Python integers beyond int64

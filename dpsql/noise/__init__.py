@@ -19,15 +19,21 @@ with :func:`fraction_at_least`, which rounds up: more noise, never less privacy.
 Randomness comes from a :class:`RandomSource`. Production uses :class:`SystemRandomSource`
 (``os.urandom``); tests inject :class:`SeededRandomSource`. There is no global seed.
 
-The public samplers are numpy-vectorised versions of the CKS algorithms with int64 arithmetic
-over the array of still-active samples. Every int64 expression is guarded by bounds computed from
-the public parameters and the sample values; a sample that leaves the safe region is finished
-exactly in Python integers from the state it had reached, and parameters outside the region use
-the pure-Python reference samplers. The output is an exact sample whatever path it took.
+The public samplers invert the distribution exactly (:mod:`dpsql.noise.inversion`): a uniform
+real R, read lazily as a binary prefix, is compared with the survival function S(i) = P[X >= i],
+whose values are computed as integer intervals to any precision (fixed-point arithmetic on exact
+series of e^{-x}, x rational); a 16-bit prefix and a table of 2^16 entries decide about 99% of
+samples, 48-bit prefixes and 48-bit thresholds nearly all the rest, and Python integers the
+remainder (ties and the far tail). Small scales invert the pmf; larger ones invert a staircase
+envelope of blocks and accept a uniform value in the block with an exact Bernoulli(exp(-γ)),
+γ <= 1 rational (CKS Algorithm 1). Parameters whose integers leave int64 use the CKS
+algorithms vectorised in int64 numpy, and beyond, the pure-Python reference samplers. The
+output is an exact sample whatever path it took: no float takes part in any decision.
 
-The vectorised samplers spend random bits sparingly, because reading ``os.urandom`` is a large
-part of their cost. They take uniform 64-bit words from the source and cut them into fields of
-as few bits as each decision needs:
+Random bits are the main cost (``os.urandom`` runs at about 20 ns per 64-bit word), so the
+samplers take uniform 64-bit words from the source and cut them into fields of as few bits as
+each decision needs:
+    inversion           a 16-bit field per sample; its unused low bits serve the staircase;
     uniform in [0, m)   rejection sampling on fields of about log2(m) bits (:func:`sources.below`);
     Bernoulli(n/d)      4 random bits compared with floor(16 n/d), plus one uniform in [0, d) in
                         the 1/16 of cases where they are equal (:func:`bernoulli.bernoulli`);
@@ -42,8 +48,9 @@ Modules:
     sources         random sources; uniform words, fields and integers below a bound
     parameters      parameter checks; floats rounded to rationals in the safe direction
     bernoulli       exact Bernoulli(num/den), Bernoulli(exp(-γ)) and geometric counts (CKS Alg. 1)
-    laplace         discrete Laplace: scalar reference and vectorised sampler (CKS Alg. 2)
-    gaussian        discrete Gaussian: scalar reference and vectorised sampler (CKS Alg. 3)
+    inversion       exact inversion from certified thresholds; the staircase envelope
+    laplace         discrete Laplace: inversion tables, CKS Alg. 2 (scalar reference, vectorised)
+    gaussian        discrete Gaussian: inversion tables, CKS Alg. 3 (scalar reference, vectorised)
     wide            both samplers at any scale, in Python integers beyond int64
     distributions   pmfs, the discrete Gaussian normaliser, exact variances (floats)
 """

@@ -1,17 +1,22 @@
-"""The discrete Laplace distribution Lap_Z(t): exact samplers after CKS Algorithm 2.
+"""The discrete Laplace distribution Lap_Z(t): exact samplers.
 
-Canonne, Kamath and Steinke, "The Discrete Gaussian for Differential Privacy" (NeurIPS 2020),
-called CKS, Algorithm 2: U uniform in [0, p), kept with probability exp(-U/p); V the count of
-Bernoulli(e^-1) successes before a failure; magnitude floor((U + pV)/q) for t = p/q; a uniform
-sign, "-0" rejected. :func:`discrete_laplace_scalar` is the pure-Python reference;
-:func:`discrete_laplace` runs the same algorithm vectorised in int64 numpy over batches of runs
-(:func:`fill`), every run's rejections decided exactly and the returned samples kept in order.
-How many runs a batch draws comes from the expected return rate, computed in floating point, but
-such counts never decide a sample, so the samples are iid from the target.
+:func:`discrete_laplace` draws by exact inversion from certified thresholds
+(:mod:`dpsql.noise.inversion`): for t < 256 of the pmf itself, above of a staircase envelope
+(:func:`laplace_staircase`: blocks of about t/16 values, a uniform value in the block accepted
+with probability e^{-u/t}). Canonne, Kamath and Steinke, "The Discrete Gaussian for Differential
+Privacy" (NeurIPS 2020), called CKS, Algorithm 2: U uniform in [0, p), kept with probability
+exp(-U/p); V the count of Bernoulli(e^-1) successes before a failure; magnitude
+floor((U + pV)/q) for t = p/q; a uniform sign, "-0" rejected. :func:`discrete_laplace_scalar`
+is its pure-Python reference; :func:`laplace_batch` runs it vectorised in int64 numpy over
+batches of runs (:func:`fill`), the proposals of the discrete Gaussian's CKS fallback and the
+Laplace's own when γ's integers leave int64. How many runs or proposals a batch draws comes from
+expected rates computed in floating point, but such counts never decide a sample, so the samples
+are iid from the target.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from fractions import Fraction
@@ -20,6 +25,7 @@ import numpy as np
 
 from dpsql.noise import limits
 from dpsql.noise.bernoulli import bernoulli_exp_unit, bernoulli_exp_vec, count_exp1_successes, geometric_vec
+from dpsql.noise.inversion import Interval, Inversion, Staircase, div, exp_neg, mul
 from dpsql.noise.parameters import check_size, positive_rational
 from dpsql.noise.sources import IntArray, RandomSource, below, fields, oversample, resolve_rng
 
@@ -120,11 +126,56 @@ def fill(n: int, batch: Callable[[int], IntArray]) -> IntArray:
     return out
 
 
-def _laplace_vec(scale: Fraction, n: int, rng: RandomSource) -> IntArray:
-    """n iid Lap_Z(scale): batches of runs of CKS Algorithm 2, sized by its return rate."""
-    p, q = scale.numerator, scale.denominator
-    rate = laplace_rate(p, q)
-    return fill(n, lambda m: laplace_batch(p, q, oversample(m, rate), rng))
+def _rescale(bounds: list[Interval], extra: int) -> list[Interval]:
+    """Intervals at precision P + extra rounded outward to precision P."""
+    return [(lo >> extra, -((-hi) >> extra)) for lo, hi in bounds]
+
+
+def _powers(ratio: Interval, count: int, prec: int) -> list[Interval]:
+    """Intervals of 2^prec r^j for j = 0..count, by repeated multiplication."""
+    out = [(1 << prec, 1 << prec)]
+    for _ in range(count):
+        out.append(mul(out[-1], ratio, prec))
+    return out
+
+
+def signed_survival(num: int, den: int, block: int) -> Callable[[int, int], list[Interval]]:
+    """Survival of the signed block index o = 2k + s of Lap_Z(den/num) in blocks of ``block``.
+
+    Block k >= 0 holds y = kM + v (s = 0) or y = -(1 + kM + v) (s = 1), v in [0, M), with
+    weights β^k and ρ β^k (ρ = e^{-num/den}, β = ρ^M): S(2k) = β^k and
+    S(2k + 1) = β^k (ρ + β)/(1 + ρ).
+    """
+
+    def survival(prec: int, count: int) -> list[Interval]:
+        extra = 32 + count.bit_length()
+        work = prec + extra
+        rho, beta = exp_neg(num, den, work), exp_neg(num * block, den, work)
+        one = 1 << work
+        odd = div((rho[0] + beta[0], rho[1] + beta[1]), (one + rho[0], one + rho[1]), work)
+        powers = _powers(beta, count // 2 + 1, work)
+        out = [powers[i // 2] if i % 2 == 0 else mul(powers[i // 2], odd, work) for i in range(1, count + 1)]
+        return _rescale(out, extra)
+
+    return survival
+
+
+@functools.lru_cache(maxsize=16)
+def laplace_staircase(p: int, q: int) -> Staircase:
+    """Lap_Z(p/q) as a :class:`Staircase` (cached: built once per scale).
+
+    φ(v) = v q/p. Blocks of M = 2^(floor(log2 t) - 4) values (t/M in [16, 32), so proposals are
+    accepted with probability (1 - e^{-M/t})/(M (1 - e^{-1/t})) > 0.97) or, for
+    t < limits.DIRECT_SCALE, M = 1: plain inversion. S(2k) = β^k < 2^-TAIL_BITS once
+    k > TAIL_BITS ln 2 · t/M: the table size (floats size tables and batches only).
+    """
+    t = p / q
+    shift = max(0, (p // q).bit_length() - 5) if t >= limits.DIRECT_SCALE else 0
+    block = 1 << shift
+    count = 2 * (math.ceil(limits.TAIL_BITS * math.log(2) * t / block) + 2)
+    rate = -math.expm1(-block / t) / (block * -math.expm1(-1 / t))
+    signed = Inversion(signed_survival(q, p, block), None, count)
+    return Staircase(signed, shift, (0, 0, 1), q, p, rate, (count // 2 + 1) * block)
 
 
 def discrete_laplace(
@@ -134,10 +185,12 @@ def discrete_laplace(
 
     Math:
         P[y] = tanh(1/(2t)) e^{-|y|/t} for y in Z, t = scale; Var = 2e^{-1/t}/(1 - e^{-1/t})².
-        CKS Algorithm 2 (see :func:`discrete_laplace_scalar`), vectorised in int64 numpy: batches
-        of independent runs, each run's rejections decided exactly, the returned samples kept in
-        order (module doc). Scales whose numerator or denominator exceed 2^56 use the pure-Python
-        reference sampler.
+        Exact inversion (:mod:`dpsql.noise.inversion`): for t < 256 of the pmf itself, above of
+        blocks of M ≈ t/16 values with weights e^{-a/t}, a uniform value u in the block accepted
+        with probability e^{-u/t} (:func:`laplace_staircase`). For calls of fewer than
+        limits.TABLE_MIN_SIZE samples (which would not repay the tables) and when int64 cannot
+        hold γ's integers, CKS Algorithm 2 (see :func:`discrete_laplace_scalar`) vectorised; scales whose
+        numerator or denominator exceed 2^56 use the pure-Python reference sampler.
 
     Privacy:
         Adding the samples to an integer query of L1 sensitivity Δ₁ with scale = Δ₁/ε is pure
@@ -152,7 +205,12 @@ def discrete_laplace(
     t = positive_rational(scale, "scale", maximum=limits.MAX_LAPLACE_SCALE)
     n = check_size(size)
     source = resolve_rng(rng)
-    if max(t.numerator, t.denominator) <= limits.MAX_VECTOR_INT:
-        return _laplace_vec(t, n, source)
+    p, q = t.numerator, t.denominator
+    if max(p, q) <= limits.MAX_VECTOR_INT:
+        stairs = laplace_staircase(p, q) if n >= limits.TABLE_MIN_SIZE else None
+        if stairs is not None and stairs.vectorizable():
+            return fill(n, lambda m: stairs.batch(m, source))
+        rate = laplace_rate(p, q)
+        return fill(n, lambda m: laplace_batch(p, q, oversample(m, rate), source))
     samples = [discrete_laplace_scalar(t, rng=source) for _ in range(n)]
     return np.array(samples, dtype=np.int64).reshape(n)

@@ -30,3 +30,19 @@ MAX_VECTOR_INT = 2**56
 # Largest parameters whose samples fit in int64 except with probability < 2 e^-128.
 MAX_LAPLACE_SCALE = 2**56
 MAX_GAUSSIAN_SIGMA2 = 2**118
+# Inversion sampling (dpsql.noise.inversion): a GUIDE_BITS-bit prefix indexes a table of
+# 2^GUIDE_BITS buckets; undecided buckets read REFINE_BITS more bits; thresholds are computed with
+# GUARD_BITS bits beyond the precision they are compared at.
+GUIDE_BITS = 16
+REFINE_BITS = 32
+GUARD_BITS = 64
+# Inversion tables hold the thresholds down to about 2^-TAIL_BITS; R below them all (X beyond the
+# table) continues in Python integers.
+TAIL_BITS = 48
+# The discrete Gaussian is drawn by plain inversion up to this σ, the discrete Laplace below this
+# scale; by a staircase envelope above.
+DIRECT_SIGMA = 128
+DIRECT_SCALE = 256
+# Calls for fewer samples use the CKS samplers: building a parameter's tables costs milliseconds
+# (cached per parameter), as much as drawing thousands of samples the CKS way.
+TABLE_MIN_SIZE = 2**12

@@ -195,6 +195,7 @@ def fields(rng: RandomSource, count: int, bits: int) -> IntArray:
 
     Each word is cut into floor(64/bits) disjoint fields of ``bits`` bits; disjoint bits of a
     uniform word are independent and uniform. Fields left over in the last word are discarded.
+
     """
     per_word = 64 // bits
     drawn = words(rng, -(-count // per_word))
@@ -204,6 +205,22 @@ def fields(rng: RandomSource, count: int, bits: int) -> IntArray:
     cut = drawn[None, :] >> shifts
     cut &= np.uint64((1 << bits) - 1)
     return cut.ravel()[:count].view(np.int64)
+
+
+def narrow_fields(rng: RandomSource, count: int, bits: int) -> IntArray:
+    """``count`` independent uniform integers in [0, 2^bits), 1 <= bits <= 63, cut faster.
+
+    Where an 8-, 16- or 32-bit integer holds as many fields per word as ``bits`` bits do (bits
+    8, 13-16 or 22-32), the words' memory is read as such integers and their low ``bits`` bits
+    kept: disjoint bits of uniform words, so independent and uniform, as in :func:`fields`
+    (which cuts other fields from the same words: the two differ under a seed).
+    """
+    width = next((w for w in (8, 16, 32) if w >= bits), 64)
+    if 64 // width != 64 // bits or width == 64:
+        return fields(rng, count, bits)
+    drawn = words(rng, -(-count * width // 64))
+    narrow: IntArray = drawn.view(f"uint{width}")[:count].astype(np.int64)
+    return narrow if width == bits else narrow & ((1 << bits) - 1)
 
 
 def oversample(count: int, rate: float) -> int:

@@ -31,7 +31,7 @@ from scipy import stats
 
 from dpsql import noise
 from dpsql.errors import PrivacyParameterError
-from dpsql.noise import bernoulli, distributions, gaussian, laplace, limits, sources
+from dpsql.noise import bernoulli, distributions, gaussian, inversion, laplace, limits, sources
 
 FAIL_PROB = 1e-7
 Z_TOL = float(stats.norm.isf(FAIL_PROB / 2))  # 5.33
@@ -662,9 +662,10 @@ def test_forked_child_does_not_reuse_the_parent_buffer() -> None:
     assert not np.intersect1d(parent, child).size  # by chance with probability < 1e-15
 
 
-@pytest.mark.parametrize("bits", [1, 3, 4, 7, 8, 13, 21, 32, 33, 63])
-def test_fields_are_uniform(bits: int) -> None:
-    values = sources.fields(noise.SeededRandomSource(71), 300_000, bits)
+@pytest.mark.parametrize("cut", [sources.fields, sources.narrow_fields], ids=["fields", "narrow"])
+@pytest.mark.parametrize("bits", [1, 3, 4, 7, 8, 13, 14, 16, 21, 24, 32, 33, 63])
+def test_fields_are_uniform(cut: Callable, bits: int) -> None:
+    values = cut(noise.SeededRandomSource(71), 300_000, bits)
     assert values.dtype == np.int64 and values.size == 300_000
     assert values.min() >= 0 and values.max() < 2**bits
     if bits <= 8:
@@ -888,3 +889,184 @@ def test_bernoulli_exp_rejects_bad_gamma(gamma: object) -> None:
 def test_helpers_reject_bad_parameters(helper: Callable, value: float) -> None:
     with pytest.raises(PrivacyParameterError, match=f"must be positive and finite; got {value}"):
         helper(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Exact inversion from certified thresholds
+# --------------------------------------------------------------------------------------------
+
+
+@HYPOTHESIS
+@given(st.integers(min_value=1, max_value=1000), st.fractions(min_value=0, max_value=1),
+       st.integers(min_value=0, max_value=6), st.integers(min_value=1, max_value=100))
+def test_exp_neg_bounds_enclose_the_exact_value(den: int, frac: Fraction, whole: int, prec: int) -> None:
+    # Against the exact partial sum S_N of e^{-x} = Σ (-x)^k/k! with N = 90 > x: the rest is at
+    # most x^{N+1}/(N+1)! < 2^-110 (alternating, decreasing terms), so the bounds must hold up to it.
+    num = whole * den + math.floor(frac * den)
+    lo, hi = inversion.exp_neg(num, den, prec)
+    x = Fraction(num, den)
+    total, term = Fraction(0), Fraction(1)
+    for k in range(91):
+        total += term if k % 2 == 0 else -term
+        term = term * x / (k + 1)
+    assert term < Fraction(1, 2**110)
+    assert Fraction(lo, 2**prec) <= total + term and total - term <= Fraction(hi, 2**prec)
+    assert 0 <= hi - lo <= 4
+
+
+def test_exp_neg_large_exponents_stay_bounds() -> None:
+    # e^{-100} and e^{-10^6} are below 2^-80: the bounds are 0 and one unit.
+    assert inversion.exp_neg(100, 1, 80) == (0, 1)
+    assert inversion.exp_neg(10**6, 1, 80) == (0, 1)
+    lo, hi = inversion.exp_neg(100, 1, 200)
+    assert hi - lo <= 4 and lo == pytest.approx(math.exp(-100) * 2**200, rel=1e-12)
+
+
+@pytest.fixture
+def narrow_inversion(monkeypatch: pytest.MonkeyPatch) -> Callable[[int, int, int], None]:
+    """Set the inversion widths (table tails, guide and refine bits) with fresh table caches."""
+
+    def narrow(guide: int, refine: int, tail: int) -> None:
+        monkeypatch.setattr(limits, "GUIDE_BITS", guide)
+        monkeypatch.setattr(limits, "REFINE_BITS", refine)
+        monkeypatch.setattr(limits, "TAIL_BITS", tail)
+        laplace.laplace_staircase.cache_clear()
+        gaussian.gauss_staircase.cache_clear()
+
+    yield narrow
+    laplace.laplace_staircase.cache_clear()
+    gaussian.gauss_staircase.cache_clear()
+
+
+def truncated_geometric(num: int, den: int, m: int) -> inversion.Survival:
+    """S(j) = (r^j - r^m)/(1 - r^m), j = 1..m-1, r = e^{-num/den}: P[u] ∝ r^u on [0, m)."""
+
+    def survival(prec: int, count: int) -> list[inversion.Interval]:
+        work = prec + 40
+        one, top = 1 << work, inversion.exp_neg(num * m, den, work)
+        rest = (one - top[1], one - top[0])
+        out = []
+        for j in range(1, count + 1):
+            lo, hi = inversion.exp_neg(num * j, den, work)
+            lo, hi = inversion.div((max(lo - top[1], 0), hi - top[0]), rest, work)
+            out.append((lo >> 40, -((-hi) >> 40)))
+        return out
+
+    return survival
+
+
+def test_inversion_of_a_finite_law_is_exact(narrow_inversion: Callable[[int, int, int], None]) -> None:
+    # The truncated geometric P[u] ∝ e^{-u/3} on [0, 8): with 2 + 2 bits most draws are decided
+    # in Python integers, and every path must give the exact law.
+    narrow_inversion(2, 2, 48)
+    table = inversion.Inversion(truncated_geometric(1, 3, 8), 8, 0)
+    values = table.sample(60_000, noise.SeededRandomSource(91))
+    weights = np.exp(-np.arange(8) / 3)
+    obs_bins, exp_bins = pooled(np.bincount(values, minlength=8), weights / weights.sum() * values.size)
+    statistic = float(((obs_bins - exp_bins) ** 2 / exp_bins).sum())
+    assert statistic < stats.chi2.ppf(CHI2_LEVEL, obs_bins.size - 1)
+
+
+def test_inversion_resolves_prefixes_exactly() -> None:
+    # Lap_Z(1): S(1) = P[Y != 0] = 2e^{-1}/(1 + e^{-1}) = 0.5379. A 1-bit prefix 0 (R < 1/2)
+    # gives X >= 1 for certain; a prefix 1 (R in [1/2, 1)) gives X >= 1 with probability
+    # (S(1) - 1/2)/(1/2) = 0.0758, decided by the Python path's further bits.
+    table = inversion.Inversion(laplace.signed_survival(1, 1, 1), None, 60)
+    rng = noise.SeededRandomSource(92)
+    assert all(table.resolve(0, 1, rng) >= 1 for _ in range(200))
+    n = 20_000
+    above = sum(table.resolve(1, 1, rng) >= 1 for _ in range(n))
+    p = 2 * (2 * math.exp(-1) / (1 + math.exp(-1))) - 1
+    assert z_score(above / n, p, math.sqrt(p * (1 - p) / n)) < Z_TOL
+
+
+@pytest.mark.slow
+def test_narrow_inversion_settings_stay_exact(narrow_inversion: Callable[[int, int, int], None],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # 3-bit guides, 3 more bits and tables that stop at 2^-2: nearly every sample goes through the
+    # Python path, often beyond the table (a Gaussian block past the tabulated ones takes the
+    # scalar acceptance test); the laws must not move.
+    narrow_inversion(3, 3, 2)
+    resolved = []
+    original = inversion.Inversion.resolve
+
+    def spy(self: inversion.Inversion, prefix: int, bits: int, rng: noise.RandomSource) -> int:
+        out = original(self, prefix, bits, rng)
+        resolved.append(out > self.count)
+        return out
+
+    monkeypatch.setattr(inversion.Inversion, "resolve", spy)
+    rng = noise.SeededRandomSource(93)
+    for scale in (Fraction(1, 2), Fraction(3), Fraction(1000)):
+        assert_fits(noise.discrete_laplace(scale, 20_000, rng=rng), laplace_pmf(scale), laplace_radius(scale))
+    for sigma2 in (Fraction(1, 4), Fraction(100), Fraction(40_000)):
+        samples = noise.discrete_gaussian(sigma2, 20_000, rng=rng)
+        assert_fits(samples, gaussian_pmf(sigma2), gaussian_radius(sigma2))
+    assert len(resolved) > 10_000 and sum(resolved) > 100
+
+
+@pytest.mark.parametrize("scale", [Fraction(100), Fraction(1000), Fraction(12345, 7), Fraction(10**5, 3)])
+def test_discrete_laplace_tables_fit_pmf(scale: Fraction) -> None:
+    stairs = laplace.laplace_staircase(scale.numerator, scale.denominator)
+    assert (stairs.shift > 0) == (scale >= limits.DIRECT_SCALE) and stairs.vectorizable()
+    assert stairs.shift == 0 or 16 <= scale / 2**stairs.shift < 32
+    samples = noise.discrete_laplace(scale, 200_000, rng=noise.SeededRandomSource(94))
+    assert_fits(samples, laplace_pmf(scale), laplace_radius(scale))
+
+
+def test_discrete_laplace_large_scale_staircase() -> None:
+    scale = Fraction(10**15, 7)  # blocks of 2^43 values: u from its own fields
+    assert laplace.laplace_staircase(scale.numerator, scale.denominator).shift == 43
+    samples = noise.discrete_laplace(scale, 20_000, rng=noise.SeededRandomSource(95))
+    assert stats.kstest(samples / float(scale), "laplace").pvalue > FAIL_PROB
+    assert_uniform(samples % 2**12, 2**12)  # the low bits: uniform up to O(2^12/t)
+
+
+@pytest.mark.parametrize("sigma2", [Fraction(128**2), Fraction(20_000), Fraction(10**6), Fraction(987_654_321, 11)])
+def test_discrete_gaussian_staircase_fits_pmf(sigma2: Fraction) -> None:
+    stairs = gaussian.gauss_staircase(sigma2.numerator, sigma2.denominator)
+    assert (stairs.shift > 0) == (sigma2 >= (limits.DIRECT_SIGMA + 1) ** 2) and stairs.vectorizable()
+    samples = noise.discrete_gaussian(sigma2, 200_000, rng=noise.SeededRandomSource(96))
+    assert_fits(samples, gaussian_pmf(sigma2), gaussian_radius(sigma2))
+
+
+def test_discrete_gaussian_large_sigma_staircase() -> None:
+    sigma2 = Fraction(10**12)
+    assert gaussian.gauss_staircase(10**12, 1).shift == 14
+    samples = noise.discrete_gaussian(sigma2, 200_000, rng=noise.SeededRandomSource(97))
+    sigma = math.sqrt(sigma2)
+    assert stats.kstest(samples / sigma, "norm").pvalue > FAIL_PROB
+    second = float(((samples / sigma) ** 2).mean())
+    assert z_score(second, 1.0, math.sqrt(2 / samples.size)) < Z_TOL
+
+
+@pytest.mark.parametrize(("p", "q", "block"), [(1, 4, 1), (100, 1, 1), (12345, 7, 1), (10**12, 1, 2**14)])
+def test_staircase_weights_by_ratios_match_direct_exponentials(p: int, q: int, block: int) -> None:
+    # The block weights e^{-a_o² q/(2p)} built by running products enclose the directly computed
+    # ones: both intervals hold the exact value, so they meet, and both are a few units wide.
+    prec = 80
+    weights = gaussian.block_weights(p, q, block, 400, prec)
+    for o, (lo, hi) in enumerate(weights):
+        a = (o // 2) * block + o % 2
+        direct = inversion.exp_neg(a * a * q, 2 * p, prec)
+        assert lo <= direct[1] and direct[0] <= hi and hi - lo <= 2**12
+
+
+def test_small_calls_use_the_cks_samplers() -> None:
+    # Below limits.TABLE_MIN_SIZE samples no inversion table is built (they would not repay it).
+    gaussian.gauss_staircase.cache_clear()
+    laplace.laplace_staircase.cache_clear()
+    rng = noise.SeededRandomSource(98)
+    noise.discrete_gaussian(Fraction(7, 3), limits.TABLE_MIN_SIZE - 1, rng=rng)
+    noise.discrete_laplace(Fraction(7, 3), limits.TABLE_MIN_SIZE - 1, rng=rng)
+    assert gaussian.gauss_staircase.cache_info().currsize == laplace.laplace_staircase.cache_info().currsize == 0
+    noise.discrete_gaussian(Fraction(7, 3), limits.TABLE_MIN_SIZE, rng=rng)
+    noise.discrete_laplace(Fraction(7, 3), limits.TABLE_MIN_SIZE, rng=rng)
+    assert gaussian.gauss_staircase.cache_info().currsize == laplace.laplace_staircase.cache_info().currsize == 1
+
+
+def test_staircase_block_beyond_int64_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    stairs = laplace.laplace_staircase(10**6, 1)
+    monkeypatch.setattr(limits, "I64_MAX", 2**20)
+    with pytest.raises(OverflowError, match="exceeds int64"):
+        stairs.batch(10_000, noise.SeededRandomSource(99))
