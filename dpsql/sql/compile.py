@@ -196,6 +196,24 @@ class StatementMemo:
         self.touched: dict[int, frozenset[str]] = {}  # each statement's columns
         self.same = tuple(same) if same is not None else None
         self.compilations = 0  # statements compiled, not read from the memo (tests count them)
+        self.keys: dict[tuple[int, str], AxisKeys] = {}
+        self.masks: dict[tuple[int, str], tuple[npt.NDArray[np.int64], ...]] = {}
+
+    def axis_keys(self, column: sch.Column, index: int, statement: ir.Statement, table: sch.Table) -> AxisKeys:
+        """:func:`axis_keys` of the batch's ``index``-th statement on ``column``, computed once per statement
+        (and its copies) and column, not once per candidate group holding it."""
+        key = (self.same[index] if self.same is not None else index, column.name)
+        if key not in self.keys:
+            self.keys[key] = axis_keys(column, statement, table)
+        return self.keys[key]
+
+    def axis_masks(self, column: sch.Column, index: int, statement: ir.Statement,
+                   table: sch.Table) -> tuple[npt.NDArray[np.int64], ...]:
+        """:func:`axis_masks` of the batch's ``index``-th statement on ``column``, computed once likewise."""
+        key = (self.same[index] if self.same is not None else index, column.name)
+        if key not in self.masks:
+            self.masks[key] = axis_masks(column, statement, table)
+        return self.masks[key]
 
     def statement(self, compiler: _StatementCompiler, index: int, statement: ir.Statement) -> CompiledStatement:
         """``statement`` (the batch's ``index``-th) compiled over ``compiler``'s axes, its blocks appended
@@ -244,7 +262,13 @@ def compile_group(batch: ir.Batch, table: sch.Table, members: Sequence[int], ind
     values = values or {}
     touched = {c.name for c in _touched_columns(sub, table)}
     columns = [c for c in table.columns.values() if c.name in touched or c.name in values]
-    axes = tuple(_axis(_value_column(c) if c.name in values else c, sub, table, values.get(c.name)) for c in columns)
+    if memo is None or values:
+        axes = tuple(_axis(column, [axis_keys(column, statement, table) for statement in sub],
+                           [axis_masks(column, statement, table) for statement in sub], values.get(c.name))
+                     for c in columns for column in [_value_column(c) if c.name in values else c])
+    else:
+        axes = tuple(_axis(c, [memo.axis_keys(c, i, batch.statements[i], table) for i in members],
+                           [memo.axis_masks(c, i, batch.statements[i], table) for i in members]) for c in columns)
     compiler = _StatementCompiler(table=table, axes=axes, group=index, values=values)
     if memo is None or values:
         statements = [compiler.compile(statement) for statement in sub]
@@ -302,28 +326,49 @@ def _value_column(column: sch.Column) -> sch.Column:
     return replace(column, domain=replace(column.domain, clamp=True))
 
 
-def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Table,
+@dataclass(frozen=True, slots=True)
+class AxisKeys:
+    """What one statement's GROUP BY adds to one column's cell signature (:func:`_axis`): whether it takes
+    an order statistic of the column or groups by its bins, and the base-cell labels of its group keys."""
+
+    quantile: bool
+    grouped: bool
+    keys: tuple[npt.NDArray[np.int64], ...]
+
+
+def axis_keys(column: sch.Column, statement: ir.Statement, table: sch.Table) -> AxisKeys:
+    """:class:`AxisKeys` of ``statement`` on ``column`` (O(base cells) per key on the column)."""
+    return AxisKeys(
+        quantile=any(_resolve(table, c).name == column.name for c in qs.quantile_columns(statement)),
+        grouped=any(_resolve(table, c).name == column.name for c, k in keys_of(statement) if k is None),
+        keys=tuple(_key_groups(column, k).group_of_base[:-1] for c, k in keys_of(statement)
+                   if k is not None and _resolve(table, c).name == column.name))
+
+
+def axis_masks(column: sch.Column, statement: ir.Statement, table: sch.Table) -> tuple[npt.NDArray[np.int64], ...]:
+    """The base-cell masks of ``statement``'s atoms on ``column``, in order (O(base cells) per atom)."""
+    return tuple(_base_mask(column, atom).astype(np.int64) for atom in statement_atoms(statement)
+                 if _resolve(table, atom.column).name == column.name)
+
+
+def _axis(column: sch.Column, keys: Sequence[AxisKeys], masks: Sequence[tuple[npt.NDArray[np.int64], ...]],
           values: ValueCells | None = None) -> Axis:
     """Batch cells of one column: contiguous runs of base cells for ordered domains, and classes
     of values no statement tells apart for categorical ones; value cells keep apart every
-    representative value."""
+    representative value. ``keys``, ``masks``: each statement's :func:`axis_keys` and :func:`axis_masks`
+    on the column."""
     size = column.domain.size
     signature = [np.zeros(size, dtype=np.int64)]
     if values is not None:
         assert isinstance(column.domain, sch.Ordered)  # value cells are checked by value_cells_problem
         ranks = np.unique(values.representatives(column.domain), return_inverse=True)[1]
         signature.append(np.asarray(ranks, dtype=np.int64).ravel())
-    if any(_resolve(table, c).name == column.name for s in statements for c in qs.quantile_columns(s)):
+    if any(part.quantile for part in keys):
         signature.append(qs.cell_signature(size))  # an order statistic reads every base cell (or runs of them)
-    grouped = any(_resolve(table, c).name == column.name for s in statements for c, k in keys_of(s) if k is None)
-    if grouped:
+    if any(part.grouped for part in keys):
         signature.append(column.domain.bin_of_base())
-    signature += [_key_groups(column, k).group_of_base[:-1] for s in statements for c, k in keys_of(s)
-                  if k is not None and _resolve(table, c).name == column.name]  # a key's groups never share a cell
-    for statement in statements:
-        for atom in statement_atoms(statement):
-            if _resolve(table, atom.column).name == column.name:
-                signature.append(_base_mask(column, atom).astype(np.int64))
+    signature += [key for part in keys for key in part.keys]  # a key's groups never share a cell
+    signature += [mask for part in masks for mask in part]
     stacked = np.stack(signature, axis=1)
     if isinstance(column.domain, sch.Ordered):
         starts = np.concatenate([[True], np.any(stacked[1:] != stacked[:-1], axis=1)])

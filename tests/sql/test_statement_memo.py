@@ -24,6 +24,8 @@ STATEMENTS = [
 def _same(left, right) -> None:  # type: ignore[no-untyped-def]
     (group_a, statements_a), (group_b, statements_b) = left, right
     assert [a.column.name for a in group_a.axes] == [b.column.name for b in group_b.axes]
+    for a, b in zip(group_a.axes, group_b.axes):
+        np.testing.assert_array_equal(a.cell_of_base, b.cell_of_base)
     assert len(group_a.blocks) == len(group_b.blocks)
     for a, b in zip(group_a.blocks, group_b.blocks):
         assert (a.data, a.kind, a.scale, a.bias) == (b.data, b.kind, b.scale, b.bias)
@@ -59,3 +61,16 @@ def test_a_statement_is_compiled_once_per_cells_of_its_own_columns() -> None:
     grown, _ = compile_group(batch, table, [0, 1, 4, 6], memo=memo)  # its range falls on the age bands' edges
     assert memo.compilations == 6  # so only the new statement is compiled
     _same((grown, _), compile_group(batch, table, [0, 1, 4, 6]))
+
+
+def test_each_statement_s_masks_and_keys_are_read_once_per_column() -> None:
+    """The memo keeps each statement's atoms' masks and group keys per column (``axis_masks``, ``axis_keys``):
+    candidate groups holding it build their cells from them, identically to compiling without the memo."""
+    schema = Schema.load(SCHEMA)
+    batch = parse_batch(";\n".join(STATEMENTS + STATEMENTS[2:4]))  # the last two repeat statements 2 and 3
+    table = batch_table(batch, schema)
+    memo = StatementMemo(same=[0, 1, 2, 3, 4, 5, 6, 2, 3])
+    for members in ([0, 2, 6], [2, 3, 7, 8], [0, 1, 2, 3, 4, 5, 6, 7, 8], [4, 8]):
+        _same(compile_group(batch, table, members, memo=memo), compile_group(batch, table, members))
+    assert all(index not in (7, 8) for index, _ in memo.masks)  # copies read the first statement's masks
+    assert {"age", "hours"} <= {column for _, column in memo.masks} and set(memo.keys) >= set(memo.masks)
