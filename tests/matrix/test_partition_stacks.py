@@ -89,5 +89,6 @@ def test_an_explicit_factor_s_partition_is_read_once_and_kept_read_only() -> Non
     first, again = partitions.partition_form(W), partitions.partition_form(W)
     assert first is not None and again is not None
     assert first.identity_error() == again.identity_error() and first.parts_error() == again.parts_error()
-    kept = partitions._explicit_forms[rows][True]
-    assert kept is not None and not kept[0].factors[0].weights.flags.writeable
+    kept = partitions.partition_form(rows)
+    assert kept is not None and kept is partitions.partition_form(rows)
+    assert not kept.factors[0].weights.flags.writeable

@@ -23,7 +23,7 @@ from dpsql.backends import Backend
 from dpsql.budget.accounting import PrivacyCost
 from dpsql.engine.measuring.measure import MeasuredVector, measure_groups
 from dpsql.engine.measuring.measurements import PlannedVector, check_calibrations, split
-from dpsql.engine.plan.grouping import choose_partition
+from dpsql.engine.plan.grouping import choose_partition, same_statements, statement_digests
 from dpsql.engine.plan.guard import (
     GUARD_ROUNDS,
     StatementError,
@@ -42,7 +42,7 @@ from dpsql.noise import RandomSource
 from dpsql.planning.planner import Plan, Progress
 from dpsql.schema import Schema
 from dpsql.sql import ir
-from dpsql.sql.compile import CompiledBatch, batch_table, compile_batch
+from dpsql.sql.compile import CompiledBatch, StatementMemo, batch_table, compile_batch
 from dpsql.sql.value_cells import ValueCells
 from dpsql.sql.vectors import DataVector
 
@@ -126,15 +126,17 @@ class GroupsPlan:
 
 
 def plan_route(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: tuple[float, ...],
-               progress: Progress | None) -> GroupsPlan:
+               progress: Progress | None, memo: StatementMemo | None = None) -> GroupsPlan:
     """The statement-group route: planned with the statements' weights, then — while the guard
     still finds statements worse than alone — again with its raised weights (GUARD_REPLANS times
-    at most, kept only when fewer statements lose)."""
-    plan, raised = plan_groups(batch, schema, cost, Weighing(weights=weights, noise=noise_of(cost)), progress)
+    at most, kept only when fewer statements lose). ``memo``: the batch's statements compiled so far
+    (one memo serves every pass: a statement's blocks do not depend on the weights)."""
+    memo = memo if memo is not None else StatementMemo(same_statements(statement_digests(batch)))
+    plan, raised = plan_groups(batch, schema, cost, Weighing(weights=weights, noise=noise_of(cost)), progress, memo)
     for _ in range(GUARD_REPLANS):
         if not plan.guard_notes:
             break
-        again, raised = plan_groups(batch, schema, cost, raised, progress)
+        again, raised = plan_groups(batch, schema, cost, raised, progress, memo)
         if standing(again.compiled, again.measurements, cost) >= standing(plan.compiled, plan.measurements, cost):
             break
         plan = again
@@ -142,12 +144,14 @@ def plan_route(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: tupl
 
 
 def plan_groups(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weighing: Weighing,
-                progress: Progress | None) -> tuple[GroupsPlan, Weighing]:
+                progress: Progress | None, memo: StatementMemo | None = None) -> tuple[GroupsPlan, Weighing]:
     """The route under ``weighing``: statement groups, value cells or apart, the split and the
-    guard's re-splits. Also returns the guard's raised weights, to plan again with."""
+    guard's re-splits. Also returns the guard's raised weights, to plan again with. ``memo``: the
+    batch's statements compiled so far."""
     noise = weighing.noise
     table = batch_table(batch, schema)
-    separate = compile_batch(batch, schema, choose_partition(batch, table, noise, weighing))
+    memo = memo if memo is not None else StatementMemo(same_statements(statement_digests(batch)))
+    separate = compile_batch(batch, schema, choose_partition(batch, table, noise, weighing, memo), memo)
     columns = separate.table.columns
     measured = [columns[str(v.column)] for g in separate.groups for v in g.data_kinds() if v.is_sum]
     selections, selection_share = threshold_plans(list(dict.fromkeys(measured)), family=cost.family, total=cost.value)
