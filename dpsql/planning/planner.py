@@ -39,7 +39,7 @@ import numpy as np
 from dpsql import strategies
 from dpsql.errors import DomainTooLargeError, DpsqlError, ShapeError
 from dpsql.matrix.partitions import Partition, Parts, part_of_cell, partition_form
-from dpsql.matrix.workloads import Explicit, FloatArray, Kron, Workload
+from dpsql.matrix.workloads import Explicit, FloatArray, Kron, VStack, Workload
 from dpsql.noise import Noise
 from dpsql.planning import accuracy, plan_cache, strategy_cache
 from dpsql.planning.mechanism import integral_strategy
@@ -290,9 +290,20 @@ def _workload_strategy(W: Workload) -> Workload | None:
     rows, cells = W.shape
     if cells > EIGEN_MAX_CELLS or rows * cells > WORKLOAD_MAX_ENTRIES:
         return None
-    distinct = distinct_rows(W.dense())
+    distinct = distinct_rows(stacked_rows(W))
     distinct = distinct[np.any(distinct != 0, axis=1)]
     return integral_strategy(Explicit(distinct)) if len(distinct) else None
+
+
+def stacked_rows(W: Workload) -> FloatArray:
+    """W's rows as a dense matrix, in some order and with some duplicate rows left out (all
+    :func:`distinct_rows` needs): a stack block by block, each block object once (copies of a statement
+    share their compiled blocks), a Kronecker block from its factors (``np.kron``: O(rows · cells), where
+    W·I would cost O(rows · cells²))."""
+    if not isinstance(W, VStack):
+        return W.dense()
+    blocks = {id(block): block for block in W.blocks}
+    return np.vstack([block.dense() for block in blocks.values()])
 
 
 def distinct_rows(matrix: FloatArray) -> FloatArray:
