@@ -49,7 +49,14 @@ def choose_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weig
 def search_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weighing,
                      memo: StatementMemo | None = None) -> list[list[int]]:
     """:func:`choose_partition`'s greedy search (at most MAX_GROUP_EVALUATIONS candidate groups scored);
-    ``memo``: the batch's statements compiled so far (one made here when not given)."""
+    ``memo``: the batch's statements compiled so far (one made here when not given).
+
+    Cost of one candidate group of K statements over cells n = Π nᵢ: its statements are compiled once
+    per cells of their own columns (``compile.StatementMemo``; on a new axis only a row of ones is
+    added, O(K·d)), its Gram's K Kronecker terms are collected into a few (``matrix.grams``,
+    O(K·Σnᵢ²)) before each quick candidate strategy is traced against it, and the workload's own rows
+    are read once per distinct block (O(rows·n), while n ≤ EIGEN_MAX_CELLS); the quick OPT_M runs its
+    fixed work budget."""
     power = 1 / 3 if noise == "laplace" else 1 / 2
     errors: dict[frozenset[int], list[float]] = {}
     dense: dict[frozenset[int], list[tuple[int, ...]]] = {}  # each group's densely planned vectors (planning_size)
