@@ -16,7 +16,7 @@ rows is scored and answered by triangular solves, without the n × n inverse.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import scipy.linalg as sla
@@ -288,14 +288,14 @@ def group_factors(factors: Sequence[Workload], cuts: set[int]) -> list[Workload]
     return [factors[g.start] if len(g) == 1 else Kron([factors[i] for i in g]) for g in groups]
 
 
-def gram_trace(W: Workload, M: Workload) -> float:
+def gram_trace(W: Workload, M: Workload, gram: Callable[[Workload], Workload] | None = None) -> float:
     """trace(WᵀW M): by triangular solves against a :class:`CholeskyInverse` (weighted or not), else
-    :func:`trace_of_product` of W's Gram."""
+    :func:`trace_of_product` of W's Gram (``gram(W)`` when given: the same operator in another form)."""
     if isinstance(M, Weighted) and isinstance(M.base, CholeskyInverse):
         return M.weight * M.base.gram_trace(W)
     if isinstance(M, CholeskyInverse):
         return M.gram_trace(W)
-    return trace_of_product(W.gram(), M)
+    return trace_of_product(W.gram() if gram is None else gram(W), M)
 
 
 def trace_of_product(G: Workload, M: Workload) -> float:

@@ -26,6 +26,7 @@ Everything here is O(cells + non-zero entries), factor by factor for Kronecker p
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -147,7 +148,7 @@ def _form(W: Workload, *, owners: bool) -> Form | None:
         first, *rest = inner[0].factors
         return Partition((Factor(W.weight * first.weights, first.sizes, first.part, first.parts), *rest)), inner[1]
     if isinstance(W, Explicit):
-        return _explicit_form(W, owners)
+        return _kept_explicit_form(W, owners)
     if isinstance(W, Ranges):
         return _ranges_form(W, owners)
     if isinstance(W, Kron):
@@ -160,6 +161,24 @@ def _form(W: Workload, *, owners: bool) -> Form | None:
     if isinstance(W, VStack):
         return _stacked_form(W, owners)
     return None
+
+
+_explicit_forms: weakref.WeakKeyDictionary[Explicit, dict[bool, Form | None]] = weakref.WeakKeyDictionary()
+
+
+def _kept_explicit_form(W: Explicit, owners: bool) -> Form | None:
+    """:func:`_explicit_form`, kept per matrix object while it lives (its arrays read-only): a block's
+    factors are read again by every stack holding them (a planning search scores many candidate groups of
+    the same compiled blocks, and the planner reads a stack's form again after the planning-size check)."""
+    kept = _explicit_forms.setdefault(W, {})
+    if owners not in kept:
+        found = _explicit_form(W, owners)
+        if found is not None:
+            for array in (*(a for f in found[0].factors for a in (f.weights, f.sizes, f.part)), found[1]):
+                if array is not None:
+                    array.flags.writeable = False
+        kept[owners] = found
+    return kept[owners]
 
 
 def _explicit_form(W: Explicit, owners: bool) -> Form | None:

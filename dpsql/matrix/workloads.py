@@ -414,8 +414,8 @@ class Explicit(Workload):
         if not np.all(np.isfinite(values)):
             raise ShapeError("Explicit needs finite entries; the matrix holds NaN or infinity.")
 
-    @property
-    def shape(self) -> tuple[int, int]:
+    @cached_property
+    def shape(self) -> tuple[int, int]:  # kept: operators are immutable once built, and shapes are read often
         rows, cols = self.matrix.shape
         return (int(rows), int(cols))
 
@@ -472,7 +472,7 @@ class Kron(Workload):
             raise ShapeError("Kron needs at least one factor.")
         self.factors: tuple[Workload, ...] = tuple(factors)
 
-    @property
+    @cached_property
     def shape(self) -> tuple[int, int]:
         shapes = [f.shape for f in self.factors]  # math.prod: exact ints, without numpy's per-call overhead
         return math.prod(rows for rows, _ in shapes), math.prod(cols for _, cols in shapes)
@@ -546,8 +546,8 @@ class VStack(Workload):
             raise ShapeError(f"VStack blocks must have the same number of columns; got {sorted(widths)}.")
         self.blocks: tuple[Workload, ...] = tuple(blocks)
 
-    @property
-    def shape(self) -> tuple[int, int]:
+    @cached_property
+    def shape(self) -> tuple[int, int]:  # kept: a stack of a thousand blocks would add them up on every read
         return (sum(b.shape[0] for b in self.blocks), self.blocks[0].shape[1])
 
     def _matmat(self, X: FloatArray) -> FloatArray:

@@ -16,9 +16,12 @@ Math:
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from dpsql.errors import ShapeError, UnsupportedStrategyError
+from dpsql.matrix.grams import collected
 from dpsql.matrix.kronvec import align_terms, kron_vectors, shared_cuts
 from dpsql.matrix.linalg import (
     RANK_TOLERANCE,
@@ -48,6 +51,19 @@ from dpsql.noise import Noise
 SUPPORT_TOLERANCE = 1e-8
 
 
+_grams: weakref.WeakKeyDictionary[Workload, Workload] = weakref.WeakKeyDictionary()
+
+
+def workload_gram(W: Workload) -> Workload:
+    """G = WᵀW with its Kronecker terms that differ in one factor summed (``dpsql.matrix.grams.collected``):
+    the same operator, traced against each strategy's M in a few terms instead of one per block. Kept
+    per workload object while it lives (a planner scores several strategies and support checks on one W)."""
+    known = _grams.get(W)
+    if known is None:
+        known = _grams[W] = collected(W.gram())
+    return known
+
+
 def unit_noise_variance(A: Workload, noise: Noise) -> float:
     """Per-measurement noise variance at unit privacy: Δ₂² (Gaussian, ρ = 1/2) or 2Δ₁² (Laplace, ε = 1)."""
     if noise == "gaussian":
@@ -67,7 +83,7 @@ def support_residual(W: Workload, A: Workload) -> float:
     P = projector(A)
     if isinstance(P, Identity):
         return 0.0  # A has full column rank: it supports every workload
-    G = W.gram()
+    G = workload_gram(W)
     total = G.trace()
     if total == 0.0:
         return 0.0
@@ -97,7 +113,7 @@ def expected_error(W: Workload, A: Workload, *, noise: Noise = "gaussian") -> fl
         _refuse_unsupported(W, A, residual)
         return unit_noise_variance(A, noise) * trace
     check_support(W, A)
-    return unit_noise_variance(A, noise) * gram_trace(W, pinv_gram(A))
+    return unit_noise_variance(A, noise) * gram_trace(W, pinv_gram(A), workload_gram)
 
 
 #: A dense strategy of p < n rows is scored through its row space while m·p is at most this.
@@ -184,7 +200,8 @@ def _root_trace(W: Workload) -> tuple[float, bool]:
     if spectrum is not None:
         values = spectrum
     elif W.shape[1] <= DENSE_SPECTRUM_CELLS:
-        values = np.linalg.eigvalsh(np.sum([c * Kron(list(factors)).dense() for c, factors in terms], axis=0))
+        dense = [c * Kron(list(factors)).dense() for c, factors in gram_terms(workload_gram(W))]
+        values = np.linalg.eigvalsh(np.sum(dense, axis=0))
     elif isinstance(W, VStack):
         return max(_root_trace(block)[0] for block in W.blocks), False
     else:

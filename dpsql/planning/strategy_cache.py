@@ -37,10 +37,11 @@ def gram_key(W: Workload, *, noise: str, template: str) -> str:
     digest = hashlib.sha256(f"{FORMAT_VERSION}|{noise}|{template}|".encode())
     for weight, factors in gram_terms(W.gram()):
         digest.update(np.float64(weight).tobytes())
-        for factor in factors:
-            dense = np.ascontiguousarray(factor.dense())
+        for factor in factors:  # an explicit dense factor is read in place (``dense()`` would copy it)
+            held = factor.matrix if isinstance(factor, Explicit) and isinstance(factor.matrix, np.ndarray) else None
+            dense = np.ascontiguousarray(factor.dense() if held is None else held)
             digest.update(repr(dense.shape).encode())
-            digest.update(dense.tobytes())
+            digest.update(dense.data if dense.size else b"")
     return digest.hexdigest()
 
 

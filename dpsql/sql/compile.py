@@ -46,8 +46,9 @@ import scipy.sparse as sp
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, SchemaError, UnsupportedQueryError
 from dpsql.matrix.workloads import DisjointSum, Explicit, Kron, Sum, VStack, Workload
-from dpsql.sql import derived, filters, ir, timestamps, units
+from dpsql.sql import derived, filters, ir, units
 from dpsql.sql import quantiles as qs
+from dpsql.sql.atom_masks import base_mask
 from dpsql.sql.axes import Axis
 from dpsql.sql.boxes import Box, BoxBudget, intersect, merge, union
 from dpsql.sql.cell_totals import batch_cell_totals as batch_cell_totals  # re-exported: the scans sum cells with it
@@ -143,17 +144,18 @@ DENSE_STACK = 2**23
 MAX_CELLS = 2**24
 
 
-def compile_batch(batch: ir.Batch, schema: sch.Schema,
-                  partition: Sequence[Sequence[int]] | None = None) -> CompiledBatch:
+def compile_batch(batch: ir.Batch, schema: sch.Schema, partition: Sequence[Sequence[int]] | None = None,
+                  memo: StatementMemo | None = None) -> CompiledBatch:
     """IR + Schema → groups of statements with their axes, query blocks and output plan.
 
-    ``partition`` lists the statement indices of each group (default: one group per column set).
+    ``partition`` lists the statement indices of each group (default: one group per column set);
+    ``memo`` (for this batch) reuses statements compiled before over the same cells.
     """
     table = batch_table(batch, schema)
     groups: list[CompiledGroup] = []
     compiled: dict[int, CompiledStatement] = {}
     for members in partition if partition is not None else initial_partition(batch, table):
-        group, statements = compile_group(batch, table, members, len(groups))
+        group, statements = compile_group(batch, table, members, len(groups), memo=memo)
         groups.append(group)
         compiled.update(zip(members, statements))
     return CompiledBatch(table=table, groups=tuple(groups),
@@ -183,7 +185,9 @@ class StatementMemo:
     on where its blocks fall), and on an axis whose column it neither groups nor filters on only
     through that axis's size (its factor there is a row of ones), so a search that compiles many
     candidate groups (``engine.plan.grouping``) compiles each statement once per distinct set of
-    cells of its own columns, not once per candidate group.
+    cells of its own columns, not once per candidate group: over a group with other axes too, its
+    blocks are those compiled over its own axes with a row of ones inserted on each other axis
+    (:meth:`_extended`; O(blocks · axes), no predicate read again).
 
     ``same`` (optional, one entry per statement of the batch) names for each statement the first
     statement of the batch that asks exactly what it asks (its spans aside: ``ir.Span`` says where a
@@ -196,6 +200,26 @@ class StatementMemo:
         self.touched: dict[int, frozenset[str]] = {}  # each statement's columns
         self.same = tuple(same) if same is not None else None
         self.compilations = 0  # statements compiled, not read from the memo (tests count them)
+        self.keys: dict[tuple[int, str], AxisKeys] = {}
+        self.own: dict[tuple[int, tuple[tuple[str, bytes], ...]], tuple[tuple[Block, ...], CompiledStatement]] = {}
+        self.ones: dict[int, Explicit] = {}  # a row of ones per axis size, shared by the extended blocks
+        self.masks: dict[tuple[int, str], tuple[npt.NDArray[np.int64], ...]] = {}
+
+    def axis_keys(self, column: sch.Column, index: int, statement: ir.Statement, table: sch.Table) -> AxisKeys:
+        """:func:`axis_keys` of the batch's ``index``-th statement on ``column``, computed once per statement
+        (and its copies) and column, not once per candidate group holding it."""
+        key = (self.same[index] if self.same is not None else index, column.name)
+        if key not in self.keys:
+            self.keys[key] = axis_keys(column, statement, table)
+        return self.keys[key]
+
+    def axis_masks(self, column: sch.Column, index: int, statement: ir.Statement,
+                   table: sch.Table) -> tuple[npt.NDArray[np.int64], ...]:
+        """:func:`axis_masks` of the batch's ``index``-th statement on ``column``, computed once likewise."""
+        key = (self.same[index] if self.same is not None else index, column.name)
+        if key not in self.masks:
+            self.masks[key] = axis_masks(column, statement, table)
+        return self.masks[key]
 
     def statement(self, compiler: _StatementCompiler, index: int, statement: ir.Statement) -> CompiledStatement:
         """``statement`` (the batch's ``index``-th) compiled over ``compiler``'s axes, its blocks appended
@@ -209,16 +233,73 @@ class StatementMemo:
                             for a in compiler.axes))
         offset = len(compiler.blocks)
         if key not in self.compiled:
-            self.compilations += 1
-            found = compiler.compile(statement)
-            local = tuple(replace(a, blocks=tuple(b - offset for b in a.blocks)) for a in found.aggregates)
-            self.compiled[key] = tuple(compiler.blocks[offset:]), replace(found, group=0, aggregates=local)
-            return found
+            extended = self._extended(compiler, index, statement, touched)
+            if extended is None:
+                self.compilations += 1
+                found = compiler.compile(statement)
+                local = tuple(replace(a, blocks=tuple(b - offset for b in a.blocks)) for a in found.aggregates)
+                self.compiled[key] = tuple(compiler.blocks[offset:]), replace(found, group=0, aggregates=local)
+                if not compiler.values and all(axis.column.name in touched for axis in compiler.axes):
+                    self.own[(index, tuple((a.column.name, a.cell_of_base.tobytes()) for a in compiler.axes))] = \
+                        self.compiled[key]  # over its own axes: what other groups extend
+                return found
+            self.compiled[key] = extended
         blocks, known = self.compiled[key]
         compiler.blocks.extend(blocks)
         moved = tuple(_own_aggregate(a, own, offset) for a, own in zip(known.aggregates, statement.aggregates,
                                                                         strict=True))
         return replace(known, statement=statement, group=compiler.group, aggregates=moved)
+
+
+    def _extended(self, compiler: _StatementCompiler, index: int, statement: ir.Statement,
+                  touched: frozenset[str]) -> tuple[tuple[Block, ...], CompiledStatement] | None:
+        """``statement`` over ``compiler``'s axes from its blocks over its own axes (compiled once per cells of
+        those), a row of ones inserted on each other axis — what compiling it over every axis gives, as
+        there every box of its predicates is all ones on those axes. None where that is not so or not
+        read here (it touches no column or every one; an aggregate scaled, which scales the first
+        factor, or an order statistic; a block not a Kronecker product or a disjoint sum of them, or
+        with a zero factor, as a WHERE never TRUE gives): the caller compiles it."""
+        positions = [i for i, axis in enumerate(compiler.axes) if axis.column.name in touched]
+        if not positions or len(positions) == len(compiler.axes) or compiler.values \
+                or any(a.scale != 1.0 or a.function == "quantile" for a in statement.aggregates):
+            return None
+        axes = tuple(compiler.axes[i] for i in positions)
+        key = (index, tuple((axis.column.name, axis.cell_of_base.tobytes()) for axis in axes))
+        if key not in self.own:
+            own = _StatementCompiler(table=compiler.table, axes=axes, group=0, values={})
+            self.compilations += 1
+            found = own.compile(statement)
+            self.own[key] = tuple(own.blocks), found
+        blocks, found = self.own[key]
+        sizes = [axis.size for axis in compiler.axes]
+        extended = []
+        for block in blocks:
+            workload = self._with_ones(block.workload, positions, sizes)
+            if workload is None or block.total is not None:
+                return None
+            extended.append(replace(block, workload=workload))
+        return tuple(extended), replace(found, group=0, group_axes=tuple(positions[a] for a in found.group_axes))
+
+    def _with_ones(self, workload: Workload, positions: Sequence[int], sizes: Sequence[int]) -> Workload | None:
+        """``workload`` (over the axes at ``positions``) with a row of ones on every other axis of ``sizes``."""
+        if isinstance(workload, DisjointSum):
+            terms = [self._with_ones(term, positions, sizes) for term in workload.terms]
+            return None if any(t is None for t in terms) else DisjointSum([t for t in terms if t is not None])
+        if not isinstance(workload, Kron) or len(workload.factors) != len(positions) \
+                or not all(_nonzero_explicit(f) for f in workload.factors):
+            return None
+        factors: list[Workload] = [self.ones.setdefault(n, Explicit(np.ones((1, n)))) for n in sizes]
+        for position, factor in zip(positions, workload.factors):
+            factors[position] = factor
+        return Kron(factors)
+
+
+def _nonzero_explicit(factor: Workload) -> bool:
+    """Whether ``factor`` is an explicit matrix with some non-zero entry."""
+    if not isinstance(factor, Explicit):
+        return False
+    matrix = factor.matrix
+    return bool(np.any(matrix)) if isinstance(matrix, np.ndarray) else bool(matrix.count_nonzero() > 0)
 
 
 def _own_aggregate(known: OutputAggregate, own: ir.Aggregate, offset: int) -> OutputAggregate:
@@ -244,7 +325,13 @@ def compile_group(batch: ir.Batch, table: sch.Table, members: Sequence[int], ind
     values = values or {}
     touched = {c.name for c in _touched_columns(sub, table)}
     columns = [c for c in table.columns.values() if c.name in touched or c.name in values]
-    axes = tuple(_axis(_value_column(c) if c.name in values else c, sub, table, values.get(c.name)) for c in columns)
+    if memo is None or values:
+        axes = tuple(_axis(column, [axis_keys(column, statement, table) for statement in sub],
+                           [axis_masks(column, statement, table) for statement in sub], values.get(c.name))
+                     for c in columns for column in [_value_column(c) if c.name in values else c])
+    else:
+        axes = tuple(_axis(c, [memo.axis_keys(c, i, batch.statements[i], table) for i in members],
+                           [memo.axis_masks(c, i, batch.statements[i], table) for i in members]) for c in columns)
     compiler = _StatementCompiler(table=table, axes=axes, group=index, values=values)
     if memo is None or values:
         statements = [compiler.compile(statement) for statement in sub]
@@ -302,28 +389,49 @@ def _value_column(column: sch.Column) -> sch.Column:
     return replace(column, domain=replace(column.domain, clamp=True))
 
 
-def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Table,
+@dataclass(frozen=True, slots=True)
+class AxisKeys:
+    """What one statement's GROUP BY adds to one column's cell signature (:func:`_axis`): whether it takes
+    an order statistic of the column or groups by its bins, and the base-cell labels of its group keys."""
+
+    quantile: bool
+    grouped: bool
+    keys: tuple[npt.NDArray[np.int64], ...]
+
+
+def axis_keys(column: sch.Column, statement: ir.Statement, table: sch.Table) -> AxisKeys:
+    """:class:`AxisKeys` of ``statement`` on ``column`` (O(base cells) per key on the column)."""
+    return AxisKeys(
+        quantile=any(_resolve(table, c).name == column.name for c in qs.quantile_columns(statement)),
+        grouped=any(_resolve(table, c).name == column.name for c, k in keys_of(statement) if k is None),
+        keys=tuple(_key_groups(column, k).group_of_base[:-1] for c, k in keys_of(statement)
+                   if k is not None and _resolve(table, c).name == column.name))
+
+
+def axis_masks(column: sch.Column, statement: ir.Statement, table: sch.Table) -> tuple[npt.NDArray[np.int64], ...]:
+    """The base-cell masks of ``statement``'s atoms on ``column``, in order (O(base cells) per atom)."""
+    return tuple(base_mask(column, atom).astype(np.int64) for atom in statement_atoms(statement)
+                 if _resolve(table, atom.column).name == column.name)
+
+
+def _axis(column: sch.Column, keys: Sequence[AxisKeys], masks: Sequence[tuple[npt.NDArray[np.int64], ...]],
           values: ValueCells | None = None) -> Axis:
     """Batch cells of one column: contiguous runs of base cells for ordered domains, and classes
     of values no statement tells apart for categorical ones; value cells keep apart every
-    representative value."""
+    representative value. ``keys``, ``masks``: each statement's :func:`axis_keys` and :func:`axis_masks`
+    on the column."""
     size = column.domain.size
     signature = [np.zeros(size, dtype=np.int64)]
     if values is not None:
         assert isinstance(column.domain, sch.Ordered)  # value cells are checked by value_cells_problem
         ranks = np.unique(values.representatives(column.domain), return_inverse=True)[1]
         signature.append(np.asarray(ranks, dtype=np.int64).ravel())
-    if any(_resolve(table, c).name == column.name for s in statements for c in qs.quantile_columns(s)):
+    if any(part.quantile for part in keys):
         signature.append(qs.cell_signature(size))  # an order statistic reads every base cell (or runs of them)
-    grouped = any(_resolve(table, c).name == column.name for s in statements for c, k in keys_of(s) if k is None)
-    if grouped:
+    if any(part.grouped for part in keys):
         signature.append(column.domain.bin_of_base())
-    signature += [_key_groups(column, k).group_of_base[:-1] for s in statements for c, k in keys_of(s)
-                  if k is not None and _resolve(table, c).name == column.name]  # a key's groups never share a cell
-    for statement in statements:
-        for atom in statement_atoms(statement):
-            if _resolve(table, atom.column).name == column.name:
-                signature.append(_base_mask(column, atom).astype(np.int64))
+    signature += [key for part in keys for key in part.keys]  # a key's groups never share a cell
+    signature += [mask for part in masks for mask in part]
     stacked = np.stack(signature, axis=1)
     if isinstance(column.domain, sch.Ordered):
         starts = np.concatenate([[True], np.any(stacked[1:] != stacked[:-1], axis=1)])
@@ -338,130 +446,7 @@ def _axis(column: sch.Column, statements: Sequence[ir.Statement], table: sch.Tab
 
 def _key_groups(column: sch.Column, key: ir.GroupKey | None) -> KeyGroups:
     """The output groups of a GROUP BY entry on ``column``: its bins, or its key's (group_keys)."""
-    return plain_groups(column) if key is None else key_groups(column, key, _base_mask)
-
-
-# ==================================================================================== atoms
-def _base_mask(column: sch.Column, atom: Atom) -> BoolArray:
-    """The base cells (outside excluded) where ``atom`` is TRUE."""
-    if isinstance(atom, (ir.IsNull, ir.Like)):
-        return filters.base_mask(column, atom)
-    domain = column.domain
-    if isinstance(domain, sch.Categorical):
-        return _categorical_mask(column, domain, atom)
-    if isinstance(atom, ir.Comparison):
-        if atom.operator == "<>":
-            return ~_ordered_interval(column, domain, "=", atom.value)
-        return _ordered_interval(column, domain, atom.operator, atom.value)
-    if isinstance(atom, ir.Between):
-        inside = _ordered_interval(column, domain, ">=", atom.low) & _ordered_interval(column, domain, "<=", atom.high)
-        return ~inside if atom.negated else inside
-    cells = _CellValues.of(domain)
-    member = np.zeros(domain.size, dtype=bool)
-    for value in atom.values:  # each value's cells found by bisection: O(log n) per value, not O(n)
-        window, inside = cells.classify(column, domain, "=", value)
-        member[window] |= inside
-    return ~member if atom.negated else member
-
-
-def _categorical_mask(column: sch.Column, domain: sch.Categorical,
-                      atom: ir.Comparison | ir.Between | ir.InList) -> BoolArray:
-    if isinstance(atom, ir.Between) or (isinstance(atom, ir.Comparison) and atom.operator not in ("=", "<>")):
-        raise UnsupportedQueryError(
-            f"ordering comparison on the categorical column '{column.name}' is not supported ({atom.span.describe()}). "
-            "Use =, <>, IN or NOT IN with its declared values."
-        )
-    literals = atom.values if isinstance(atom, ir.InList) else (atom.value,)
-    member = np.zeros(domain.size, dtype=bool)
-    for literal in literals:
-        if literal.value not in domain.values:
-            raise SchemaError(
-                f"{literal.value!r} is not a declared value of {column.key} ({literal.span.describe()}); "
-                f"declared values: {', '.join(map(str, domain.values))}."
-            )
-        member[domain.values.index(literal.value)] = True
-    negated = atom.negated if isinstance(atom, ir.InList) else atom.operator == "<>"
-    return ~member if negated else member
-
-
-def _ordered_interval(column: sch.Column, domain: sch.Ordered, operator: str, literal: ir.Literal) -> BoolArray:
-    """Base cells where ``column <operator> literal`` is TRUE; refuses a cell the predicate splits
-    (:meth:`_CellValues.classify`)."""
-    window, inside = _CellValues.of(domain).classify(column, domain, operator, literal)
-    mask = np.zeros(domain.size, dtype=bool)
-    mask[window] = inside
-    return mask
-
-
-@dataclass(frozen=True, slots=True)
-class _CellValues:
-    """An ordered domain's base cells as arrays, built once per atom (an IN list reads them for
-    every value): boundaries, each cell's lowest and highest value, and whether the highest is in it."""
-
-    edges: npt.NDArray[np.float64]
-    left: npt.NDArray[np.float64]
-    right: npt.NDArray[np.float64]
-    closed_right: BoolArray
-
-    @staticmethod
-    def of(domain: sch.Ordered) -> _CellValues:
-        left, right = domain.value_bounds()  # whole values: cell k holds left..right; numbers: [left, right)
-        closed_right = np.full(domain.size, domain.discrete)
-        closed_right[-1] = closed_right[-1] or domain.closed_top
-        return _CellValues(np.asarray(domain.boundaries, dtype=np.float64), left, right, closed_right)
-
-    def classify(self, column: sch.Column, domain: sch.Ordered, operator: str,
-                 literal: ir.Literal) -> tuple[slice, BoolArray]:
-        """(window, inside): the cells where ``column <operator> literal`` is TRUE are those of
-        ``window`` marked ``inside``; refuses a cell the predicate splits.
-
-        Each base cell is a value range [b_k, b_{k+1}) (the last one closed when ``closed_top``;
-        integers and dates count whole values). A cell wholly inside the TRUE set is in the mask, one
-        wholly outside is not, and a cell partly in both cannot be answered from cell counts. For
-        ``=`` the window is the cells whose values reach the literal (found by bisection: every other
-        cell lies wholly before or after it); otherwise every cell.
-        """
-        literal = timestamps.date_literal(domain, literal, column.name)
-        try:
-            number = domain.to_number(literal.value)
-        except (ValueError, TypeError) as err:
-            raise SchemaError(f"{literal.value!r} is not a valid {domain.kind} for {column.key} "
-                              f"({literal.span.describe()}).") from err
-        index = domain.boundary_index(number, self.edges)  # a literal within rounding of a boundary is that boundary
-        number = float(self.edges[index]) if index is not None else number
-        low, low_closed, high, high_closed = _true_interval(operator, number)
-        window = slice(int(np.searchsorted(self.right, number, side="left")),
-                       int(np.searchsorted(self.left, number, side="right"))) if operator == "=" else slice(None)
-        left, right, closed_right = self.left[window], self.right[window], self.closed_right[window]
-        starts_in = (left > low) | ((left == low) & low_closed)
-        ends_in = np.where(closed_right, (right < high) | ((right == high) & high_closed), right <= high)
-        inside = starts_in & ends_in
-        after = (left > high) | ((left == high) & ~np.bool_(high_closed))
-        before = np.where(closed_right, (right < low) | ((right == low) & ~np.bool_(low_closed)), right <= low)
-        split = ~(inside | after | before)
-        if split.any():
-            k = int(np.flatnonzero(split)[0]) + (window.start or 0)
-            lo_value, hi_value = domain.to_value(domain.boundaries[k]), domain.to_value(domain.boundaries[k + 1])
-            close = "]" if k == domain.size - 1 and domain.closed_top else ")"
-            hint = ("numeric cells are half-open [low, high), so write < or >= at a cell boundary"
-                    if not domain.discrete else f"use {lo_value} or {hi_value}, or declare a finer resolution for "
-                    f"{column.key}")
-            raise UnsupportedQueryError(
-                f"the range endpoint {literal.value} on '{column.name}' ({literal.span.describe()}) splits the cell "
-                f"[{lo_value}, {hi_value}{close}; {hint}. Answers are exact only on whole declared cells."
-            )
-        return window, inside
-
-
-def _true_interval(operator: str, c: float) -> tuple[float, bool, float, bool]:
-    """(low, low_closed, high, high_closed) of the values where ``x <operator> c`` holds."""
-    return {
-        "<": (-np.inf, False, c, False),
-        "<=": (-np.inf, False, c, True),
-        ">": (c, False, np.inf, False),
-        ">=": (c, True, np.inf, False),
-        "=": (c, True, c, True),
-    }[operator]
+    return plain_groups(column) if key is None else key_groups(column, key, base_mask)
 
 
 # ==================================================================================== predicates
@@ -533,7 +518,7 @@ class _StatementCompiler:
         if isinstance(atom, ir.IsNull):  # never UNKNOWN: TRUE on the outside cell, FALSE on the declared ones
             true, false = filters.is_null_cells(axis.size, axis.has_outside, column.outside_excluded, atom.negated)
             return _Truth(true=[self._on_axis(axis_index, true)], false=[self._on_axis(axis_index, false)])
-        base = _base_mask(column, atom)
+        base = base_mask(column, atom)
         true_cells = np.zeros(axis.size, dtype=bool)
         true_cells[axis.cell_of_base[:-1][base]] = True
         false_cells = np.zeros(axis.size, dtype=bool)

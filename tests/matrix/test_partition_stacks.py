@@ -75,3 +75,20 @@ def test_stacked_forms_match_the_dense_rows(seed: int) -> None:
     if found is not None:
         assert found.identity_error() == pytest.approx(float(np.sum(dense**2)), rel=1e-12)
         assert found.parts == len({tuple(row != 0) for row in dense if np.any(row)})
+
+
+def test_an_explicit_factor_s_partition_is_read_once_and_kept_read_only() -> None:
+    """partitions keeps an Explicit factor's form per object: a stack read again (a search's candidates share
+    compiled blocks) gives the same form, and the kept arrays cannot be changed in place."""
+    from dpsql.matrix import partitions
+    from dpsql.matrix.workloads import Explicit, Kron, VStack
+
+    rows = Explicit(np.array([[1.0, 1, 0, 0], [0, 0, 1, 1]]))
+    W = VStack([Kron([rows, Explicit(np.ones((1, 3)))]), Kron([Explicit(np.array([[1.0, 1, 0, 0]])),
+                                                                Explicit(np.ones((1, 3)))])])
+    first, again = partitions.partition_form(W), partitions.partition_form(W)
+    assert first is not None and again is not None
+    assert first.identity_error() == again.identity_error() and first.parts_error() == again.parts_error()
+    kept = partitions.partition_form(rows)
+    assert kept is not None and kept is partitions.partition_form(rows)
+    assert not kept.factors[0].weights.flags.writeable

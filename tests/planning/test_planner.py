@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dpsql import engine, strategies
 from dpsql.budget.accounting import PrivacyCost
@@ -175,3 +177,39 @@ def test_prefixes_and_overlapping_ranges_still_run_the_optimizer() -> None:
     """No closed form is claimed where none is proved optimal: prefixes, all ranges, overlapping ranges."""
     for W in (workloads.Prefix(16), workloads.AllRange(8), workloads.Ranges(16, [(0, 7), (4, 11)])):
         assert any(name.startswith("HDMM") for name in planner.plan(W, noise="laplace").candidates)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 12), st.integers(1, 6), st.integers(0, 2**32 - 1))
+def test_distinct_rows_are_numpy_s_unique_rows(rows: int, cells: int, kinds: int, seed: int) -> None:
+    """planner.distinct_rows (byte keys, then a lexsort of the distinct rows) returns np.unique(axis=0) exactly."""
+    rng = np.random.default_rng(seed)
+    pool = rng.integers(-2, 3, (kinds, cells)).astype(np.float64) * rng.choice([0.5, 1.0, 3.0])
+    matrix = pool[rng.integers(0, kinds, rows)]
+    assert np.array_equal(planner.distinct_rows(matrix), np.unique(matrix, axis=0))
+
+
+def test_distinct_rows_with_a_negative_zero_or_a_nan_are_numpy_s() -> None:
+    matrix = np.array([[0.0, 1.0], [-0.0, 1.0], [np.nan, 2.0], [0.0, 1.0]])
+    found, expected = planner.distinct_rows(matrix), np.unique(matrix, axis=0)
+    assert found.shape == expected.shape and np.array_equal(found, expected, equal_nan=True)
+
+
+def test_the_workload_candidate_reads_a_stack_block_by_block_as_its_dense_rows() -> None:
+    """The workload-as-strategy candidate densifies a compiled stack block by block (each block object once): the
+    distinct rows, hence the strategy, are exactly those of W·I."""
+    from dpsql.cli.demo import SCHEMA
+    from dpsql.sql.compile import StatementMemo, batch_table, compile_group
+    from dpsql.sql.parse import parse_batch
+
+    statements = ["SELECT age, COUNT(*) AS n FROM census GROUP BY age",
+                  "SELECT COUNT(*) AS n FROM census WHERE age BETWEEN 10 AND 42 AND sex = 'F'",
+                  "SELECT sex, COUNT(*) AS n FROM census WHERE age >= 30 GROUP BY sex",
+                  "SELECT COUNT(*) AS n FROM census WHERE age < 20 OR age >= 65"]
+    batch = parse_batch(";\n".join(statements * 3))
+    group, _ = compile_group(batch, batch_table(batch, Schema.load(SCHEMA)), list(range(12)),
+                             memo=StatementMemo([0, 1, 2, 3] * 3))
+    W = group.workload(group.data_kinds()[0])
+    assert isinstance(W, workloads.VStack) and len({id(b) for b in W.blocks}) < len(W.blocks)
+    reference = np.unique(W.dense(), axis=0)
+    assert np.array_equal(planner.distinct_rows(planner.stacked_rows(W)), reference)

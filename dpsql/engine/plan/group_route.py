@@ -23,7 +23,7 @@ from dpsql.backends import Backend
 from dpsql.budget.accounting import PrivacyCost
 from dpsql.engine.measuring.measure import MeasuredVector, measure_groups
 from dpsql.engine.measuring.measurements import PlannedVector, check_calibrations, split
-from dpsql.engine.plan.grouping import choose_partition
+from dpsql.engine.plan.grouping import choose_partition, same_statements, statement_digests
 from dpsql.engine.plan.guard import StatementError, guard, measured_sums, standing, statement_errors
 from dpsql.engine.plan.metadata import Release, ReleaseMetadata, family_name
 from dpsql.engine.plan.sum_answering import answering_groups, bias_bounds
@@ -35,7 +35,7 @@ from dpsql.noise import RandomSource
 from dpsql.planning.planner import Plan, Progress
 from dpsql.schema import Schema
 from dpsql.sql import ir
-from dpsql.sql.compile import CompiledBatch, batch_table, compile_batch
+from dpsql.sql.compile import CompiledBatch, StatementMemo, batch_table, compile_batch
 from dpsql.sql.value_cells import ValueCells
 from dpsql.sql.vectors import DataVector
 
@@ -125,17 +125,20 @@ class GroupsPlan:
 
 
 def plan_route(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: tuple[float, ...],
-               progress: Progress | None) -> GroupsPlan:
+               progress: Progress | None, memo: StatementMemo | None = None) -> GroupsPlan:
     """The statement-group route: planned with the statements' weights w, then — while the guard's
     split binds (some statement held at its promise, or still worse than alone) — again with the
     strategies chosen under its weights w_s + λ_s, the split still judged by J under w
     (GUARD_REPLANS times at most; kept only when fewer statements lose, the worst loses less, or
-    J is lower)."""
-    plan, raised = plan_groups(batch, schema, cost, Weighing(weights=weights, noise=noise_of(cost)), progress, weights)
+    J is lower). ``memo``: the batch's statements compiled so far (one memo serves every pass: a
+    statement's blocks do not depend on the weights)."""
+    memo = memo if memo is not None else StatementMemo(same_statements(statement_digests(batch)))
+    plan, raised = plan_groups(batch, schema, cost, Weighing(weights=weights, noise=noise_of(cost)), progress, weights,
+                               memo)
     for _ in range(GUARD_REPLANS):
         if not plan.guard_notes and plan.split_objective <= plan.unconstrained * (1 + 1e-9):
             break
-        again, raised = plan_groups(batch, schema, cost, raised, progress, weights)
+        again, raised = plan_groups(batch, schema, cost, raised, progress, weights, memo)
         if _order(again) >= _order(plan):
             break
         plan = again
@@ -149,13 +152,15 @@ def _order(plan: GroupsPlan) -> tuple[int, float, float]:
 
 
 def plan_groups(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weighing: Weighing,
-                progress: Progress | None, weights: tuple[float, ...]) -> tuple[GroupsPlan, Weighing]:
+                progress: Progress | None, weights: tuple[float, ...],
+                memo: StatementMemo | None = None) -> tuple[GroupsPlan, Weighing]:
     """The route with strategies chosen under ``weighing``: statement groups, value cells or apart,
     and the guard's constrained split under the statements' own ``weights``. Also returns the
-    guard's weights w_s + λ_s, to plan again with."""
+    guard's weights w_s + λ_s, to plan again with. ``memo``: the batch's statements compiled so far."""
     noise = weighing.noise
     table = batch_table(batch, schema)
-    separate = compile_batch(batch, schema, choose_partition(batch, table, noise, weighing))
+    memo = memo if memo is not None else StatementMemo(same_statements(statement_digests(batch)))
+    separate = compile_batch(batch, schema, choose_partition(batch, table, noise, weighing, memo), memo)
     columns = separate.table.columns
     measured = [columns[str(v.column)] for g in separate.groups for v in g.data_kinds() if v.is_sum]
     selections, selection_share = threshold_plans(list(dict.fromkeys(measured)), family=cost.family, total=cost.value)

@@ -24,7 +24,8 @@ from dpsql.sql.compile import MERGE_CELLS, StatementMemo, column_set, compile_gr
 MAX_GROUP_EVALUATIONS = 60
 
 
-def choose_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weighing | None = None) -> list[list[int]]:
+def choose_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weighing | None = None,
+                     memo: StatementMemo | None = None) -> list[list[int]]:
     """Groups of statements, merged greedily while the batch's total expected error falls.
 
     Starts from one group per distinct column set (statements that together exceed the planning
@@ -34,25 +35,34 @@ def choose_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weig
     GROUP BYs over different columns pay off. The partition found is cached by the statements,
     their weights and the table's declaration (``dpsql.planning.plan_cache``), and so is each candidate
     group's score, by that group alone (:func:`group_key`): a batch sharing groups with an earlier one
-    scores only the candidate groups it does not share.
+    scores only the candidate groups it does not share. ``memo``: the batch's statements compiled so far.
     """
     weighing = weighing or Weighing(weights=(1.0,) * len(batch.statements), noise=noise)
     key = plan_cache.object_key("partition", noise, table, batch.statements, weighing.weights)
     known = plan_cache.load_partition(key, len(batch.statements))
     if known is None:
-        known = search_partition(batch, table, noise, weighing)
+        known = search_partition(batch, table, noise, weighing, memo)
         plan_cache.store_partition(key, known)
     return known
 
 
-def search_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weighing) -> list[list[int]]:
-    """:func:`choose_partition`'s greedy search (at most MAX_GROUP_EVALUATIONS candidate groups scored)."""
+def search_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weighing,
+                     memo: StatementMemo | None = None) -> list[list[int]]:
+    """:func:`choose_partition`'s greedy search (at most MAX_GROUP_EVALUATIONS candidate groups scored);
+    ``memo``: the batch's statements compiled so far (one made here when not given).
+
+    Cost of one candidate group of K statements over cells n = Π nᵢ: its statements are compiled once
+    per cells of their own columns (``compile.StatementMemo``; on a new axis only a row of ones is
+    added, O(K·d)), its Gram's K Kronecker terms are collected into a few (``matrix.grams``,
+    O(K·Σnᵢ²)) before each quick candidate strategy is traced against it, and the workload's own rows
+    are read once per distinct block (O(rows·n), while n ≤ EIGEN_MAX_CELLS); the quick OPT_M runs its
+    fixed work budget."""
     power = 1 / 3 if noise == "laplace" else 1 / 2
     errors: dict[frozenset[int], list[float]] = {}
     dense: dict[frozenset[int], list[tuple[int, ...]]] = {}  # each group's densely planned vectors (planning_size)
     digests = statement_digests(batch)
     # each distinct statement compiled once per distinct set of axes, not once per candidate nor per copy
-    memo = StatementMemo(same_statements(digests))
+    memo = memo if memo is not None else StatementMemo(same_statements(digests))
 
     def group_errors(members: frozenset[int]) -> list[float]:
         if members not in errors:

@@ -25,7 +25,7 @@ from dpsql.noise import RandomSource
 from dpsql.planning.planner import Progress
 from dpsql.schema import Schema
 from dpsql.sql import ir
-from dpsql.sql.compile import CompiledBatch
+from dpsql.sql.compile import CompiledBatch, StatementMemo
 
 
 class RoutePlan(Protocol):
@@ -66,6 +66,7 @@ class PlanRequest:
     cost: PrivacyCost
     weights: tuple[float, ...]
     progress: Progress | None
+    memo: StatementMemo | None = None  # the batch's statements compiled so far (``compile.StatementMemo``)
 
 
 class Route(Protocol):
@@ -78,7 +79,8 @@ class StatementGroups:
     """Statement groups measured with the matrix mechanism (any COUNT/SUM/AVG batch, ε or ρ)."""
 
     def plan(self, request: PlanRequest) -> GroupsPlan:
-        return group_route.plan_route(request.batch, request.schema, request.cost, request.weights, request.progress)
+        return group_route.plan_route(request.batch, request.schema, request.cost, request.weights, request.progress,
+                                      request.memo)
 
 
 class ResidualPlanner:
