@@ -13,9 +13,9 @@ Where rows go (per cell column, shape ``domain.size + 1``):
 - categorical: the position of its value in the declared ``values``;
 - ordered: the base cell [b_k, b_{k+1}) holding it, compared as DOUBLE (numbers) or DATE
   (dates; TIMESTAMP columns are cast to DATE); an integer column on a grid of integer lower, step
-  and top is binned in BIGINT arithmetic, ⌊(v − lower) / step⌋, the same cell without a cast. The last boundary is included for numeric
-  domains and explicit integer ``edges``; a uniform integer grid's last cell is
-  [upper, upper + 1); dates end at the start of the unit after ``upper``;
+  and top is binned in BIGINT arithmetic, ⌊(v − lower) / step⌋, the same cell without a cast.
+  The last boundary is included for numeric domains and explicit integer ``edges``; a uniform
+  integer grid's last cell is [upper, upper + 1); dates end at the start of the unit after ``upper``;
 - the *outside* cell (last index, ``domain.size``): NULL, NaN, an undeclared category, or a
   value outside [lower, upper]. Outside cells are counted, so the counts always add up to the
   rows kept. With ``out_of_domain = "clamp"`` a value below ``lower`` (or above ``upper``) goes
