@@ -15,7 +15,13 @@ Prints per backend and row count:
 and the scan-time ratio to DuckDB measured in the same run. Finally a paper estimate for 10⁹ rows on
 a Spark cluster, from Spark's measured per-row cost here and linear scaling over executor cores.
 
-Run: python benchmarks/backends.py [--rows 1000000,10000000] [--postgres postgresql://...] [--no-spark]
+With ``--census``, instead: DuckDB only, the 50-statement census batch (``batches.census_scan_mix``: one scan of
+six cell sets, two sums, two non-NULL counts) over the demo's census table at each row count, in CPU seconds
+(``time.process_time``, every thread) measured in one run: DuckDB running the 50 statements exactly one by one,
+dpsql's private ``execute`` end to end (plans cached by a first run over 1,000 rows) and its scan alone,
+as ratios to DuckDB's.
+
+Run: python benchmarks/backends.py [--rows 1000000,10000000] [--postgres postgresql://...] [--no-spark] [--census]
 (needs ``pip install ".[spark,postgres]"``; a throw-away PostgreSQL server: ``initdb -D DIR`` and
 ``pg_ctl -D DIR -o "-p 55432 -c listen_addresses=127.0.0.1" start``, as a user other than root).
 """
@@ -25,7 +31,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -60,13 +66,13 @@ SELECT region, SUM(wealth) AS w FROM people GROUP BY region
 class Timed:
     """A Backend that forwards to another, timing its data reads and keeping what they returned."""
 
-    def __init__(self, inner: Backend) -> None:
-        self.inner, self.seconds, self.results = inner, 0.0, []
+    def __init__(self, inner: Backend, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.inner, self.seconds, self.results, self.clock = inner, 0.0, [], clock
 
     def _read(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
+        started = self.clock()
         result = getattr(self.inner, method)(*args, **kwargs)
-        self.seconds += time.perf_counter() - started
+        self.seconds += self.clock() - started
         self.results.append(result)
         return result
 
@@ -149,7 +155,11 @@ def main() -> None:
     parser.add_argument("--rows", default="1000000,10000000", help="comma-separated row counts")
     parser.add_argument("--postgres", help="a postgresql:// URI of a server to load the rows into (else skipped)")
     parser.add_argument("--no-spark", action="store_true", help="skip Spark")
+    parser.add_argument("--census", action="store_true", help="only the 50-statement census batch on DuckDB, CPU")
     arguments = parser.parse_args()
+    if arguments.census:
+        census(int(r) for r in arguments.rows.split(","))
+        return
     print(header("backends: one private batch on DuckDB, Spark local[2] and PostgreSQL"))
     spark = None if arguments.no_spark else _spark_session()
     spark_scans: dict[int, float] = {}
@@ -180,6 +190,41 @@ def main() -> None:
         spark.stop()
     if spark_scans:
         _estimate(spark_scans)
+
+
+def census(sizes: Iterable[int]) -> None:
+    """Private ÷ DuckDB's exact 50 queries, end to end and scan alone, in CPU seconds (one run per size)."""
+    from batches import census_scan_mix
+
+    from dpsql.backends.duckdb import DuckDBBackend
+    from dpsql.cli.demo import SCHEMA, population
+
+    print(header("census, 50 statements: private ÷ DuckDB's exact 50 queries, scan alone (CPU s)"))
+    print(f"{'rows':>12}{'exact s':>9}{'private s':>11}{'scan s':>8}{'private ÷ exact':>17}{'scan ÷ exact':>14}")
+    batch = census_scan_mix(50)
+    warm = duckdb.connect()  # plans the batch once (cold caches), so every size below plans it warm
+    warm.register("census", population(1000))
+    started = time.process_time()
+    with dpsql.connect(warm, schema=SCHEMA, budget=dpsql.Budget(epsilon=10.0)) as connection:
+        connection.cursor().execute(";\n".join(batch), epsilon=1.0).fetch_arrow_tables()
+    print(f"(planned first over 1,000 rows, cold caches: {time.process_time() - started:.2f} s; below, warm)")
+    for rows in sizes:
+        data = duckdb.connect()
+        data.register("generated", population(rows))
+        data.execute("CREATE TABLE census AS SELECT * FROM generated")
+        data.unregister("generated")
+        started = time.process_time()
+        for sql in batch:
+            data.execute(sql).fetchall()
+        exact = time.process_time() - started
+        timed = Timed(DuckDBBackend(data), clock=time.process_time)
+        started = time.process_time()
+        with dpsql.connect(timed, schema=SCHEMA, budget=dpsql.Budget(epsilon=10.0)) as connection:
+            connection.cursor().execute(";\n".join(batch), epsilon=1.0).fetch_arrow_tables()
+        private = time.process_time() - started
+        print(f"{rows:>12,}{exact:>9.2f}{private:>11.2f}{timed.seconds:>8.2f}{private / exact:>17.2f}"
+              f"{timed.seconds / exact:>14.2f}", flush=True)
+        data.close()
 
 
 def _estimate(scans: dict[int, float]) -> None:

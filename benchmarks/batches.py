@@ -120,6 +120,32 @@ def census_mix(count: int, seed: int = 31) -> list[str]:
     return out
 
 
+def census_scan_mix(count: int, seed: int = 32) -> list[str]:
+    """``count`` statements over the demo's ``census`` table whose one scan reads six cell sets (age ×
+    hours, age × income, hours × state, hours, age × hours × income, age × sex), two sums (income,
+    hours) and two non-NULL counts: ranges over two and three columns, AVG and SUM by a column, GROUP BYs
+    (fixed by ``seed``)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(count):
+        a0, a1 = sorted(int(v) for v in rng.integers(0, 100, size=2))
+        h = int(rng.integers(1, 99))
+        i = 5000 * int(rng.integers(1, 100))
+        out.append([
+            f"SELECT COUNT(*) AS n FROM census WHERE age BETWEEN {a0} AND {a1} AND hours >= {h}",
+            f"SELECT COUNT(*) AS n FROM census WHERE age >= {a0} AND income >= {i}",
+            f"SELECT state, COUNT(*) AS n FROM census WHERE hours >= {h} GROUP BY state",
+            "SELECT hours, COUNT(*) AS n FROM census GROUP BY hours",
+            f"SELECT COUNT(*) AS n FROM census WHERE age < {a1} AND hours < {h} AND income < {i}",
+            "SELECT age, sex, COUNT(*) AS n FROM census GROUP BY age, sex",
+            f"SELECT AVG(income) AS a FROM census WHERE age BETWEEN {a0} AND {a1}",
+            f"SELECT SUM(hours) AS s FROM census WHERE age BETWEEN {a0} AND {a1}",
+            "SELECT age, AVG(hours) AS a FROM census GROUP BY age",
+            "SELECT sex, SUM(income) AS s FROM census GROUP BY sex",
+        ][k % 10])
+    return out
+
+
 def one_range_changed(batch: list[str]) -> list[str]:
     """``batch`` with its first statement's upper bound lowered by 8 (its first statement must end
     ``AND <number>``): only the statement group holding it changes."""

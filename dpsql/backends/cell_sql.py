@@ -237,6 +237,8 @@ def _categorical_index(domain: Categorical, db: DatabaseColumn, dialect: SqlDial
 
 
 def _ordered_index(domain: Ordered, db: DatabaseColumn, dialect: SqlDialect) -> exp.Expression:
+    if db.family == "integer" and _integer_grid(domain):
+        return _integer_grid_index(domain, db)
     outside, last = domain.size, domain.size - 1
     if domain.kind == "date":
         value = exp.cast(_ref(db.name), "DATE")
@@ -244,12 +246,55 @@ def _ordered_index(domain: Ordered, db: DatabaseColumn, dialect: SqlDialect) -> 
     else:
         value = exp.cast(_ref(db.name), "DOUBLE")
         lower, top = _double(domain.lower), _double(domain.upper)
-    inclusive = domain.kind == "numeric" or (domain.kind == "integer" and domain.uniform_step is None)
-    beyond = exp.GT if inclusive else exp.GTE
+    beyond = exp.GT if domain.closed_top else exp.GTE
     case = exp.Case().when(exp.Not(this=_has_value(db, dialect)), integer(outside))
     return (case.when(exp.LT(this=value.copy(), expression=lower), integer(0 if domain.clamp else outside))
             .when(beyond(this=value.copy(), expression=top), integer(last if domain.clamp else outside))
             .else_(_index_in_range(domain, value, db.family, dialect), copy=False))
+
+
+def _integer_grid(domain: Ordered) -> bool:
+    """Whether an integer column bins on ``domain`` by integer arithmetic alone: a number grid whose
+    lower bound, step and top are integers within ±2^53 (where every double is the integer it reads)
+    and whose boundaries are min(lower + step·k, top)."""
+    step = domain.uniform_step
+    return (domain.kind != "date" and step is not None and _grid_is_arithmetic(domain)
+            and all(float(v).is_integer() and abs(v) <= _MAX_SCALED_MEASURE
+                    for v in (domain.lower, domain.upper, step)))
+
+
+def _integer_grid_index(domain: Ordered, db: DatabaseColumn) -> exp.Expression:
+    """The cell of an integer column's value on an integer grid, with no cast to DOUBLE:
+
+    ``CASE WHEN v >= lower AND v < top THEN LEAST((v - lower) DIV step, K - 1) ... ELSE K END``
+    (``v <= top`` where the last boundary is included). ``v - lower`` is computed in BIGINT and only for
+    values in range, so it is at most top - lower < 2^54 and never overflows; its integer quotient is
+    ⌊(v - lower)/step⌋ (the difference is ≥ 0), the cell :meth:`Ordered.locate` gives. Below lower and
+    above top rows go to the first and last cell (clamp) or outside, as NULL does (no branch holds).
+    """
+    outside, last = domain.size, domain.size - 1
+    value = _ref(db.name)
+    lower, top, step = (_int_literal(int(v)) for v in (domain.lower, domain.upper, domain.uniform_step or 1))
+    beyond, within = (exp.GT, exp.LTE) if domain.closed_top else (exp.GTE, exp.LT)
+    offset: exp.Expression = exp.cast(value.copy(), "BIGINT")
+    if domain.lower != 0:
+        offset = exp.Sub(this=offset, expression=lower.copy())
+    unit_steps = domain.uniform_step == 1
+    quotient = offset if unit_steps else exp.cast(exp.IntDiv(this=exp.paren(offset), expression=step), "BIGINT")
+    exact_top = unit_steps and not domain.closed_top and domain.lower + domain.size == domain.upper
+    index = quotient if exact_top else call("least", quotient, integer(last))  # v < top: at most K - 1 already
+    in_range = exp.and_(exp.GTE(this=value.copy(), expression=lower.copy()),
+                        within(this=value.copy(), expression=top.copy()))
+    case = exp.Case().when(in_range, index, copy=False)
+    if domain.clamp:
+        case = (case.when(exp.LT(this=value.copy(), expression=lower.copy()), integer(0))
+                .when(beyond(this=value.copy(), expression=top.copy()), integer(last)))
+    return case.else_(integer(outside), copy=False)
+
+
+def _int_literal(value: int) -> exp.Expression:
+    """An integer literal, parenthesised when negative (so ``v - -5`` never reads as a comment)."""
+    return exp.paren(integer(value)) if value < 0 else integer(value)
 
 
 def _index_in_range(domain: Ordered, value: exp.Expression, family: TypeFamily,
@@ -385,6 +430,61 @@ def build_query(table: Table, source: SourceTable, cells: Sequence[Column], sums
         query.set("group", exp.Group(expressions=[exp.GroupingSets(expressions=sets)]))
         return query
     return query.group_by(*[_ref(n) for n in cell_names]) if cell_names else query
+
+
+#: Most declared cells (outside cells included) of a finest grouping set that coarser sets are summed
+#: from in numpy rather than aggregated by the database: its result has at most this many rows.
+MAX_FINEST_CELLS = 2**22
+
+
+def finest_sets(sets: Sequence[tuple[int, ...]], sizes: Sequence[int]) -> dict[tuple[int, ...], tuple[int, ...]]:
+    """Per grouping set (sorted column positions), the set the database aggregates it at: the smallest
+    (fewest declared cells) of the sets containing it whose declared cells, the product of ``sizes``
+    over its columns, are at most ``MAX_FINEST_CELLS``; itself when none does.
+
+    One hash aggregation per finest set instead of one per set; the choice depends on the declared
+    domains alone (public), never on the data.
+    """
+    distinct = list(dict.fromkeys(sets))
+    cells = {s: math.prod(sizes[i] for i in s) for s in distinct}
+    chosen: dict[tuple[int, ...], tuple[int, ...]] = {}
+    for s in distinct:
+        # maximal covering sets first: a set inside two others goes to the one that is itself not inside another
+        covers = [t for t in distinct if set(s) <= set(t) and cells[t] <= MAX_FINEST_CELLS]
+        tops = [t for t in covers if not any(set(t) < set(u) for u in covers)]
+        chosen[s] = min(tops, key=lambda t: (cells[t], t)) if tops else s
+    return chosen
+
+
+def marginal_cell_data(data: CellData, keep: Sequence[int]) -> CellData:
+    """The cell data over the axes ``keep`` of ``data`` (in that order): every array summed over the
+    other axes, exactly (int64 where no total can pass 2^63 − 1, Python integers otherwise)."""
+    if list(keep) == list(range(len(data.shape))):
+        return data
+    shape = tuple(data.shape[k] for k in keep)
+    axes = np.unravel_index(data.index, data.shape) if data.shape else ()
+    index = (np.ravel_multi_index(tuple(axes[k] for k in keep), shape) if shape
+             else np.zeros(data.index.size, dtype=np.int64))
+    order = np.argsort(index, kind="stable")
+    sorted_index = index[order]
+    starts = np.flatnonzero(np.r_[True, sorted_index[1:] != sorted_index[:-1]]) if index.size else \
+        np.zeros(0, dtype=np.int64)
+
+    def summed(values: IntArray) -> IntArray:
+        ordered = values[order]
+        if ordered.dtype != object and ordered.size and \
+                int(np.abs(ordered.astype(np.float64)).max()) * ordered.size >= 2**62:
+            ordered = ordered.astype(object)  # the int64 total might wrap: Python integers are exact
+        out = np.add.reduceat(ordered, starts) if ordered.size else ordered
+        out = np.ascontiguousarray(out)
+        out.setflags(write=False)
+        return out
+
+    new_index = np.ascontiguousarray(sorted_index[starts], dtype=np.int64)
+    new_index.setflags(write=False)
+    return CellData(shape=shape, index=new_index, counts=summed(data.counts),
+                    sums=MappingProxyType({n: summed(v) for n, v in data.sums.items()}),
+                    nonnull=MappingProxyType({n: summed(v) for n, v in data.nonnull.items()}))
 
 
 def marginals_query(table: Table, source: SourceTable, cells: Sequence[Column],

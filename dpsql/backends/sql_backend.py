@@ -12,9 +12,10 @@ Where rows go (per cell column, shape ``domain.size + 1``):
 
 - categorical: the position of its value in the declared ``values``;
 - ordered: the base cell [b_k, b_{k+1}) holding it, compared as DOUBLE (numbers) or DATE
-  (dates; TIMESTAMP columns are cast to DATE). The last boundary is included for numeric
-  domains and explicit integer ``edges``; a uniform integer grid's last cell is
-  [upper, upper + 1); dates end at the start of the unit after ``upper``;
+  (dates; TIMESTAMP columns are cast to DATE); an integer column on a grid of integer lower, step
+  and top is binned in BIGINT arithmetic, ⌊(v − lower) / step⌋, the same cell without a cast.
+  The last boundary is included for numeric domains and explicit integer ``edges``; a uniform
+  integer grid's last cell is [upper, upper + 1); dates end at the start of the unit after ``upper``;
 - the *outside* cell (last index, ``domain.size``): NULL, NaN, an undeclared category, or a
   value outside [lower, upper]. Outside cells are counted, so the counts always add up to the
   rows kept. With ``out_of_domain = "clamp"`` a value below ``lower`` (or above ``upper``) goes
@@ -63,7 +64,9 @@ from dpsql.backends.cell_sql import (
     check_quantum,
     decode_cell_data,
     decode_marginal_tables,
+    finest_sets,
     joined_source,
+    marginal_cell_data,
     marginals_query,
     profile_query,
     raise_problems,
@@ -195,6 +198,10 @@ class SqlBackend(ABC):
                        count_columns: Sequence[Column] = ()) -> list[CellData]:
         """:meth:`cell_data` for several sets of cell columns, in one scan (GROUP BY GROUPING SETS).
 
+        The database aggregates only at the finest sets (:func:`~dpsql.backends.cell_sql.finest_sets`:
+        a set contained in another set of at most ``MAX_FINEST_CELLS`` declared cells is read from it);
+        the sets inside one are summed from its cells here, exactly (a sum of integers).
+
         Every set gets the row counts, every sum and every non-NULL count, over the same rows: a
         privacy unit's rows are capped once, chosen by all the columns together, so each set's
         vectors still hold at most ``max_rows`` rows of any unit. Returns one CellData per entry
@@ -206,23 +213,28 @@ class SqlBackend(ABC):
         columns = list(dict.fromkeys(c for cells in cell_sets for c in cells))
         source = self._checked_source(table, columns, sum_columns, count_columns)
         positions = [tuple(columns.index(c) for c in cells) for cells in cell_sets]
-        grouping = list(dict.fromkeys(tuple(sorted(p)) for p in positions))
+        sizes = [c.domain.size + 1 for c in columns]
+        finest = finest_sets([tuple(sorted(p)) for p in positions], sizes)
+        grouping = list(dict.fromkeys(finest.values()))
         result = self.run(build_query(table, source, columns, sum_columns, count_columns, grouping).sql(self.dialect))
         present = (np.stack([~np.asarray(result.column(f"dpsql_cell_{i}").is_null()) for i in range(len(columns))],
                             axis=1)
                    if columns else np.zeros((result.num_rows, 0), dtype=bool))
         sums = [f"dpsql_sum_{i}" for i in range(len(sum_columns))]
         counts = [f"dpsql_nonnull_{i}" for i in range(len(count_columns))]
-        found = []
-        for position, cells in zip(positions, cell_sets):
+        decoded: dict[tuple[int, ...], CellData] = {}
+        for chosen in grouping:
             pattern = np.zeros(len(columns), dtype=bool)
-            pattern[list(position)] = True
+            pattern[list(chosen)] = True
             mine = result.filter(pa.array(np.all(present == pattern, axis=1)))
-            renamed = pa.table({**{f"dpsql_cell_{k}": mine.column(f"dpsql_cell_{p}") for k, p in enumerate(position)},
+            renamed = pa.table({**{f"dpsql_cell_{k}": mine.column(f"dpsql_cell_{p}") for k, p in enumerate(chosen)},
                                 **{name: mine.column(name) for name in ["dpsql_rows", *sums, *counts]}})
-            shape = tuple(c.domain.size + 1 for c in cells)
-            found.append(decode_cell_data(renamed, shape, [c.name for c in sum_columns],
-                                          [c.name for c in count_columns]))
+            decoded[chosen] = decode_cell_data(renamed, tuple(sizes[p] for p in chosen),
+                                               [c.name for c in sum_columns], [c.name for c in count_columns])
+        found = []
+        for position in positions:
+            chosen = finest[tuple(sorted(position))]
+            found.append(marginal_cell_data(decoded[chosen], [chosen.index(p) for p in position]))
         return found
 
     def measure_profile(self, table: Table, column: Column, quantum: float, below: Sequence[float],
