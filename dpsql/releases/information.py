@@ -95,6 +95,7 @@ class KeptInformation:
     reductions: dict[tuple[Members, bytes], Part] = field(default_factory=dict)
     _layouts: dict[Hashable, _Summed] = field(default_factory=dict)
     _geometry: dict[Hashable, Layout] = field(default_factory=dict)
+    _planned: dict[Hashable, Pool | None] = field(default_factory=dict)
 
     def layout(self, group: Axes, measured: Sequence[Axes], limit: int) -> Layout:
         """The layout of a pool over ``group``'s cells whose classes are over ``measured`` cells (in
@@ -153,6 +154,27 @@ class KeptInformation:
                 self._layouts.clear()
             self._layouts[layout] = entry
         return found
+
+
+    def planned(self, key: Hashable, build: Callable[[], Pool | None], members: Sequence[KeptMeasurement],
+                lift: IntArray) -> Pool | None:
+        """A pool holding planned (not yet measured) measurements, remembered by ``key``: what its
+        information depends on (each planned measurement's strategy, noise variance and cells, the
+        kept ones' identities, the layout), so a plan predicted again factors nothing."""
+        if key not in self._planned:
+            found = build()
+            held = _held(found)
+            if held > self.pool_bytes:
+                return found
+            if sum(_held(p) for p in self._planned.values()) + held > self.pool_bytes or len(self._planned) >= LAYOUTS:
+                self._planned.clear()
+            self._planned[key] = found
+        return _with(self._planned[key], members, lift)
+
+
+def _held(found: Pool | None) -> int:
+    """Bytes a remembered pool holds."""
+    return 0 if found is None else found.basis.nbytes + found.whitened.nbytes + found.estimate.nbytes
 
 
 def _with(found: Pool | None, members: Sequence[KeptMeasurement], lift: IntArray) -> Pool | None:

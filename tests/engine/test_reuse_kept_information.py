@@ -125,7 +125,8 @@ def test_a_batch_kept_releases_answer_but_none_free_is_planned_once(monkeypatch:
 
 
 def test_the_first_release_of_a_connection_builds_no_pool(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With nothing kept before, a release's statements keep its own answers: no pool is built for them."""
+    """With nothing kept before and no other statement group measuring the same data vector (counts by
+    age, sums by sex), a release's statements keep its own answers: no pool is built for them."""
     factored = []
     original = information.factor
     monkeypatch.setattr(information, "factor", lambda *args: factored.append(1) or original(*args))
