@@ -8,6 +8,12 @@ with the rest a free nuisance), summed (:mod:`dpsql.releases.gls`). Where every 
 the span of the pool, W x̂ with x̂ its GLS estimate is its answer, with exact variance W M⁺ Wᵀ.
 Post-processing of released values: free, and nothing here reads data.
 
+At release (:func:`keep_and_answer`), every statement is answered over every kept-eligible
+measurement that informs it, the batch's own measurements of the other statement groups included
+(with reuse off: those alone), so a batch's first answer is what the same batch asked again would
+get free; :func:`planned_answers` predicts exactly these variances before the data is read
+(EXPLAIN, accuracy targets, the "never worse than paid" comparison).
+
 The contract (each part tested as a property, ``tests/engine/test_reuse_contract.py``):
 
 - **Monotone.** A group's pool takes the kept measurements over the same cells together, in the
