@@ -40,6 +40,8 @@ import numpy.typing as npt
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
+from dpsql.releases.whitening import whitening
+
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 Axes = Sequence[tuple[str, IntArray]]
@@ -190,10 +192,13 @@ def _on_classes(M: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, 
     N = contrasts(classes)
     MU, MN = np.asarray(M @ U), np.asarray(M @ N)
     Muu, Mun, Mnn = np.asarray(U.T @ MU), np.asarray(U.T @ MN), np.asarray(N.T @ MN)
-    eigenvalues, vectors = np.linalg.eigh(Mnn) if Mnn.size else (np.zeros(0), np.zeros((0, 0)))
-    largest = float(eigenvalues.max()) if eigenvalues.size else 0.0
-    keep = eigenvalues > EIGEN_CUTOFF * largest if largest > 0 else np.zeros(eigenvalues.size, dtype=bool)
-    half = vectors[:, keep] / np.sqrt(eigenvalues[keep])       # (Nᵀ M N)⁺ = half halfᵀ
+    white = whitening(Mnn, EIGEN_CUTOFF)                        # (Nᵀ M N)⁺ = half halfᵀ
+    half = white[1] if white is not None else None
+    if half is None:
+        eigenvalues, vectors = np.linalg.eigh(Mnn) if Mnn.size else (np.zeros(0), np.zeros((0, 0)))
+        largest = float(eigenvalues.max()) if eigenvalues.size else 0.0
+        keep = eigenvalues > EIGEN_CUTOFF * largest if largest > 0 else np.zeros(eigenvalues.size, dtype=bool)
+        half = vectors[:, keep] / np.sqrt(eigenvalues[keep])
     cross = Mun @ half
     S_phi = Muu - cross @ cross.T
     r_phi = np.asarray(U.T @ b) - cross @ (half.T @ np.asarray(N.T @ b))
