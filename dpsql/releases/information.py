@@ -93,6 +93,10 @@ class KeptInformation:
     reduction_bytes: int = REDUCTION_BYTES
     pool_bytes: int = POOL_BYTES
     reductions: dict[tuple[Members, bytes], Part] = field(default_factory=dict)
+    #: Reductions onto a meet's classes (:func:`dpsql.releases.reduce.on_classes`), by members and classes,
+    #: shared by every target that meets the members in the same classes.
+    on_classes: dict[tuple[Members, bytes], Part] = field(default_factory=dict)
+    _held: int = 0  # bytes of ``reductions`` and ``on_classes``
     _layouts: dict[Hashable, _Summed] = field(default_factory=dict)
     _geometry: dict[Hashable, Layout] = field(default_factory=dict)
     _planned: dict[Hashable, Pool | None] = field(default_factory=dict)
@@ -117,15 +121,26 @@ class KeptInformation:
     def reduction(self, members: Members, meet: bytes, compute: Callable[[], Part], keep: bool) -> Part:
         """A class's reduction onto the target (``meet``: its meet with the target, as bytes),
         computed once while ``keep`` (its members are all of kept releases)."""
-        name = (members, meet)
-        if keep and name in self.reductions:
-            return self.reductions[name]
+        return self._remembered(self.reductions, (members, meet), compute, keep)
+
+    def classes(self, members: Members, classes: bytes, compute: Callable[[], Part], keep: bool) -> Part:
+        """A class's reduction onto its meet's classes (``classes``: the meet's map of its cells and
+        count, as bytes), computed once while ``keep``."""
+        return self._remembered(self.on_classes, (members, classes), compute, keep)
+
+    def _remembered(self, memo: dict[tuple[Members, bytes], Part], name: tuple[Members, bytes],
+                    compute: Callable[[], Part], keep: bool) -> Part:
+        if keep and name in memo:
+            return memo[name]
         found = compute()
         size = found[0].nbytes + found[1].nbytes
         if keep and size <= self.reduction_bytes:
-            if sum(S.nbytes + r.nbytes for S, r in self.reductions.values()) + size > self.reduction_bytes:
+            if self._held + size > self.reduction_bytes:
                 self.reductions.clear()
-            self.reductions[name] = found
+                self.on_classes.clear()
+                self._held = 0
+            memo[name] = found
+            self._held += size
         return found
 
     def pool(self, layout: Hashable, classes: Sequence[Members], kept: Sequence[bool],

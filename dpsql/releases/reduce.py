@@ -164,7 +164,13 @@ def _grid(shape: Sequence[int]) -> IntArray:
 def reduce(information: FloatArray, score: FloatArray, found: Meet) -> tuple[FloatArray, FloatArray]:
     """(S_G, r_G): the information and score about the group's cells of a measurement with
     information M = ``information`` and score b = ``score`` over its own cells (module docstring)."""
-    theta, rhs = _on_classes(information, score, found)
+    return lifted(on_classes(information, score, found), found)
+
+
+def lifted(reduced: tuple[FloatArray, FloatArray], found: Meet) -> tuple[FloatArray, FloatArray]:
+    """(S_G, r_G) from (S_θ, r_θ), the reduction onto the meet's classes (:func:`on_classes`, which
+    depends on the meet only through ``found.of_measured`` and ``found.classes``)."""
+    theta, rhs = reduced
     cells = found.of_group.size
     on = found.of_group >= 0
     index = found.of_group[on]
@@ -175,8 +181,9 @@ def reduce(information: FloatArray, score: FloatArray, found: Meet) -> tuple[Flo
     return S, r
 
 
-def _on_classes(M: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, FloatArray]:
-    """The Schur complement onto θ (the classes' totals) and its score."""
+def on_classes(M: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, FloatArray]:
+    """The Schur complement onto θ (the classes' totals) and its score: it reads ``found.of_measured``
+    and ``found.classes`` only, so targets meeting a measurement in the same classes share it."""
     classes, t = found.of_measured, found.classes
     if found.refines:  # K cells are the classes: a relabelling
         S, r = np.zeros((t, t)), np.zeros(t)

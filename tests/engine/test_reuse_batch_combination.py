@@ -123,7 +123,7 @@ def test_combined_answers_are_calibrated() -> None:
     truth = _database(PLAIN).execute("SELECT COUNT(*) FROM t").fetchone()
     assert truth is not None
     sql = ";\n".join(COUNTS[:6])  # the total count is combined with every group's counts
-    seeds = 300
+    seeds = 200
     z = np.array([(lambda t: (t["n"][0].as_py() - truth[0]) / t["n_stddev"][0].as_py())(
         _connect(1000 + seed).cursor().execute(sql, rho=0.05).fetch_arrow_tables()[5]) for seed in range(seeds)])
     assert abs(float(z.mean())) <= 4 / np.sqrt(seeds)

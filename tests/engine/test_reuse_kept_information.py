@@ -55,6 +55,7 @@ class _Forgetting(KeptInformation):
 
     def reduction(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         self.reductions.clear()
+        self.on_classes.clear()
         return super().reduction(*args, **kwargs)
 
     def pool(self, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -94,7 +95,7 @@ def test_a_repeated_free_batch_reduces_and_factors_nothing(monkeypatch: pytest.M
             return original(*args, **kwargs)
         return counted
 
-    monkeypatch.setattr(reuse, "reduce", counting("reduce", reuse.reduce))
+    monkeypatch.setattr(reuse, "on_classes", counting("reduce", reuse.on_classes))
     monkeypatch.setattr(information, "factor", counting("factor", information.factor))
     again = cursor.execute(sql, epsilon=1.0).fetch_arrow_tables()
     assert connection.budget.spent == spent

@@ -58,7 +58,7 @@ from dpsql.releases.gls import Pool
 from dpsql.releases.information import KeptInformation, cells_key
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.releases.recipes import NotKeptError, to_recipe
-from dpsql.releases.reduce import Meet, reduce, reduction_work
+from dpsql.releases.reduce import Meet, lifted, on_classes, reduction_work
 from dpsql.schema import Table, measure_quantum
 from dpsql.sql.axes import Axis
 from dpsql.sql.compile import CompiledBatch, CompiledGroup
@@ -225,6 +225,8 @@ class Reuse:
     #: values are zeros): pools holding planned measurements are remembered by these (:meth:`KeptInformation.planned`).
     planned: Mapping[tuple[int, int], Hashable] = field(default_factory=dict)
     _pools: dict[tuple[int, str], Pool | None] = field(default_factory=dict)
+    _classes: dict[tuple[tuple[tuple[int, int], ...], bytes], tuple[FloatArray, FloatArray]] = \
+        field(default_factory=dict)
     #: Per pool, the kept measurements the work bound left out.
     left_out: dict[tuple[int, str], list[KeptMeasurement]] = field(default_factory=dict)
 
@@ -294,14 +296,23 @@ class Reuse:
 
     def _reduced(self, members: Sequence[KeptMeasurement], found: Meet) -> tuple[FloatArray, FloatArray]:
         """Members over the same cells, their information summed and reduced onto the group's cells."""
-        def compute() -> tuple[FloatArray, FloatArray]:
+        identities, keep = tuple(m.identity for m in members), _is_kept(members)
+
+        def classes() -> tuple[FloatArray, FloatArray]:
             information = sum(m.information()[0] for m in members)
             score = sum(m.information()[1] for m in members)
-            return reduce(np.asarray(information), np.asarray(score), found)
+            return on_classes(np.asarray(information), np.asarray(score), found)
 
-        return self.cache.reduction(tuple(m.identity for m in members),
-                                    found.of_group.tobytes() + b"|" + found.of_measured.tobytes(),
-                                    compute, _is_kept(members))
+        def compute() -> tuple[FloatArray, FloatArray]:
+            name = found.of_measured.tobytes() + b"|" + str(found.classes).encode()
+            if keep:
+                return lifted(self.cache.classes(identities, name, classes, keep), found)
+            if (identities, name) not in self._classes:  # a planned class: remembered for this batch only
+                self._classes[(identities, name)] = classes()
+            return lifted(self._classes[(identities, name)], found)
+
+        return self.cache.reduction(identities, found.of_group.tobytes() + b"|" + found.of_measured.tobytes(),
+                                    compute, keep)
 
     def statement_answers(self, statement: int) -> dict[AnswerKey, mechanism.Answers] | None:
         """Every block of a statement answered from the pools, with covariances between blocks that
