@@ -40,7 +40,14 @@ from dpsql.engine.plan.residual_route import ResidualPlan
 from dpsql.engine.plan.routes import Prepared
 from dpsql.engine.request import Request, Resolved, resolve
 from dpsql.engine.reuse import accuracy_target
-from dpsql.engine.reuse.free import assemble, combined_stddevs, explain_lines, free_tables, stddevs_with
+from dpsql.engine.reuse.free import (
+    assemble,
+    combination_lines,
+    combined_stddevs,
+    explain_lines,
+    free_tables,
+    stddevs_with,
+)
 from dpsql.engine.reuse.release_store import ReleaseStore
 from dpsql.engine.run import run
 from dpsql.errors import BudgetNotSetError, LedgerError
@@ -139,6 +146,8 @@ def explain(request: Request, context: Context) -> str:
         combined = combined_stddevs(split, prepared, resolved.kept, store.information)
         reused = "\n".join(explain_lines(split, combined)) + "\n"
     check_privacy_unit(resolved.options, prepared.chosen.compiled.table)
+    combination = combination_lines(prepared, resolved.kept, store.information)
+    reused += "".join(f"{line}\n" for line in combination)
     backend = "\n".join([*targeted, context.backend_name])
     try:
         budget = context.budget

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpsql.releases.kept import KeptMeasurement
+from dpsql.releases.whitening import whitening
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -93,11 +94,17 @@ def summed(parts: Sequence[tuple[FloatArray, FloatArray]], cells: int,
 
 def factor(members: Sequence[KeptMeasurement], information: FloatArray, score: FloatArray,
            lift: IntArray) -> Pool | None:
-    """The pool of the information M = ``information`` and score b = ``score``: one symmetric
-    eigendecomposition of M (None if M is not finite or LAPACK cannot factor it)."""
+    """The pool of the information M = ``information`` and score b = ``score``: M's Cholesky factor when
+    its full rank is certain (:mod:`dpsql.releases.whitening`), else one symmetric eigendecomposition
+    of M (None if M is not finite or LAPACK cannot factor it)."""
     n = lift.size
     if not np.all(np.isfinite(information)) or not np.all(np.isfinite(score)):
         return None
+    found = whitening(information, EIGEN_CUTOFF)
+    if found is not None:  # M's range: the cells with a non-zero diagonal entry
+        kept, whitened = found
+        return Pool(members=tuple(members), lift=lift, basis=np.eye(n)[:, kept], whitened=whitened,
+                    estimate=whitened @ (whitened.T @ score))
     try:
         eigenvalues, vectors = np.linalg.eigh(information)
     except np.linalg.LinAlgError:

@@ -93,8 +93,13 @@ class KeptInformation:
     reduction_bytes: int = REDUCTION_BYTES
     pool_bytes: int = POOL_BYTES
     reductions: dict[tuple[Members, bytes], Part] = field(default_factory=dict)
+    #: Reductions onto a meet's classes (:func:`dpsql.releases.reduce.on_classes`), by members and classes,
+    #: shared by every target that meets the members in the same classes.
+    on_classes: dict[tuple[Members, bytes], Part] = field(default_factory=dict)
+    _held: int = 0  # bytes of ``reductions`` and ``on_classes``
     _layouts: dict[Hashable, _Summed] = field(default_factory=dict)
     _geometry: dict[Hashable, Layout] = field(default_factory=dict)
+    _planned: dict[Hashable, Pool | None] = field(default_factory=dict)
 
     def layout(self, group: Axes, measured: Sequence[Axes], limit: int) -> Layout:
         """The layout of a pool over ``group``'s cells whose classes are over ``measured`` cells (in
@@ -116,15 +121,26 @@ class KeptInformation:
     def reduction(self, members: Members, meet: bytes, compute: Callable[[], Part], keep: bool) -> Part:
         """A class's reduction onto the target (``meet``: its meet with the target, as bytes),
         computed once while ``keep`` (its members are all of kept releases)."""
-        name = (members, meet)
-        if keep and name in self.reductions:
-            return self.reductions[name]
+        return self._remembered(self.reductions, (members, meet), compute, keep)
+
+    def classes(self, members: Members, classes: bytes, compute: Callable[[], Part], keep: bool) -> Part:
+        """A class's reduction onto its meet's classes (``classes``: the meet's map of its cells and
+        count, as bytes), computed once while ``keep``."""
+        return self._remembered(self.on_classes, (members, classes), compute, keep)
+
+    def _remembered(self, memo: dict[tuple[Members, bytes], Part], name: tuple[Members, bytes],
+                    compute: Callable[[], Part], keep: bool) -> Part:
+        if keep and name in memo:
+            return memo[name]
         found = compute()
         size = found[0].nbytes + found[1].nbytes
         if keep and size <= self.reduction_bytes:
-            if sum(S.nbytes + r.nbytes for S, r in self.reductions.values()) + size > self.reduction_bytes:
+            if self._held + size > self.reduction_bytes:
                 self.reductions.clear()
-            self.reductions[name] = found
+                self.on_classes.clear()
+                self._held = 0
+            memo[name] = found
+            self._held += size
         return found
 
     def pool(self, layout: Hashable, classes: Sequence[Members], kept: Sequence[bool],
@@ -153,6 +169,27 @@ class KeptInformation:
                 self._layouts.clear()
             self._layouts[layout] = entry
         return found
+
+
+    def planned(self, key: Hashable, build: Callable[[], Pool | None], members: Sequence[KeptMeasurement],
+                lift: IntArray) -> Pool | None:
+        """A pool holding planned (not yet measured) measurements, remembered by ``key``: what its
+        information depends on (each planned measurement's strategy, noise variance and cells, the
+        kept ones' identities, the layout), so a plan predicted again factors nothing."""
+        if key not in self._planned:
+            found = build()
+            held = _held(found)
+            if held > self.pool_bytes:
+                return found
+            if sum(_held(p) for p in self._planned.values()) + held > self.pool_bytes or len(self._planned) >= LAYOUTS:
+                self._planned.clear()
+            self._planned[key] = found
+        return _with(self._planned[key], members, lift)
+
+
+def _held(found: Pool | None) -> int:
+    """Bytes a remembered pool holds."""
+    return 0 if found is None else found.basis.nbytes + found.whitened.nbytes + found.estimate.nbytes
 
 
 def _with(found: Pool | None, members: Sequence[KeptMeasurement], lift: IntArray) -> Pool | None:

@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from dpsql.matrix.workloads import Workload
 from dpsql.releases.recipes import decode_array, encode_array, from_recipe, to_recipe
+from dpsql.releases.whitening import whitening
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -67,6 +68,12 @@ class KeptMeasurement:
         """The largest standard error of one cell's estimate from this measurement alone, in data
         units (None when some cell is not determined by it alone, e.g. a residual)."""
         gram, _ = self.information()
+        found = whitening(gram, 1e-10)
+        if found is not None:  # the cells with a non-zero diagonal entry span M's range
+            kept, whitened = found
+            if kept.size < gram.shape[0]:  # some cell outside the measured span
+                return None
+            return float(np.sqrt(np.max(np.sum(whitened * whitened, axis=1)))) * self.unit
         try:
             eigenvalues, vectors = np.linalg.eigh(gram)
         except np.linalg.LinAlgError:

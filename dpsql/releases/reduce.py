@@ -40,6 +40,8 @@ import numpy.typing as npt
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
+from dpsql.releases.whitening import whitening
+
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 Axes = Sequence[tuple[str, IntArray]]
@@ -162,7 +164,13 @@ def _grid(shape: Sequence[int]) -> IntArray:
 def reduce(information: FloatArray, score: FloatArray, found: Meet) -> tuple[FloatArray, FloatArray]:
     """(S_G, r_G): the information and score about the group's cells of a measurement with
     information M = ``information`` and score b = ``score`` over its own cells (module docstring)."""
-    theta, rhs = _on_classes(information, score, found)
+    return lifted(on_classes(information, score, found), found)
+
+
+def lifted(reduced: tuple[FloatArray, FloatArray], found: Meet) -> tuple[FloatArray, FloatArray]:
+    """(S_G, r_G) from (S_θ, r_θ), the reduction onto the meet's classes (:func:`on_classes`, which
+    depends on the meet only through ``found.of_measured`` and ``found.classes``)."""
+    theta, rhs = reduced
     cells = found.of_group.size
     on = found.of_group >= 0
     index = found.of_group[on]
@@ -173,8 +181,9 @@ def reduce(information: FloatArray, score: FloatArray, found: Meet) -> tuple[Flo
     return S, r
 
 
-def _on_classes(M: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, FloatArray]:
-    """The Schur complement onto θ (the classes' totals) and its score."""
+def on_classes(M: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, FloatArray]:
+    """The Schur complement onto θ (the classes' totals) and its score: it reads ``found.of_measured``
+    and ``found.classes`` only, so targets meeting a measurement in the same classes share it."""
     classes, t = found.of_measured, found.classes
     if found.refines:  # K cells are the classes: a relabelling
         S, r = np.zeros((t, t)), np.zeros(t)
@@ -190,10 +199,13 @@ def _on_classes(M: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, 
     N = contrasts(classes)
     MU, MN = np.asarray(M @ U), np.asarray(M @ N)
     Muu, Mun, Mnn = np.asarray(U.T @ MU), np.asarray(U.T @ MN), np.asarray(N.T @ MN)
-    eigenvalues, vectors = np.linalg.eigh(Mnn) if Mnn.size else (np.zeros(0), np.zeros((0, 0)))
-    largest = float(eigenvalues.max()) if eigenvalues.size else 0.0
-    keep = eigenvalues > EIGEN_CUTOFF * largest if largest > 0 else np.zeros(eigenvalues.size, dtype=bool)
-    half = vectors[:, keep] / np.sqrt(eigenvalues[keep])       # (Nᵀ M N)⁺ = half halfᵀ
+    white = whitening(Mnn, EIGEN_CUTOFF)                        # (Nᵀ M N)⁺ = half halfᵀ
+    half = white[1] if white is not None else None
+    if half is None:
+        eigenvalues, vectors = np.linalg.eigh(Mnn) if Mnn.size else (np.zeros(0), np.zeros((0, 0)))
+        largest = float(eigenvalues.max()) if eigenvalues.size else 0.0
+        keep = eigenvalues > EIGEN_CUTOFF * largest if largest > 0 else np.zeros(eigenvalues.size, dtype=bool)
+        half = vectors[:, keep] / np.sqrt(eigenvalues[keep])
     cross = Mun @ half
     S_phi = Muu - cross @ cross.T
     r_phi = np.asarray(U.T @ b) - cross @ (half.T @ np.asarray(N.T @ b))

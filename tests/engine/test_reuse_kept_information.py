@@ -55,6 +55,7 @@ class _Forgetting(KeptInformation):
 
     def reduction(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         self.reductions.clear()
+        self.on_classes.clear()
         return super().reduction(*args, **kwargs)
 
     def pool(self, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -94,7 +95,7 @@ def test_a_repeated_free_batch_reduces_and_factors_nothing(monkeypatch: pytest.M
             return original(*args, **kwargs)
         return counted
 
-    monkeypatch.setattr(reuse, "reduce", counting("reduce", reuse.reduce))
+    monkeypatch.setattr(reuse, "on_classes", counting("reduce", reuse.on_classes))
     monkeypatch.setattr(information, "factor", counting("factor", information.factor))
     again = cursor.execute(sql, epsilon=1.0).fetch_arrow_tables()
     assert connection.budget.spent == spent
@@ -125,7 +126,8 @@ def test_a_batch_kept_releases_answer_but_none_free_is_planned_once(monkeypatch:
 
 
 def test_the_first_release_of_a_connection_builds_no_pool(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With nothing kept before, a release's statements keep its own answers: no pool is built for them."""
+    """With nothing kept before and no other statement group measuring the same data vector (counts by
+    age, sums by sex), a release's statements keep its own answers: no pool is built for them."""
     factored = []
     original = information.factor
     monkeypatch.setattr(information, "factor", lambda *args: factored.append(1) or original(*args))

@@ -4,13 +4,16 @@ Before planning, each statement of the batch is compiled on its own cells and ch
 kept measurements (:mod:`dpsql.engine.reuse.reuse`): a statement whose every block lies in their span
 *can* be answered from them. It is *free* only if that answer is good enough for what the batch
 offers to pay: with a cost (ε or ρ), every one of its answers' kept variances is at most what the
-batch's own plan at that cost, without reuse, would give it (so a free answer is never worse than
-the one paid for); with an accuracy target, every answer meets the target. Only the other
-statements are planned, charged and measured (a UNION ALL's parts go together); those the kept
-measurements could have answered are then *measured and combined* with them. After the release
-is kept, the free statements are answered again over all kept measurements, new ones included,
-so their errors shrink too. Answering free statements is post-processing of released values: it
-reads no data and charges nothing.
+batch's own plan at that cost, without reuse, would give it, each statement combined with the
+plan's other measurements that inform it as its release would be (so a free answer is never worse
+than the one paid for; the kept answers are then those over the plan's statement groups, the cells
+the release would pool on, when these answer every statement the kept measurements answer); with
+an accuracy target, every answer meets the target. Only the other statements are planned, charged
+and measured (a UNION ALL's parts go together); those the kept measurements could have answered
+are then *measured and combined* with them. After the release is kept, the free statements are
+answered again over all kept measurements, new ones included, so their errors shrink too.
+Answering free statements is post-processing of released values: it reads no data and charges
+nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from dpsql.engine.plan.prepare import prepare
 from dpsql.engine.plan.residual_route import ResidualPlan
 from dpsql.engine.plan.routes import Prepared
 from dpsql.engine.reuse import accuracy_target
-from dpsql.engine.reuse.predicted import block_answers, predicted_stddevs
+from dpsql.engine.reuse.predicted import block_answers, combined_answers, predicted_stddevs
 from dpsql.engine.reuse.reuse import Reuse, Sources, not_kept_reason, planned_answers, reuse_entry
 from dpsql.planning import mechanism
 from dpsql.planning.planner import Progress
@@ -113,7 +116,12 @@ def split_batch(batch: ir.Batch, schema: Schema, kept: Sequence[KeptMeasurement]
         free = {s: found for s, found in answerable.items() if _meets(compiled.statements[s], found, targets[s])}
     elif cost is not None and answerable:
         plan = prepare(batch, schema, cost, progress=progress, weights=weights)
-        paid = _paid_variances(plan, answerable)
+        if isinstance(plan.chosen, GroupsPlan):  # answered over the plan's groups, as its release would be
+            grouped = Reuse(compiled=plan.chosen.compiled, kept=kept, cache=reuse.cache)
+            again = {s: found for s in answerable if (found := grouped.statement_answers(s)) is not None}
+            if set(again) == set(answerable):
+                compiled, reuse, answerable = plan.chosen.compiled, grouped, again
+        paid = _paid_variances(plan, answerable, cache)
         free = {s: found for s, found in answerable.items()
                 if _no_worse(_variances(compiled.statements[s], found), paid[s])}
     else:
@@ -137,11 +145,13 @@ def _variances(statement: CompiledStatement, answers: Mapping[AnswerKey, mechani
     return [answers[AnswerKey(statement.group, p)].variances for output in statement.aggregates for p in output.blocks]
 
 
-def _paid_variances(prepared: Prepared, statements: Iterable[int]) -> dict[int, list[FloatArray]]:
-    """Per listed statement, its blocks' variances under the whole batch's plan at its cost without reuse."""
+def _paid_variances(prepared: Prepared, statements: Iterable[int],
+                    cache: KeptInformation | None = None) -> dict[int, list[FloatArray]]:
+    """Per listed statement, its blocks' variances under the whole batch's plan at its cost without reuse
+    (each statement combined with the batch's other measurements that inform it, as ``execute`` would)."""
     plan = prepared.chosen
     assert isinstance(plan, GroupsPlan | ResidualPlan)
-    answers = block_answers(plan)
+    answers = combined_answers(plan, cache)
     return {s: _variances(plan.compiled.statements[s], answers) for s in statements}
 
 
@@ -173,7 +183,7 @@ def stddevs_with(kept: Sequence[KeptMeasurement], cache: KeptInformation | None 
     """The accuracy search's predicted stddevs once a plan's measurements join ``kept`` (GLS)."""
     def answers(plan: GroupsPlan | ResidualPlan) -> Mapping[AnswerKey, mechanism.Answers]:
         alone = block_answers(plan)
-        if isinstance(plan, GroupsPlan) and kept:
+        if isinstance(plan, GroupsPlan):
             return planned_answers(plan.compiled, plan.measurements, kept, alone, cache)
         return alone
 
@@ -194,6 +204,33 @@ def combined_stddevs(split: Split, prepared: Prepared, kept: Sequence[KeptMeasur
             variances = _variances(plan.compiled.statements[position], answers)
             found[s] = float(np.sqrt(max((float(v.max()) for v in variances if v.size), default=0.0)))
     return found
+
+
+def combination_lines(prepared: Prepared, kept: Sequence[KeptMeasurement],
+                      cache: KeptInformation | None = None) -> list[str]:
+    """EXPLAIN's account of the statements answered by GLS over the batch's measurements of other
+    statement groups (and ``kept`` ones): per such statement of the plan, its largest stddev as
+    ``execute`` reports it, against its own group's measurements alone (the plan's figures)."""
+    plan = prepared.chosen
+    if not isinstance(plan, GroupsPlan):
+        return []
+    alone = block_answers(plan)
+    answers = planned_answers(plan.compiled, plan.measurements, kept, alone, cache)
+    lines = []
+    for s, statement in enumerate(plan.compiled.statements):
+        before, after = (_largest(_variances(statement, found)) for found in (alone, answers))
+        if after < before * (1 - NO_WORSE_TOLERANCE):
+            lines.append(f"  statement {s + 1} of the plan below: stddev {np.sqrt(after):.6g} (its group's "
+                         f"measurements alone: {np.sqrt(before):.6g})")
+    if not lines:
+        return []
+    return ["Combined: these statements are answered by generalized least squares over every kept-eligible "
+            "measurement of the batch" + (" and the kept releases" if kept else "") + " that informs them; "
+            "largest stddev of each, as execute reports it:", *lines]
+
+
+def _largest(variances: Sequence[FloatArray]) -> float:
+    return max((float(v.max()) for v in variances if v.size), default=0.0)
 
 
 def _union_parts(batch: ir.Batch) -> list[list[int]]:

@@ -32,9 +32,11 @@ from dpsql.engine.measuring.measure import add_covariances
 from dpsql.engine.plan.group_route import GroupsPlan
 from dpsql.engine.plan.residual_route import ResidualPlan
 from dpsql.engine.plan.routes import Prepared
+from dpsql.engine.reuse.reuse import planned_answers
 from dpsql.engine.vocabulary import AnswerKey, AnswerSet
 from dpsql.matrix import linalg
 from dpsql.planning.mechanism import Answers, Measurement
+from dpsql.releases.information import KeptInformation
 from dpsql.residual import planner as residual
 from dpsql.residual import queries as mq
 from dpsql.sql import derived as d
@@ -64,11 +66,12 @@ def predicted_stddevs(prepared: Prepared,
     LIMIT (``CompiledStatement.block_rows``): the rows shown are some of these.
 
     Outputs listed by :func:`unguaranteed` are left out. Reads no data. ``answers_of`` gives every
-    block's variances and covariances under the plan (default :func:`block_answers`;
+    block's variances and covariances under the plan (default :func:`combined_answers`;
     ``dpsql.engine.reuse.free`` adds what earlier releases contribute).
     """
     chosen = prepared.chosen
-    answers = AnswerSet((answers_of or block_answers)(chosen) if isinstance(chosen, (GroupsPlan, ResidualPlan)) else {})
+    answers = AnswerSet((answers_of or combined_answers)(chosen) if isinstance(chosen, (GroupsPlan, ResidualPlan))
+                        else {})
     skipped = {(u.statement, u.alias) for u in unguaranteed(prepared)}
     result: list[dict[str, FloatArray]] = []
     for index, statement in enumerate(chosen.compiled.statements):
@@ -132,6 +135,17 @@ def block_answers(plan: GroupsPlan | ResidualPlan) -> dict[AnswerKey, Answers]:
     if isinstance(plan, ResidualPlan):
         return {key: Answers(values=np.zeros(v.size), variances=v) for key, v in _residual_variances(plan).items()}
     return _group_answers(plan)
+
+
+def combined_answers(plan: GroupsPlan | ResidualPlan, cache: KeptInformation | None = None) -> dict[AnswerKey, Answers]:
+    """Every block's answers as ``execute`` reports them without earlier releases: :func:`block_answers`,
+    with each statement answered by GLS over every measurement of the batch that will be kept and
+    informs it (``dpsql.engine.reuse.reuse.keep_and_answer``; ResidualPlanner's one group has nothing to combine).
+    ``cache``: a release store's information, which remembers the pools of plans predicted before."""
+    alone = block_answers(plan)
+    if isinstance(plan, ResidualPlan):
+        return alone
+    return planned_answers(plan.compiled, plan.measurements, (), alone, cache)
 
 
 def _group_answers(plan: GroupsPlan) -> dict[AnswerKey, Answers]:

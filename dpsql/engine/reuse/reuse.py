@@ -8,6 +8,12 @@ with the rest a free nuisance), summed (:mod:`dpsql.releases.gls`). Where every 
 the span of the pool, W x̂ with x̂ its GLS estimate is its answer, with exact variance W M⁺ Wᵀ.
 Post-processing of released values: free, and nothing here reads data.
 
+At release (:func:`keep_and_answer`), every statement is answered over every kept-eligible
+measurement that informs it, the batch's own measurements of the other statement groups included
+(with reuse off: those alone), so a batch's first answer is what the same batch asked again would
+get free; :func:`planned_answers` predicts exactly these variances before the data is read
+(EXPLAIN, accuracy targets, the "never worse than paid" comparison).
+
 The contract (each part tested as a property, ``tests/engine/test_reuse_contract.py``):
 
 - **Monotone.** A group's pool takes the kept measurements over the same cells together, in the
@@ -34,7 +40,8 @@ always measured afresh.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import json
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,7 +58,7 @@ from dpsql.releases.gls import Pool
 from dpsql.releases.information import KeptInformation, cells_key
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.releases.recipes import NotKeptError, to_recipe
-from dpsql.releases.reduce import Meet, reduce, reduction_work
+from dpsql.releases.reduce import Meet, lifted, on_classes, reduction_work
 from dpsql.schema import Table, measure_quantum
 from dpsql.sql.axes import Axis
 from dpsql.sql.compile import CompiledBatch, CompiledGroup
@@ -100,11 +107,12 @@ def group_axes(group: CompiledGroup, table: Table) -> tuple[tuple[str, npt.NDArr
 
 
 def kept_measurements(compiled: CompiledBatch,
-                      measured: Sequence[MeasuredVector]) -> tuple[list[KeptMeasurement], list[str]]:
-    """The measurements of a release to keep, and why the others are not kept."""
+                      measured: Sequence[MeasuredVector]) -> tuple[list[tuple[int, KeptMeasurement]],
+                                                                   list[tuple[int, str]]]:
+    """The measurements of a release to keep, and why the others are not kept, each with its statement group."""
     table = compiled.table
     if (reason := not_kept_reason(table)) is not None:
-        return [], [reason] if measured else []
+        return [], [(item.group, reason) for item in measured[:1]]
     kept, skipped = [], []
     for item in measured:
         group = compiled.groups[item.group]
@@ -114,13 +122,13 @@ def kept_measurements(compiled: CompiledBatch,
         why = _why_not_kept(int(np.prod([axis.size for axis in axes], dtype=np.int64)), release.noise_variance,
                             release.strategy)
         if why is not None:
-            skipped.append(f"{label}: {why}")
+            skipped.append((item.group, f"{label}: {why}"))
             continue
-        kept.append(KeptMeasurement(table=table.name, vector=vector_key(item.vector, item.bounds, item.quantum),
-                                    axes=tuple((axis_key(a, table), np.asarray(a.cell_of_base, dtype=np.int64))
-                                               for a in axes),
-                                    strategy=release.strategy, y=np.asarray(release.y, dtype=np.float64),
-                                    noise_variance=float(release.noise_variance), label=label, unit=item.quantum))
+        kept.append((item.group, KeptMeasurement(
+            table=table.name, vector=vector_key(item.vector, item.bounds, item.quantum),
+            axes=tuple((axis_key(a, table), np.asarray(a.cell_of_base, dtype=np.int64)) for a in axes),
+            strategy=release.strategy, y=np.asarray(release.y, dtype=np.float64),
+            noise_variance=float(release.noise_variance), label=label, unit=item.quantum)))
     return kept, skipped
 
 
@@ -213,7 +221,12 @@ class Reuse:
     #: Reductions and pools computed before (a store keeps them across batches and the stages of one;
     #: :mod:`dpsql.releases.information`); only kept releases' are kept.
     cache: KeptInformation = field(default_factory=KeptInformation)
+    #: Per planned measurement (release NEW_RELEASE, by identity), what its information depends on (its
+    #: values are zeros): pools holding planned measurements are remembered by these (:meth:`KeptInformation.planned`).
+    planned: Mapping[tuple[int, int], Hashable] = field(default_factory=dict)
     _pools: dict[tuple[int, str], Pool | None] = field(default_factory=dict)
+    _classes: dict[tuple[tuple[tuple[int, int], ...], bytes], tuple[FloatArray, FloatArray]] = \
+        field(default_factory=dict)
     #: Per pool, the kept measurements the work bound left out.
     left_out: dict[tuple[int, str], list[KeptMeasurement]] = field(default_factory=dict)
 
@@ -234,6 +247,11 @@ class Reuse:
         if key not in self._pools:
             self._pools[key] = self._build(key)
         return self._pools[key]
+
+    def joining(self, index: int, vector: DataVector) -> list[KeptMeasurement]:
+        """The kept measurements a group's pool of ``vector`` draws from (before the work bound)."""
+        key = self.unit_key(index, vector)[0]
+        return [m for m in self.kept if m.table == self.compiled.table.name and m.vector == key]
 
     def _build(self, key: tuple[int, str]) -> Pool | None:
         table = self.compiled.table
@@ -262,22 +280,39 @@ class Reuse:
         if not admitted:
             return None
         layout = self.cache.layout(axes, [measured[0].axes for measured in admitted], REUSE_CELLS)
-        return self.cache.pool((self.compiled.table.name, key[1], layout.key),
-                               [tuple(m.identity for m in measured) for measured in admitted],
-                               [_is_kept(measured) for measured in admitted],
-                               [m for measured in admitted for m in measured], layout.lift,
-                               lambda i: self._reduced(admitted[i], layout.meets[i]))
+        members = [m for measured in admitted for m in measured]
+
+        def build() -> Pool | None:
+            return self.cache.pool((self.compiled.table.name, key[1], layout.key),
+                                   [tuple(m.identity for m in measured) for measured in admitted],
+                                   [_is_kept(measured) for measured in admitted], members, layout.lift,
+                                   lambda i: self._reduced(admitted[i], layout.meets[i]))
+
+        if _is_kept(members) or any(m.identity not in self.planned for m in members if not _is_kept([m])):
+            return build()
+        contents = tuple(tuple(self.planned.get(m.identity, m.identity) for m in measured) for measured in admitted)
+        return self.cache.planned((self.compiled.table.name, key[1], layout.key, contents), build, members,
+                                  layout.lift)
 
     def _reduced(self, members: Sequence[KeptMeasurement], found: Meet) -> tuple[FloatArray, FloatArray]:
         """Members over the same cells, their information summed and reduced onto the group's cells."""
-        def compute() -> tuple[FloatArray, FloatArray]:
+        identities, keep = tuple(m.identity for m in members), _is_kept(members)
+
+        def classes() -> tuple[FloatArray, FloatArray]:
             information = sum(m.information()[0] for m in members)
             score = sum(m.information()[1] for m in members)
-            return reduce(np.asarray(information), np.asarray(score), found)
+            return on_classes(np.asarray(information), np.asarray(score), found)
 
-        return self.cache.reduction(tuple(m.identity for m in members),
-                                    found.of_group.tobytes() + b"|" + found.of_measured.tobytes(),
-                                    compute, _is_kept(members))
+        def compute() -> tuple[FloatArray, FloatArray]:
+            name = found.of_measured.tobytes() + b"|" + str(found.classes).encode()
+            if keep:
+                return lifted(self.cache.classes(identities, name, classes, keep), found)
+            if (identities, name) not in self._classes:  # a planned class: remembered for this batch only
+                self._classes[(identities, name)] = classes()
+            return lifted(self._classes[(identities, name)], found)
+
+        return self.cache.reduction(identities, found.of_group.tobytes() + b"|" + found.of_measured.tobytes(),
+                                    compute, keep)
 
     def statement_answers(self, statement: int) -> dict[AnswerKey, mechanism.Answers] | None:
         """Every block of a statement answered from the pools, with covariances between blocks that
@@ -306,13 +341,17 @@ class Reuse:
                 covariances=covariances)
         return answers
 
-    def sources_of(self, statement: int) -> Sources:
-        """The releases whose measurements answer a statement (after ``statement_answers`` found it answerable)."""
+    def members_of(self, statement: int) -> list[KeptMeasurement]:
+        """The kept measurements in a statement's pools (after ``statement_answers`` found it answerable)."""
         compiled = self.compiled.statements[statement]
         group = self.compiled.groups[compiled.group]
         vectors = {group.blocks[p].data for output in compiled.aggregates for p in output.blocks}
         found = [self.pool_of(compiled.group, v) for v in vectors]
-        return sources(m for f in found if f is not None for m in f.members)
+        return [m for f in found if f is not None for m in f.members]
+
+    def sources_of(self, statement: int) -> Sources:
+        """The releases whose measurements answer a statement (after ``statement_answers`` found it answerable)."""
+        return sources(self.members_of(statement))
 
     def left_out_of(self, statement: int) -> list[KeptMeasurement]:
         """The kept measurements the work bound left out of a statement's pools."""
@@ -328,20 +367,35 @@ def _is_kept(members: Sequence[KeptMeasurement]) -> bool:
     return all(m.release != NEW_RELEASE and m.release != 0 for m in members)
 
 
-def answer_all(reuse: Reuse, answers: AnswerSet, statements: Iterable[int],
-               own: int | None = None) -> tuple[AnswerSet, dict[int, Sources]]:
+def answer_all(reuse: Reuse, answers: AnswerSet, statements: Iterable[int], own: int | None = None,
+               groups: Mapping[tuple[int, int], int] | None = None,
+               unkept: Iterable[int] = ()) -> tuple[AnswerSet, dict[int, Sources]]:
     """``answers`` with each listed statement's blocks replaced by their GLS answers where kept
-    measurements determine them; also which releases answered each statement. A statement only
-    release ``own`` answers keeps its answers as they are (the same, but for float rounding)."""
+    measurements determine them; also which earlier releases answered each statement (release
+    ``own``, the batch's, is not listed). A statement whose pools hold only its own group's
+    measurements of release ``own`` (``groups``: each of them by (release, index), its group) keeps
+    its answers as they are: GLS over them alone is the route's own answer, but for float rounding.
+    So does a statement of a group in ``unkept`` (some of its measurements in release ``own`` are
+    not kept, so a pool would not hold them)."""
     found = dict(answers)
     used: dict[int, Sources] = {}
+    mine_of, skipped = groups or {}, set(unkept)
     for statement in statements:
+        compiled = reuse.compiled.statements[statement]
+        group, blocks = compiled.group, reuse.compiled.groups[compiled.group].blocks
+        vectors = {blocks[p].data for output in compiled.aggregates for p in output.blocks}
+        if group in skipped or all(m.release == own and mine_of.get(m.identity) == group
+                                   for v in vectors for m in reuse.joining(group, v)):
+            continue  # nothing but its own group's measurements could answer it: no pool is built
         mine = reuse.statement_answers(statement)
         if mine is None:
             continue
-        releases = reuse.sources_of(statement)
+        members = reuse.members_of(statement)
+        if all(m.release == own and mine_of.get(m.identity) == group for m in members):
+            continue
+        found.update(mine)
+        releases = sources(members)
         if set(releases.own) - {own} or releases.shared:
-            found.update(mine)
             used[statement] = releases
     return AnswerSet(found), used
 
@@ -351,36 +405,45 @@ def measured_keys(measured: Sequence[MeasuredVector]) -> dict[tuple[int, DataVec
     return {(m.group, m.vector): (vector_key(m.vector, m.bounds, m.quantum), m.quantum) for m in measured}
 
 
-def planned_answers(compiled: CompiledBatch, measurements: Sequence[PlannedVector], kept: Sequence[KeptMeasurement],
-                    alone: Mapping[AnswerKey, mechanism.Answers],
+def planned_answers(compiled: CompiledBatch, measurements: Sequence[PlannedVector],
+                    kept: Sequence[KeptMeasurement], alone: Mapping[AnswerKey, mechanism.Answers],
                     cache: KeptInformation | None = None) -> dict[AnswerKey, mechanism.Answers]:
-    """Each block's variances (and covariances) once the planned measurements join the kept ones
-    (GLS over all of them; no data: the new measurements' strategies and calibrated noise variances
-    are public, the values are zeros). ``alone``: the blocks under the plan by itself, kept where
-    no pool applies. ``cache``: a store's information of its kept measurements."""
-    result = dict(alone)
-    if not kept or not_kept_reason(compiled.table) is not None:
-        return result
+    """Each block's variances (and covariances) as :func:`keep_and_answer` will report them: GLS over
+    the planned measurements that will be kept and the ``kept`` ones (none: the batch's own alone).
+    No data: the new measurements' strategies and calibrated noise variances are public, the values
+    are zeros. ``alone``: the blocks under the plan by itself, kept where no pool applies or only the
+    block's own group's measurements would answer it. ``cache``: a store's information of its kept
+    measurements."""
+    if not_kept_reason(compiled.table) is not None:
+        return dict(alone)
     table = compiled.table
     hypothetical: list[KeptMeasurement] = []
+    contents: dict[tuple[int, int], Hashable] = {}
+    groups: dict[tuple[int, int], int] = {}
+    unkept: set[int] = set()
+    keys = Reuse(compiled=compiled, kept=())
     for m in measurements:
         group = compiled.groups[m.group]
-        if m.share == 0 or group.cells > REUSE_CELLS:
+        if m.share == 0:
             continue
         calibration = m.calibration()
-        if not calibration.variance >= MIN_NOISE_VARIANCE:
+        if _why_not_kept(group.cells, calibration.variance, calibration.strategy) is not None:
+            unkept.add(m.group)
             continue
+        vector, axes = keys.unit_key(m.group, m.vector)[0], group_axes(group, table)
+        groups[(NEW_RELEASE, len(hypothetical))] = m.group
+        contents[(NEW_RELEASE, len(hypothetical))] = (vector, cells_key(axes), calibration.variance,
+                                                      json.dumps(to_recipe(calibration.strategy), sort_keys=True))
         hypothetical.append(KeptMeasurement(
-            table=table.name, vector=Reuse(compiled=compiled, kept=()).unit_key(m.group, m.vector)[0],
-            axes=group_axes(group, table), strategy=calibration.strategy, y=np.zeros(calibration.strategy.shape[0]),
-            noise_variance=calibration.variance, release=NEW_RELEASE))
+            table=table.name, vector=vector, axes=axes, strategy=calibration.strategy,
+            y=np.zeros(calibration.strategy.shape[0]), noise_variance=calibration.variance, release=NEW_RELEASE,
+            index=len(hypothetical)))
+    if not hypothetical and not kept:
+        return dict(alone)
     reuse = Reuse(compiled=compiled, kept=[*kept, *hypothetical], first=NEW_RELEASE,
-                  cache=cache if cache is not None else KeptInformation())
-    for s in range(len(compiled.statements)):
-        found = reuse.statement_answers(s)
-        if found is not None:
-            result.update(found)
-    return result
+                  cache=cache if cache is not None else KeptInformation(), planned=contents)
+    return dict(answer_all(reuse, AnswerSet(alone), range(len(compiled.statements)), NEW_RELEASE, groups,
+                           unkept)[0])
 
 
 def summary(measurements: Sequence[KeptMeasurement]) -> list[str]:
@@ -399,18 +462,22 @@ def keep_and_answer(compiled: CompiledBatch, measured: Sequence[MeasuredVector],
                     store: ReleaseStore, budget: PrivacyBudget,
                     combine: bool = True) -> tuple[AnswerSet, dict[int, Sources]]:
     """Keep a charged release's measurements (with why the others are not kept: ``dpsql budget
-    show`` lists both), then (``combine``) answer every statement over all kept ones."""
+    show`` lists both), then answer every statement by GLS over every kept measurement that informs
+    it: with ``combine``, those of every kept release; without, this release's alone (each
+    statement then also uses the batch's measurements of the other statement groups, never an
+    earlier release's)."""
     kept, skipped = kept_measurements(compiled, measured)
-    own = store.keep(kept, [*summary(kept), *(f"not kept for reuse: {why}" for why in skipped)], budget) \
+    own = store.keep([m for _, m in kept], [*summary([m for _, m in kept]),
+                                             *(f"not kept for reuse: {why}" for _, why in skipped)], budget) \
         if kept or skipped else None
-    if not combine or not_kept_reason(compiled.table) is not None:
+    if own is None or not_kept_reason(compiled.table) is not None:
         return answers, {}
-    everything = store.kept()
-    if all(m.release == own for m in everything if m.table == compiled.table.name):
-        return answers, {}  # nothing kept before: every statement keeps its own release's answers (answer_all)
-    reuse = Reuse(compiled=compiled, kept=everything, keys=measured_keys(measured), first=own,
-                  cache=store.information)
-    return answer_all(reuse, answers, range(len(compiled.statements)), own)
+    pooled = store.kept() if combine else [m.with_release(own, index) for index, (_, m) in enumerate(kept)]
+    if not pooled:
+        return answers, {}
+    groups = {(own, index): group for index, (group, _) in enumerate(kept)}
+    reuse = Reuse(compiled=compiled, kept=pooled, keys=measured_keys(measured), first=own, cache=store.information)
+    return answer_all(reuse, answers, range(len(compiled.statements)), own, groups, {g for g, _ in skipped})
 
 
 def reuse_entry(releases: Sources | None) -> dict[str, object]:

@@ -1,0 +1,47 @@
+"""The whitening of a positive definite information matrix by its Cholesky factor, when its rank is
+certain, before falling back to an eigendecomposition.
+
+A symmetric M whose eigenvalues all exceed ``cutoff`` times the largest is of full rank under the
+cutoff rule the pools and reductions use (eigenvalues below that share are the null space). Its
+Cholesky factor M = L Lᵀ gives M⁻¹ = L⁻ᵀ L⁻¹, so u M⁻¹ vᵀ = (u L⁻ᵀ)·(v L⁻ᵀ): W = L⁻ᵀ plays the part
+of V λ^(-1/2). The rank is certain from traces alone: λ_max ≤ tr M and 1/λ_min ≤ tr M⁻¹ = ‖L⁻¹‖²_F,
+so λ_max/λ_min ≤ tr M · tr M⁻¹; when that bound is below 1/cutoff (with a margin of
+:data:`MARGIN` for rounding), every eigenvalue is kept. About n³/3 + n³/3 multiply-adds against the
+≈ 9n³ of a symmetric eigendecomposition with vectors (Golub and Van Loan, "Matrix Computations",
+2013, 4.2 and 8.3).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+from scipy.linalg import solve_triangular
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+#: The condition bound tr M · tr M⁻¹ must stay below 1/cutoff by this factor.
+MARGIN = 100.0
+
+
+def whitening(information: FloatArray, cutoff: float) -> tuple[IntArray, FloatArray] | None:
+    """(kept, W): the cells whose diagonal entry is not zero, and W (n × kept) with W Wᵀ = M⁺, when M
+    restricted to them is certainly of full rank under ``cutoff`` (module docstring; a zero diagonal
+    entry of a positive semidefinite M is a zero row and column: e_i spans an exact null direction,
+    which the eigendecomposition's cutoff drops too); None otherwise (then decompose M)."""
+    n = information.shape[0]
+    kept = np.flatnonzero(np.diagonal(information) != 0)
+    if kept.size == 0:
+        return None
+    part = information[np.ix_(kept, kept)] if kept.size < n else information
+    try:
+        lower = np.linalg.cholesky(part)
+    except np.linalg.LinAlgError:
+        return None
+    inverse = solve_triangular(lower, np.eye(kept.size), lower=True, check_finite=False)  # L⁻¹
+    bound = float(np.trace(part)) * float(np.sum(inverse * inverse))
+    if not bound * cutoff * MARGIN < 1.0:
+        return None
+    whitened = np.zeros((n, kept.size))
+    whitened[kept] = inverse.T
+    return kept.astype(np.int64), whitened
