@@ -37,15 +37,22 @@ SPAN_TOLERANCE = 1e-7
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Pool:
-    """The information of ``members`` over the target cells: M's range (``basis``, columns scaled by
-    λ^(-1/2)) and the estimate x̂ = M⁺ b. ``lift``: per target cell, the group cell holding it
-    (-1: a cell no row can fall in, a known zero)."""
+    """The information of ``members`` over the target cells: M's range (``basis``, or the target
+    ``cells`` whose unit vectors span it), a whitening of M⁺ and the estimate x̂ = M⁺ b. ``lift``: per
+    target cell, the group cell holding it (-1: a cell no row can fall in, a known zero)."""
 
     members: tuple[KeptMeasurement, ...]
     lift: IntArray
-    basis: FloatArray      # V_r: orthonormal eigenvectors of M with λ > cutoff
-    whitened: FloatArray   # V_r λ_r^(-1/2): u M⁺ vᵀ = (u·whitened)·(v·whitened)
-    estimate: FloatArray   # x̂ = M⁺ b
+    basis: FloatArray | None  # V_r: orthonormal eigenvectors of M with λ > cutoff (None: ``cells`` span M's range)
+    whitened: FloatArray      # W with M⁺ = W Wᵀ: u M⁺ vᵀ = (u·W)·(v·W)
+    estimate: FloatArray      # x̂ = M⁺ b
+    cells: IntArray | None = None  # target cells whose unit vectors span M's range (a full-rank M restricted to them)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the factorisation held."""
+        span = self.basis if self.basis is not None else self.cells
+        return (0 if span is None else span.nbytes) + self.whitened.nbytes + self.estimate.nbytes
 
     @property
     def releases(self) -> tuple[int, ...]:
@@ -56,20 +63,33 @@ class Pool:
         """Rows over the group's cells, lifted onto the target cells."""
         return np.where(self.lift[None, :] >= 0, rows[:, np.maximum(self.lift, 0)], 0.0)
 
-    def answerable(self, rows: FloatArray) -> BoolArray:
-        """Which rows (over the group's cells) lie in the span of the measurements."""
-        rows = self._rows(rows)
-        outside = rows - (rows @ self.basis) @ self.basis.T
-        scale = np.maximum(np.linalg.norm(rows, axis=1), 1.0)
-        return np.asarray(np.linalg.norm(outside, axis=1) <= SPAN_TOLERANCE * scale)
+    def projected(self, rows: FloatArray) -> Projection:
+        """Rows over the group's cells as :meth:`answerable`, :meth:`values` and :meth:`covariances`
+        read them, lifted and whitened once (the same floating-point operations)."""
+        lifted = self._rows(rows)
+        if self.basis is not None:
+            outside = lifted - (lifted @ self.basis) @ self.basis.T
+        else:  # the projection onto unit vectors keeps their entries: the rest is outside
+            outside = lifted.copy()
+            outside[:, self.cells] = 0.0
+        scale = np.maximum(np.linalg.norm(lifted, axis=1), 1.0)
+        return Projection(answerable=np.asarray(np.linalg.norm(outside, axis=1) <= SPAN_TOLERANCE * scale),
+                          values=np.asarray(lifted @ self.estimate, dtype=np.float64),
+                          whitened=lifted @ self.whitened)
 
-    def values(self, rows: FloatArray) -> FloatArray:
-        return np.asarray(self._rows(rows) @ self.estimate, dtype=np.float64)
 
-    def covariances(self, first: FloatArray, second: FloatArray) -> FloatArray:
-        """Row by row, Cov(u x̂, v x̂) = u M⁺ vᵀ (first = second: the variances)."""
-        a, b = self._rows(first) @ self.whitened, self._rows(second) @ self.whitened
-        return np.asarray(np.sum(a * b, axis=1), dtype=np.float64)
+@dataclass(frozen=True, slots=True)
+class Projection:
+    """Rows read through a pool: which lie in its span, their values u x̂, and u·whitened, so that
+    Cov(u x̂, v x̂) = Σ (u·whitened)(v·whitened) (:meth:`Pool.covariances`)."""
+
+    answerable: BoolArray
+    values: FloatArray
+    whitened: FloatArray
+
+    def covariances(self, other: Projection) -> FloatArray:
+        """Row by row, Cov(u x̂, v x̂) (``other`` = self: the variances)."""
+        return np.asarray(np.sum(self.whitened * other.whitened, axis=1), dtype=np.float64)
 
 
 def pool(members: Sequence[KeptMeasurement], parts: Sequence[tuple[FloatArray, FloatArray]],
@@ -103,7 +123,7 @@ def factor(members: Sequence[KeptMeasurement], information: FloatArray, score: F
     found = whitening(information, EIGEN_CUTOFF)
     if found is not None:  # M's range: the cells with a non-zero diagonal entry
         kept, whitened = found
-        return Pool(members=tuple(members), lift=lift, basis=np.eye(n)[:, kept], whitened=whitened,
+        return Pool(members=tuple(members), lift=lift, basis=None, cells=kept, whitened=whitened,
                     estimate=whitened @ (whitened.T @ score))
     try:
         eigenvalues, vectors = np.linalg.eigh(information)

@@ -82,7 +82,7 @@ class _Summed:
     def nbytes(self) -> int:
         held = self.information.nbytes + self.score.nbytes
         if self.pool is not None:
-            held += self.pool.basis.nbytes + self.pool.whitened.nbytes + self.pool.estimate.nbytes
+            held += self.pool.nbytes
         return held
 
 
@@ -189,12 +189,12 @@ class KeptInformation:
 
 def _held(found: Pool | None) -> int:
     """Bytes a remembered pool holds."""
-    return 0 if found is None else found.basis.nbytes + found.whitened.nbytes + found.estimate.nbytes
+    return 0 if found is None else found.nbytes
 
 
 def _with(found: Pool | None, members: Sequence[KeptMeasurement], lift: IntArray) -> Pool | None:
     """A kept factorisation as the pool of these members and this lift onto the group's cells."""
     if found is None:
         return None
-    return Pool(members=tuple(members), lift=lift, basis=found.basis, whitened=found.whitened,
+    return Pool(members=tuple(members), lift=lift, basis=found.basis, cells=found.cells, whitened=found.whitened,
                 estimate=found.estimate)

@@ -92,10 +92,11 @@ def test_measurements_over_the_groups_columns_give_the_full_models_gls(seed: int
     query = rng.normal(size=(3, int(np.prod([c.max() + 1 for _, c in group]))))
     on_base = query @ _lift(group)
     in_span = np.linalg.norm(on_base - on_base @ inverse @ information, axis=1) < 1e-6 * np.linalg.norm(on_base, axis=1)
-    np.testing.assert_array_equal(found.answerable(query), in_span)
+    np.testing.assert_array_equal(found.projected(query).answerable, in_span)
     answerable = query[in_span]
-    np.testing.assert_allclose(found.values(answerable), on_base[in_span] @ inverse @ rhs, rtol=1e-6, atol=1e-8)
-    np.testing.assert_allclose(found.covariances(answerable, answerable),
+    read = found.projected(answerable)
+    np.testing.assert_allclose(read.values, on_base[in_span] @ inverse @ rhs, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(read.covariances(read),
                                np.einsum("ij,jk,ik->i", on_base[in_span], inverse, on_base[in_span]),
                                rtol=1e-6, atol=1e-8)
 
@@ -103,7 +104,7 @@ def test_measurements_over_the_groups_columns_give_the_full_models_gls(seed: int
 def _weights(found_of: Callable[[list[KeptMeasurement]], Pool], members: list[KeptMeasurement],
              query: np.ndarray) -> list[np.ndarray]:
     """The answer as a linear function of each member's noisy values (by unit perturbations)."""
-    base = found_of(members).values(query)
+    base = found_of(members).projected(query).values
     weights = []
     for index, member in enumerate(members):
         columns = []
@@ -114,7 +115,7 @@ def _weights(found_of: Callable[[list[KeptMeasurement]], Pool], members: list[Ke
                                                          strategy=member.strategy, y=y,
                                                          noise_variance=member.noise_variance,
                                                          release=member.release), *members[index + 1:]]
-            columns.append(found_of(changed).values(query) - base)
+            columns.append(found_of(changed).projected(query).values - base)
         weights.append(np.stack(columns, axis=1))
     return weights
 
@@ -140,7 +141,7 @@ def test_measurements_over_more_columns_are_unbiased_with_exact_variances(seed: 
             return _pool([[m] for m in ms], group)
     found = found_of(members)
     query = rng.normal(size=(2, int(group[0][1].max()) + 1))
-    answerable = query[found.answerable(query)]
+    answerable = query[found.projected(query).answerable]
     if answerable.shape[0] == 0:
         return
     weights = _weights(found_of, members, answerable)
@@ -148,7 +149,7 @@ def test_measurements_over_more_columns_are_unbiased_with_exact_variances(seed: 
     unbiased = sum(c @ m.strategy.dense() @ _lift(m.axes) for c, m in zip(weights, members))
     np.testing.assert_allclose(unbiased, on_base, atol=1e-6 * max(1.0, np.abs(on_base).max()))
     exact = sum(m.noise_variance * np.sum(c**2, axis=1) for c, m in zip(weights, members))
-    reported = found.covariances(answerable, answerable)
+    reported = found.projected(answerable).covariances(found.projected(answerable))
     np.testing.assert_allclose(reported, exact, rtol=1e-6, atol=1e-9)
     information, _ = _dense(members)
     best = np.einsum("ij,jk,ik->i", on_base, np.linalg.pinv(information), on_base)
@@ -172,8 +173,8 @@ def test_adding_a_measurement_never_increases_a_variance(seed: int, count: int) 
     before = None
     for k in range(1, count + 2):
         found = _pool([[m] for m in releases[:k]], group)
-        answerable = found.answerable(query)
-        variances = np.where(answerable, found.covariances(query, query), np.inf)
+        answerable = found.projected(query).answerable
+        variances = np.where(answerable, found.projected(query).covariances(found.projected(query)), np.inf)
         if before is not None:
             assert np.all(answerable[before[0]])
             assert np.all(variances <= before[1] * (1 + 1e-6) + 1e-9)
@@ -189,8 +190,9 @@ def test_a_measurement_over_the_groups_cells_is_the_matrix_mechanisms_own_answer
     found = _pool([[member]], group)
     A = member.strategy.dense()
     w = np.array([[1.0, -1.0, 0.5]])
-    assert found.values(w)[0] == pytest.approx(float((w @ np.linalg.pinv(A) @ member.y)[0]), rel=1e-9)
-    assert found.covariances(w, w)[0] == pytest.approx(float((2.0 * w @ np.linalg.inv(A.T @ A) @ w.T)[0, 0]), rel=1e-9)
+    assert found.projected(w).values[0] == pytest.approx(float((w @ np.linalg.pinv(A) @ member.y)[0]), rel=1e-9)
+    read = found.projected(w)
+    assert read.covariances(read)[0] == pytest.approx(float((2.0 * w @ np.linalg.inv(A.T @ A) @ w.T)[0, 0]), rel=1e-9)
 
 
 @settings(max_examples=80, deadline=None)

@@ -54,7 +54,7 @@ from dpsql.engine.measuring.measurements import PlannedVector
 from dpsql.engine.reuse.release_store import ReleaseStore
 from dpsql.matrix.workloads import Workload
 from dpsql.planning import mechanism
-from dpsql.releases.gls import Pool
+from dpsql.releases.gls import Pool, Projection
 from dpsql.releases.information import KeptInformation, cells_key
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.releases.recipes import NotKeptError, to_recipe
@@ -225,6 +225,7 @@ class Reuse:
     #: values are zeros): pools holding planned measurements are remembered by these (:meth:`KeptInformation.planned`).
     planned: Mapping[tuple[int, int], Hashable] = field(default_factory=dict)
     _pools: dict[tuple[int, str], Pool | None] = field(default_factory=dict)
+    _projections: dict[tuple[int, int], tuple[Pool, Workload, Projection]] = field(default_factory=dict)
     _classes: dict[tuple[tuple[tuple[int, int], ...], bytes], tuple[FloatArray, FloatArray]] = \
         field(default_factory=dict)
     #: Per pool, the kept measurements the work bound left out.
@@ -322,24 +323,31 @@ class Reuse:
         positions = sorted({p for output in compiled.aggregates for p in output.blocks})
         if any(group.blocks[p].total is not None for p in positions) or group.cells > REUSE_CELLS:
             return None
-        rows: dict[int, tuple[Pool, FloatArray, float]] = {}
+        rows: dict[int, tuple[Pool, Projection, float]] = {}
         for p in positions:
             block = group.blocks[p]
             found = self.pool_of(compiled.group, block.data)
             if found is None:
                 return None
-            lifted = np.asarray(block.workload.dense(), dtype=np.float64)  # over the group's cells
-            if not np.all(found.answerable(lifted)):
+            read = self._projected(found, block.workload)
+            if not np.all(read.answerable):
                 return None
-            rows[p] = (found, lifted, block.scale * self.unit_key(compiled.group, block.data)[1])
+            rows[p] = (found, read, block.scale * self.unit_key(compiled.group, block.data)[1])
         answers: dict[AnswerKey, mechanism.Answers] = {}
-        for p, (found, lifted, unit) in rows.items():
-            covariances = {q: found.covariances(lifted, other) * unit * other_unit
+        for p, (found, read, unit) in rows.items():
+            covariances = {q: read.covariances(other) * unit * other_unit
                            for q, (other_pool, other, other_unit) in rows.items() if q > p and other_pool is found}
             answers[AnswerKey(compiled.group, p)] = mechanism.Answers(
-                values=found.values(lifted) * unit, variances=found.covariances(lifted, lifted) * unit**2,
-                covariances=covariances)
+                values=read.values * unit, variances=read.covariances(read) * unit**2, covariances=covariances)
         return answers
+
+    def _projected(self, found: Pool, workload: Workload) -> Projection:
+        """A block's rows (over its group's cells) read through a pool, once per pool and block: the
+        statements of a batch share blocks (identical statements compile to the same ones)."""
+        key = (id(found), id(workload))
+        if key not in self._projections:  # the entry holds both objects, so neither id is reused meanwhile
+            self._projections[key] = (found, workload, found.projected(np.asarray(workload.dense(), dtype=np.float64)))
+        return self._projections[key][2]
 
     def members_of(self, statement: int) -> list[KeptMeasurement]:
         """The kept measurements in a statement's pools (after ``statement_answers`` found it answerable)."""
