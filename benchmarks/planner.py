@@ -17,6 +17,8 @@ included):
       second connection without it); then the first batch again (its 3,213-cell group is over
       ``REUSE_CELLS``, so it is not kept: measured again, combined where the second's release answers);
       then ``batches.FREE_BATCH`` measured, and repeated: answered entirely free (reuse off: measured);
+      and, in a process of its own, the different batch without reuse right after the first batch (the
+      statement groups it does not share with the first are planned cold there, as with reuse);
     - the census mix (``batches.census_mix``) of 100 and 1,000 statements over 100,000 rows of the
       demo's census table, executed cold;
     - plain ``SELECT a, b, COUNT(*) … GROUP BY a, b`` over 10⁴, 10⁵ and 10⁶ cells (100,000 rows), cold;
@@ -156,10 +158,12 @@ def _timed(name: str, run: Any) -> None:
     emit("rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
-def people_point(rows: int) -> None:
+def people_point(rows: int, step: str | None = None) -> None:
     """The issue's 20 statements executed cold, a different batch after it (with reuse; and on a second
     connection, after the first batch, without), then the first batch again (measured: its group is not
-    kept), then a batch whose release is kept, repeated (free) and measured again without reuse."""
+    kept), then a batch whose release is kept, repeated (free) and measured again without reuse.
+    ``step`` "alone": only the first batch, then the different one, both without reuse (the different
+    batch's own planning, which its reuse figure includes: its new statement groups are planned cold)."""
     import duckdb
     from batches import FREE_BATCH, ISSUE_BATCH, PEOPLE, SECOND_BATCH
 
@@ -174,6 +178,11 @@ def people_point(rows: int) -> None:
     first, second, free = ";\n".join(ISSUE_BATCH), ";\n".join(SECOND_BATCH), ";\n".join(FREE_BATCH)
     budget = dpsql.Budget(epsilon=100 * EPSILON)
     cursor = dpsql.connect(data, schema=PEOPLE, budget=budget).cursor()
+    if step == "alone":
+        cursor.execute(first, epsilon=EPSILON, reuse=False).fetch_arrow_tables()
+        _timed("different_cold_alone",
+               lambda: cursor.execute(second, epsilon=EPSILON, reuse=False).fetch_arrow_tables())
+        return
     _timed("cold", lambda: cursor.execute(first, epsilon=EPSILON).fetch_arrow_tables())
     _timed("different", lambda: cursor.execute(second, epsilon=EPSILON).fetch_arrow_tables())
     _timed("repeat", lambda: cursor.execute(first, epsilon=EPSILON).fetch_arrow_tables())
@@ -246,7 +255,7 @@ def child(spec: dict[str, Any]) -> None:
     elif mode == "execute":
         execute_point(spec["count"], spec["cells"], spec["rows"], spec["repeat"])
     elif mode == "people":
-        people_point(spec["rows"])
+        people_point(spec["rows"], spec.get("step"))
     elif mode == "census":
         census_point(spec["count"], spec["rows"])
     elif mode == "group_by":
@@ -311,6 +320,8 @@ def sweep(title: str, points: list[tuple[int, int]], args: argparse.Namespace) -
 NAMED: list[tuple[str, str, dict[str, Any], str, float | None, float | None]] = [
     ("20 statements, 3,213-cell group: cold", "people", {}, "cold", 1.5, None),
     ("a different batch on its columns, same connection (reuse)", "people", {}, "different", 0.2, None),
+    ("that different batch without reuse, after the first batch (its new groups planned cold)", "people",
+     {"step": "alone"}, "different_cold_alone", None, None),
     ("the same different batch without reuse (warm process)", "people", {}, "different_alone", 0.2, None),
     ("the first batch repeated (its 3,213-cell group is not kept: measured, combined)", "people", {}, "repeat",
      None, None),
