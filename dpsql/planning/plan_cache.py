@@ -48,7 +48,8 @@ from dpsql.planning.strategy_cache import cache_dir
 #: Bump when the candidates, their scoring, the planner's work budgets or the keys change: decisions
 #: made under other rules are not reused. 2: domains keyed by their declaration (``declaration()``).
 #: 3: statement groups' candidate scores keyed by the group's statements (``load_scores``).
-DECISION_FORMAT = "3"
+#: 4: a batch's partition keyed by its statements' digests (what they ask, not where they are).
+DECISION_FORMAT = "4"
 #: Leaves with at most this many entries are hashed row by row; larger ones by their Gram
 #: (the only candidate that reads rows, the workload's own, is limited to far smaller ones).
 ROW_HASH_ENTRIES = 2**22

@@ -99,6 +99,30 @@ def test_a_batch_is_grouped_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert searched == [1]  # another batch is grouped afresh
 
 
+def test_a_batch_is_grouped_once_wherever_its_statements_stand_in_the_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The partition is keyed by what the statements ask (their digests), not by their spans."""
+    schema = Schema.load({"tables": {"t": {"columns": {
+        "x": {"type": "integer", "lower": 0, "upper": 31, "bin_width": 4, "resolution": 1},
+        "g": {"type": "categorical", "values": ["a", "b", "c"]}}}}})
+    batch = ("SELECT g, COUNT(*) FROM t GROUP BY g; SELECT x, COUNT(*) FROM t GROUP BY x; "
+             "SELECT COUNT(*) FROM t WHERE x < 10 AND g = 'a'")
+    engine.prepare(batch, schema, PrivacyCost(epsilon=1.0))
+    plan_cache.clear_memory()
+    searched: list[int] = []
+    monkeypatch.setattr(grouping, "search_partition", lambda *args: searched.append(1) or [[0], [1], [2]])
+    engine.prepare("\n  " + batch.replace("; ", ";\n\n   "), schema, PrivacyCost(epsilon=1.0))
+    assert searched == []
+
+
+def test_statement_digests_are_memoised_exactly() -> None:
+    from dpsql.sql.parse import parse_batch
+
+    batch = parse_batch("SELECT COUNT(*) FROM t; SELECT COUNT(*) FROM t WHERE x < 3;  SELECT COUNT(*) FROM t", None)
+    fresh = [grouping.statement_digest.__wrapped__(s) for s in batch.statements]
+    assert grouping.statement_digests(batch) == grouping.statement_digests(batch) == fresh
+    assert fresh[0] == fresh[2] != fresh[1]
+
+
 def test_each_blocks_expected_error_is_computed_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The per-statement errors the objective and the guard need are kept with the decisions: a
     batch prepared again (as in a new process) computes no pseudo-inverse."""
