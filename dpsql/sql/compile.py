@@ -288,10 +288,17 @@ class StatementMemo:
         if not isinstance(workload, Kron) or len(workload.factors) != len(positions) \
                 or not all(_nonzero_explicit(f) for f in workload.factors):
             return None
-        factors: list[Workload] = [self.ones.setdefault(n, Explicit(np.ones((1, n)))) for n in sizes]
+        factors: list[Workload] = [self._ones(n) for n in sizes]
         for position, factor in zip(positions, workload.factors):
             factors[position] = factor
         return Kron(factors)
+
+    def _ones(self, n: int) -> Explicit:
+        """The row of ones over ``n`` cells shared by the extended blocks (built once per size)."""
+        ones = self.ones.get(n)
+        if ones is None:
+            ones = self.ones[n] = Explicit(np.ones((1, n)))
+        return ones
 
 
 def _nonzero_explicit(factor: Workload) -> bool:
