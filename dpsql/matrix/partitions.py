@@ -27,6 +27,7 @@ Everything here is O(cells + non-zero entries), factor by factor for Kronecker p
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -152,33 +153,48 @@ def _form(W: Workload, *, owners: bool) -> Form | None:
     if isinstance(W, Ranges):
         return _ranges_form(W, owners)
     if isinstance(W, Kron):
-        forms = [_form(f, owners=owners) for f in W.factors]
-        if any(f is None for f in forms):
-            return None
-        found = [f for f in forms if f is not None]
-        owner = _ravel([f[1] for f in found if f[1] is not None], [f[0].parts for f in found]) if owners else None
-        return Partition(tuple(factor for f in found for factor in f[0].factors)), owner
+        return _kept_kron_form(W, owners)
     if isinstance(W, VStack):
         return _stacked_form(W, owners)
     return None
 
 
-_explicit_forms: weakref.WeakKeyDictionary[Explicit, dict[bool, Form | None]] = weakref.WeakKeyDictionary()
+def _kron_form(W: Kron, owners: bool) -> Form | None:
+    """The factors' partitions side by side; each cell's part by row-major index over theirs."""
+    forms = [_form(f, owners=owners) for f in W.factors]
+    if any(f is None for f in forms):
+        return None
+    found = [f for f in forms if f is not None]
+    owner = _ravel([f[1] for f in found if f[1] is not None], [f[0].parts for f in found]) if owners else None
+    return Partition(tuple(factor for f in found for factor in f[0].factors)), owner
 
 
-def _kept_explicit_form(W: Explicit, owners: bool) -> Form | None:
-    """:func:`_explicit_form`, kept per matrix object while it lives (its arrays read-only): a block's
-    factors are read again by every stack holding them (a planning search scores many candidate groups of
-    the same compiled blocks, and the planner reads a stack's form again after the planning-size check)."""
-    kept = _explicit_forms.setdefault(W, {})
+_kept_forms: weakref.WeakKeyDictionary[Workload, dict[bool, Form | None]] = weakref.WeakKeyDictionary()
+
+
+def _kept(W: Workload, owners: bool, compute: Callable[[], Form | None]) -> Form | None:
+    """``compute()``, W's form, kept per workload object while it lives (its arrays read-only): a block and
+    its factors are read again by every stack holding them (a planning search scores many candidate groups
+    of the same compiled blocks, and the planner reads a stack's form again after the planning-size check)."""
+    kept = _kept_forms.setdefault(W, {})
     if owners not in kept:
-        found = _explicit_form(W, owners)
+        found = compute()
         if found is not None:
             for array in (*(a for f in found[0].factors for a in (f.weights, f.sizes, f.part)), found[1]):
                 if array is not None:
                     array.flags.writeable = False
         kept[owners] = found
     return kept[owners]
+
+
+def _kept_explicit_form(W: Explicit, owners: bool) -> Form | None:
+    """:func:`_explicit_form`, kept per matrix object (:func:`_kept`)."""
+    return _kept(W, owners, lambda: _explicit_form(W, owners))
+
+
+def _kept_kron_form(W: Kron, owners: bool) -> Form | None:
+    """:func:`_kron_form`, kept per product object (:func:`_kept`)."""
+    return _kept(W, owners, lambda: _kron_form(W, owners))
 
 
 def _explicit_form(W: Explicit, owners: bool) -> Form | None:
@@ -255,12 +271,10 @@ def _stacked_form(W: VStack, owners: bool) -> Form | None:
     owner, parts = owner.copy(), head.parts
     weights, sizes, part = [head.weights], [head.sizes], [head.part]
     for later in W.blocks[1:]:
-        step = _form(later, owners=True)
+        step = _flat_block(later)
         if step is None:
             return None
-        form, cells = step
-        assert cells is not None
-        block = form.flat()
+        block, cells = step
         mapping = _matched(owner, parts, cells, block.parts)
         if mapping is None:
             return None
@@ -275,6 +289,33 @@ def _stacked_form(W: VStack, owners: bool) -> Form | None:
         rows[block.part >= 0] = mapping[block.part[block.part >= 0]]
         part.append(rows)
     return Partition((Factor(np.concatenate(weights), np.concatenate(sizes), np.concatenate(part), parts),)), owner
+
+
+_flat_blocks: weakref.WeakKeyDictionary[Workload, tuple[Factor, IntArray] | None] = weakref.WeakKeyDictionary()
+
+
+def _flat_block(W: Workload) -> tuple[Factor, IntArray] | None:
+    """(W's partition as one factor, each cell's part) for a stack's later block; kept per object for the
+    blocks whose forms are kept (:func:`_kept`), its arrays read-only."""
+    if not isinstance(W, (Explicit, Kron)):
+        return _flattened(W)
+    if W not in _flat_blocks:
+        found = _flattened(W)
+        if found is not None:
+            for array in (found[0].weights, found[0].sizes, found[0].part, found[1]):
+                array.flags.writeable = False
+        _flat_blocks[W] = found
+    return _flat_blocks[W]
+
+
+def _flattened(W: Workload) -> tuple[Factor, IntArray] | None:
+    """:func:`_flat_block` computed."""
+    step = _form(W, owners=True)
+    if step is None:
+        return None
+    form, cells = step
+    assert cells is not None
+    return form.flat(), cells
 
 
 def _matched(owner: IntArray, parts: int, cells: IntArray, new: int) -> IntArray | None:

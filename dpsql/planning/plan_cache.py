@@ -25,6 +25,7 @@ import json
 import math
 import os
 import tempfile
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,7 +49,9 @@ from dpsql.planning.strategy_cache import cache_dir
 #: Bump when the candidates, their scoring, the planner's work budgets or the keys change: decisions
 #: made under other rules are not reused. 2: domains keyed by their declaration (``declaration()``).
 #: 3: statement groups' candidate scores keyed by the group's statements (``load_scores``).
-DECISION_FORMAT = "3"
+#: 4: a batch's partition keyed by its statements' digests (what they ask, not where they are);
+#: workloads fed by their parts' digests (``structure_digest``).
+DECISION_FORMAT = "4"
 #: Leaves with at most this many entries are hashed row by row; larger ones by their Gram
 #: (the only candidate that reads rows, the workload's own, is limited to far smaller ones).
 ROW_HASH_ENTRIES = 2**22
@@ -80,7 +83,28 @@ def decision_key(W: Workload, *, noise: str, options: Iterable[str], extra: Mapp
 
 
 def _update(digest: hashlib._Hash, W: Workload) -> None:
-    """Feed W's structure into ``digest``: combinators by their parts, leaves by their entries."""
+    """Feed W's structure into ``digest``: its :func:`structure_digest`."""
+    digest.update(structure_digest(W))
+
+
+#: structure_digest's results by workload object (workloads are immutable once built): the blocks a
+#: statement compiles to recur in every candidate group holding it, each hashed once.
+_structures: weakref.WeakKeyDictionary[Workload, bytes] = weakref.WeakKeyDictionary()
+
+
+def structure_digest(W: Workload) -> bytes:
+    """SHA-256 of W's exact structure: its type and shape, then combinators by their parts' digests
+    (and a weight's bytes), leaves by their entries (:func:`_leaf_bytes`); memoised per object."""
+    known = _structures.get(W)
+    if known is None:
+        digest = hashlib.sha256()
+        _feed_structure(digest, W)
+        known = _structures[W] = digest.digest()
+    return known
+
+
+def _feed_structure(digest: hashlib._Hash, W: Workload) -> None:
+    """Feed W's type, shape and parts' digests (or a leaf's entries) into ``digest``."""
     digest.update(f"{type(W).__name__}{W.shape}".encode())
     if isinstance(W, VStack):
         parts: tuple[Workload, ...] = W.blocks
@@ -96,7 +120,7 @@ def _update(digest: hashlib._Hash, W: Workload) -> None:
         return
     digest.update(str(len(parts)).encode())
     for part in parts:
-        _update(digest, part)
+        digest.update(structure_digest(part))
 
 
 def _leaf_bytes(W: Workload) -> bytes:

@@ -30,6 +30,7 @@ Only per-attribute (nᵢ × nᵢ) matrices are ever dense; vectors over keys hav
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -164,8 +165,21 @@ def workload_sizes(W: Workload, caller: str = "marginal_weights") -> Sizes:
     return sizes
 
 
-def _factor_projection(F: Workload) -> tuple[float, float]:
-    """(b, a) with FᵀF ↦ bJ + aI of the same trace and entry sum (module doc)."""
+#: factor_projection's results by factor object (workloads are immutable once built): a statement's
+#: compiled factors recur in every candidate group that holds it, each computed once.
+_projections: weakref.WeakKeyDictionary[Workload, tuple[float, float]] = weakref.WeakKeyDictionary()
+
+
+def factor_projection(F: Workload) -> tuple[float, float]:
+    """(b, a) with FᵀF ↦ bJ + aI of the same trace and entry sum (module doc); memoised per object."""
+    known = _projections.get(F)
+    if known is None:
+        known = _projections[F] = _computed_projection(F)
+    return known
+
+
+def _computed_projection(F: Workload) -> tuple[float, float]:
+    """:func:`factor_projection` computed: b = (1ᵀFᵀF1 − tr FᵀF)/(n(n−1)), a = tr FᵀF/n − b."""
     n = F.shape[1]
     with np.errstate(over="ignore", invalid="ignore"):
         trace = float(sum(np.prod([v.sum() for v in term]) for term in F._column_terms(2)))
@@ -196,7 +210,7 @@ def marginal_weights(W: Workload, sizes: Sequence[int]) -> FloatArray:
                 f"a workload term over attribute sizes {[f.shape[1] for f in factors]} does not match "
                 f"the marginal domain {list(sizes)}."
             )
-        w += weight * _key_products([_factor_projection(factor) for factor in factors])
+        w += weight * _key_products([factor_projection(factor) for factor in factors])
     if not np.all(np.isfinite(w)):
         raise ShapeError("the workload has non-finite entries (NaN or ±inf); every query coefficient must be finite.")
     return w

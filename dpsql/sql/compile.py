@@ -221,14 +221,20 @@ class StatementMemo:
             self.masks[key] = axis_masks(column, statement, table)
         return self.masks[key]
 
+    def columns(self, index: int, statement: ir.Statement, table: sch.Table) -> frozenset[str]:
+        """The names of the columns the batch's ``index``-th statement (or the first of its copies) groups
+        or filters on, found once."""
+        touched = self.touched.get(index)
+        if touched is None:
+            touched = self.touched[index] = frozenset(c.name for c in _touched_columns([statement], table))
+        return touched
+
     def statement(self, compiler: _StatementCompiler, index: int, statement: ir.Statement) -> CompiledStatement:
         """``statement`` (the batch's ``index``-th) compiled over ``compiler``'s axes, its blocks appended
         to the compiler's: compiled once, then copied with its block indices moved to where they fall."""
         if self.same is not None:
             index = self.same[index]
-        touched = self.touched.get(index)
-        if touched is None:
-            touched = self.touched[index] = frozenset(c.name for c in _touched_columns([statement], compiler.table))
+        touched = self.columns(index, statement, compiler.table)
         key = (index, tuple((a.column.name, a.cell_of_base.tobytes() if a.column.name in touched else a.size)
                             for a in compiler.axes))
         offset = len(compiler.blocks)
@@ -288,10 +294,17 @@ class StatementMemo:
         if not isinstance(workload, Kron) or len(workload.factors) != len(positions) \
                 or not all(_nonzero_explicit(f) for f in workload.factors):
             return None
-        factors: list[Workload] = [self.ones.setdefault(n, Explicit(np.ones((1, n)))) for n in sizes]
+        factors: list[Workload] = [self._ones(n) for n in sizes]
         for position, factor in zip(positions, workload.factors):
             factors[position] = factor
         return Kron(factors)
+
+    def _ones(self, n: int) -> Explicit:
+        """The row of ones over ``n`` cells shared by the extended blocks (built once per size)."""
+        ones = self.ones.get(n)
+        if ones is None:
+            ones = self.ones[n] = Explicit(np.ones((1, n)))
+        return ones
 
 
 def _nonzero_explicit(factor: Workload) -> bool:
@@ -323,7 +336,11 @@ def compile_group(batch: ir.Batch, table: sch.Table, members: Sequence[int], ind
     """
     sub = [batch.statements[i] for i in members]
     values = values or {}
-    touched = {c.name for c in _touched_columns(sub, table)}
+    if memo is None or values:
+        touched = {c.name for c in _touched_columns(sub, table)}
+    else:  # the union of each statement's columns, each found once
+        touched = set().union(*(memo.columns(memo.same[i] if memo.same is not None else i, batch.statements[i], table)
+                                for i in members))
     columns = [c for c in table.columns.values() if c.name in touched or c.name in values]
     if memo is None or values:
         axes = tuple(_axis(column, [axis_keys(column, statement, table) for statement in sub],

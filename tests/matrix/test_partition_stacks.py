@@ -92,3 +92,38 @@ def test_an_explicit_factor_s_partition_is_read_once_and_kept_read_only() -> Non
     kept = partitions.partition_form(rows)
     assert kept is not None and kept is partitions.partition_form(rows)
     assert not kept.factors[0].weights.flags.writeable
+
+
+def _arrays(W: VStack) -> list[np.ndarray] | None:
+    """Every array of W's partition form and each cell's part, for exact comparison."""
+    from dpsql.matrix import partitions
+
+    found = partitions.partition_form(W)
+    if found is None:
+        return None
+    owner, _ = partitions.part_of_cell(W)
+    return [owner, *(a for f in found.factors for a in (f.weights, f.sizes, f.part, np.array([f.parts])))]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_kept_product_forms_and_flat_blocks_match_the_forms_computed_afresh(seed: int) -> None:
+    """Kron blocks' forms and stacks' flattened later blocks are kept per object: a stack read again
+    (or another stack of the same blocks) gives bit for bit what reading them afresh gives."""
+    from dpsql.matrix.workloads import Kron
+
+    rng = np.random.default_rng(seed)
+    sizes = [int(rng.integers(1, 5)) for _ in range(int(rng.integers(1, 4)))]
+
+    def factor(n: int) -> Explicit:
+        return Explicit(np.ones((1, n)) if rng.random() < 0.4 else
+                        np.eye(n)[rng.permutation(n)][: int(rng.integers(1, n + 1))] * float(rng.integers(1, 3)))
+
+    blocks = [Kron([factor(n) for n in sizes]) for _ in range(int(rng.integers(2, 5)))]
+    stacks = [VStack([blocks[i] for i in rng.permutation(len(blocks))]) for _ in range(3)]
+    kept = [_arrays(W) for W in stacks] + [_arrays(W) for W in stacks]
+    copies = [Kron([Explicit(np.array(f.matrix)) for f in block.factors]) for block in blocks]  # not kept yet
+    fresh = [_arrays(VStack([copies[blocks.index(b)] for b in W.blocks])) for W in stacks] * 2
+    for a, b in zip(kept, fresh, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None and b is not None:
+            assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))

@@ -58,6 +58,22 @@ def test_different_workloads_and_options_get_different_decisions() -> None:
     assert extra != plan_cache.decision_key(workloads.Prefix(8), noise="laplace", options=[], extra={})
 
 
+def test_structure_digests_are_memoised_exactly_and_by_content() -> None:
+    """A workload's digest is the same memoised or not, and the same for equal content built apart."""
+    def build(weight: float) -> workloads.Workload:
+        product = workloads.Kron([workloads.Explicit(np.arange(6.0).reshape(2, 3)), workloads.Prefix(4)])
+        totals = workloads.Kron([workloads.Identity(3), workloads.Total(4)])
+        return workloads.VStack([product, workloads.Weighted(weight, totals)])
+
+    W = build(2.0)
+    first = plan_cache.structure_digest(W)
+    assert plan_cache.structure_digest(W) is first  # from the memo
+    assert plan_cache.structure_digest(build(2.0)) == first  # the same content built afresh
+    assert plan_cache.structure_digest(build(2.5)) != first
+    key = plan_cache.decision_key(W, noise="laplace", options=[], extra={})
+    assert plan_cache.decision_key(build(2.0), noise="laplace", options=[], extra={}) == key
+
+
 def test_a_damaged_or_inconsistent_entry_is_planned_again(private_cache: Path) -> None:
     W = workloads.Prefix(16)
     first = planner.plan(W, noise="laplace")
@@ -97,6 +113,30 @@ def test_a_batch_is_grouped_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [s.group for s in again.groups.compiled.statements] == [s.group for s in first.groups.compiled.statements]
     engine.prepare(batch.replace("x < 10", "x < 11"), schema, PrivacyCost(epsilon=1.0))
     assert searched == [1]  # another batch is grouped afresh
+
+
+def test_a_batch_is_grouped_once_wherever_its_statements_stand_in_the_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The partition is keyed by what the statements ask (their digests), not by their spans."""
+    schema = Schema.load({"tables": {"t": {"columns": {
+        "x": {"type": "integer", "lower": 0, "upper": 31, "bin_width": 4, "resolution": 1},
+        "g": {"type": "categorical", "values": ["a", "b", "c"]}}}}})
+    batch = ("SELECT g, COUNT(*) FROM t GROUP BY g; SELECT x, COUNT(*) FROM t GROUP BY x; "
+             "SELECT COUNT(*) FROM t WHERE x < 10 AND g = 'a'")
+    engine.prepare(batch, schema, PrivacyCost(epsilon=1.0))
+    plan_cache.clear_memory()
+    searched: list[int] = []
+    monkeypatch.setattr(grouping, "search_partition", lambda *args: searched.append(1) or [[0], [1], [2]])
+    engine.prepare("\n  " + batch.replace("; ", ";\n\n   "), schema, PrivacyCost(epsilon=1.0))
+    assert searched == []
+
+
+def test_statement_digests_are_memoised_exactly() -> None:
+    from dpsql.sql.parse import parse_batch
+
+    batch = parse_batch("SELECT COUNT(*) FROM t; SELECT COUNT(*) FROM t WHERE x < 3;  SELECT COUNT(*) FROM t", None)
+    fresh = [grouping.statement_digest.__wrapped__(s) for s in batch.statements]
+    assert grouping.statement_digests(batch) == grouping.statement_digests(batch) == fresh
+    assert fresh[0] == fresh[2] != fresh[1]
 
 
 def test_each_blocks_expected_error_is_computed_once(monkeypatch: pytest.MonkeyPatch) -> None:

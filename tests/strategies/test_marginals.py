@@ -379,3 +379,37 @@ def test_opt_marginals_bad_input() -> None:
 def test_opt_marginals_all_zero_workload_is_identity() -> None:
     A = opt_marginals(wl.Explicit(np.zeros((2, 6))))
     np.testing.assert_array_equal(A.dense(), np.eye(6))
+
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), sizes=size_lists)
+def test_factor_projections_are_memoised_per_object_exactly(data: st.DataObject, sizes: tuple[int, ...]) -> None:
+    """The memo returns (b, a) bit for bit as a fresh copy of the factor gets it, and marginal_weights is
+    unchanged by it; it does not keep a factor alive."""
+    import gc
+    import weakref
+
+    from dpsql.residual.basis import factor_projection
+
+    rows = [data.draw(st.lists(st.lists(st.integers(-3, 3), min_size=n, max_size=n), min_size=1, max_size=4))
+            for n in sizes]
+
+    def build() -> tuple[list[wl.Workload], wl.Workload]:
+        factors: list[wl.Workload] = [wl.Explicit(np.array(r, dtype=float)) for r in rows]
+        totals = [wl.Identity(n) for n in sizes]
+        return factors, wl.VStack([wl.Kron(factors) if len(factors) > 1 else factors[0],
+                                   wl.Weighted(2.0, wl.Kron(totals) if len(totals) > 1 else totals[0])])
+
+    factors, W = build()
+    first = [factor_projection(F) for F in factors]
+    assert all(factor_projection(F) is known for F, known in zip(factors, first))  # from the memo
+    fresh, again = build()
+    assert [factor_projection(F) for F in fresh] == first
+    weights = marginal_weights(W, sizes)
+    np.testing.assert_array_equal(marginal_weights(W, sizes), weights)
+    np.testing.assert_array_equal(marginal_weights(again, sizes), weights)
+    held = weakref.ref(factors[0])
+    del factors, W, first
+    gc.collect()
+    assert held() is None  # the memo does not keep factors alive

@@ -8,6 +8,7 @@ or (Σ_k √c_k)² (Gaussian) over the measurements' weighted unit errors c_k = 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -22,6 +23,8 @@ from dpsql.sql.compile import MERGE_CELLS, StatementMemo, column_set, compile_gr
 
 #: How many candidate statement groups the partition search may plan before it stops merging.
 MAX_GROUP_EVALUATIONS = 60
+#: Statement digests kept in memory per process (:func:`statement_digest`).
+DIGESTS_KEPT = 8192
 
 
 def choose_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weighing | None = None,
@@ -32,13 +35,14 @@ def choose_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weig
     limits apart: ``planning_size.bounded_partition``); merges beyond those limits are never
     chosen. Candidate groups are scored with the standard
     strategies and the quick optimized template (weighted marginals), which is what makes merging
-    GROUP BYs over different columns pay off. The partition found is cached by the statements,
-    their weights and the table's declaration (``dpsql.planning.plan_cache``), and so is each candidate
+    GROUP BYs over different columns pay off. The partition found is cached by the statements (what
+    they ask: :func:`statement_digest`), their weights and the table's declaration
+    (``dpsql.planning.plan_cache``), and so is each candidate
     group's score, by that group alone (:func:`group_key`): a batch sharing groups with an earlier one
     scores only the candidate groups it does not share. ``memo``: the batch's statements compiled so far.
     """
     weighing = weighing or Weighing(weights=(1.0,) * len(batch.statements), noise=noise)
-    key = plan_cache.object_key("partition", noise, table, batch.statements, weighing.weights)
+    key = plan_cache.object_key("partition", noise, table, statement_digests(batch), weighing.weights)
     known = plan_cache.load_partition(key, len(batch.statements))
     if known is None:
         known = search_partition(batch, table, noise, weighing, memo)
@@ -105,9 +109,11 @@ def search_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weig
     return [sorted(g) for g in groups]
 
 
+@functools.lru_cache(maxsize=DIGESTS_KEPT)
 def statement_digest(statement: ir.Statement) -> str:
     """What ``statement`` asks, as a plan-cache digest: its content with ``ir.Span`` (where it is in
-    the batch text) left out, so identical statements anywhere in any batch have one digest."""
+    the batch text) left out, so identical statements anywhere in any batch have one digest.
+    Memoised by the (frozen, hashable) statement: preparing a batch asks for each digest several times."""
     return plan_cache.object_key("statement", statement, omit=(ir.Span,))
 
 
