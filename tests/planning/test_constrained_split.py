@@ -194,6 +194,25 @@ def test_a_batch_already_within_its_promise_keeps_the_closed_form_split() -> Non
         engine.explain(prepared)
 
 
+
+def test_a_statement_no_split_can_help_is_planned_again_until_it_is_within_its_promise() -> None:
+    """Three statements in one group, measured by one strategy: no split of one measurement moves
+    anyone (λ = 0), and at ε = 1 the strategy the weights w choose leaves the range count worse than alone. The
+    strategies are planned again with that statement's weight raised by r², and every statement ends
+    within its promise."""
+    schema = Schema.load({"tables": {"t": {"columns": {"a": {"type": "integer", "lower": 0, "upper": 9},
+                                                       "b": {"type": "integer", "lower": 0, "upper": 2}}}}})
+    batch = ("SELECT a, COUNT(*) AS n FROM t GROUP BY a; SELECT COUNT(*) AS n FROM t WHERE a < 5; "
+             "SELECT b, COUNT(*) AS n FROM t GROUP BY b")
+    cost = PrivacyCost(epsilon=1.0)
+    plan = engine.prepare(batch, schema, cost).groups
+    errors = engine.statement_errors(plan.compiled, measured_sums(plan.compiled, plan.measurements), cost)
+    assert len(plan.measurements) == 1 and plan.guard_notes == ()
+    assert max(e.ratio for e in errors) <= 1 + TOLERANCE
+    first, _ = group_route.plan_groups(plan.batch, schema, cost, Weighing(weights=(1.0, 1.0, 1.0),
+                                       noise=plan.measurements[0].plan.noise), None, (1.0, 1.0, 1.0))
+    assert first.guard_notes != ()  # the plan under w alone breaks the promise: planning again is what keeps it
+
 @pytest.mark.slow
 def test_answers_at_the_guards_split_have_honest_standard_errors() -> None:
     """40 seeded releases of the starved-AVG batch at ε = 1 (the guard's split): z-scores of every

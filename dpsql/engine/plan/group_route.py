@@ -179,7 +179,7 @@ def plan_groups(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weighing: We
                       measurements=guarded.measurements, thresholds=tuple(selections), answering_notes=notes,
                       weights=guarded.kept.weights, guard_notes=guarded.notes, split_objective=guarded.objective,
                       unconstrained=guarded.unconstrained, split_cap=guarded.cap)
-    return plan, guarded.kept
+    return plan, guarded.replan
 
 
 # ===================================================================== after θ is released

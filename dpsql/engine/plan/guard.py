@@ -158,6 +158,9 @@ class Guarded:
     objective: float
     unconstrained: float
     cap: float
+    #: The weights to plan the strategies again with: w_s + λ_s, times r_s² for a statement still worse
+    #: than alone at this split (λ cannot move it when no split can: one measurement shared by every statement).
+    replan: Weighing
 
 
 def guard(compiled: CompiledBatch, measurements: tuple[PlannedVector, ...], weighing: Weighing, cost: PrivacyCost,
@@ -170,7 +173,8 @@ def guard(compiled: CompiledBatch, measurements: tuple[PlannedVector, ...], weig
     Otherwise the shares are ``constrained_split.solve``'s: the least J subject to r_s ≤ 1 (or to the
     least achievable worst ratio, when no split meets 1), and the measurements carry the block
     weights of w_s + λ_s, whose closed-form split that is. A note names each statement left worse
-    than alone. Public information only: the plan and the schema.
+    than alone, and the weights to plan again with raise its weight by r_s² (the split alone cannot help
+    it). Public information only: the plan and the schema.
     """
     H, beta = ratio_terms(compiled, measurements, cost, budget)
     solved = constrained_split.solve(H, beta, weights, weighing.noise)
@@ -178,14 +182,16 @@ def guard(compiled: CompiledBatch, measurements: tuple[PlannedVector, ...], weig
     objective = float(np.dot(weights, [e.ratio for e in errors]))
     if tuple(weights) == weighing.weights and not weighting.worse_than_alone([e.ratio for e in errors]):
         return Guarded(measurements=measurements, kept=weighing, notes=(), objective=objective,
-                       unconstrained=solved.unconstrained, cap=solved.cap)
+                       unconstrained=solved.unconstrained, cap=solved.cap, replan=weighing)
     raised = Weighing(weights=solved.weights, noise=weighing.noise)
     drafts = [m.draft(vector_weights(compiled, m, raised, compiled.table.columns)) for m in measurements]
     found = at_fractions(drafts, solved.fractions, budget)
     errors = statement_errors(compiled, measured_sums(compiled, found), cost)
     found_objective = float(np.dot(weights, [e.ratio for e in errors]))
+    pushed = Weighing(weights=tuple(w * max(1.0, e.ratio) ** 2 for w, e in zip(solved.weights, errors)),
+                      noise=weighing.noise)
     return Guarded(measurements=found, kept=raised, notes=guard_notes(errors, solved.cap), objective=found_objective,
-                   unconstrained=solved.unconstrained, cap=solved.cap)
+                   unconstrained=solved.unconstrained, cap=solved.cap, replan=pushed)
 
 
 def guard_notes(errors: Sequence[StatementError], cap: float | None) -> tuple[tuple[int, str], ...]:
