@@ -149,11 +149,11 @@ def _form(W: Workload, *, owners: bool) -> Form | None:
         first, *rest = inner[0].factors
         return Partition((Factor(W.weight * first.weights, first.sizes, first.part, first.parts), *rest)), inner[1]
     if isinstance(W, Explicit):
-        return _kept_explicit_form(W, owners)
+        return _kept(W, owners, lambda: _explicit_form(W, owners))
     if isinstance(W, Ranges):
         return _ranges_form(W, owners)
     if isinstance(W, Kron):
-        return _kept_kron_form(W, owners)
+        return _kept(W, owners, lambda: _kron_form(W, owners))
     if isinstance(W, VStack):
         return _stacked_form(W, owners)
     return None
@@ -180,21 +180,16 @@ def _kept(W: Workload, owners: bool, compute: Callable[[], Form | None]) -> Form
     if owners not in kept:
         found = compute()
         if found is not None:
-            for array in (*(a for f in found[0].factors for a in (f.weights, f.sizes, f.part)), found[1]):
-                if array is not None:
-                    array.flags.writeable = False
+            _read_only(*(a for f in found[0].factors for a in (f.weights, f.sizes, f.part)), found[1])
         kept[owners] = found
     return kept[owners]
 
 
-def _kept_explicit_form(W: Explicit, owners: bool) -> Form | None:
-    """:func:`_explicit_form`, kept per matrix object (:func:`_kept`)."""
-    return _kept(W, owners, lambda: _explicit_form(W, owners))
-
-
-def _kept_kron_form(W: Kron, owners: bool) -> Form | None:
-    """:func:`_kron_form`, kept per product object (:func:`_kept`)."""
-    return _kept(W, owners, lambda: _kron_form(W, owners))
+def _read_only(*arrays: npt.NDArray[np.generic] | None) -> None:
+    """Mark kept arrays read-only, so that no caller can change what later readers get."""
+    for array in arrays:
+        if array is not None:
+            array.flags.writeable = False
 
 
 def _explicit_form(W: Explicit, owners: bool) -> Form | None:
@@ -302,8 +297,7 @@ def _flat_block(W: Workload) -> tuple[Factor, IntArray] | None:
     if W not in _flat_blocks:
         found = _flattened(W)
         if found is not None:
-            for array in (found[0].weights, found[0].sizes, found[0].part, found[1]):
-                array.flags.writeable = False
+            _read_only(found[0].weights, found[0].sizes, found[0].part, found[1])
         _flat_blocks[W] = found
     return _flat_blocks[W]
 

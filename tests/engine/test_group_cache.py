@@ -13,7 +13,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import dpsql.engine.plan.prepare as prepare_module
 from dpsql import engine
 from dpsql.budget.accounting import PrivacyCost
 from dpsql.engine.plan import grouping
@@ -205,7 +204,7 @@ def test_copies_of_a_statement_are_compiled_once_in_the_group_search(monkeypatch
             memos.append(self)
 
     copies = 20
-    monkeypatch.setattr(prepare_module, "StatementMemo", Counting)  # one memo serves the size check and the search
+    monkeypatch.setattr(grouping, "StatementMemo", Counting)  # every memo of the batch is made by grouping.batch_memo
     _prepare([POOL[0]] * copies + [FIRST[0]] * copies + [FIRST[1]])
     compiled = {key for memo in memos for key in memo.compiled}
     assert memos and {index for index, _ in compiled} == {0, copies, 2 * copies}  # each statement's first copy

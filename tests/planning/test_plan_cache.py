@@ -98,12 +98,16 @@ def test_a_cached_decision_never_changes_the_noise_calibration(private_cache: Pa
     assert tampered.name == "identity" and tampered.strategy.sensitivity("l1") == 1.0
 
 
+#: A table and a batch of three statements that the grouping search splits into groups.
+GROUPED_SCHEMA = {"tables": {"t": {"columns": {
+    "x": {"type": "integer", "lower": 0, "upper": 31, "bin_width": 4, "resolution": 1},
+    "g": {"type": "categorical", "values": ["a", "b", "c"]}}}}}
+GROUPED_BATCH = ("SELECT g, COUNT(*) FROM t GROUP BY g; SELECT x, COUNT(*) FROM t GROUP BY x; "
+                 "SELECT COUNT(*) FROM t WHERE x < 10 AND g = 'a'")
+
+
 def test_a_batch_is_grouped_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    schema = Schema.load({"tables": {"t": {"columns": {
-        "x": {"type": "integer", "lower": 0, "upper": 31, "bin_width": 4, "resolution": 1},
-        "g": {"type": "categorical", "values": ["a", "b", "c"]}}}}})
-    batch = ("SELECT g, COUNT(*) FROM t GROUP BY g; SELECT x, COUNT(*) FROM t GROUP BY x; "
-             "SELECT COUNT(*) FROM t WHERE x < 10 AND g = 'a'")
+    schema, batch = Schema.load(GROUPED_SCHEMA), GROUPED_BATCH
     first = engine.prepare(batch, schema, PrivacyCost(epsilon=1.0))
     plan_cache.clear_memory()
     searched: list[int] = []
@@ -117,11 +121,7 @@ def test_a_batch_is_grouped_once(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_batch_is_grouped_once_wherever_its_statements_stand_in_the_text(monkeypatch: pytest.MonkeyPatch) -> None:
     """The partition is keyed by what the statements ask (their digests), not by their spans."""
-    schema = Schema.load({"tables": {"t": {"columns": {
-        "x": {"type": "integer", "lower": 0, "upper": 31, "bin_width": 4, "resolution": 1},
-        "g": {"type": "categorical", "values": ["a", "b", "c"]}}}}})
-    batch = ("SELECT g, COUNT(*) FROM t GROUP BY g; SELECT x, COUNT(*) FROM t GROUP BY x; "
-             "SELECT COUNT(*) FROM t WHERE x < 10 AND g = 'a'")
+    schema, batch = Schema.load(GROUPED_SCHEMA), GROUPED_BATCH
     engine.prepare(batch, schema, PrivacyCost(epsilon=1.0))
     plan_cache.clear_memory()
     searched: list[int] = []

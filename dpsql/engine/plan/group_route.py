@@ -23,7 +23,7 @@ from dpsql.backends import Backend
 from dpsql.budget.accounting import PrivacyCost
 from dpsql.engine.measuring.measure import MeasuredVector, measure_groups
 from dpsql.engine.measuring.measurements import PlannedVector, check_calibrations, split
-from dpsql.engine.plan.grouping import choose_partition, same_statements, statement_digests
+from dpsql.engine.plan.grouping import batch_memo, choose_partition
 from dpsql.engine.plan.guard import StatementError, guard, measured_sums, standing, statement_errors
 from dpsql.engine.plan.metadata import Release, ReleaseMetadata, family_name
 from dpsql.engine.plan.sum_answering import answering_groups, bias_bounds
@@ -132,7 +132,7 @@ def plan_route(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: tupl
     (GUARD_REPLANS times at most; kept only when fewer statements lose, the worst loses less, or
     J is lower). ``memo``: the batch's statements compiled so far (one memo serves every pass: a
     statement's blocks do not depend on the weights)."""
-    memo = memo if memo is not None else StatementMemo(same_statements(statement_digests(batch)))
+    memo = memo if memo is not None else batch_memo(batch)
     plan, raised = plan_groups(batch, schema, cost, Weighing(weights=weights, noise=noise_of(cost)), progress, weights,
                                memo)
     for _ in range(GUARD_REPLANS):
@@ -159,7 +159,7 @@ def plan_groups(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weighing: We
     guard's weights w_s + λ_s, to plan again with. ``memo``: the batch's statements compiled so far."""
     noise = weighing.noise
     table = batch_table(batch, schema)
-    memo = memo if memo is not None else StatementMemo(same_statements(statement_digests(batch)))
+    memo = memo if memo is not None else batch_memo(batch)
     separate = compile_batch(batch, schema, choose_partition(batch, table, noise, weighing, memo), memo)
     columns = separate.table.columns
     measured = [columns[str(v.column)] for g in separate.groups for v in g.data_kinds() if v.is_sum]

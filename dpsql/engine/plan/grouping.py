@@ -66,7 +66,7 @@ def search_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weig
     dense: dict[frozenset[int], list[tuple[int, ...]]] = {}  # each group's densely planned vectors (planning_size)
     digests = statement_digests(batch)
     # each distinct statement compiled once per distinct set of axes, not once per candidate nor per copy
-    memo = memo if memo is not None else StatementMemo(same_statements(digests))
+    memo = memo if memo is not None else batch_memo(batch)
 
     def group_errors(members: frozenset[int]) -> list[float]:
         if members not in errors:
@@ -120,6 +120,11 @@ def statement_digest(statement: ir.Statement) -> str:
 def statement_digests(batch: ir.Batch) -> list[str]:
     """:func:`statement_digest` of each of the batch's statements, in order."""
     return [statement_digest(statement) for statement in batch.statements]
+
+
+def batch_memo(batch: ir.Batch) -> StatementMemo:
+    """An empty :class:`~dpsql.sql.compile.StatementMemo` for ``batch``: identical statements share one entry."""
+    return StatementMemo(same_statements(statement_digests(batch)))
 
 
 def same_statements(digests: Sequence[str]) -> list[int]:

@@ -9,7 +9,7 @@ from dataclasses import replace
 from dpsql.answers.derived import check_unions
 from dpsql.budget.accounting import PrivacyCost, check_batch_cost
 from dpsql.engine.measuring.measurements import check_plan_cost
-from dpsql.engine.plan.grouping import same_statements, statement_digests
+from dpsql.engine.plan.grouping import batch_memo
 from dpsql.engine.plan.planning_size import bounded_partition, check_planning_size, planning_resources
 from dpsql.engine.plan.residual_route import ResidualPlan
 from dpsql.engine.plan.routes import PlanRequest, Prepared, ResidualPlanner, StatementGroups, choose
@@ -19,7 +19,7 @@ from dpsql.matrix import blas
 from dpsql.planning.planner import Progress
 from dpsql.schema import Schema
 from dpsql.sql import ir, public_joins
-from dpsql.sql.compile import StatementMemo, batch_table, compile_batch, initial_partition
+from dpsql.sql.compile import batch_table, compile_batch, initial_partition
 from dpsql.sql.flatten import expand_weights
 from dpsql.sql.parse import parse_batch
 
@@ -65,7 +65,7 @@ def prepare(batch: str | ir.Batch, schema: Schema, cost: PrivacyCost, parameters
         planned = tuple(planned[i] for i in statements)
     table = batch_table(batch, schema)
     check_unions(batch, table)
-    memo = StatementMemo(same_statements(statement_digests(batch)))  # shared by the size check and the groups' route
+    memo = batch_memo(batch)  # shared by the size check and the groups' route
     request = PlanRequest(batch=batch, schema=schema, cost=cost, weights=planned, progress=progress, memo=memo)
     check_planning_size(batch, compile_batch(batch, schema, bounded_partition(batch, table, memo), memo))
     residual = ResidualPlanner().plan(request)
