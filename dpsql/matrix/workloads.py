@@ -784,6 +784,20 @@ def positive_int(value: int, name: str) -> int:
     return int(value)
 
 
+def rank_bound(A: Workload) -> int:
+    """An upper bound on rank(A) from its structure alone, O(number of factors and blocks): rank(A) ≤
+    min(rows, columns); rank(⊗Aᵢ) = Π rank(Aᵢ); rank of a stack ≤ the sum of its blocks' ranks;
+    rank(w·A) = rank(A)."""
+    rows, columns = A.shape
+    if isinstance(A, Weighted):
+        return rank_bound(A.base)
+    if isinstance(A, Kron):
+        return min(rows, columns, math.prod(rank_bound(f) for f in A.factors))
+    if isinstance(A, VStack):
+        return min(rows, columns, sum(rank_bound(b) for b in A.blocks))
+    return min(rows, columns)
+
+
 def kron_factors(A: Workload) -> tuple[Workload, ...]:
     """A's Kronecker factors (a single-element tuple for a non-Kronecker operator)."""
     return A.factors if isinstance(A, Kron) else (A,)

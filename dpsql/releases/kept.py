@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dpsql.matrix.workloads import Workload
+from dpsql.matrix.workloads import Kron, Weighted, Workload, rank_bound
 from dpsql.releases.recipes import decode_array, encode_array, from_recipe, to_recipe
 from dpsql.releases.whitening import whitening
 
@@ -66,25 +66,10 @@ class KeptMeasurement:
 
     def cell_stddev(self) -> float | None:
         """The largest standard error of one cell's estimate from this measurement alone, in data
-        units (None when some cell is not determined by it alone, e.g. a residual)."""
-        gram, _ = self.information()
-        found = whitening(gram, 1e-10)
-        if found is not None:  # the cells with a non-zero diagonal entry span M's range
-            kept, whitened = found
-            if kept.size < gram.shape[0]:  # some cell outside the measured span
-                return None
-            return float(np.sqrt(np.max(np.sum(whitened * whitened, axis=1)))) * self.unit
-        try:
-            eigenvalues, vectors = np.linalg.eigh(gram)
-        except np.linalg.LinAlgError:
-            return None
-        keep = eigenvalues > 1e-10 * max(float(eigenvalues.max()), 0.0) if eigenvalues.size else eigenvalues > 0
-        if not np.any(keep):
-            return None
-        basis = vectors[:, keep]
-        if not np.allclose(np.sum(basis**2, axis=1), 1.0, atol=1e-7):  # some cell outside the measured span
-            return None
-        return float(np.sqrt(np.max(np.sum(basis**2 / eigenvalues[keep], axis=1)))) * self.unit
+        units (None when some cell is not determined by it alone, e.g. a residual):
+        σ · √(max_i [(ÃᵀÃ)⁻¹]_ii) · unit, from the strategy's structure (:func:`largest_cell_variance`)."""
+        variance = largest_cell_variance(self.strategy)
+        return None if variance is None else float(np.sqrt(variance * self.noise_variance)) * self.unit
 
     @property
     def identity(self) -> tuple[int, int]:
@@ -136,3 +121,38 @@ def read_payload(text: str, release: int, schema: str, data: str = "") -> list[K
     if value.get("schema") != schema or value.get("data", "") != data:
         return []
     return [KeptMeasurement.from_json(entry, release, index) for index, entry in enumerate(value["measurements"])]
+
+
+def largest_cell_variance(A: Workload) -> float | None:
+    """max_i [(AᵀA)⁻¹]_ii, the largest variance of one cell's least-squares estimate under unit noise,
+    or None when some cell is not determined by A (it lies outside A's row space).
+
+    Structure first: rank(A) < cells (bounded without factoring, :func:`rank_bound`) leaves a cell
+    undetermined; (w·A) scales it by w⁻²; for A = ⊗Aᵢ, (AᵀA)⁻¹ = ⊗(AᵢᵀAᵢ)⁻¹ and the largest diagonal
+    entry of a Kronecker product of non-negative diagonals is the product of the largest. Otherwise
+    AᵀA is factored: by Cholesky where its full rank is certain (:mod:`dpsql.releases.whitening`),
+    else by one eigendecomposition with eigenvalues below 10⁻¹⁰ of the largest set to zero."""
+    if rank_bound(A) < A.shape[1]:
+        return None
+    if isinstance(A, Weighted):
+        inner = largest_cell_variance(A.base)
+        return None if inner is None else inner / A.weight**2
+    if isinstance(A, Kron):
+        found = [largest_cell_variance(f) for f in A.factors]
+        return None if any(v is None for v in found) else float(np.prod(found))
+    gram = np.asarray(A.gram().dense(), dtype=np.float64)
+    white = whitening(gram, 1e-10)
+    if white is not None:  # the cells with a non-zero diagonal entry span the Gram's range
+        kept, whitened = white
+        return None if kept.size < gram.shape[0] else float(np.max(np.sum(whitened * whitened, axis=1)))
+    try:
+        eigenvalues, vectors = np.linalg.eigh(gram)
+    except np.linalg.LinAlgError:
+        return None
+    keep = eigenvalues > 1e-10 * max(float(eigenvalues.max()), 0.0) if eigenvalues.size else eigenvalues > 0
+    if not np.any(keep):
+        return None
+    basis = vectors[:, keep]
+    if not np.allclose(np.sum(basis**2, axis=1), 1.0, atol=1e-7):  # some cell outside the range
+        return None
+    return float(np.max(np.sum(basis**2 / eigenvalues[keep], axis=1)))
