@@ -138,8 +138,13 @@ def largest_cell_variance(A: Workload) -> float | None:
         inner = largest_cell_variance(A.base)
         return None if inner is None else inner / A.weight**2
     if isinstance(A, Kron):
-        found = [largest_cell_variance(f) for f in A.factors]
-        return None if any(v is None for v in found) else float(np.prod(found))
+        product = 1.0
+        for factor in A.factors:
+            inner = largest_cell_variance(factor)
+            if inner is None:
+                return None
+            product *= inner
+        return product
     gram = np.asarray(A.gram().dense(), dtype=np.float64)
     white = whitening(gram, 1e-10)
     if white is not None:  # the cells with a non-zero diagonal entry span the Gram's range
