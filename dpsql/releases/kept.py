@@ -64,6 +64,11 @@ class KeptMeasurement:
             self._information.append((gram, self.strategy.rmatvec(self.y) / self.noise_variance))
         return self._information[0]
 
+    def root(self) -> tuple[FloatArray, FloatArray]:
+        """(Ã / σ, y / σ): the whitened measurement, whose Gram and score are :meth:`information`'s."""
+        scale = 1.0 / np.sqrt(self.noise_variance)
+        return np.asarray(self.strategy.dense(), dtype=np.float64) * scale, self.y * scale
+
     def cell_stddev(self) -> float | None:
         """The largest standard error of one cell's estimate from this measurement alone, in data
         units (None when some cell is not determined by it alone, e.g. a residual):

@@ -190,13 +190,7 @@ def on_classes(M: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, F
         S[np.ix_(classes, classes)] = M
         r[classes] = b
         return S, r
-    sizes = np.bincount(classes[classes >= 0], minlength=t).astype(np.float64)
-    scale = np.zeros(t)
-    scale[sizes > 0] = 1.0 / np.sqrt(sizes[sizes > 0])
-    n = classes.size
-    members = np.flatnonzero(classes >= 0)
-    U = sp.csr_array((scale[classes[members]], (members, classes[members])), shape=(n, t))
-    N = contrasts(classes)
+    scale, U, N = _class_coordinates(found)
     MU, MN = np.asarray(M @ U), np.asarray(M @ N)
     Muu, Mun, Mnn = np.asarray(U.T @ MU), np.asarray(U.T @ MN), np.asarray(N.T @ MN)
     white = whitening(Mnn, EIGEN_CUTOFF)                        # (Nᵀ M N)⁺ = half halfᵀ
@@ -210,7 +204,50 @@ def on_classes(M: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, F
     S_phi = Muu - cross @ cross.T
     r_phi = np.asarray(U.T @ b) - cross @ (half.T @ np.asarray(N.T @ b))
     S_phi = (S_phi + S_phi.T) / 2
-    return S_phi * np.outer(scale, scale) * np.outer(sizes > 0, sizes > 0), r_phi * scale
+    return _on_totals(S_phi, r_phi, scale)
+
+
+def on_classes_of_root(X: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, FloatArray]:
+    """:func:`on_classes` of M = XᵀX given X (m × n; the stacked Ã/σ of measurements over the same
+    cells), without forming or decomposing Nᵀ M N when X has fewer rows than cells.
+
+    With X N = Uₓ Σ Vᵀ (thin SVD), (Nᵀ M N)⁺ = V Σ⁻² Vᵀ over the singular values kept by the same
+    rule (σᵢ² above ``EIGEN_CUTOFF`` of the largest), so Uᵀ M N (Nᵀ M N)⁺ Nᵀ M U = (XU)ᵀ Pₓ (XU) with
+    Pₓ = Uₓ Uₓᵀ the projector onto X N's kept range:
+
+        S_φ = ((I − Pₓ) X U)ᵀ ((I − Pₓ) X U),     r_φ = Uᵀ b − (XU)ᵀ Uₓ Σ⁻¹ Vᵀ Nᵀ b.
+
+    An SVD of m × n' costs O(m² n') against the O(n'³) of Nᵀ M N's eigendecomposition (Golub and Van
+    Loan, "Matrix Computations", 2013, 8.6)."""
+    if found.refines or X.shape[0] >= found.of_measured.size:
+        return on_classes(X.T @ X, b, found)
+    scale, U, N = _class_coordinates(found)
+    XU = np.asarray((U.T @ X.T).T)                                # X U, m × t
+    XN = np.asarray((N.T @ X.T).T)                                # X N, m × n'
+    left, singular, right = np.linalg.svd(XN, full_matrices=False) if XN.size else \
+        (np.zeros((X.shape[0], 0)), np.zeros(0), np.zeros((0, XN.shape[1])))
+    largest = float(singular[0] ** 2) if singular.size else 0.0
+    keep = singular**2 > EIGEN_CUTOFF * largest if largest > 0 else np.zeros(singular.size, dtype=bool)
+    left, singular, right = left[:, keep], singular[keep], right[keep]
+    residual = XU - left @ (left.T @ XU)                          # (I − Pₓ) X U
+    r_phi = np.asarray(U.T @ b) - XU.T @ (left @ ((right @ np.asarray(N.T @ b)) / singular))
+    return _on_totals(residual.T @ residual, r_phi, scale)
+
+
+def _class_coordinates(found: Meet) -> tuple[FloatArray, sp.csr_array, sp.csc_array]:
+    """(D^(-1/2) per class (0 for an empty class), U = Pᵀ D^(-1/2), N the within-class contrasts)."""
+    classes, t = found.of_measured, found.classes
+    sizes = np.bincount(classes[classes >= 0], minlength=t).astype(np.float64)
+    scale = np.zeros(t)
+    scale[sizes > 0] = 1.0 / np.sqrt(sizes[sizes > 0])
+    members = np.flatnonzero(classes >= 0)
+    U = sp.csr_array((scale[classes[members]], (members, classes[members])), shape=(classes.size, t))
+    return scale, U, contrasts(classes)
+
+
+def _on_totals(S_phi: FloatArray, r_phi: FloatArray, scale: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """(S_θ, r_θ) from φ = D^(-1/2) θ (empty classes: zero)."""
+    return S_phi * np.outer(scale, scale), r_phi * scale
 
 
 def contrasts(classes: IntArray) -> sp.csc_array:

@@ -96,6 +96,7 @@ def test_a_repeated_free_batch_reduces_and_factors_nothing(monkeypatch: pytest.M
         return counted
 
     monkeypatch.setattr(reuse, "on_classes", counting("reduce", reuse.on_classes))
+    monkeypatch.setattr(reuse, "on_classes_of_root", counting("reduce", reuse.on_classes_of_root))
     monkeypatch.setattr(information, "factor", counting("factor", information.factor))
     again = cursor.execute(sql, epsilon=1.0).fetch_arrow_tables()
     assert connection.budget.spent == spent

@@ -58,7 +58,7 @@ from dpsql.releases.gls import Pool, Projection
 from dpsql.releases.information import KeptInformation, cells_key
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.releases.recipes import NotKeptError, to_recipe
-from dpsql.releases.reduce import Meet, lifted, on_classes, reduction_work
+from dpsql.releases.reduce import Meet, lifted, on_classes, on_classes_of_root, reduction_work
 from dpsql.schema import Table, measure_quantum
 from dpsql.sql.axes import Axis
 from dpsql.sql.compile import CompiledBatch, CompiledGroup
@@ -300,6 +300,10 @@ class Reuse:
         identities, keep = tuple(m.identity for m in members), _is_kept(members)
 
         def classes() -> tuple[FloatArray, FloatArray]:
+            if sum(m.strategy.shape[0] for m in members) < found.of_measured.size:  # M = XᵀX of few rows
+                roots = [m.root() for m in members]
+                return on_classes_of_root(np.concatenate([X for X, _ in roots]),
+                                          np.asarray(sum(X.T @ z for X, z in roots)), found)
             information = sum(m.information()[0] for m in members)
             score = sum(m.information()[1] for m in members)
             return on_classes(np.asarray(information), np.asarray(score), found)
