@@ -14,7 +14,9 @@ included):
     and whether it is met:
     - 20 statements over ``--rows`` (100,000) rows with a 3,213-cell age × sex × region group, executed
       cold; then on the same connection a different batch on the same columns (with reuse, and on a
-      second connection without it); then the first batch again (its 3,213-cell group is over
+      second connection without it; it shares no statement group with the first, so its target is
+      the issue's ≤ 0.3 s for this named case, while "a different batch sharing its groups, ≤ 0.2 s"
+      is the events-mix rows below); then the first batch again (its 3,213-cell group is over
       ``REUSE_CELLS``, so it is not kept: measured again, combined where the second's release answers);
       then ``batches.FREE_BATCH`` measured, and repeated: answered entirely free (reuse off: measured);
       and, in a process of its own, the different batch without reuse right after the first batch (the
@@ -319,7 +321,8 @@ def sweep(title: str, points: list[tuple[int, int]], args: argparse.Namespace) -
 #: (label, mode, spec, figure, CPU target in s or None, memory target in MB or None) of section (n).
 NAMED: list[tuple[str, str, dict[str, Any], str, float | None, float | None]] = [
     ("20 statements, 3,213-cell group: cold", "people", {}, "cold", 1.5, None),
-    ("a different batch on its columns, same connection (reuse)", "people", {}, "different", 0.2, None),
+    ("a different batch on its columns, same connection (reuse; both its statement groups are new)", "people", {},
+     "different", 0.3, None),
     ("that different batch without reuse, after the first batch (its new groups planned cold)", "people",
      {"step": "alone"}, "different_cold_alone", None, None),
     ("the same different batch without reuse (warm process)", "people", {}, "different_alone", 0.2, None),
