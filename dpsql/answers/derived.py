@@ -43,7 +43,7 @@ FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True)
-class _Value:
+class Differentiated:
     """An output's values (rows,) and gradients (rows, m) with respect to the statement's blocks."""
 
     value: FloatArray
@@ -67,44 +67,46 @@ class _Statement:
                 if k != j and c in answers[b].covariances:
                     self.sigma[:, j, k] = self.sigma[:, k, j] = answers[b].covariances[c][rows]
 
-    def block(self, position: int) -> _Value:
+    def block(self, position: int) -> Differentiated:
         gradient = np.zeros_like(self.values)
         gradient[:, self.column[position]] = 1.0
-        return _Value(self.values[:, self.column[position]], gradient)
+        return Differentiated(self.values[:, self.column[position]], gradient)
 
-    def variance(self, value: _Value) -> FloatArray:
+    def variance(self, value: Differentiated) -> FloatArray:
         """∇fᵀ Σ ∇f row by row (NaN where the value is NULL)."""
         return np.maximum(np.einsum("ni,nij,nj->n", value.gradient, self.sigma, value.gradient), 0.0)
 
-    def evaluate(self, expression: ir.Expression) -> _Value:
+    def evaluate(self, expression: ir.Expression) -> Differentiated:
         """Forward differentiation of an expression over the statement's aggregates and numbers."""
         n, m = self.values.shape
         if isinstance(expression, ir.AggregateRef):
             return self.aggregate(expression.index)
         if isinstance(expression, ir.Constant):
-            return _Value(np.full(n, float(expression.value)), np.zeros((n, m)))  # type: ignore[arg-type]
+            return Differentiated(np.full(n, float(expression.value)), np.zeros((n, m)))  # type: ignore[arg-type]
         if isinstance(expression, ir.Negate):
             inner = self.evaluate(expression.operand)
-            return _Value(-inner.value, -inner.gradient)
+            return Differentiated(-inner.value, -inner.gradient)
+        if isinstance(expression, ir.Call):
+            return applied(expression, [self.evaluate(o) for o in expression.operands])
         assert isinstance(expression, ir.Arithmetic), "HAVING names are resolved by the caller"
         left, right = self.evaluate(expression.left), self.evaluate(expression.right)
         if expression.operator == "+":
-            return _Value(left.value + right.value, left.gradient + right.gradient)
+            return Differentiated(left.value + right.value, left.gradient + right.gradient)
         if expression.operator == "-":
-            return _Value(left.value - right.value, left.gradient - right.gradient)
+            return Differentiated(left.value - right.value, left.gradient - right.gradient)
         if expression.operator == "*":
-            return _Value(left.value * right.value,
+            return Differentiated(left.value * right.value,
                           right.value[:, None] * left.gradient + left.value[:, None] * right.gradient)
         return self.ratio(left, right, signed=True)
 
-    def aggregate(self, index: int) -> _Value:
+    def aggregate(self, index: int) -> Differentiated:
         """A SUM or COUNT block; AVG = SUM/COUNT with AVG's rule for the count."""
         output = self.statement.aggregates[index]
         if output.aggregate.function != "avg":
             return self.block(output.blocks[0])
         return self.ratio(self.block(output.blocks[0]), self.block(output.blocks[1]), signed=False)
 
-    def ratio(self, numerator: _Value, denominator: _Value, *, signed: bool) -> _Value:
+    def ratio(self, numerator: Differentiated, denominator: Differentiated, *, signed: bool) -> Differentiated:
         """x/y and its gradient ∇x/y − x∇y/y²; NULL (NaN) where y is too noisy (module docstring).
         ``signed``: compare |y| (any ratio) or y (AVG's count) with the threshold."""
         y = denominator.value
@@ -115,7 +117,47 @@ class _Statement:
             value = np.where(enough, numerator.value / y, np.nan)
             gradient = (numerator.gradient / y[:, None]
                         - (numerator.value / y**2)[:, None] * denominator.gradient)
-        return _Value(value, np.where(enough[:, None], gradient, np.nan))
+        return Differentiated(value, np.where(enough[:, None], gradient, np.nan))
+
+
+def applied(call: ir.Call, operands: Sequence[Differentiated]) -> Differentiated:
+    """An output function of values, with its gradient: rounding (ROUND half away from zero, as
+    DuckDB rounds a DOUBLE; CAST to an integer half to even, as DuckDB casts; CEIL, FLOOR, TRUNC)
+    keeps its operand's gradient, so the standard error is the unrounded value's (the rounding moves
+    a value by at most :func:`rounding_bound`); ABS flips it where the value is negative; GREATEST,
+    LEAST and COALESCE take the chosen operand's row by row (NULLs skipped; all NULL: NULL); NULLIF
+    is NULL where its operands are equal (the delta method: a function's derivative where it is smooth)."""
+    first = operands[0]
+    x = first.value
+    function = call.function
+    with np.errstate(invalid="ignore", over="ignore"):
+        if function == "round":
+            scale = 10.0 ** call.digits
+            return Differentiated(np.sign(x) * np.floor(np.abs(x) * scale + 0.5) / scale, first.gradient)
+        if function in ("ceil", "floor", "trunc"):
+            return Differentiated({"ceil": np.ceil, "floor": np.floor, "trunc": np.trunc}[function](x), first.gradient)
+        if function == "cast_integer":
+            rounded = np.rint(x)
+            inside = np.abs(rounded) < 2.0**63
+            return Differentiated(np.where(inside, rounded, np.nan), np.where(inside[:, None], first.gradient, np.nan))
+        if function == "cast_real":
+            return first
+        if function == "abs":
+            return Differentiated(np.abs(x), np.where((x < 0)[:, None], -first.gradient, first.gradient))
+        if function == "nullif":
+            same = x == operands[1].value
+            return Differentiated(np.where(same, np.nan, x), np.where(same[:, None], np.nan, first.gradient))
+    values = np.stack([o.value for o in operands])
+    missing = np.isnan(values)
+    if function == "coalesce":
+        chosen = np.argmax(~missing, axis=0)
+    else:
+        fill = -np.inf if function == "greatest" else np.inf
+        ranked = np.where(missing, fill, values)
+        chosen = np.argmax(ranked, axis=0) if function == "greatest" else np.argmin(ranked, axis=0)
+    rows = np.arange(values.shape[1])
+    gradients = np.stack([o.gradient for o in operands])
+    return Differentiated(values[chosen, rows], gradients[chosen, rows])
 
 
 def derived_table(compiled: CompiledBatch, statement: CompiledStatement,
@@ -134,7 +176,8 @@ def derived_table(compiled: CompiledBatch, statement: CompiledStatement,
             columns[item.alias] = pa.array([item.value] * rows, type=_arrow_type(item.value))
         else:
             value, stddev = _output_values(state, statement, item, answers)
-            columns[item.alias] = pa.array(value, type=pa.float64(), from_pandas=True)
+            columns[item.alias] = _integers(value) if _is_integer(item.expression) else \
+                pa.array(value, type=pa.float64(), from_pandas=True)
             columns[f"{item.alias}_stddev"] = pa.array(stddev, type=pa.float64(), from_pandas=True)
     table = pa.table(columns)
     if outputs.having is not None:
@@ -162,6 +205,17 @@ def _output_values(state: _Statement, statement: CompiledStatement, item: ir.Der
         return aggregate_values(statement, statement.aggregates[item.expression.index], answers)
     found = state.evaluate(item.expression)
     return found.value, np.sqrt(state.variance(found))
+
+
+def _is_integer(expression: ir.Expression) -> bool:
+    """Whether an output is a CAST to an integer type (an int64 column, as SQL returns it)."""
+    return isinstance(expression, ir.Call) and expression.function == "cast_integer"
+
+
+def _integers(values: FloatArray) -> pa.Array:
+    """Whole numbers as int64, NaN as NULL."""
+    missing = np.isnan(values)
+    return pa.array(np.where(missing, 0.0, values).astype(np.int64), type=pa.int64(), mask=missing)
 
 
 def _group_position(statement: CompiledStatement, column: ir.Column) -> int:
@@ -196,11 +250,20 @@ def metadata(statement: ir.Statement) -> dict[str, Any]:
 
 
 def _formula(expression: ir.Expression, statement: ir.Statement) -> str:
+    rounding = _rounding_note(expression)
     if _linear(expression, statement):
         return ("post-processing of the released aggregates; standard error exact: Var(Σ c_i a_i) = "
-                "Σ c_i c_j Cov(a_i, a_j)")
+                "Σ c_i c_j Cov(a_i, a_j)" + rounding)
     return ("post-processing of the released aggregates; standard error by the delta method (gradientᵀ Σ gradient); "
-            f"NULL where a denominator is below max(1, {AVG_MIN_COUNT_STDDEVS:g} standard errors), as for AVG")
+            f"NULL where a denominator is below max(1, {AVG_MIN_COUNT_STDDEVS:g} standard errors), as for AVG"
+            + rounding)
+
+
+def _rounding_note(expression: ir.Expression) -> str:
+    """What the metadata says of rounding functions in an output: the standard error is the unrounded
+    value's, and how far the rounding moves it at most (summed over nested roundings)."""
+    bound = d.rounding_bound(expression)
+    return "" if bound == 0 else f"; {d.rounding_note(bound)}"
 
 
 def _linear(expression: ir.Expression, statement: ir.Statement) -> bool:
@@ -216,6 +279,9 @@ def _linear(expression: ir.Expression, statement: ir.Statement) -> bool:
         return _constant(expression.right) and left
     if isinstance(expression, ir.AggregateRef):
         return statement.aggregates[expression.index].function != "avg"
+    if isinstance(expression, ir.Call):  # rounding and a CAST to a float keep the operand's gradient
+        return expression.function in ("round", "ceil", "floor", "trunc", "cast_integer", "cast_real") and \
+            _linear(expression.operands[0], statement)
     return isinstance(expression, ir.Constant)
 
 
@@ -274,6 +340,10 @@ def _numbers(expression: ir.Expression, state: _Statement, statement: CompiledSt
                         dtype=float)
     if isinstance(expression, ir.Negate):
         return -_numbers(expression.operand, state, statement, compiled, table)
+    if isinstance(expression, ir.Call):
+        n = table.num_rows
+        return applied(expression, [Differentiated(_numbers(o, state, statement, compiled, table), np.zeros((n, 0)))
+                                    for o in expression.operands]).value
     if isinstance(expression, ir.Arithmetic):
         left = _numbers(expression.left, state, statement, compiled, table)
         right = _numbers(expression.right, state, statement, compiled, table)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Literal as TypingLiteral
@@ -43,17 +44,36 @@ from dpsql.sql.source import Scope, describe, invalid, node_span, unparen, unsup
 __all__ = ["check_outputs", "finish_statement", "has_stddev", "is_output_expression", "measures", "parse_output"]
 
 _EXPRESSION_SUPPORTED = ("Output expressions combine COUNT, SUM and AVG with numeric constants by + - * / , unary "
-                         "minus and parentheses.")
+                         "minus and parentheses, and apply ROUND, CEIL, FLOOR, TRUNC, ABS, GREATEST, LEAST, COALESCE, "
+                         "NULLIF and CAST (to an integer, floating-point or DECIMAL type) to them.")
 _HAVING_SUPPORTED = ("HAVING compares aggregates, arithmetic on them, output names and GROUP BY columns with "
                      "constants or each other (=, <>, <, <=, >, >=, BETWEEN, IN, IS [NOT] NULL), joined by AND, OR, "
                      "NOT and parentheses.")
 #: What the result metadata and EXPLAIN say about HAVING.
 HAVING_NOTE = ("HAVING applied to the noisy answers: post-processing, no extra privacy cost; "
                "rows are kept by noisy values")
+#: What the result metadata and EXPLAIN say about rounding functions in an output.
+ROUNDING_NOTE = ("rounded after answering (ROUND, CEIL, FLOOR, TRUNC, CAST): post-processing, no extra privacy "
+                 "cost; the standard error is the unrounded value's, and the rounding moves the value by at most "
+                 "{bound:g}")
+#: ... when a rounded value enters a product or ratio of aggregates.
+ROUNDING_UNBOUNDED = ("rounded after answering inside a product or ratio of aggregates: post-processing, no extra "
+                      "privacy cost; the standard error is the unrounded expression's, and the rounding's effect is "
+                      "not bounded: round the result instead")
 #: The name a hidden aggregate (measured for an expression or HAVING, not selected) is given.
 HIDDEN = "{} [hidden]"
 
 _ARITHMETIC: dict[type[exp.Expr], ir.ArithmeticOperator] = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/"}
+#: Output functions by sqlglot node (CAST and ROUND are read apart: a target type, decimals).
+_FUNCTIONS: dict[type[exp.Expr], ir.OutputFunction] = {
+    exp.Ceil: "ceil", exp.Floor: "floor", exp.Trunc: "trunc", exp.Abs: "abs", exp.Greatest: "greatest",
+    exp.Least: "least", exp.Coalesce: "coalesce", exp.Nullif: "nullif"}
+_CASTS = (exp.Cast, exp.TryCast)
+#: SQL types a released value may be cast to: integers (rounded half to even, as DuckDB casts), floats.
+_INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INT", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINT",
+                            "UBIGINT", "UHUGEINT", "MEDIUMINT", "INT128", "INT256"})
+_REAL_TYPES = frozenset({"FLOAT", "DOUBLE", "DECFLOAT"})
+_DECIMAL_TYPES = frozenset({"DECIMAL", "NUMERIC", "BIGDECIMAL"})
 
 
 #: A select item as parsed, before :func:`finish_statement`.
@@ -65,9 +85,12 @@ ParseAggregate = Callable[[exp.Expr], "ParsedItem"]
 
 
 def is_output_expression(node: exp.Expr) -> bool:
-    """Whether a select item is arithmetic or a constant (handled here, not as a column or aggregate)."""
+    """Whether a select item is arithmetic, a constant or an output function of aggregates (handled
+    here, not as a column or aggregate)."""
+    reads_aggregate = any(isinstance(n, exp.AggFunc) for n in node.walk())
     return isinstance(node, (*_ARITHMETIC, exp.Neg, exp.Literal, exp.Placeholder, exp.IntDiv, exp.Mod, exp.Pow)) \
-        or (isinstance(node, exp.Cast) and not any(isinstance(n, exp.Column) for n in node.walk()))
+        or (isinstance(node, exp.Cast) and not any(isinstance(n, exp.Column) for n in node.walk())) \
+        or (isinstance(node, (*_FUNCTIONS, *_CASTS, exp.Round)) and reads_aggregate)
 
 
 def parse_output(value: exp.Expr, alias: str | None, span: ir.Span, scope: Scope,
@@ -123,9 +146,13 @@ def _expression(node: exp.Expr, scope: Scope, parse_aggregate: ParseAggregate,
         return ir.Negate(operand=_expression(node.this, scope, parse_aggregate, names), span=span)
     if isinstance(node, (exp.IntDiv, exp.Mod, exp.Pow)):
         raise unsupported(f"{describe(node, scope)} (//, %, ^)", node, scope, _EXPRESSION_SUPPORTED)
+    if isinstance(node, (*_FUNCTIONS, *_CASTS, exp.Round)):
+        return _call(node, scope, lambda n: _expression(n, scope, parse_aggregate, names))
     if isinstance(node, (exp.AggFunc, exp.Filter)):  # exp.Filter: an aggregate with FILTER (WHERE ...)
         item = parse_aggregate(node)
-        assert isinstance(item, ir.Aggregate)
+        if not isinstance(item, ir.Aggregate):
+            raise unsupported(f"{describe(node, scope)} inside an expression", node, scope,
+                              "Only COUNT, SUM and AVG compose; select it by itself.")
         return ir.AggregateLeaf(aggregate=item, span=span)
     if isinstance(node, exp.Column) and names is not None:
         return names(node)
@@ -137,6 +164,40 @@ def _expression(node: exp.Expr, scope: Scope, parse_aggregate: ParseAggregate,
     except UnsupportedQueryError:
         raise unsupported(f"{describe(node, scope)} in an output expression", node, scope,
                           _EXPRESSION_SUPPORTED) from None
+
+
+def _call(node: exp.Expr, scope: Scope, operand: Callable[[exp.Expr], ir.Expression]) -> ir.Call:
+    """An output function: ROUND(x [, d]), CEIL/FLOOR/TRUNC/ABS(x), GREATEST/LEAST/COALESCE(x, ...),
+    NULLIF(x, y), CAST(x AS <integer, floating-point or DECIMAL(p, s) type>)."""
+    span = node_span(node, scope)
+    if isinstance(node, _CASTS):
+        target = node.to
+        name = target.this.name if isinstance(target, exp.DataType) else ""
+        if name in _INTEGER_TYPES:
+            return ir.Call(function="cast_integer", operands=(operand(node.this),), span=span)
+        if name in _REAL_TYPES:
+            return ir.Call(function="cast_real", operands=(operand(node.this),), span=span)
+        if name in _DECIMAL_TYPES:
+            sizes = [e.this for e in target.expressions if isinstance(e, exp.DataTypeParam)]
+            scale = int(sizes[1].name) if len(sizes) > 1 and sizes[1].is_int else 0 if sizes else 3
+            return ir.Call(function="round", operands=(operand(node.this),), span=span, digits=scale)
+        raise unsupported(f"CAST of a released value to {target.sql() if target is not None else 'this type'}",
+                          node, scope, "Cast to an integer, floating-point or DECIMAL type, or format the value "
+                          "after fetching.")
+    if isinstance(node, exp.Round):
+        digits = 0
+        decimals = node.args.get("decimals")
+        if decimals is not None:
+            folded = _fold(_expression(decimals, scope, _no_aggregate, None)) \
+                if not any(isinstance(n, (exp.AggFunc, exp.Column)) for n in decimals.walk()) else None
+            if not isinstance(folded, int) or isinstance(folded, bool) or abs(folded) > 300:
+                raise unsupported("ROUND with decimals that are not an integer constant", decimals, scope,
+                                  "Write the number of decimals as an integer, e.g. ROUND(AVG(income), 2).")
+            digits = folded
+        return ir.Call(function="round", operands=(operand(node.this),), span=span, digits=digits)
+    function = _FUNCTIONS[type(node)]
+    arguments = [node.this, *(node.expressions or []), *([node.expression] if function == "nullif" else [])]
+    return ir.Call(function=function, operands=tuple(operand(a) for a in arguments), span=span)
 
 
 def _numeric(value: object) -> bool:
@@ -290,6 +351,8 @@ def _strip(value: object) -> object:
 def _numbered(expression: ir.Expression, number: Callable[[ir.Aggregate, bool], int]) -> ir.Expression:
     if isinstance(expression, ir.AggregateLeaf):
         return ir.AggregateRef(index=number(expression.aggregate, True), span=expression.span)
+    if isinstance(expression, ir.Call):
+        return replace(expression, operands=tuple(_numbered(o, number) for o in expression.operands))
     if isinstance(expression, ir.Negate):
         return replace(expression, operand=_numbered(expression.operand, number))
     if isinstance(expression, ir.Arithmetic):
@@ -322,6 +385,37 @@ def aggregate_refs(expression: ir.Expression) -> Iterator[int]:
     elif isinstance(expression, ir.Arithmetic):
         yield from aggregate_refs(expression.left)
         yield from aggregate_refs(expression.right)
+    elif isinstance(expression, ir.Call):
+        for operand in expression.operands:
+            yield from aggregate_refs(operand)
+
+
+def rounding_bound(expression: ir.Expression) -> float:
+    """How far the output functions of an expression move its value at most: ½·10⁻ᵈ for ROUND to d
+    decimals (and a CAST to DECIMAL(p, d)), ½ for a CAST to an integer, 1 for CEIL, FLOOR and TRUNC,
+    added through + and −, scaled through · and / by a constant, summed over nested ones (0: nothing
+    rounds; infinite: a rounded value in a product or ratio of aggregates, whose effect has no bound)."""
+    if isinstance(expression, ir.Negate):
+        return rounding_bound(expression.operand)
+    if isinstance(expression, ir.Arithmetic):
+        left, right = rounding_bound(expression.left), rounding_bound(expression.right)
+        if expression.operator in "+-" or left == right == 0:
+            return left + right
+        factor = _fold(expression.right) if expression.operator == "/" else \
+            _fold(expression.left) if left == 0 else _fold(expression.right) if right == 0 else None
+        if factor is None or factor == 0:
+            return math.inf
+        return (left + right) / abs(factor) if expression.operator == "/" else (left + right) * abs(factor)
+    if not isinstance(expression, ir.Call):
+        return 0.0
+    own = {"round": 0.5 * 10.0 ** -expression.digits, "cast_integer": 0.5, "ceil": 1.0, "floor": 1.0,
+           "trunc": 1.0}.get(expression.function, 0.0)
+    return own + sum(rounding_bound(o) for o in expression.operands)
+
+
+def rounding_note(bound: float) -> str:
+    """What is said of an output whose rounding moves it by at most ``bound``."""
+    return ROUNDING_UNBOUNDED if math.isinf(bound) else ROUNDING_NOTE.format(bound=bound)
 
 
 def explain_notes(statement: ir.Statement) -> list[str]:
@@ -338,6 +432,10 @@ def explain_notes(statement: ir.Statement) -> list[str]:
                      "the aggregates are post-processing, no extra privacy cost")
     if statement.outputs.having is not None:
         notes.append(HAVING_NOTE)
+    for item in statement.outputs.items:
+        bound = rounding_bound(item.expression) if isinstance(item, ir.DerivedItem) else 0.0
+        if bound:
+            notes.append(f"{item.alias}: {rounding_note(bound)}")
     return notes
 
 
@@ -450,7 +548,7 @@ def _check_condition(condition: ir.Condition, statement: ir.Statement, table: sc
                      else (condition.operand, (condition.low, condition.high)) if isinstance(condition, ir.Range)
                      else (condition.operand, condition.values))
     for other in (first, *others):
-        if isinstance(other, ir.Arithmetic | ir.Negate):
+        if isinstance(other, ir.Arithmetic | ir.Negate | ir.Call):
             _check_arithmetic(other, statement, table)
     kinds = {_kind(e, statement, table) for e in (first, *others)}
     if len(kinds) > 1:
@@ -462,7 +560,8 @@ def _check_condition(condition: ir.Condition, statement: ir.Statement, table: sc
 def _check_arithmetic(expression: ir.Expression, statement: ir.Statement, table: sch.Table) -> None:
     """Arithmetic in HAVING reads numbers only."""
     parts = ((expression.left, expression.right) if isinstance(expression, ir.Arithmetic)
-             else (expression.operand,) if isinstance(expression, ir.Negate) else ())
+             else (expression.operand,) if isinstance(expression, ir.Negate)
+             else expression.operands if isinstance(expression, ir.Call) else ())
     for part in parts:
         _check_arithmetic(part, statement, table)
     if not parts and _kind(expression, statement, table) != "number":

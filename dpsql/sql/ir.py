@@ -261,6 +261,11 @@ class OrderItem:
 # Arithmetic, constants and HAVING over a statement's measured aggregates (:mod:`dpsql.sql.derived`
 # parses them, :mod:`dpsql.answers.derived` evaluates them).
 ArithmeticOperator = TypingLiteral["+", "-", "*", "/"]
+#: Functions applied to released values (post-processing): rounding to ``digits`` decimals (ROUND, a
+#: CAST to DECIMAL(p, s)), to integers (CEIL, FLOOR, TRUNC, a CAST to an integer type: half to even),
+#: ABS, GREATEST/LEAST (NULLs skipped), COALESCE, NULLIF, and a CAST to a floating-point type.
+OutputFunction = TypingLiteral["round", "ceil", "floor", "trunc", "cast_integer", "cast_real", "abs", "greatest",
+                               "least", "coalesce", "nullif"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -317,7 +322,17 @@ class GroupRef:
     span: Span
 
 
-Expression = AggregateLeaf | AggregateRef | Constant | Negate | Arithmetic | OutputRef | GroupRef
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Call:
+    """An output function of expressions (``digits``: ROUND's decimals, a DECIMAL's scale)."""
+
+    function: OutputFunction
+    operands: tuple[Expression, ...]
+    span: Span
+    digits: int = 0
+
+
+Expression = AggregateLeaf | AggregateRef | Constant | Negate | Arithmetic | OutputRef | GroupRef | Call
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
