@@ -14,7 +14,8 @@ import datetime as dt
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any
 
 from sqlglot import exp
@@ -26,7 +27,8 @@ from dpsql.sql.source import Scope, describe, invalid, is_empty, located, node_s
 _WHERE_SUPPORTED = (
     "WHERE supports column <op> constant (=, <>, !=, <, <=, >, >=), column [NOT] BETWEEN constant AND "
     "constant, column [NOT] IN (constants), column IS [NOT] NULL, column [NOT] LIKE|ILIKE 'pattern' "
-    "(categorical columns), NOT, AND, OR and parentheses."
+    "(categorical columns), NOT, AND, OR and parentheses; the column may carry + - * / by numbers "
+    "(age + 1 > 30, income / 12 >= 4000, 2 * hours < 80)."
 )
 _LIKE_SUPPORTED = "LIKE, NOT LIKE and ILIKE take a 'string' pattern (or a ? bound to one), optionally ESCAPE 'c'."
 _IS_SUPPORTED = "WHERE supports column IS NULL and column IS NOT NULL."
@@ -86,10 +88,101 @@ def parse_predicate(node: exp.Expr, scope: Scope) -> ir.Predicate:
 
 
 
+@dataclass(frozen=True, slots=True)
+class _Solved:
+    """A side of a condition that is one column under + − · / by numbers, inverted: the column's value
+    for a value v of the side is ``scale · v + shift`` (exact rationals); ``scale < 0`` flips an order."""
+
+    column: exp.Column
+    scale: Fraction
+    shift: Fraction
+
+    def value(self, literal: ir.Literal, node: exp.Expr, scope: Scope) -> ir.Literal:
+        """The constant the column is compared with, for the side's constant ``literal``."""
+        if isinstance(literal.value, bool) or not isinstance(literal.value, (int, float)):
+            raise unsupported("arithmetic on a column compared with a non-number", node, scope, _WHERE_SUPPORTED)
+        solved = self.scale * Fraction(literal.value) + self.shift
+        return replace(literal, value=int(solved) if solved.denominator == 1 else float(solved))
+
+
+def _solve(node: exp.Expr, scope: Scope) -> _Solved | None:
+    """``node`` as one column under + − · / by numbers (``x + c``, ``c − x``, ``x · c``, ``x / c``,
+    ``−x``, nested), inverted exactly; None when it is not (a plain column is scale 1, shift 0).
+
+    As DuckDB evaluates ``/`` (a division, not an integer division) and the inversion is exact, the
+    condition holds for the same values of the column, except where the engine's floating-point
+    arithmetic rounds at the boundary itself."""
+    node = unparen(node)
+    if isinstance(node, exp.Column):
+        return _Solved(column=node, scale=Fraction(1), shift=Fraction(0))
+    if isinstance(node, exp.Neg):
+        inner = _solve(node.this, scope)
+        return None if inner is None else _Solved(inner.column, -inner.scale, inner.shift)
+    if not isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        return None
+    left, right = unparen(node.this), unparen(node.expression)
+    column_left = left.find(exp.Column) is not None
+    if column_left == (right.find(exp.Column) is not None):
+        return None
+    inner = _solve(left if column_left else right, scope)
+    constant = _number_of(right if column_left else left, scope)
+    if inner is None or constant is None:
+        return None
+    # the side's value v = f(u) with u the inner side's value; u = (v − b)/a for f(u) = a·u + b
+    if isinstance(node, exp.Add):
+        a, b = Fraction(1), constant
+    elif isinstance(node, exp.Sub):
+        a, b = (Fraction(1), -constant) if column_left else (Fraction(-1), constant)
+    elif isinstance(node, exp.Mul):
+        a, b = constant, Fraction(0)
+    elif column_left:  # u / c
+        if constant == 0:
+            raise invalid("division by the constant zero", node, scope, "Divide by a non-zero number.")
+        a, b = 1 / constant, Fraction(0)
+    else:
+        return None  # c / u: not monotone across u = 0
+    if a == 0:
+        raise unsupported("a column multiplied by zero", node, scope, _WHERE_SUPPORTED)
+    return _Solved(inner.column, inner.scale / a, inner.shift - inner.scale * b / a)
+
+
+def _number_of(node: exp.Expr, scope: Scope) -> Fraction | None:
+    """A numeric constant (a literal or −literal, not a parameter) as an exact rational, else None."""
+    node = unparen(node)
+    negative = isinstance(node, exp.Neg)
+    inner = unparen(node.this) if negative else node
+    if not isinstance(inner, exp.Literal) or inner.is_string:
+        return None
+    try:
+        value = Fraction(inner.this)
+    except ValueError:
+        return None
+    return -value if negative else value
+
+
+def _column_side(node: exp.Expr, scope: Scope) -> tuple[exp.Expr, _Solved | None]:
+    """A condition's column side: a plain column as is, arithmetic on one column solved (else as is)."""
+    node = unparen(node)
+    if isinstance(node, exp.Column):
+        return node, None
+    solved = _solve(node, scope)
+    return (node, None) if solved is None else (solved.column, solved)
+
+
 def _parse_comparison(node: exp.Binary, scope: Scope) -> ir.Comparison:
-    """``column op constant`` or ``constant op column`` (turned around: ``5 < age`` is ``age > 5``)."""
+    """``column op constant`` or ``constant op column`` (turned around: ``5 < age`` is ``age > 5``);
+    a column under + − · / by numbers is solved for the column (``age + 1 > 30`` is ``age > 29``,
+    ``-2 * x < 6`` is ``x > -3``)."""
     left, right = unparen(node.this), unparen(node.expression)
     operator = OPERATORS[type(node)]
+    if right.find(exp.Column) is not None and left.find(exp.Column) is None:
+        left, right, operator = right, left, _FLIPPED[operator]
+    column, solved = _column_side(left, scope)
+    if solved is not None and right.find(exp.Column) is None:
+        value = solved.value(parse_value(right, scope, "a comparison"), right, scope)
+        return ir.Comparison(column=parse_column(column, scope, "in a comparison", _WHERE_SUPPORTED),
+                             operator=_FLIPPED[operator] if solved.scale < 0 else operator, value=value,
+                             span=node_span(node, scope))
     if isinstance(left, exp.Column) and isinstance(right, exp.Column):
         quoted = next((side for side in (right, left) if _quoted_name(side) is not None), None)
         if quoted is not None:
@@ -110,9 +203,14 @@ def _parse_between(node: exp.Between, scope: Scope) -> ir.Between:
     """``column BETWEEN low AND high``; NOT BETWEEN is handled by ``_parse_not``."""
     if node.args.get("symmetric"):
         raise unsupported("BETWEEN SYMMETRIC", node, scope, _WHERE_SUPPORTED)
-    return ir.Between(column=parse_column(node.this, scope, "before BETWEEN", _WHERE_SUPPORTED),
-                      low=parse_value(node.args["low"], scope, "a BETWEEN bound"),
-                      high=parse_value(node.args["high"], scope, "a BETWEEN bound"),
+    column, solved = _column_side(node.this, scope)
+    low = parse_value(node.args["low"], scope, "a BETWEEN bound")
+    high = parse_value(node.args["high"], scope, "a BETWEEN bound")
+    if solved is not None:
+        low, high = solved.value(low, node.args["low"], scope), solved.value(high, node.args["high"], scope)
+        if solved.scale < 0:
+            low, high = high, low
+    return ir.Between(column=parse_column(column, scope, "before BETWEEN", _WHERE_SUPPORTED), low=low, high=high,
                       negated=False, span=node_span(node, scope))
 
 
@@ -121,8 +219,11 @@ def _parse_in(node: exp.In, scope: Scope) -> ir.InList:
     for key in ("query", "unnest", "field"):
         if not is_empty(node.args.get(key)):
             raise unsupported(f"IN {key}", node, scope, _WHERE_SUPPORTED)
-    return ir.InList(column=parse_column(node.this, scope, "before IN", _WHERE_SUPPORTED),
-                     values=tuple(parse_value(value, scope, "an IN list") for value in node.expressions),
+    column, solved = _column_side(node.this, scope)
+    values = tuple(parse_value(value, scope, "an IN list") for value in node.expressions)
+    if solved is not None:
+        values = tuple(solved.value(v, n, scope) for v, n in zip(values, node.expressions))
+    return ir.InList(column=parse_column(column, scope, "before IN", _WHERE_SUPPORTED), values=values,
                      negated=False, span=node_span(node, scope))
 
 

@@ -334,7 +334,12 @@ def invalid(problem: str, where: exp.Expr, scope: Scope, advice: str) -> SqlSynt
 
 
 def describe(node: exp.Expr, scope: Scope) -> str:
-    """A short name for the construct ``node`` is, for messages: 'arithmetic', 'function LOWER()'."""
+    """A short name for the construct ``node`` is, for messages: 'arithmetic', 'function LOWER()'; a
+    hyphenated name written without quotes (``hours-per-week``, read as a subtraction) says to quote it."""
+    hyphenated = _hyphenated_name(node, scope)
+    if hyphenated is not None:
+        return (f"arithmetic ({hyphenated} reads as a subtraction of columns; a column whose name has hyphens is "
+                f'written in double quotes: "{hyphenated}")')
     for kinds, name in _NAMES:
         if isinstance(node, kinds):
             return name
@@ -344,6 +349,20 @@ def describe(node: exp.Expr, scope: Scope) -> str:
         name = scope.source.text[meta["start"]:meta["end"] + 1] if "start" in meta else node.sql_name()
         return f"{kind} {name.upper()}()"
     return f"the {type(node).__name__} expression"
+
+
+def _hyphenated_name(node: exp.Expr, scope: Scope) -> str | None:
+    """The text of a subtraction of plain columns written without spaces (``hours-per-week``), else None."""
+    if not isinstance(node, exp.Sub) or not all(isinstance(leaf, exp.Column) for leaf in _subtracted(node)):
+        return None
+    span = node_span(node, scope)
+    text = scope.source.text[span.start:span.end]
+    return text if text and not any(c.isspace() for c in text) else None
+
+
+def _subtracted(node: exp.Expr) -> list[exp.Expr]:
+    """The operands of a chain of subtractions, left to right."""
+    return [*_subtracted(node.this), node.expression] if isinstance(node, exp.Sub) else [node]
 
 
 def unparen(node: exp.Expr) -> exp.Expr:
