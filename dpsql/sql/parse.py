@@ -396,12 +396,12 @@ def _parse_group_by(select: exp.Select, scope: Scope) -> tuple[tuple[ir.Column, 
     group = select.args.get("group")
     if group is None:
         return (), ()
-    for key in ("grouping_sets", "cube", "rollup", "totals", "all"):
+    for key in ("grouping_sets", "cube", "rollup", "totals"):
         if not is_empty(group.args.get(key)):
             raise unsupported(f"GROUP BY {key.upper().replace('_', ' ')}", group, scope, _GROUP_SUPPORTED)
     columns: list[ir.Column] = []
     keyed: list[tuple[exp.Expr, ir.GroupKey | None]] = []
-    for node in group.expressions:
+    for node in _group_all(select) if group.args.get("all") else group.expressions:
         node = group_keys.resolve_reference(node, select, scope)
         found = group_keys.parse_key(node, scope) if group_keys.is_key_expression(node) else None
         column = found.column if found is not None else parse_column(node, scope, "in GROUP BY", _GROUP_SUPPORTED)
@@ -413,6 +413,14 @@ def _parse_group_by(select: exp.Select, scope: Scope) -> tuple[tuple[ir.Column, 
             raise unsupported(f"two GROUP BY keys on column '{column.name}'", node, scope,
                               "Group by one key per column (send the other grouping as its own statement).")
     return tuple(columns), tuple(keyed)
+
+
+def _group_all(select: exp.Select) -> list[exp.Expr]:
+    """GROUP BY ALL (DuckDB's): every select item that reads no aggregate and is not a constant, by its
+    1-based position (so a key expression and its alias resolve as GROUP BY <position> does)."""
+    return [exp.Literal.number(position) for position, item in enumerate(select.expressions, start=1)
+            if not any(isinstance(n, exp.AggFunc) for n in item.walk())
+            and not isinstance(unparen(item.this if isinstance(item, exp.Alias) else item), (exp.Literal, exp.Neg))]
 
 
 def _parse_select_list(select: exp.Select, group_by: tuple[ir.Column, ...], keyed: Keyed,

@@ -101,6 +101,10 @@ CASES = [
     "SELECT sex, AVG(hours) / AVG(x) - 1 AS q, SUM(x) * SUM(hours) / COUNT(*) AS prod FROM people GROUP BY sex "
     "ORDER BY sex",
     "SELECT 'adults' AS grp, 7 AS seven, sex, COUNT(*) AS n FROM people WHERE x >= 3 GROUP BY sex ORDER BY sex",
+    # GROUP BY ALL: the select items without an aggregate that are not constants
+    "SELECT sex, region, COUNT(*) AS n FROM people GROUP BY ALL ORDER BY sex, region",
+    "SELECT 'k' AS k, CASE WHEN x < 5 THEN 'low' ELSE 'high' END AS band, SUM(x) / COUNT(*) AS m FROM people "
+    "GROUP BY ALL ORDER BY band",
     "SELECT region, COUNT(*) AS n FROM people GROUP BY region HAVING COUNT(*) > 750 ORDER BY n DESC",
     "SELECT sex, region, AVG(x) AS a FROM people GROUP BY sex, region "
     "HAVING SUM(x) / COUNT(*) > 0 AND region <> 'E' ORDER BY a DESC LIMIT 3",
