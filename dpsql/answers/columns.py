@@ -72,6 +72,11 @@ def group_columns(compiled: CompiledBatch, statement: CompiledStatement, index: 
     return result
 
 
+def rows_kept(table: pa.Table, offset: int, limit: int | None) -> pa.Table:
+    """The rows OFFSET and LIMIT keep, after ORDER BY: ``limit`` rows from row ``offset`` (all without LIMIT)."""
+    return table.slice(offset, limit) if offset or limit is not None else table
+
+
 def sort_order(keys: Sequence[tuple[str, bool]], table: pa.Table) -> list[int]:
     """Row order for (column, descending) keys: stable sorts from the last key to the first, NULLs
     (and NaN) last in either direction."""

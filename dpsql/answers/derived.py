@@ -31,7 +31,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from dpsql import schema as sch
-from dpsql.answers.columns import AVG_MIN_COUNT_STDDEVS, aggregate_values, group_columns, sort_order
+from dpsql.answers.columns import AVG_MIN_COUNT_STDDEVS, aggregate_values, group_columns, rows_kept, sort_order
 from dpsql.errors import UnsupportedQueryError
 from dpsql.planning.mechanism import Answers
 from dpsql.sql import derived as d
@@ -193,7 +193,7 @@ def derived_table(compiled: CompiledBatch, statement: CompiledStatement,
     keys = [(names[o.key - 1] if isinstance(o.key, int) else _spelled(o.key, table), o.descending)
             for o in outputs.order_by]
     table = table.take(pa.array(sort_order(keys, table), type=pa.int64()))
-    return (table.slice(0, outputs.limit) if outputs.limit is not None else table), notes
+    return rows_kept(table, outputs.offset, outputs.limit), notes
 
 
 def _output_values(state: _Statement, statement: CompiledStatement, item: ir.DerivedItem,
@@ -439,8 +439,7 @@ def _concatenated(first: ir.Statement, parts: Sequence[pa.Table]) -> pa.Table:
     keys = [(outputs[key - 1] if isinstance(key, int) else _spelled(key, table), descending)
             for key, descending in union.order_by]
     table = table.take(pa.array(sort_order(keys, table), type=pa.int64()))
-    if union.limit is not None:
-        table = table.slice(0, union.limit)
+    table = rows_kept(table, union.offset, union.limit)
     found = [json.loads(part.schema.metadata[b"dpsql"]) for part in parts]
     own = {**found[0], "union_all": f"{len(parts)} statements measured in this batch, their rows concatenated in order "
                                     "(post-processing); each part's metadata is under parts",

@@ -24,7 +24,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from dpsql.answers import derived
-from dpsql.answers.columns import AVG_MIN_COUNT_STDDEVS, aggregate_values, group_columns, sort_order
+from dpsql.answers.columns import AVG_MIN_COUNT_STDDEVS, aggregate_values, group_columns, rows_kept, sort_order
 from dpsql.planning.mechanism import Answers
 from dpsql.schema import EPOCH
 from dpsql.sql import ir
@@ -106,7 +106,7 @@ def _table(compiled: CompiledBatch, statement: CompiledStatement,
     table = pa.table(columns)
     order = _order(statement.statement, table)
     table = table.take(pa.array(order, type=pa.int64()))
-    return (table.slice(0, statement.statement.limit) if statement.statement.limit is not None else table), notes
+    return rows_kept(table, statement.statement.offset, statement.statement.limit), notes
 
 
 def _find(statement: CompiledStatement, aggregate: ir.Aggregate) -> OutputAggregate:

@@ -317,9 +317,9 @@ def finish_statement(statement: ir.Statement, parsed: tuple[ParsedItem, ...],
             items.append(item)
     condition = None if having is None else _numbered_condition(having, number)
     groups = tuple(item for item in parsed if isinstance(item, ir.GroupColumn))
-    return replace(statement, select=groups + tuple(measured), order_by=(), limit=None,
+    return replace(statement, select=groups + tuple(measured), order_by=(), limit=None, offset=0,
                    outputs=ir.Outputs(items=tuple(items), having=condition, order_by=statement.order_by,
-                                   limit=statement.limit))
+                                   limit=statement.limit, offset=statement.offset))
 
 
 def _hidden_name(alias: str, measured: list[ir.Aggregate]) -> str:

@@ -49,9 +49,11 @@ def flatten(tree: exp.Expr, scope: Scope, union: int) -> list[tuple[exp.Expr, Sc
     if isinstance(tree, exp.Union):
         parts = _union_parts(tree, scope)
         order, limit = _union_order(tree, scope), _union_limit(tree, scope)
+        offset = _union_offset(tree, scope)
         span = node_span(tree, scope)
         return [(_inline(part, ctes, scope), _part_scope(part, scope),
-                 ir.UnionPart(union=union, part=i, parts=len(parts), order_by=order, limit=limit, span=span))
+                 ir.UnionPart(union=union, part=i, parts=len(parts), order_by=order, limit=limit, span=span,
+                              offset=offset))
                 for i, part in enumerate(parts)]
     if isinstance(tree, exp.Select):
         return [(_inline(tree, ctes, scope), scope, None)]
@@ -136,6 +138,16 @@ def _union_limit(tree: exp.Union, scope: Scope) -> int | None:
     return value
 
 
+def _union_offset(tree: exp.Union, scope: Scope) -> int:
+    offset = tree.args.get("offset")
+    if offset is None:
+        return 0
+    value = parse_value(offset.expression, scope, "OFFSET").value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise unsupported("this OFFSET after UNION ALL", offset, scope, _UNION_SUPPORTED)
+    return value
+
+
 # ------------------------------------------------------------------------------------------------ WITH
 def _ctes(tree: exp.Expr, scope: Scope) -> dict[str, _Cte]:
     """The tree's CTEs by name (lower case), each resolved against the ones before it; the WITH
@@ -161,11 +173,11 @@ def _ctes(tree: exp.Expr, scope: Scope) -> dict[str, _Cte]:
 
 def _describe_cte(body: exp.Select, name: str, scope: Scope) -> _Cte:
     if body.args.get("group") or any(isinstance(n, exp.AggFunc) for e in body.expressions for n in e.walk()):
-        if body.args.get("limit") or body.args.get("order"):
-            raise unsupported(f"ORDER BY or LIMIT inside the aggregate CTE {name}", body, scope,
-                              "Put ORDER BY and LIMIT on the query that reads the CTE.")
+        if body.args.get("limit") or body.args.get("order") or body.args.get("offset"):
+            raise unsupported(f"ORDER BY, LIMIT or OFFSET inside the aggregate CTE {name}", body, scope,
+                              "Put ORDER BY, LIMIT and OFFSET on the query that reads the CTE.")
         return _Cte(body=body, aggregate=True, columns=None)
-    for key in ("group", "having", "order", "limit", "distinct"):
+    for key in ("group", "having", "order", "limit", "offset", "distinct"):
         if body.args.get(key):
             raise unsupported(f"{key.upper()} in the CTE {name}", body, scope, _CTE_SUPPORTED)
     columns: set[str] = set()
@@ -247,7 +259,7 @@ def _from_aggregate(select: exp.Select, cte: _Cte, table: exp.Table, scope: Scop
         joined = condition if having is None else exp.And(this=exp.Paren(this=having.this),
                                                           expression=exp.Paren(this=condition))
         result.set("having", exp.Having(this=joined))
-    for key in ("order", "limit"):
+    for key in ("order", "limit", "offset"):
         if select.args.get(key) is not None:
             result.set(key, select.args[key])
     return result

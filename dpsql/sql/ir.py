@@ -420,20 +420,21 @@ OutputItem = GroupColumn | DerivedItem | ConstantItem
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Outputs:
     """A statement's outputs over its measured aggregates: applied, in this order, after answering:
-    the output columns, HAVING (on the noisy values), ORDER BY, LIMIT."""
+    the output columns, HAVING (on the noisy values), ORDER BY, OFFSET, LIMIT."""
 
     items: tuple[OutputItem, ...]
     having: Condition | None
     order_by: tuple[OrderItem, ...]
     limit: int | None
+    offset: int = 0
 
 
 # ==================================================================================== statements
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UnionPart:
     """Statement ``part`` of ``parts`` of the UNION ALL that is user statement ``union`` of the
-    batch; ``order_by`` ((output name or 1-based position, descending), ...) and ``limit`` apply to
-    the concatenated rows."""
+    batch; ``order_by`` ((output name or 1-based position, descending), ...), ``offset`` and ``limit``
+    apply to the concatenated rows."""
 
     union: int
     part: int
@@ -441,11 +442,13 @@ class UnionPart:
     order_by: tuple[tuple[str | int, bool], ...]
     limit: int | None
     span: Span
+    offset: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Statement:
-    """One ``SELECT ... FROM table [WHERE] [GROUP BY] [ORDER BY] [LIMIT]`` statement."""
+    """One ``SELECT ... FROM table [WHERE] [GROUP BY] [ORDER BY] [LIMIT] [OFFSET]`` statement (``offset``:
+    rows skipped after ORDER BY, before LIMIT counts)."""
 
     text: str
     table: str
@@ -467,6 +470,7 @@ class Statement:
     outputs: Outputs | None = None
     #: This statement's place in a UNION ALL, whose parts are returned as one table (``dpsql.sql.flatten``).
     union: UnionPart | None = None
+    offset: int = 0
 
     @property
     def aggregates(self) -> tuple[Aggregate, ...]:

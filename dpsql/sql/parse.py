@@ -137,7 +137,7 @@ _AGGREGATE_SUPPORTED = ("Aggregates are COUNT(*), COUNT(1), COUNT(col), SUM(col)
                         "each optionally with FILTER (WHERE predicate).")
 _GROUP_SUPPORTED = group_keys.KEY_SUPPORTED
 _ORDER_SUPPORTED = "ORDER BY takes output names or 1-based select positions, each optionally ASC or DESC."
-_LIMIT_SUPPORTED = "LIMIT takes a non-negative integer or a ? bound to one."
+_LIMIT_SUPPORTED = "LIMIT and OFFSET take a non-negative integer or a ? bound to one."
 
 _FORBIDDEN: tuple[tuple[type[exp.Expr], str], ...] = (
     (exp.With, "WITH (common table expression)"),
@@ -149,13 +149,12 @@ _FORBIDDEN: tuple[tuple[type[exp.Expr], str], ...] = (
     (exp.Window, "window function (OVER)"),
     (exp.Distinct, "DISTINCT"),
     (exp.Qualify, "QUALIFY"),
-    (exp.Offset, "OFFSET"),
     (exp.TableSample, "SAMPLE"),
     (exp.Lateral, "LATERAL"),
     (exp.Pivot, "PIVOT"),
     (exp.Unnest, "UNNEST"),
 )
-_CLAUSES = frozenset({"expressions", "from_", "from", "where", "group", "having", "order", "limit", "joins"})
+_CLAUSES = frozenset({"expressions", "from_", "from", "where", "group", "having", "order", "limit", "offset", "joins"})
 _CLAUSE_NAMES = {"into": "SELECT INTO", "windows": "WINDOW", "sort": "SORT BY", "cluster": "CLUSTER BY",
                  "distribute": "DISTRIBUTE BY", "locks": "FOR UPDATE", "kind": "SELECT AS STRUCT/VALUE",
                  "prewhere": "PREWHERE", "connect": "CONNECT BY", "hint": "a query hint"}
@@ -312,6 +311,7 @@ def _parse_statement(tree: exp.Expr, scope: Scope) -> ir.Statement:
         group_keys=tuple(key for _, key in keyed) if any(key for _, key in keyed) else (),
         order_by=_parse_order_by(select, items, group_by, scope),
         limit=_parse_limit(select.args.get("limit"), scope),
+        offset=parse_offset(select.args.get("offset"), scope),
         span=span,
         joins=scope.joined,
     ), items, condition)
@@ -592,3 +592,15 @@ def _parse_limit(limit: exp.Limit | None, scope: Scope) -> int | None:
         raise InvalidQueryError(located(f"LIMIT {value:.3g} is above MAX_LIMIT = 2^63 − 1", node_span(node, scope),
                                         scope.source, "Drop the LIMIT or use a smaller count."))
     return value
+
+
+def parse_offset(offset: exp.Offset | None, scope: Scope) -> int:
+    """OFFSET n: rows of the released answer skipped after ORDER BY (post-processing), 0 without one."""
+    if offset is None:
+        return 0
+    node = offset.expression
+    value = parse_value(node, scope, "OFFSET").value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise unsupported(f"OFFSET {fragment(scope.source.text, node_span(node, scope))}", node, scope,
+                          _LIMIT_SUPPORTED)
+    return min(value, MAX_LIMIT)

@@ -109,6 +109,12 @@ CASES = [
     "SELECT sex, region, AVG(x) AS a FROM people GROUP BY sex, region "
     "HAVING SUM(x) / COUNT(*) > 0 AND region <> 'E' ORDER BY a DESC LIMIT 3",
     "SELECT region, COUNT(*) AS n FROM people GROUP BY region HAVING n > 500 AND region IN ('N', 'E') ORDER BY 1",
+    # OFFSET after ORDER BY: plain, derived, after UNION ALL and on an aggregate CTE
+    "SELECT region, COUNT(*) AS n FROM people GROUP BY region ORDER BY n DESC LIMIT 1 OFFSET 1",
+    "SELECT region, SUM(x) / COUNT(*) AS r FROM people GROUP BY region ORDER BY region OFFSET 2",
+    "SELECT 'low' AS band, COUNT(*) AS n FROM people WHERE x < 5 UNION ALL SELECT 'high', COUNT(*) FROM people "
+    "WHERE x >= 5 ORDER BY band LIMIT 1 OFFSET 1",
+    "WITH s AS (SELECT region, COUNT(*) AS n FROM people GROUP BY region) SELECT region, n FROM s ORDER BY n OFFSET 1",
     "SELECT region FROM people GROUP BY region HAVING NOT COUNT(*) BETWEEN 700 AND 1200 ORDER BY region",
     "SELECT region, SUM(x) / COUNT(*) AS r FROM people GROUP BY region HAVING r IS NOT NULL ORDER BY r DESC LIMIT 2",
     # UNION ALL: one table, names from the first part, ORDER BY/LIMIT on the whole

@@ -307,7 +307,7 @@ UNSUPPORTED_EXPECTED: dict[str, tuple[type[Exception], str, int, int]] = {
     "boolean literal": (NOT_SUPPORTED, "boolean", 3, 16),
     "table function": (NOT_SUPPORTED, "table function", 3, 6),
     "file in from": (NOT_SUPPORTED, "file", 3, 6),
-    "offset": (NOT_SUPPORTED, "OFFSET", 3, 9),
+    "offset": (NOT_SUPPORTED, "OFFSET -2", 3, 16),
     "negative limit": (NOT_SUPPORTED, "LIMIT -1", 3, 7),
     "order by unselected group column": (NOT_SUPPORTED, "ORDER BY", 3, 10),
     "numbered parameter": (NOT_SUPPORTED, "parameter", 3, 13),
