@@ -4,7 +4,8 @@ One function per construct, dispatched on the sqlglot node type (``_PREDICATES``
 comparisons (``5 < age`` is turned around to ``age > 5``), [NOT] BETWEEN, [NOT] IN, IS [NOT] NULL,
 [NOT] LIKE/ILIKE (their cells: :mod:`dpsql.sql.filters`), NOT, AND/OR (nested same-kind connectives
 flattened) and parentheses; constants are numbers, -numbers, strings, dates (a timestamp at midnight:
-:mod:`dpsql.sql.timestamps`) and bound ``?`` parameters. Every node keeps its span, and anything else is refused
+:mod:`dpsql.sql.timestamps`; CURRENT_DATE; a date ± an interval of days, weeks, months, quarters or
+years) and bound ``?`` parameters. Every node keeps its span, and anything else is refused
 with :class:`~dpsql.errors.UnsupportedQueryError` located in the text (:mod:`dpsql.sql.source`).
 """
 
@@ -32,8 +33,8 @@ _WHERE_SUPPORTED = (
 )
 _LIKE_SUPPORTED = "LIKE, NOT LIKE and ILIKE take a 'string' pattern (or a ? bound to one), optionally ESCAPE 'c'."
 _IS_SUPPORTED = "WHERE supports column IS NULL and column IS NOT NULL."
-_VALUE_SUPPORTED = ("Constants are numbers, -numbers, 'strings', DATE 'YYYY-MM-DD', TIMESTAMP 'YYYY-MM-DD 00:00:00' "
-                    "and ? parameters.")
+_VALUE_SUPPORTED = ("Constants are numbers, -numbers, 'strings', DATE 'YYYY-MM-DD', TIMESTAMP 'YYYY-MM-DD 00:00:00', "
+                    "CURRENT_DATE, a date ± INTERVAL n DAY|WEEK|MONTH|QUARTER|YEAR and ? parameters.")
 OPERATORS: dict[type[exp.Expr], ir.ComparisonOperator] = {
     exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">=",
 }
@@ -388,16 +389,15 @@ def _double_quoted(node: exp.Expr, context: str, scope: Scope) -> UnsupportedQue
                        f"\"{name}\" is an identifier (double quotes name a column); use '{name}' for the string.")
 
 
-_CLOCK = {"CURRENT_DATE", "CURRENT_TIMESTAMP", "CURRENT_TIME", "NOW", "TODAY", "LOCALTIMESTAMP",
-          "GET_CURRENT_TIMESTAMP"}
+_CLOCK = {"CURRENT_TIMESTAMP", "CURRENT_TIME", "NOW", "LOCALTIMESTAMP", "GET_CURRENT_TIMESTAMP"}
 
 
-_CLOCK_NODES = (exp.CurrentDate, exp.CurrentTimestamp, exp.CurrentTime, exp.CurrentDatetime)
+_CLOCK_NODES = (exp.CurrentTimestamp, exp.CurrentTime, exp.CurrentDatetime)
 
 
 def _refuse_clock(node: exp.Expr, scope: Scope) -> None:
-    """Refuse CURRENT_DATE, NOW() and the like (also inside arithmetic), pointing at the word: the answer
-    must not depend on when the batch runs."""
+    """Refuse NOW(), CURRENT_TIMESTAMP and the like (also inside arithmetic), pointing at the word: a
+    time of day is finer than any date column's cells (CURRENT_DATE is read as a date)."""
     clock = next((child for child in node.walk() if isinstance(child, _CLOCK_NODES) or (
         isinstance(child, exp.Anonymous) and str(child.this).upper() in _CLOCK)), None)
     if clock is None:
@@ -408,8 +408,8 @@ def _refuse_clock(node: exp.Expr, scope: Scope) -> None:
     where = scope.source.token_span(inside[0], inside[0]) if inside else (
         scope.source.token_span(words[0], words[0]) if words else node_span(node, scope))
     raise unsupported(f"{scope.source.text[where.start:where.end].upper()}", where, scope,
-                      "dpsql needs a literal date, because the answer must not depend on the time it runs: "
-                      "write DATE 'yyyy-mm-dd'.")
+                      "Date columns hold days: write CURRENT_DATE (± INTERVAL n DAY|WEEK|MONTH|QUARTER|YEAR) or "
+                      "DATE 'yyyy-mm-dd'.")
 
 
 def _parse_date(node: exp.Cast, scope: Scope, context: str) -> ir.Literal:
@@ -472,10 +472,70 @@ def _parse_parenthesized_value(node: exp.Paren, scope: Scope, context: str) -> i
     return replace(parse_value(node.this, scope, context), span=node_span(node, scope))
 
 
+#: Interval units a date moves by (DuckDB's singular and plural words): (days, months) per unit.
+_INTERVAL_UNITS: dict[str, tuple[int, int]] = {
+    "DAY": (1, 0), "DAYS": (1, 0), "WEEK": (7, 0), "WEEKS": (7, 0), "MONTH": (0, 1), "MONTHS": (0, 1),
+    "QUARTER": (0, 3), "QUARTERS": (0, 3), "YEAR": (0, 12), "YEARS": (0, 12)}
+
+
+def _parse_current_date(node: exp.CurrentDate, scope: Scope, context: str) -> ir.Literal:
+    """CURRENT_DATE (``today()``): this machine's date when the batch is read, a public constant (no
+    row is read for it); the result depends on the day the batch runs, as the same SQL's does in DuckDB."""
+    return ir.Literal(value=dt.date.today(), span=node_span(node, scope))
+
+
+def _parse_date_shift(node: exp.Add | exp.Sub, scope: Scope, context: str) -> ir.Literal:
+    """``date ± INTERVAL n unit`` (DAY, WEEK, MONTH, QUARTER, YEAR) or ``date ± n`` days, for a date
+    constant (DATE '…', CURRENT_DATE): as DuckDB adds them, a month or year step keeping the day of the
+    month, or the month's last day where it has fewer (2020-01-31 + 1 month = 2020-02-29)."""
+    start = parse_value(node.this, scope, context)
+    step = unparen(node.expression)
+    if not isinstance(start.value, dt.date):
+        raise unsupported(f"arithmetic in {context}", node, scope, _VALUE_SUPPORTED)
+    if isinstance(step, exp.Interval):
+        unit = step.args.get("unit")
+        count = step.this
+        word = unit.name.upper() if unit is not None else ""
+        if word not in _INTERVAL_UNITS or not isinstance(count, exp.Literal) or not re.fullmatch(r"-?\d+", count.name):
+            raise unsupported(f"the interval in {fragment_of(node, scope)}", node, scope,
+                              "Intervals are INTERVAL n DAY|WEEK|MONTH|QUARTER|YEAR for an integer n.")
+        days, months = (int(count.name) * k for k in _INTERVAL_UNITS[word])
+    else:
+        number = parse_value(step, scope, context).value
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise unsupported(f"adding {fragment_of(step, scope)} to a date", step, scope,
+                              "Add INTERVAL n DAY|WEEK|MONTH|QUARTER|YEAR or an integer number of days.")
+        days, months = number, 0
+    sign = -1 if isinstance(node, exp.Sub) else 1
+    try:
+        moved = _add_months(start.value, sign * months) + dt.timedelta(days=sign * days)
+    except (OverflowError, ValueError):
+        raise unsupported(f"a date outside the years 1–9999 ({fragment_of(node, scope)})", node, scope,
+                          _VALUE_SUPPORTED) from None
+    return ir.Literal(value=moved, span=node_span(node, scope))
+
+
+def _add_months(day: dt.date, months: int) -> dt.date:
+    """``day`` moved by whole months, the day of the month kept where the month has it, else its last day."""
+    index = day.year * 12 + day.month - 1 + months
+    year, month = divmod(index, 12)
+    last = (dt.date(year + (month + 1) // 12, (month + 1) % 12 + 1, 1) - dt.timedelta(days=1)).day
+    return dt.date(year, month + 1, min(day.day, last))
+
+
+def fragment_of(node: exp.Expr, scope: Scope) -> str:
+    """The text a node was written as, white space collapsed."""
+    span = node_span(node, scope)
+    return " ".join(scope.source.text[span.start:span.end].split())
+
+
 _VALUES: dict[type[exp.Expr], Callable[[Any, Scope, str], ir.Literal]] = {
     exp.Literal: _parse_constant,
     exp.Neg: _parse_negative,
     exp.Cast: _parse_date,
     exp.Placeholder: _parse_parameter,
     exp.Paren: _parse_parenthesized_value,
+    exp.CurrentDate: _parse_current_date,
+    exp.Add: _parse_date_shift,
+    exp.Sub: _parse_date_shift,
 }
