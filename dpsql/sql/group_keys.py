@@ -31,8 +31,11 @@ map NULL to NULL, so, like the plain column, they show the NULL group only when 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
@@ -49,9 +52,14 @@ from dpsql.sql.source import Scope, describe, invalid, node_span, unparen, unsup
 
 KEY_SUPPORTED = (
     "GROUP BY takes columns, 1-based select positions, SELECT aliases, CASE WHEN <predicate on one column> "
-    "THEN <constant> ... [ELSE <constant>] END, EXTRACT(YEAR|MONTH FROM d), year(d), month(d) and "
-    "date_trunc('year'|'month', d)."
+    "THEN <constant> ... [ELSE <constant>] END, EXTRACT(YEAR|MONTH FROM d), year(d), month(d), "
+    "date_trunc('year'|'month', d) and arithmetic bins of one numeric column (FLOOR(age / 5) * 5, age // 10, "
+    "CAST(income / 1000 AS INTEGER), CEIL, TRUNC, ROUND) whose steps fall on its cell boundaries."
 )
+_STEPS: dict[type[exp.Expr], ir.BinStep] = {exp.Floor: "floor", exp.Ceil: "ceil", exp.Trunc: "trunc",
+                                            exp.Round: "round"}
+_INTEGER_CASTS = frozenset({"TINYINT", "SMALLINT", "INT", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINT",
+                            "UBIGINT", "UHUGEINT"})
 
 # ==================================================================================== parse side
 def resolve_reference(node: exp.Expr, select: exp.Select, scope: Scope) -> exp.Expr:
@@ -85,8 +93,15 @@ def _groupable(item: exp.Expr, reference: exp.Expr, scope: Scope) -> exp.Expr:
 
 
 def is_key_expression(node: exp.Expr) -> bool:
-    """Whether ``node`` is one of the key constructs (CASE or a date part)."""
-    return isinstance(unparen(node), (exp.Case, exp.Extract, exp.Year, exp.Month, exp.TimestampTrunc, exp.DateTrunc))
+    """Whether ``node`` is one of the key constructs (CASE, a date part, arithmetic on one column)."""
+    node = unparen(node)
+    return isinstance(node, (exp.Case, exp.Extract, exp.Year, exp.Month, exp.TimestampTrunc, exp.DateTrunc)) or (
+        _is_arithmetic(node) and len({c.name.lower() for c in node.find_all(exp.Column)}) == 1
+        and not any(isinstance(n, exp.AggFunc) for n in node.walk()))
+
+
+def _is_arithmetic(node: exp.Expr) -> bool:
+    return isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Neg, *_STEPS, exp.Cast))
 
 
 def parse_key(node: exp.Expr, scope: Scope) -> ir.GroupKey:
@@ -96,7 +111,91 @@ def parse_key(node: exp.Expr, scope: Scope) -> ir.GroupKey:
         return _parse_case(node, scope)
     if isinstance(node, (exp.Extract, exp.Year, exp.Month, exp.TimestampTrunc, exp.DateTrunc)):
         return _parse_date_key(node, scope)
+    if _is_arithmetic(node):
+        return _parse_bin(node, scope)
     raise unsupported(f"{describe(node, scope)} in GROUP BY", node, scope, KEY_SUPPORTED)
+
+
+def _parse_bin(node: exp.Expr, scope: Scope) -> ir.BinKey:
+    """``p · step(a · x + b) + q``: an affine outside, at most one rounding step, an affine of one column
+    inside (``x // c`` is TRUNC(x / c) with an integer label, as DuckDB divides integers)."""
+    outer = _affine(node, scope)
+    if outer is None:
+        raise unsupported(f"{describe(node, scope)} in GROUP BY", node, scope, KEY_SUPPORTED)
+    inner_node, p, q = outer
+    step: ir.BinStep = "none"
+    integral = False
+    inner_node = unparen(inner_node)
+    if isinstance(inner_node, exp.IntDiv):
+        divisor = _number(inner_node.expression)
+        if divisor is None or divisor == 0:
+            raise unsupported("// by something other than a non-zero number", inner_node, scope, KEY_SUPPORTED)
+        step, integral = "trunc", True
+        inside: exp.Expr = exp.Div(this=inner_node.this, expression=inner_node.expression)
+    elif isinstance(inner_node, exp.Cast) and inner_node.to.this.name in _INTEGER_CASTS:
+        step, integral, inside = "rint", True, inner_node.this
+        if isinstance(unparen(inside), tuple(_STEPS)):  # CAST(FLOOR(x / c) AS INTEGER): the inner step decides
+            step, inside = _STEPS[type(unparen(inside))], unparen(inside).this
+    elif isinstance(inner_node, tuple(_STEPS)):
+        decimals = inner_node.args.get("decimals")
+        if decimals is not None and _number(decimals) != 0:
+            raise unsupported("ROUND to decimals in GROUP BY", inner_node, scope,
+                              "Round to a whole number (ROUND(x)) or scale first: ROUND(x * 10) / 10.")
+        step, inside = _STEPS[type(inner_node)], inner_node.this
+    else:
+        inside = inner_node
+    found = _affine(inside, scope)
+    if found is None or not isinstance(unparen(found[0]), exp.Column):
+        raise unsupported(f"{describe(node, scope)} in GROUP BY", node, scope, KEY_SUPPORTED)
+    column, a, b = found
+    if a == 0 or p == 0:
+        raise unsupported("a bin multiplied by zero", node, scope, KEY_SUPPORTED)
+    return ir.BinKey(column=parse_column(column, scope, "in GROUP BY", KEY_SUPPORTED), step=step, inner_scale=a,
+                     inner_shift=b, outer_scale=p, outer_shift=q, integral=integral and p.denominator == 1
+                     and q.denominator == 1, span=node_span(node, scope), text=default_name(node, scope))
+
+
+def _affine(node: exp.Expr, scope: Scope) -> tuple[exp.Expr, Fraction, Fraction] | None:
+    """``node`` as a · u + b for the one operand u that is not a number (+ − · / by numbers, unary minus,
+    nested); None when two operands are not numbers."""
+    node = unparen(node)
+    if isinstance(node, exp.Neg):
+        found = _affine(node.this, scope)
+        return None if found is None else (found[0], -found[1], -found[2])
+    if not isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        return node, Fraction(1), Fraction(0)
+    left, right = _number(node.this), _number(node.expression)
+    if (left is None) == (right is None):
+        return None
+    inner = _affine(node.expression if left is not None else node.this, scope)
+    if inner is None:
+        return None
+    u, a, b = inner
+    constant = left if left is not None else right
+    assert constant is not None
+    if isinstance(node, exp.Add):
+        return u, a, b + constant
+    if isinstance(node, exp.Sub):
+        return (u, a, b - constant) if right is not None else (u, -a, constant - b)
+    if isinstance(node, exp.Mul):
+        return u, a * constant, b * constant
+    if left is not None or constant == 0:  # c / u is not affine; u / 0 is refused by the caller's shape
+        return None
+    return u, a / constant, b / constant
+
+
+def _number(node: exp.Expr) -> Fraction | None:
+    """A numeric literal (or −literal) as an exact rational, else None."""
+    node = unparen(node)
+    negative = isinstance(node, exp.Neg)
+    inner = unparen(node.this) if negative else node
+    if not isinstance(inner, exp.Literal) or inner.is_string:
+        return None
+    try:
+        value = Fraction(inner.this)
+    except ValueError:
+        return None
+    return -value if negative else value
 
 
 def default_name(node: exp.Expr, scope: Scope) -> str:
@@ -113,7 +212,7 @@ def select_key(value: exp.Expr, keyed: Sequence[tuple[exp.Expr, ir.GroupKey]], s
     for node, key in keyed:
         if node == value:
             return key
-    raise unsupported("a CASE/date-part expression in SELECT that is not in GROUP BY", value, scope,
+    raise unsupported("a CASE, date-part or arithmetic key in SELECT that is not in GROUP BY", value, scope,
                       "Repeat it in GROUP BY, or GROUP BY its position or alias (an alias that is also a column "
                       "inside the expression names that column, as in DuckDB: choose another alias).")
 
@@ -224,7 +323,89 @@ def key_groups(column: sch.Column, key: ir.GroupKey, atom_mask: AtomMask) -> Key
         return _case_groups(column, key, atom_mask)
     if isinstance(key, ir.LookupKey):
         return _lookup_groups(column, key)
+    if isinstance(key, ir.BinKey):
+        return _bin_groups(column, key)
     return _date_groups(column, key)
+
+
+def _stepped(key: ir.BinKey, y: Fraction) -> Fraction:
+    """step(y), exactly."""
+    if key.step == "floor":
+        return Fraction(math.floor(y))
+    if key.step == "ceil":
+        return Fraction(math.ceil(y))
+    if key.step == "trunc":
+        return Fraction(math.trunc(y))
+    if key.step == "round":  # half away from zero
+        return Fraction(math.floor(abs(y) + Fraction(1, 2))) * (1 if y >= 0 else -1)
+    if key.step == "rint":  # half to even
+        return Fraction(round(y))
+    return y
+
+
+def bin_label(key: ir.BinKey, x: Fraction) -> Fraction:
+    """The key's value at column value ``x``."""
+    return key.outer_scale * _stepped(key, key.inner_scale * x + key.inner_shift) + key.outer_shift
+
+
+def _bin_groups(column: sch.Column, key: ir.BinKey) -> KeyGroups:
+    """Every label the key takes on the declared domain, ascending; each base cell's label, which must
+    be one value over the cell: a cell holding one value (an integer column's cells of width 1) takes
+    the key at it; a wider cell [lo, hi) needs no step of the key strictly inside it (the key at lo
+    equals its left limit at hi), else the bin is refused with the nearest bins that align."""
+    domain = column.domain
+    if not isinstance(domain, sch.Ordered) or domain.kind == "date":
+        kind = "categorical" if isinstance(domain, sch.Categorical) else "a date"
+        raise UnsupportedQueryError(f"the arithmetic bin at {key.span.describe()} needs an integer or numeric column; "
+                                    f"{column.key} is {kind}. Group by the column itself, or by a CASE or date-part "
+                                    "key.")
+    bounds = [Fraction(b) for b in domain.boundaries]
+    values = []
+    for lo, hi in itertools.pairwise(bounds):
+        value = bin_label(key, lo)
+        single = domain.kind == "integer" and hi - lo == 1 and lo.denominator == 1
+        if not single and key.step != "none" and _steps_inside(key, lo, hi):
+            raise UnsupportedQueryError(
+                f"the bin {_bin_text(key)} at {key.span.describe()} splits the cell [{_show(lo)}, {_show(hi)}) of "
+                f"{column.key}, whose rows are counted per cell: bins must start on cell boundaries (here "
+                f"{_show(bounds[0])} + multiples of {_show(hi - lo)}; e.g. divide by a multiple of {_show(hi - lo)}), "
+                f"or declare a finer resolution for {column.key}.")
+        if not single and key.step == "none" and hi - lo != 0:
+            raise UnsupportedQueryError(
+                f"the key {_bin_text(key)} at {key.span.describe()} is not one value per cell of {column.key} "
+                f"([{_show(lo)}, {_show(hi)}) holds many values); round it: FLOOR(...), CAST(... AS INTEGER).")
+        values.append(value)
+    labels = sorted(set(values))
+    outside = len(labels) if column.other else -1
+    group = np.array([labels.index(v) for v in values] + [outside], dtype=np.int64)
+    shown: list[object] = [int(v) if key.integral else float(v) for v in labels]
+    return KeyGroups(labels=shown + [None] if column.other else shown, group_of_base=group)
+
+
+def _steps_inside(key: ir.BinKey, lo: Fraction, hi: Fraction) -> bool:
+    """Whether step(a·x + b) changes for x in (lo, hi) or at the left limit of hi: the affine maps the
+    cell onto an interval of y whose open part, or whose end approached from inside, meets a step."""
+    ends = sorted([key.inner_scale * lo + key.inner_shift, key.inner_scale * hi + key.inner_shift])
+    start, end = ends
+    rising = key.inner_scale > 0
+    at_start = _stepped(key, start) if rising else _limit(key, start, above=True)
+    at_end = _limit(key, end, above=False) if rising else _stepped(key, end)
+    return at_start != at_end
+
+
+def _limit(key: ir.BinKey, y: Fraction, *, above: bool) -> Fraction:
+    """step at y approached from above or below: the step at a point a hair away, closer than any break
+    (breaks of these steps are at multiples of ½)."""
+    hair = Fraction(1, 4 * max(1, y.denominator) ** 2)
+    return _stepped(key, y + hair if above else y - hair)
+
+
+def _bin_text(key: ir.BinKey) -> str:
+    return key.text or key.column.name
+
+
+def _show(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{float(value):g}"
 
 
 def _truth(column: sch.Column, predicate: ir.Predicate, atom_mask: AtomMask) -> npt.NDArray[np.bool_]:
@@ -350,6 +531,8 @@ def label_array(key: ir.GroupKey, labels: Sequence[object]) -> pa.Array:
     """Output labels typed by the key: strings, int64 (integers, EXTRACT), float64, date32 (dates)."""
     if isinstance(key, ir.DateKey):
         return pa.array(labels, type=pa.date32() if key.part.startswith("trunc") else pa.int64())
+    if isinstance(key, ir.BinKey):
+        return pa.array(labels, type=pa.int64() if key.integral else pa.float64())
     present = [value for value in labels if value is not None]
     if all(isinstance(value, str) for value in present):
         kind = pa.string()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Literal as TypingLiteral
 
 
@@ -209,7 +210,29 @@ class LookupKey:
     span: Span
 
 
-GroupKey = CaseKey | DateKey | LookupKey
+#: The rounding step of an arithmetic bin: FLOOR, CEIL, TRUNC (and an integer's ``//``), ROUND (half away
+#: from zero), a CAST to an integer (half to even, as DuckDB casts), or none (an affine relabelling).
+BinStep = TypingLiteral["floor", "ceil", "trunc", "round", "rint", "none"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BinKey:
+    """An arithmetic bin of one column: ``outer_scale · step(inner_scale · x + inner_shift) + outer_shift``
+    (``FLOOR(age / 5) * 5``, ``age // 10``, ``CAST(income / 1000 AS INTEGER)``), exact rationals;
+    ``integral``: the label is an integer (``//``, a CAST), else a double as DuckDB returns it."""
+
+    column: Column
+    step: BinStep
+    inner_scale: Fraction
+    inner_shift: Fraction
+    outer_scale: Fraction
+    outer_shift: Fraction
+    integral: bool
+    span: Span
+    text: str = ""  # as written, for messages
+
+
+GroupKey = CaseKey | DateKey | LookupKey | BinKey
 
 
 # ==================================================================================== select items, joins, ORDER BY

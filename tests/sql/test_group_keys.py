@@ -209,7 +209,7 @@ def test_a_key_that_is_the_columns_own_bins_costs_and_answers_as_the_plain_group
      UnsupportedQueryError, r"GROUP BY an aggregate \(by position or alias\) is not supported \(line 1, col 38"),
     ("SELECT sex, COUNT(*) FROM t GROUP BY 3", SqlSyntaxError, r"GROUP BY position 3 is out of range"),
     (f"SELECT {BAND}, COUNT(*) FROM t", UnsupportedQueryError,
-     r"a CASE/date-part expression in SELECT that is not in GROUP BY is not supported \(line 1, col 8"),
+     r"a CASE, date-part or arithmetic key in SELECT that is not in GROUP BY is not supported \(line 1, col 8"),
     ("SELECT age, COUNT(*) FROM t GROUP BY CASE WHEN age < 30 THEN 1 END",
      UnsupportedQueryError, r"selecting column 'age' without grouping by it"),
     (f"SELECT {BAND} AS band, age, COUNT(*) FROM t GROUP BY band, age",
