@@ -218,6 +218,10 @@ class Engine:
     clock: Callable[[], float] = staticmethod(time.perf_counter)
     unit = "wall s"
 
+    def server_cpu(self) -> float | None:
+        """CPU seconds used so far by the processes doing the engine's work outside this one, if known."""
+        return None
+
     def load(self, table: Any, folder: Path) -> None:
         raise NotImplementedError
 
@@ -267,6 +271,13 @@ class PostgresEngine(Engine):
             cursor.adbc_ingest("census", table, mode="create")
             cursor.execute("VACUUM ANALYZE census")  # visibility map and statistics, as a loaded table has them
         self.connection = self._connect()
+        with self.connection.cursor() as cursor:  # the server's postmaster: the parent of this session's backend
+            cursor.execute("SELECT pg_backend_pid()")
+            backend = int(cursor.fetchall()[0][0])
+        self.postmaster = _parent(backend) if Path(f"/proc/{backend}").exists() else None
+
+    def server_cpu(self) -> float | None:
+        return None if self.postmaster is None else _tree_cpu(self.postmaster)
 
     def _connect(self) -> Any:
         if self.driver == "adbc":
@@ -294,8 +305,11 @@ class PostgresEngine(Engine):
 class SparkEngine(Engine):
     """The table as a temporary view over a Parquet file, on a local[2] session or a Spark Connect server's."""
 
-    def __init__(self, session: Any, name: str) -> None:
-        self.session, self.name = session, name
+    def __init__(self, session: Any, name: str, jvm: int) -> None:
+        self.session, self.name, self.jvm = session, name, jvm
+
+    def server_cpu(self) -> float | None:
+        return _tree_cpu(self.jvm)
 
     def load(self, table: Any, folder: Path) -> None:
         import pyarrow.parquet as pq
@@ -323,7 +337,9 @@ def census(sizes: Iterable[int], engines: Iterable[str], postgres: str | None) -
 
     print(header("census, 50 statements: private ÷ the same engine's exact 50 queries, and the scan alone"))
     print("# DuckDB in CPU s (process_time, every thread); PostgreSQL and Spark in wall s (their work is in the server"
-          "\n# or the JVM, not this process), exact and private timed in the same run, one after the other")
+          "\n# or the JVM, not this process), exact and private timed in the same run, one after the other; 'srv':"
+          "\n# the CPU s of the server's processes (PostgreSQL's postmaster and its children, parallel workers"
+          "\n# included; Spark's JVM) for the same two, and their ratio: on a shared machine the fairer measure")
     batch = census_scan_mix(50)
     schema = Schema.load(SCHEMA)
     with contextlib.ExitStack() as stack:
@@ -343,22 +359,32 @@ def census(sizes: Iterable[int], engines: Iterable[str], postgres: str | None) -
             engine.close()
         print(f"(planned and engines warmed over 1,000 rows: {time.process_time() - started:.2f} CPU s; below, warm)")
         print(f"{'rows':>12}  {'engine':<18}{'unit':>7}{'exact':>9}{'private':>9}{'scan':>8}"
-              f"{'private ÷ exact':>17}{'scan ÷ exact':>14}  = DuckDB")
+              f"{'private ÷ exact':>17}{'scan ÷ exact':>14}{'srv exact':>10}{'private':>8}{'÷':>9}  = DuckDB")
         for rows in sizes:
             table = population(rows)
             reference: Timed | None = None
             for engine in opened:
                 engine.load(table, folder)
-                started = engine.clock()
+                started, server = engine.clock(), engine.server_cpu()
                 for sql in batch:
                     engine.exact(sql)
-                exact = engine.clock() - started
+                exact, exact_server = engine.clock() - started, _since(engine, server)
+                server = engine.server_cpu()
                 timed, private = _private(engine, schema, batch, folder)
+                private_server = _since(engine, server)
                 reference = reference or timed
                 equal = "yes" if same_vectors(timed.results, reference.results) else "NO"
+                cpu = (f"{exact_server:>9.2f}{private_server:>9.2f}{private_server / exact_server:>9.2f}"
+                       if exact_server and private_server else f"{'-':>9}{'-':>9}{'-':>9}")
                 print(f"{rows:>12,}  {engine.name:<18}{engine.unit:>7}{exact:>9.2f}{private:>9.2f}{timed.seconds:>8.2f}"
-                      f"{private / exact:>17.2f}{timed.seconds / exact:>14.2f}  {equal}", flush=True)
+                      f"{private / exact:>17.2f}{timed.seconds / exact:>14.2f}{cpu}  {equal}", flush=True)
                 engine.close()
+
+
+def _since(engine: Engine, before: float | None) -> float | None:
+    """The engine's server CPU seconds since ``before`` (None where it is not known)."""
+    after = engine.server_cpu()
+    return None if before is None or after is None else after - before
 
 
 def _private(engine: Engine, schema: Schema, batch: list[str], folder: Path) -> tuple[Timed, float]:
@@ -384,21 +410,22 @@ def _engine(name: str, postgres: str | None, stack: contextlib.ExitStack) -> Eng
     if name == "spark-local":
         session = _spark_session()
         stack.callback(session.stop)
-        return SparkEngine(session, name)
+        return SparkEngine(session, name, jvm=_children(os.getpid())[-1])  # the JVM pyspark launched
     if name == "spark-connect":
         from pyspark.sql import SparkSession
 
-        url = stack.enter_context(_connect_server(folder=Path(stack.enter_context(tempfile.TemporaryDirectory()))))
+        url, server = stack.enter_context(_connect_server(Path(stack.enter_context(tempfile.TemporaryDirectory()))))
         session = SparkSession.builder.remote(url).create()
         stack.callback(session.stop)
-        return SparkEngine(session, name)
+        return SparkEngine(session, name, jvm=server)
     raise SystemExit(f"unknown engine {name!r}: choose among {', '.join(ENGINES)}")
 
 
 @contextlib.contextmanager
-def _connect_server(folder: Path) -> Iterator[str]:
+def _connect_server(folder: Path) -> Iterator[tuple[str, int]]:
     """A Spark Connect server (pyspark's ``SparkConnectServer`` through its ``spark-submit``) on 127.0.0.1,
-    local[2] with the settings of ``_spark_session``; its ``sc://`` URL; stopped by its process group id."""
+    local[2] with the settings of ``_spark_session``; its ``sc://`` URL and process id; stopped by its
+    process group id."""
     import pyspark
 
     home = Path(pyspark.__file__).parent
@@ -427,7 +454,7 @@ def _connect_server(folder: Path) -> Iterator[str]:
             if process.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"the Spark Connect server did not start; see {folder}/server.log")
             time.sleep(0.5)
-        yield f"sc://127.0.0.1:{port}"
+        yield f"sc://127.0.0.1:{port}", process.pid
     finally:
         for sent in (signal.SIGTERM, signal.SIGKILL):
             with contextlib.suppress(ProcessLookupError):
@@ -437,6 +464,39 @@ def _connect_server(folder: Path) -> Iterator[str]:
                 break
             except subprocess.TimeoutExpired:
                 continue
+
+
+def _children(pid: int) -> list[int]:
+    """The process ids whose parent is ``pid`` (Linux ``/proc``), oldest first."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if _parent(int(entry.name)) == pid:
+                    found.append(int(entry.name))
+    return sorted(found)
+
+
+def _parent(pid: int) -> int:
+    return int(_stat(pid)[1])
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command name: state, ppid, ... (utime is index 11)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _tree_cpu(root: int) -> float:
+    """CPU seconds of ``root`` and its descendants, including children they have reaped (so PostgreSQL's
+    parallel workers, which exit after each query, count), from ``/proc``."""
+    total, pending = 0, [root]
+    while pending:
+        pid = pending.pop()
+        with contextlib.suppress(OSError):
+            fields = _stat(pid)
+            total += sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
+            pending += _children(pid)
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _estimate(scans: dict[int, float]) -> None:
