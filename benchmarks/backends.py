@@ -15,13 +15,20 @@ Prints per backend and row count:
 and the scan-time ratio to DuckDB measured in the same run. Finally a paper estimate for 10⁹ rows on
 a Spark cluster, from Spark's measured per-row cost here and linear scaling over executor cores.
 
-With ``--census``, instead: DuckDB only, the 50-statement census batch (``batches.census_scan_mix``: one scan of
-six cell sets, two sums, two non-NULL counts) over the demo's census table at each row count, in CPU seconds
-(``time.process_time``, every thread) measured in one run: DuckDB running the 50 statements exactly one by one,
-dpsql's private ``execute`` end to end (plans cached by a first run over 1,000 rows) and its scan alone,
-as ratios to DuckDB's.
+With ``--census``, instead: the 50-statement census batch (``batches.census_scan_mix``: one scan of six cell
+sets, two sums, two non-NULL counts) over the demo's census table, per engine (``--engines``: DuckDB,
+PostgreSQL through ADBC and through psycopg 3, Spark local[2] and Spark Connect) and row count, measured in
+one run: the engine answering the 50 statements exactly one by one (its own SQL, through the same driver),
+dpsql's private ``execute`` end to end (plans cached by a first run over 1,000 rows, which also warms each
+engine) and its scan alone, as ratios to the exact queries. DuckDB runs in this process and is timed in CPU
+seconds (``time.process_time``, every thread); PostgreSQL and Spark do their work in a server or a JVM, so
+they are timed in wall seconds, and also by the CPU seconds of those processes (read from ``/proc``:
+PostgreSQL's postmaster and its children, parallel workers included; Spark's JVM), the fairer measure on a
+shared machine. Without ``--postgres`` a throw-away server is started (``tests/_postgres_server.py``); the
+Connect server is pyspark's own, started on a loopback port and stopped by its process id.
 
-Run: python benchmarks/backends.py [--rows 1000000,10000000] [--postgres postgresql://...] [--no-spark] [--census]
+Run: python benchmarks/backends.py [--rows 1000000,10000000] [--postgres postgresql://...] [--no-spark]
+     [--census [--engines duckdb,postgres-adbc,postgres-psycopg,spark-local,spark-connect]]
 (needs ``pip install ".[spark,postgres]"``; a throw-away PostgreSQL server: ``initdb -D DIR`` and
 ``pg_ctl -D DIR -o "-p 55432 -c listen_addresses=127.0.0.1" start``, as a user other than root).
 """
