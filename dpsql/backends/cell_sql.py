@@ -425,18 +425,13 @@ def build_query(table: Table, source: SourceTable, cells: Sequence[Column], sums
     aggregates += [exp.alias_(exp.Count(this=exp.Case().when(_ref(n), integer(1))), n, quoted=True)
                    for n in count_names]
     if grouping is not None:
-        return _grouping_sets(rows, cell_names, aggregates, grouping, source.dialect, capped=_capped(table))
+        return _grouping_sets(table, rows, cell_names, aggregates, grouping, source.dialect)
     query = exp.select(*[_ref(n) for n in cell_names], *aggregates).from_(rows.subquery("dpsql_rows", copy=False))
     return query.group_by(*[_ref(n) for n in cell_names]) if cell_names else query
 
 
-def _capped(table: Table) -> bool:
-    """Whether the table's rows are capped per privacy unit (:func:`_cap_per_unit`: a window over all rows)."""
-    return table.privacy_unit.column is not None
-
-
-def _grouping_sets(rows: exp.Select, cell_names: Sequence[str], aggregates: Sequence[exp.Expr],
-                   grouping: Sequence[tuple[int, ...]], dialect: SqlDialect, *, capped: bool) -> exp.Query:
+def _grouping_sets(table: Table, rows: exp.Select, cell_names: Sequence[str], aggregates: Sequence[exp.Expr],
+                   grouping: Sequence[tuple[int, ...]], dialect: SqlDialect) -> exp.Query:
     """SELECT cell columns, aggregates FROM rows GROUP BY GROUPING SETS (one per entry of ``grouping``).
 
     Where the dialect aggregates one set at a time in parallel but grouping sets serially
@@ -444,7 +439,7 @@ def _grouping_sets(rows: exp.Select, cell_names: Sequence[str], aggregates: Sequ
     cap, whose window would then be computed once per set), the same rows as a UNION ALL of one
     GROUP BY per set, each with the cell columns outside its set NULL, as GROUPING SETS has them.
     """
-    if not dialect.sets_by_union or capped or len(grouping) < 2:
+    if not dialect.sets_by_union or table.privacy_unit.column is not None or len(grouping) < 2:
         query = exp.select(*[_ref(n) for n in cell_names], *aggregates).from_(rows.subquery("dpsql_rows", copy=False))
         sets = [exp.Tuple(expressions=[_ref(cell_names[i]) for i in positions]) for positions in grouping]
         query.set("group", exp.Group(expressions=[exp.GroupingSets(expressions=sets)]))
@@ -525,7 +520,7 @@ def marginals_query(table: Table, source: SourceTable, cells: Sequence[Column],
     """
     rows, cell_names, _, _ = _rows(table, source, cells, {}, ())
     rows_count = exp.alias_(exp.Count(this=exp.Star()), "dpsql_rows", quoted=True)
-    return _grouping_sets(rows, cell_names, [rows_count], marginals, source.dialect, capped=_capped(table))
+    return _grouping_sets(table, rows, cell_names, [rows_count], marginals, source.dialect)
 
 
 # ============================================================================ privacy-unit cap
