@@ -414,9 +414,9 @@ def _rows(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapp
 
 
 def build_query(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapping[Column, float],
-                counts: Sequence[Column], grouping: Sequence[tuple[int, ...]] | None = None) -> exp.Select:
+                counts: Sequence[Column], grouping: Sequence[tuple[int, ...]] | None = None) -> exp.Query:
     """SELECT cell indices, COUNT(*), SUMs and COUNTs ... GROUP BY the cell indices (or, given
-    ``grouping``, by GROUPING SETS of cell column positions), over the capped rows."""
+    ``grouping``, by GROUPING SETS of cell column positions: :func:`_grouping_sets`), over the capped rows."""
     rows, cell_names, sum_names, count_names = _rows(table, source, cells, sums, counts)
     aggregates = [exp.alias_(exp.Count(this=exp.Star()), "dpsql_rows", quoted=True)]
     # exact sums (|sum| < 2^53 per row · 2^63 rows): HUGEINT, NUMERIC or DECIMAL(38, 0), never cast down
@@ -424,12 +424,36 @@ def build_query(table: Table, source: SourceTable, cells: Sequence[Column], sums
                               quoted=True) for n in sum_names]
     aggregates += [exp.alias_(exp.Count(this=exp.Case().when(_ref(n), integer(1))), n, quoted=True)
                    for n in count_names]
-    query = exp.select(*[_ref(n) for n in cell_names], *aggregates).from_(rows.subquery("dpsql_rows", copy=False))
     if grouping is not None:
+        return _grouping_sets(table, rows, cell_names, aggregates, grouping, source.dialect)
+    query = exp.select(*[_ref(n) for n in cell_names], *aggregates).from_(rows.subquery("dpsql_rows", copy=False))
+    return query.group_by(*[_ref(n) for n in cell_names]) if cell_names else query
+
+
+def _grouping_sets(table: Table, rows: exp.Select, cell_names: Sequence[str], aggregates: Sequence[exp.Expr],
+                   grouping: Sequence[tuple[int, ...]], dialect: SqlDialect) -> exp.Query:
+    """SELECT cell columns, aggregates FROM rows GROUP BY GROUPING SETS (one per entry of ``grouping``).
+
+    Where the dialect aggregates one set at a time in parallel but grouping sets serially
+    (:attr:`SqlDialect.sets_by_union`) and the rows are a plain projection of the table (no per-unit
+    cap, whose window would then be computed once per set), the same rows as a UNION ALL of one
+    GROUP BY per set, each with the cell columns outside its set NULL, as GROUPING SETS has them.
+    """
+    if not dialect.sets_by_union or table.privacy_unit.column is not None or len(grouping) < 2:
+        query = exp.select(*[_ref(n) for n in cell_names], *aggregates).from_(rows.subquery("dpsql_rows", copy=False))
         sets = [exp.Tuple(expressions=[_ref(cell_names[i]) for i in positions]) for positions in grouping]
         query.set("group", exp.Group(expressions=[exp.GroupingSets(expressions=sets)]))
         return query
-    return query.group_by(*[_ref(n) for n in cell_names]) if cell_names else query
+    branches: list[exp.Select] = []
+    for positions in grouping:
+        cells = [_ref(n) if i in positions else exp.alias_(exp.cast(exp.null(), "BIGINT"), n, quoted=True)
+                 for i, n in enumerate(cell_names)]
+        branch = exp.select(*cells, *[a.copy() for a in aggregates]).from_(rows.subquery("dpsql_rows"))
+        branches.append(branch.group_by(*[_ref(cell_names[i]) for i in positions]) if positions else branch)
+    union: exp.Query = branches[0]
+    for branch in branches[1:]:
+        union = exp.union(union, branch, distinct=False)
+    return union
 
 
 #: Most declared cells (outside cells included) of a finest grouping set that coarser sets are summed
@@ -488,18 +512,15 @@ def marginal_cell_data(data: CellData, keep: Sequence[int]) -> CellData:
 
 
 def marginals_query(table: Table, source: SourceTable, cells: Sequence[Column],
-                    marginals: Sequence[tuple[int, ...]]) -> exp.Select:
-    """SELECT cell indices, COUNT(*) ... GROUP BY GROUPING SETS (one per marginal), over the capped rows.
+                    marginals: Sequence[tuple[int, ...]]) -> exp.Query:
+    """SELECT cell indices, COUNT(*) ... GROUP BY GROUPING SETS (one per marginal: :func:`_grouping_sets`),
+    over the capped rows.
 
     Cell indices are never NULL, so a result row's NULL pattern names its grouping set.
     """
     rows, cell_names, _, _ = _rows(table, source, cells, {}, ())
-    sets = [exp.Tuple(expressions=[_ref(cell_names[i]) for i in marginal]) for marginal in marginals]
     rows_count = exp.alias_(exp.Count(this=exp.Star()), "dpsql_rows", quoted=True)
-    query = exp.select(*[_ref(n) for n in cell_names], rows_count)
-    query = query.from_(rows.subquery("dpsql_rows", copy=False))
-    query.set("group", exp.Group(expressions=[exp.GroupingSets(expressions=sets)]))
-    return query
+    return _grouping_sets(table, rows, cell_names, [rows_count], marginals, source.dialect)
 
 
 # ============================================================================ privacy-unit cap

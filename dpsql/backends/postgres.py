@@ -410,7 +410,19 @@ def _fetch(cursor: Any) -> pa.Table:
 
 
 def arrow_column(values: list[Any]) -> pa.Array:
-    """Integers (and integral decimals, e.g. NUMERIC sums) exactly: int64 when all fit, else decimal text."""
+    """Integers (and integral decimals, e.g. NUMERIC sums) exactly: int64 when all fit, else decimal text.
+
+    Columns of Python ints, or of decimals Arrow reads at scale 0, are converted by Arrow at once (its
+    casts are exact and refuse what int64 cannot hold); anything else value by value.
+    """
+    kinds = {type(v) for v in values} - {type(None)}
+    with contextlib.suppress(OverflowError, pa.ArrowException):
+        if kinds == {int}:
+            return pa.array(values, pa.int64())
+        if kinds == {decimal.Decimal}:
+            column = pa.array(values)
+            if pa.types.is_decimal(column.type) and column.type.scale == 0:
+                return column.cast(pa.int64())
     present = [v for v in values if v is not None]
     if all(_is_integer(v) for v in present):
         integers = [None if v is None else int(v) for v in values]

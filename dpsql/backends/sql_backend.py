@@ -287,7 +287,7 @@ class SqlBackend(ABC):
         return joined_source(table, self.source) if table.join is not None else self.source(table)
 
     def _query(self, table: Table, cells: Sequence[Column], sums: Mapping[Column, float],
-               counts: Sequence[Column]) -> exp.Select:
+               counts: Sequence[Column]) -> exp.Query:
         return build_query(table, self._checked_source(table, cells, sums, counts), cells, sums, counts)
 
     def _checked_source(self, table: Table, cells: Sequence[Column], sums: Mapping[Column, float],

@@ -13,8 +13,8 @@ cannot translate, because the engines' functions mean different things, is asked
   its MD5, which every engine computes alike;
 - a SUM that never overflows or wraps (DuckDB's HUGEINT, PostgreSQL's NUMERIC, Spark's DECIMAL(38, 0)
   under ANSI mode, which errs on overflow);
-- ROUND half away from zero on a double (PostgreSQL rounds a double half to even, so it gets
-  an exact FLOOR-based form);
+- ROUND half away from zero on a double (PostgreSQL rounds a double half to even and Spark rounds
+  through BigDecimal, so both get an exact form from truncation);
 - the family of a database type name (integer, decimal, float, boolean, date, timestamp, text).
 
 Each method returns a new tree; the arguments are never modified. The same declared schema
@@ -25,7 +25,7 @@ exact oracle for the others.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from sqlglot import exp
@@ -42,11 +42,6 @@ def integer(value: int) -> exp.Expression:
     return exp.Literal.number(int(value))
 
 
-def _flag(condition: exp.Expression) -> exp.Expression:
-    """1 where ``condition`` holds, else 0."""
-    return exp.Case().when(condition, integer(1)).else_(integer(0))
-
-
 class SqlDialect:
     """The portable forms; an engine's dialect overrides what it has a faster or needed form of.
 
@@ -55,6 +50,9 @@ class SqlDialect:
     """
 
     name = ""
+    #: Whether several grouping sets over uncapped rows run faster as a UNION ALL of one GROUP BY per set
+    #: (each aggregated in parallel) than as GROUPING SETS (:func:`dpsql.backends.cell_sql._grouping_sets`).
+    sets_by_union = False
     #: Type families whose columns can hold NaN (tested by :meth:`is_nan`; NaN is no value, like NULL).
     nan_families: frozenset[TypeFamily] = frozenset({"float"})
     _INTEGER_TYPES: frozenset[str] = frozenset()
@@ -154,7 +152,7 @@ class DuckDBDialect(SqlDialect):
 
 class SparkDialect(SqlDialect):
     """Apache Spark (ANSI mode): ``array_position``, ``isnan``, ``datediff``, ``conv``; SUM over
-    DECIMAL(38, 0), which raises on overflow in ANSI mode; ROUND on a double is HALF_UP."""
+    DECIMAL(38, 0), which raises on overflow in ANSI mode; rounding by truncating casts."""
 
     name = "spark"
     _INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INT", "INTEGER", "BIGINT", "BYTE", "SHORT", "LONG"})
@@ -172,6 +170,11 @@ class SparkDialect(SqlDialect):
     def exact_sum(self, value: exp.Expression) -> exp.Expression:
         return exp.Sum(this=exp.cast(value, exp.DataType.build("DECIMAL(38, 0)")))
 
+    def round_half_away(self, value: exp.Expression) -> exp.Expression:
+        """CAST(v AS BIGINT) + CAST(2·(v − CAST(v AS BIGINT)) AS BIGINT) (:func:`_half_away_by_fraction`; the
+        cast truncates, |v| ≤ 2^53), not ROUND, which converts every double to a BigDecimal."""
+        return _half_away_by_fraction(value, lambda v: exp.cast(v, "BIGINT"))
+
     def type_family(self, type_name: str) -> TypeFamily:
         if type_name.strip().upper() == "TIMESTAMP_NTZ":
             return "timestamp"
@@ -184,13 +187,14 @@ class SparkDialect(SqlDialect):
 class PostgresDialect(SqlDialect):
     """PostgreSQL: categories by CASE (``array_position`` needs the array's exact element type),
     NaN by equality (NaN = NaN is true there), dates subtract to days, ``::bit(60)::bigint``
-    reads hex; SUM of BIGINT is NUMERIC; ROUND on a double is half to even, so FLOOR-based here.
+    reads hex; SUM of BIGINT is NUMERIC; ROUND on a double is half to even, so TRUNC-based here.
     NUMERIC holds NaN too (and ±Infinity, beyond any bound), so NaN is tested there as well; an ENUM
     column (``type_family("enum")``, as the adapter names enum types) holds text. ``md5`` hashes the
     text in the database's encoding: the text-unit salt equals DuckDB's (UTF-8) in UTF8 databases;
     in another encoding non-ASCII units keep other (equally valid) rows under ``max_rows``."""
 
     name = "postgres"
+    sets_by_union = True  # GROUPING SETS aggregate in the leader process alone; GROUP BY in parallel workers
     nan_families: frozenset[TypeFamily] = frozenset({"float", "decimal"})
     _INTEGER_TYPES = frozenset({"SMALLINT", "INTEGER", "BIGINT", "INT2", "INT4", "INT8", "INT"})
     _TEXT_PREFIXES = ("TEXT", "CHARACTER", "VARCHAR", "CHAR", "BPCHAR", "NAME", "CITEXT")
@@ -207,21 +211,28 @@ class PostgresDialect(SqlDialect):
         return exp.cast(bits, "BIGINT")
 
     def round_half_away(self, value: exp.Expression) -> exp.Expression:
-        """FLOOR(v) + [v - FLOOR(v) ≥ 0.5] for v ≥ 0, CEIL(v) − [CEIL(v) − v ≥ 0.5] below: exact, since
-        v − FLOOR(v) is computed without rounding for |v| < 2^52 (Sterbenz)."""
-        down, up = exp.Floor(this=value.copy()), exp.Ceil(this=value.copy())
-        half = exp.Literal.number(0.5)
-        above = exp.Add(this=down, expression=_flag(exp.GTE(this=exp.Sub(this=value.copy(), expression=down.copy()),
-                                                            expression=half)))
-        below = exp.Sub(this=up, expression=_flag(exp.GTE(this=exp.Sub(this=up.copy(), expression=value.copy()),
-                                                          expression=half.copy())))
-        return exp.Case().when(exp.GTE(this=value.copy(), expression=integer(0)), above).else_(below)
+        """TRUNC(v) + TRUNC(2·(v − TRUNC(v))), exactly (:func:`_half_away_by_fraction`), v written three times."""
+        return _half_away_by_fraction(value, lambda v: call("trunc", v))
 
     def type_family(self, type_name: str) -> TypeFamily:
         return "text" if type_name.strip().upper() == "ENUM" else super().type_family(type_name)
 
     def is_plain_text(self, type_name: str) -> bool:
         return bool(re.fullmatch(r"(TEXT|CHARACTER VARYING.*|VARCHAR.*)", type_name.strip().upper()))
+
+
+def _half_away_by_fraction(value: exp.Expression,
+                           truncate: Callable[[exp.Expression], exp.Expression]) -> exp.Expression:
+    """round(v), halves away from zero, as t + truncate(2·(v − t)) with t = truncate(v) (toward zero).
+
+    Exact for every double v with |v| ≤ 2^53: v − t is v's fraction f, computed without rounding (for
+    |v| ≥ 1, t and v are within a factor of two, so Sterbenz's lemma applies; below 1, t = 0); 2·f is exact
+    (a power of two) and lies in (−2, 2), so its truncation is ±1 exactly where |f| ≥ ½, else 0.
+    """
+    whole = truncate(value.copy())
+    doubled = exp.Mul(this=exp.paren(exp.Sub(this=value.copy(), expression=whole.copy())),
+                      expression=exp.cast(exp.Literal.string("2.0"), "DOUBLE"))
+    return exp.paren(exp.Add(this=whole, expression=truncate(doubled)))
 
 
 def _md5_prefix(text: exp.Expression) -> exp.Expression:

@@ -135,6 +135,30 @@ def test_data_vectors_equal_duckdb(connection: Any, oracle: dict[str, Any]) -> N
         assert _portable.same(found[key], value), key
 
 
+def test_uncapped_grouping_sets_run_as_a_union_with_duckdb_s_vectors(connection: Any) -> None:
+    """Without a privacy-unit column the rows are a plain projection: PostgreSQL aggregates each grouping set
+    by its own (parallel) GROUP BY in a UNION ALL, and the sets, sums, counts and marginals equal DuckDB's."""
+    schema = Schema.load({"tables": {"people": {"columns": _portable.COLUMNS}}})
+    table = schema.table("people")
+    columns = table.columns
+
+    def vectors(backend: Any) -> list[Any]:
+        sets = backend.cell_data_sets(table, [[columns["sex"]], [columns["region"], columns["day"]], [],
+                                              [columns["age"], columns["sex"]]],
+                                      sum_columns={columns["wealth"]: 1.0, columns["income"]: 0.5},
+                                      count_columns=[columns["score"]])
+        marginals = backend.marginal_counts(table, [columns["sex"], columns["age"], columns["member"]],
+                                            [(), (0,), (1, 2), (0, 1, 2)])
+        return [[_portable._plain(data) for data in sets], {key: value.tolist() for key, value in marginals.items()}]
+
+    recording = Recording(connection)
+    found = vectors(PostgresBackend(recording, tables=TABLES))
+    assert _portable.same(found, vectors(DuckDBBackend(_portable.duckdb_database())))
+    reads = [s for s in recording.statements if "dpsql_cell_0" in s]
+    assert len(reads) == 2 and all("UNION ALL" in s and "GROUPING SETS" not in s for s in reads)
+    connection.rollback()
+
+
 def test_answers_are_bit_identical_to_duckdb(connection: Any, oracle: dict[str, Any]) -> None:
     def connect(**options: Any) -> dpsql.Connection:
         return dpsql.connect(PostgresBackend(connection, tables=TABLES), **options)
@@ -464,6 +488,9 @@ def test_rows_become_exact_arrow_columns() -> None:
     assert arrow_column([decimal.Decimal(2**70)]).to_pylist() == [str(2**70)]
     assert arrow_column([dt.date(2020, 1, 1), None]).type == pa.date32()
     assert arrow_column([True, None]).type == pa.bool_()
+    assert arrow_column([2**63, None, -1]).to_pylist() == [str(2**63), None, "-1"]
+    assert arrow_column([decimal.Decimal("5E+3"), decimal.Decimal("2.00")]).to_pylist() == [5000, 2]
+    assert arrow_column([decimal.Decimal("1.50")]).to_pylist() == [decimal.Decimal("1.50")]
 
 
 # ======================================================================================= helpers
