@@ -354,13 +354,19 @@ def _bisect(value: exp.Expression, boundaries: Sequence[float], low: int, high: 
             .else_(_bisect(value, boundaries, middle, high), copy=False))
 
 
-def _measure_value(column: Column, db: DatabaseColumn, quantum: float, dialect: SqlDialect) -> exp.Expression:
-    """round(clamp(v, lo, hi) / quantum) as BIGINT; NULL (adding nothing) where the row has no value."""
+def _measure_value(column: Column, db: DatabaseColumn, quantum: float, dialect: SqlDialect, *,
+                   absent_as_zero: bool = False) -> exp.Expression:
+    """round(clamp(v, lo, hi) / quantum) as BIGINT; NULL where the row has no value, or 0 with ``absent_as_zero``.
+
+    Either adds nothing to a SUM (COALESCE(SUM, 0) is the same), but 0 keeps every branch a bounded
+    number: DuckDB then derives min/max statistics for the column and, where they times the table's
+    row count cannot pass int64, sums it in int64 (``sum_no_overflow``) instead of HUGEINT.
+    """
     lo, hi = column.measure_bounds or (0.0, 0.0)  # checked by _measure_problem
     value = exp.cast(_ref(db.name), "DOUBLE")
     clamped = call("least", call("greatest", value, _double(lo)), _double(hi))
     scaled = exp.cast(dialect.round_half_away(exp.Div(this=clamped, expression=_double(quantum))), "BIGINT")
-    return exp.Case().when(_has_value(db, dialect), scaled).else_(exp.null())
+    return exp.Case().when(_has_value(db, dialect), scaled).else_(integer(0) if absent_as_zero else exp.null())
 
 
 def _has_value(db: DatabaseColumn, dialect: SqlDialect) -> exp.Expression:
@@ -379,20 +385,26 @@ def _has_value(db: DatabaseColumn, dialect: SqlDialect) -> exp.Expression:
 
 
 def _rows(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapping[Column, float],
-          counts: Sequence[Column]) -> tuple[exp.Select, list[str], list[str], list[str]]:
+          counts: Sequence[Column], *, summed_only: bool = False) -> tuple[exp.Select, list[str], list[str], list[str]]:
     """(rows, cell names, sum names, count names): one row per (capped) table row with its cell
-    indices, scaled measures and has-a-value flags — the input of every aggregate query."""
+    indices, scaled measures and has-a-value flags — the input of every aggregate query.
+
+    With ``summed_only`` (the measures are only summed) a row without a value has measure 0 rather
+    than NULL, unless a privacy unit is capped: the cap orders a unit's rows by their values, NULLs last.
+    """
     catalog, dialect = source.columns, source.dialect
+    unit = table.privacy_unit.column
+    absent_as_zero = summed_only and unit is None
     cell_names = [f"dpsql_cell_{i}" for i in range(len(cells))]
     sum_names = [f"dpsql_sum_{i}" for i in range(len(sums))]
     count_names = [f"dpsql_nonnull_{i}" for i in range(len(counts))]
     projections = ([exp.alias_(_cell_index(c, catalog[c.name], dialect), n, quoted=True)
                     for c, n in zip(cells, cell_names)]
-                   + [exp.alias_(_measure_value(c, catalog[c.name], q, dialect), n, quoted=True)
+                   + [exp.alias_(_measure_value(c, catalog[c.name], q, dialect, absent_as_zero=absent_as_zero), n,
+                                 quoted=True)
                       for (c, q), n in zip(sums.items(), sum_names)]
                    + [exp.alias_(_has_value(catalog[c.name], dialect), n, quoted=True)
                       for c, n in zip(counts, count_names)])
-    unit = table.privacy_unit.column
     projections = projections or [exp.alias_(integer(0), "dpsql_row", quoted=True)]  # COUNT(*) alone reads no column
     kept: list[exp.Expression] = [exp.NEQ(this=_cell_index(c, catalog[c.name], dialect),
                                           expression=integer(c.domain.size))
@@ -417,9 +429,10 @@ def build_query(table: Table, source: SourceTable, cells: Sequence[Column], sums
                 counts: Sequence[Column], grouping: Sequence[tuple[int, ...]] | None = None) -> exp.Select:
     """SELECT cell indices, COUNT(*), SUMs and COUNTs ... GROUP BY the cell indices (or, given
     ``grouping``, by GROUPING SETS of cell column positions), over the capped rows."""
-    rows, cell_names, sum_names, count_names = _rows(table, source, cells, sums, counts)
+    rows, cell_names, sum_names, count_names = _rows(table, source, cells, sums, counts, summed_only=True)
     aggregates = [exp.alias_(exp.Count(this=exp.Star()), "dpsql_rows", quoted=True)]
-    # exact sums (|sum| < 2^53 per row · 2^63 rows): HUGEINT, NUMERIC or DECIMAL(38, 0), never cast down
+    # exact sums (|sum| < 2^53 per row · 2^63 rows): HUGEINT (int64 where DuckDB proves it cannot overflow),
+    # NUMERIC or DECIMAL(38, 0), never cast down
     aggregates += [exp.alias_(exp.Coalesce(this=source.dialect.exact_sum(_ref(n)), expressions=[integer(0)]), n,
                               quoted=True) for n in sum_names]
     aggregates += [exp.alias_(exp.Count(this=exp.Case().when(_ref(n), integer(1))), n, quoted=True)
