@@ -3,8 +3,9 @@
 Every query a backend runs for the engine comes from here: the per-cell GROUP BY (or GROUPING SETS
 for several cell sets or marginals) with the privacy-unit cap, the truncation selectors' profile,
 and the checks that the database's column types can hold each declared use. The expressions are
-rendered in the backend's dialect (``exp.sql(dialect)``); their Arrow results are decoded here into
-:class:`~dpsql.backends.base.CellData` and dense marginal tables. Nothing here opens a database:
+rendered in the backend's dialect (``exp.sql(dialect)``); their Arrow results are decoded into
+:class:`~dpsql.backends.base.CellData` and dense marginal tables by :mod:`dpsql.backends.cell_results`, and a
+set inside a finer one is summed from its cells here (:func:`marginal_cell_data`). Nothing here opens a database:
 the adapters of :mod:`dpsql.backends.sql_backend` (DuckDB, Spark, PostgreSQL) run these queries, each
 in its own :class:`~dpsql.backends.sql_dialects.SqlDialect`. Where rows go (cells, the outside cell,
 measures, the cap) is described in :mod:`dpsql.backends.sql_backend`; no user SQL and no value read
@@ -21,7 +22,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
-import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.backends.base import CellData, IntArray
@@ -354,13 +354,19 @@ def _bisect(value: exp.Expression, boundaries: Sequence[float], low: int, high: 
             .else_(_bisect(value, boundaries, middle, high), copy=False))
 
 
-def _measure_value(column: Column, db: DatabaseColumn, quantum: float, dialect: SqlDialect) -> exp.Expression:
-    """round(clamp(v, lo, hi) / quantum) as BIGINT; NULL (adding nothing) where the row has no value."""
+def _measure_value(column: Column, db: DatabaseColumn, quantum: float, dialect: SqlDialect, *,
+                   absent_as_zero: bool = False) -> exp.Expression:
+    """round(clamp(v, lo, hi) / quantum) as BIGINT; NULL where the row has no value, or 0 with ``absent_as_zero``.
+
+    Either adds nothing to a SUM (COALESCE(SUM, 0) is the same), but 0 keeps every branch a bounded
+    number: DuckDB then derives min/max statistics for the column and, where they times the table's
+    row count cannot pass int64, sums it in int64 (``sum_no_overflow``) instead of HUGEINT.
+    """
     lo, hi = column.measure_bounds or (0.0, 0.0)  # checked by _measure_problem
     value = exp.cast(_ref(db.name), "DOUBLE")
     clamped = call("least", call("greatest", value, _double(lo)), _double(hi))
     scaled = exp.cast(dialect.round_half_away(exp.Div(this=clamped, expression=_double(quantum))), "BIGINT")
-    return exp.Case().when(_has_value(db, dialect), scaled).else_(exp.null())
+    return exp.Case().when(_has_value(db, dialect), scaled).else_(integer(0) if absent_as_zero else exp.null())
 
 
 def _has_value(db: DatabaseColumn, dialect: SqlDialect) -> exp.Expression:
@@ -379,20 +385,26 @@ def _has_value(db: DatabaseColumn, dialect: SqlDialect) -> exp.Expression:
 
 
 def _rows(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapping[Column, float],
-          counts: Sequence[Column]) -> tuple[exp.Select, list[str], list[str], list[str]]:
+          counts: Sequence[Column], *, summed_only: bool = False) -> tuple[exp.Select, list[str], list[str], list[str]]:
     """(rows, cell names, sum names, count names): one row per (capped) table row with its cell
-    indices, scaled measures and has-a-value flags — the input of every aggregate query."""
+    indices, scaled measures and has-a-value flags — the input of every aggregate query.
+
+    With ``summed_only`` (the measures are only summed) a row without a value has measure 0 rather
+    than NULL, unless a privacy unit is capped: the cap orders a unit's rows by their values, NULLs last.
+    """
     catalog, dialect = source.columns, source.dialect
+    unit = table.privacy_unit.column
+    absent_as_zero = summed_only and unit is None
     cell_names = [f"dpsql_cell_{i}" for i in range(len(cells))]
     sum_names = [f"dpsql_sum_{i}" for i in range(len(sums))]
     count_names = [f"dpsql_nonnull_{i}" for i in range(len(counts))]
     projections = ([exp.alias_(_cell_index(c, catalog[c.name], dialect), n, quoted=True)
                     for c, n in zip(cells, cell_names)]
-                   + [exp.alias_(_measure_value(c, catalog[c.name], q, dialect), n, quoted=True)
+                   + [exp.alias_(_measure_value(c, catalog[c.name], q, dialect, absent_as_zero=absent_as_zero), n,
+                                 quoted=True)
                       for (c, q), n in zip(sums.items(), sum_names)]
                    + [exp.alias_(_has_value(catalog[c.name], dialect), n, quoted=True)
                       for c, n in zip(counts, count_names)])
-    unit = table.privacy_unit.column
     projections = projections or [exp.alias_(integer(0), "dpsql_row", quoted=True)]  # COUNT(*) alone reads no column
     kept: list[exp.Expression] = [exp.NEQ(this=_cell_index(c, catalog[c.name], dialect),
                                           expression=integer(c.domain.size))
@@ -417,9 +429,10 @@ def build_query(table: Table, source: SourceTable, cells: Sequence[Column], sums
                 counts: Sequence[Column], grouping: Sequence[tuple[int, ...]] | None = None) -> exp.Query:
     """SELECT cell indices, COUNT(*), SUMs and COUNTs ... GROUP BY the cell indices (or, given
     ``grouping``, by GROUPING SETS of cell column positions: :func:`_grouping_sets`), over the capped rows."""
-    rows, cell_names, sum_names, count_names = _rows(table, source, cells, sums, counts)
+    rows, cell_names, sum_names, count_names = _rows(table, source, cells, sums, counts, summed_only=True)
     aggregates = [exp.alias_(exp.Count(this=exp.Star()), "dpsql_rows", quoted=True)]
-    # exact sums (|sum| < 2^53 per row · 2^63 rows): HUGEINT, NUMERIC or DECIMAL(38, 0), never cast down
+    # exact sums (|sum| < 2^53 per row · 2^63 rows): HUGEINT (int64 where DuckDB proves it cannot overflow),
+    # NUMERIC or DECIMAL(38, 0), never cast down
     aggregates += [exp.alias_(exp.Coalesce(this=source.dialect.exact_sum(_ref(n)), expressions=[integer(0)]), n,
                               quoted=True) for n in sum_names]
     aggregates += [exp.alias_(exp.Count(this=exp.Case().when(_ref(n), integer(1))), n, quoted=True)
@@ -594,87 +607,6 @@ def _cap_per_unit(rows: exp.Select, names: Sequence[str], max_rows: int, flags: 
     ranked = ranked.from_(hashed.subquery("dpsql_hashed"))
     capped = exp.select(*[k.copy() for k in kept]).from_(ranked.subquery("dpsql_ranked"))
     return capped.where(exp.LTE(this=_ref("dpsql_rank"), expression=integer(max_rows)))
-
-
-# ======================================================================================== result
-def decode_cell_data(result: pa.Table, shape: tuple[int, ...], sum_names: Sequence[str],
-                     count_names: Sequence[str]) -> CellData:
-    """Turn the GROUP BY result into sorted flat indices and aligned read-only arrays."""
-    counts = _int_column(result, "dpsql_rows")
-    keep = counts > 0  # only a query without GROUP BY over zero rows yields an empty cell
-    cells = tuple(_int_column(result, f"dpsql_cell_{i}")[keep] for i in range(len(shape)))
-    try:
-        index = np.ravel_multi_index(cells, shape) if shape else np.zeros(int(keep.sum()), dtype=np.int64)
-    except ValueError:
-        raise InternalError("The cell query returned a cell index outside the declared domain.") from None
-    order = np.argsort(index)
-
-    def aligned(array: IntArray, *, kept: bool = False) -> IntArray:
-        out = np.ascontiguousarray((array if kept else array[keep])[order])  # int64, or Python integers (wide sums)
-        out.setflags(write=False)
-        return out
-
-    return CellData(
-        shape=shape,
-        index=aligned(np.asarray(index, dtype=np.int64), kept=True),
-        counts=aligned(counts),
-        sums=MappingProxyType({name: aligned(_int_column(result, f"dpsql_sum_{i}"))
-                               for i, name in enumerate(sum_names)}),
-        nonnull=MappingProxyType({name: aligned(_int_column(result, f"dpsql_nonnull_{i}"))
-                                  for i, name in enumerate(count_names)}),
-    )
-
-
-def decode_marginal_tables(result: pa.Table, shapes: Sequence[int], marginals: Sequence[tuple[int, ...]]
-                     ) -> dict[tuple[int, ...], IntArray]:
-    """Split a GROUPING SETS result by each row's non-NULL cell columns into dense marginal tables."""
-    counts = _int_column(result, "dpsql_rows")
-    present = np.stack([~np.asarray(result.column(f"dpsql_cell_{i}").is_null()) for i in range(len(shapes))], axis=1) \
-        if shapes else np.zeros((len(counts), 0), dtype=bool)
-    tables = {}
-    for marginal in marginals:
-        pattern = np.zeros(len(shapes), dtype=bool)
-        pattern[list(marginal)] = True
-        mine = np.all(present == pattern, axis=1)
-        table = np.zeros(tuple(shapes[i] for i in marginal), dtype=np.int64)
-        index = tuple(np.asarray(result.column(f"dpsql_cell_{i}").filter(pa.array(mine)).to_numpy(), dtype=np.int64)
-                      for i in marginal)
-        if not marginal:
-            table.fill(counts[mine].sum())
-        else:
-            try:
-                np.add.at(table, index, counts[mine])
-            except IndexError:
-                raise InternalError("The marginal query returned a cell index outside the declared domain.") from None
-        table.setflags(write=False)
-        tables[marginal] = table
-    return tables
-
-
-def _int_column(result: pa.Table, name: str) -> IntArray:
-    """An integer result column exactly: int64 when every value fits, else Python integers. Exact sums
-    arrive as int64, as decimal128(38, 0) (DuckDB's HUGEINT, Spark's DECIMAL) or as decimal text
-    (PostgreSQL's NUMERIC through ADBC, an extension type stored as strings)."""
-    column = result.column(name)
-    if column.null_count:
-        raise InternalError(f"The cell query returned NULL in '{name}'.")
-    if isinstance(column.type, pa.BaseExtensionType):
-        column = pa.chunked_array([chunk.storage for chunk in column.chunks], type=column.type.storage_type)
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        return _fitted([int(v) for v in column.to_pylist()])
-    if not pa.types.is_decimal(column.type):
-        return np.asarray(column.to_numpy(), dtype=np.int64)
-    try:  # Arrow's safe cast is exact and refuses any value outside int64
-        return np.asarray(column.cast(pa.int64()).to_numpy(), dtype=np.int64)
-    except pa.ArrowInvalid:
-        return _fitted([int(v) for v in column.to_pylist()])
-
-
-def _fitted(values: Sequence[int]) -> IntArray:
-    """int64 when every value fits, else an object array of Python integers."""
-    if all(-(2**63) <= v < 2**63 for v in values):
-        return np.array(values, dtype=np.int64).reshape(len(values))
-    return np.array(values, dtype=object).reshape(len(values))
 
 
 def profile_query(table: Table, source: SourceTable, column: Column, quantum: float, below: Sequence[float],

@@ -57,13 +57,12 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.backends.base import CellData, IntArray, MeasureProfile
+from dpsql.backends.cell_results import decode_cell_data, decode_marginal_tables
 from dpsql.backends.cell_sql import (
     DatabaseColumn,
     SourceTable,
     build_query,
     check_quantum,
-    decode_cell_data,
-    decode_marginal_tables,
     finest_sets,
     joined_source,
     marginal_cell_data,

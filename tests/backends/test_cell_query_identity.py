@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import bisect
 import math
+from fractions import Fraction
 from types import MappingProxyType
 
 import duckdb
 import numpy as np
 import pyarrow as pa
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from dpsql.backends.base import CellData
@@ -145,3 +147,67 @@ def test_marginal_sums_are_exact_beyond_int64() -> None:
     out = marginal_cell_data(CellData(shape=(2, 2), index=np.arange(4), counts=np.ones(4, dtype=np.int64),
                                       sums=MappingProxyType({"s": objects}), nonnull=MappingProxyType({})), [])
     assert out.shape == () and [int(s) for s in out.sums["s"]] == [3]
+
+
+def scaled(value: int | None, lower: float, upper: float, quantum: float) -> int:
+    """What one row adds to a SUM by the definition: round(clamp(v, lo, hi) / quantum), halves away from
+    zero, on the double the database reads (0 for NULL). The rounding is done on the exact rational."""
+    if value is None:
+        return 0
+    ratio = Fraction(min(max(float(value), lower), upper) / quantum)
+    magnitude = math.floor(abs(ratio) + Fraction(1, 2))
+    return magnitude if ratio >= 0 else -magnitude
+
+
+BOUND = 2**40
+EDGE_VALUES = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1), st.integers(-BOUND - 2, BOUND + 2),
+                        st.sampled_from([-(2**63), 2**63 - 1, -(2**62), 2**53 + 1, -(2**53) - 1, 0]))
+
+
+@SETTINGS
+@given(bounds=st.tuples(st.sampled_from([-BOUND, -(2**20) - 1, -7, 0]), st.sampled_from([BOUND, 2**31, 99, 1])),
+       quantum=st.sampled_from([1.0, 3.0, 0.5, 2.0**-12, 2.0**10]),
+       values=st.lists(st.tuples(st.integers(0, 2), EDGE_VALUES), max_size=25),
+       copies=st.sampled_from([1, 7, 2047]))
+def test_sums_are_exact_at_the_bounds_and_past_int64(bounds: tuple[int, int], quantum: float,
+                                                      values: list[tuple[int, int | None]], copies: int) -> None:
+    """Every cell's sum is Σ round(clamp(v)/quantum) exactly, whichever accumulator DuckDB picks: values at
+    and beyond the clamp bounds, inputs near ±2^63, and each row repeated ``copies`` times (up to 2047 rows of
+    2^52 quanta per cell: sums next to 2^63, in int64 or HUGEINT)."""
+    lower, upper = bounds
+    assume(max(abs(lower), abs(upper)) / quantum <= 2**53)
+    schema = Schema.load({"tables": {"t": {"columns": {
+        "g": {"type": "integer", "lower": 0, "upper": 2},
+        "x": {"type": "numeric", "lower": lower, "upper": upper, "bin_width": (upper - lower) / 4}}}}})
+    table = schema.table("t")
+    connection = duckdb.connect()
+    connection.execute("CREATE TABLE t (g BIGINT, x BIGINT)")
+    if values:
+        connection.executemany("INSERT INTO t VALUES (?, ?)", values)
+        connection.execute(f"INSERT INTO t SELECT g, x FROM t, range({copies - 1})")
+    g, x = table.columns["g"], table.columns["x"]
+    data = DuckDBBackend(connection).cell_data(table, [g], sum_columns={x: quantum}, count_columns=[x])
+    sums, nonnull = [0, 0, 0, 0], [0, 0, 0, 0]
+    for cell, value in values:
+        sums[cell] += copies * scaled(value, lower, upper, quantum)
+        nonnull[cell] += copies * (value is not None)
+    assert [int(v) for v in data.dense(data.sums["x"])] == sums
+    assert data.dense(data.nonnull["x"]).tolist() == nonnull
+
+
+@pytest.mark.parametrize(("rows", "narrow"), [(2047, True), (2048, False)])
+def test_duckdb_sums_in_int64_only_where_its_statistics_prove_it_exact(rows: int, narrow: bool) -> None:
+    """A row without a value adds 0 (not NULL) to an uncapped sum, so DuckDB knows the summed column's
+    min/max and sums in int64 (``sum_no_overflow``) when max · rows < 2^63: 2047 rows of 2^52 quanta, not 2048
+    (2^63, read exactly as a Python integer from HUGEINT)."""
+    connection = duckdb.connect()
+    connection.execute(f"CREATE TABLE t AS SELECT CAST({2**40} AS BIGINT) AS x FROM range({rows - 1})")
+    connection.execute("INSERT INTO t VALUES (NULL)")  # a row without a value: 0 quanta
+    table = Schema.load({"tables": {"t": {"columns": {"x": {"type": "numeric", "lower": 0, "upper": 2**40,
+                                                                 "bin_width": 2**30}}}}}).table("t")
+    x = table.columns["x"]
+    backend = DuckDBBackend(connection)
+    plan = "\n".join(str(row[1]) for row in
+                     connection.execute("EXPLAIN " + backend.sql_for(table, [], sum_columns={x: 2.0**-12})).fetchall())
+    assert ("sum_no_overflow" in plan) == narrow
+    assert [int(v) for v in backend.cell_data(table, [], sum_columns={x: 2.0**-12}).sums["x"]] == [(rows - 1) * 2**52]
