@@ -65,13 +65,21 @@ def workload_gram(W: Workload) -> Workload:
     return known
 
 
+_variances: weakref.WeakKeyDictionary[Workload, dict[str, float]] = weakref.WeakKeyDictionary()
+
+
 def unit_noise_variance(A: Workload, noise: Noise) -> float:
-    """Per-measurement noise variance at unit privacy: Δ₂² (Gaussian, ρ = 1/2) or 2Δ₁² (Laplace, ε = 1)."""
-    if noise == "gaussian":
-        return A.sensitivity("l2") ** 2
-    if noise == "laplace":
-        return 2.0 * A.sensitivity("l1") ** 2
-    raise ValueError(f"noise must be 'gaussian' or 'laplace'; got {noise!r}.")
+    """Per-measurement noise variance at unit privacy: Δ₂² (Gaussian, ρ = 1/2) or 2Δ₁² (Laplace, ε = 1).
+    Kept per strategy object while it lives (a candidate's floor and its exact error both read it)."""
+    known = _variances.setdefault(A, {})
+    if noise not in known:
+        if noise == "gaussian":
+            known[noise] = A.sensitivity("l2") ** 2
+        elif noise == "laplace":
+            known[noise] = 2.0 * A.sensitivity("l1") ** 2
+        else:
+            raise ValueError(f"noise must be 'gaussian' or 'laplace'; got {noise!r}.")
+    return known[noise]
 
 
 def support_residual(W: Workload, A: Workload) -> float:
