@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -338,14 +339,22 @@ def _rebuild(name: str, W: Workload, options: Mapping[str, Workload], *, noise: 
 WORKLOAD_MAX_ENTRIES = 2**21
 
 
+_own_rows: weakref.WeakKeyDictionary[Workload, Workload | None] = weakref.WeakKeyDictionary()
+
+
 def _workload_strategy(W: Workload) -> Workload | None:
-    """W's distinct non-zero rows as an integer strategy (None when W is too large to densify)."""
+    """W's distinct non-zero rows as an integer strategy (None when W is too large to densify); kept per
+    workload object while it lives (a statement group's quick plan and its final plan read one)."""
+    if W in _own_rows:
+        return _own_rows[W]
     rows, cells = W.shape
-    if cells > EIGEN_MAX_CELLS or rows * cells > WORKLOAD_MAX_ENTRIES:
-        return None
-    distinct = distinct_rows(stacked_rows(W))
-    distinct = distinct[np.any(distinct != 0, axis=1)]
-    return integral_strategy(Explicit(distinct)) if len(distinct) else None
+    strategy = None
+    if cells <= EIGEN_MAX_CELLS and rows * cells <= WORKLOAD_MAX_ENTRIES:
+        distinct = distinct_rows(stacked_rows(W))
+        distinct = distinct[np.any(distinct != 0, axis=1)]
+        strategy = integral_strategy(Explicit(distinct)) if len(distinct) else None
+    _own_rows[W] = strategy
+    return strategy
 
 
 def stacked_rows(W: Workload) -> FloatArray:
