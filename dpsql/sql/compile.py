@@ -115,16 +115,12 @@ class CompiledGroup:
         matrix while it has at most DENSE_STACK entries: a thousand one-row statements then plan
         and answer as one matrix, not a thousand). Built once per group and vector: what planning
         keeps per workload object (its partition form, Gram, digest) is then found once."""
-        known = self._workloads.get(kind)
-        if known is None:
+        if kind not in self._workloads:
             blocks = [block.workload for block in self.blocks if block.data == kind]
             rows = sum(block.shape[0] for block in blocks)
-            if len(self.axes) == 1 and len(blocks) > 1 and rows * self.cells <= DENSE_STACK:
-                known = Explicit(np.vstack([_one_axis_rows(block) for block in blocks]))
-            else:
-                known = VStack(blocks)
-            self._workloads[kind] = known
-        return known
+            one = len(self.axes) == 1 and len(blocks) > 1 and rows * self.cells <= DENSE_STACK
+            self._workloads[kind] = Explicit(np.vstack([_one_axis_rows(b) for b in blocks])) if one else VStack(blocks)
+        return self._workloads[kind]
 
 
 def _one_axis_rows(block: Workload) -> npt.NDArray[np.float64]:
@@ -340,8 +336,7 @@ def compile_group(batch: ir.Batch, table: sch.Table, members: Sequence[int], ind
     ``values`` reads those measure columns as value cells (see the module docstring; check
     :func:`~dpsql.sql.value_cells.value_cells_problem` first): their SUM and COUNT(col) become count blocks.
     ``memo`` (for this batch and table, without value cells) reuses statements compiled before over
-    the same axes, and returns a group of the same members compiled before as it was (its statements
-    numbered ``index``), so that what planning keeps per workload object is found once per group.
+    the same axes, and a group of the same members as it was (its statements numbered ``index``).
     """
     values = values or {}
     if memo is not None and not values and tuple(members) in memo.groups:
