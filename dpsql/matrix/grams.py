@@ -12,11 +12,15 @@ GROUP BY, a threshold) whose other factors are rows of ones collapse into one te
 pattern of their other factors. The result is the same operator (equal up to floating-point
 rounding of the sums), usually with a handful of terms.
 
-Cost: with K terms over d axes of nᵢ cells, O(K · Σᵢ nᵢ²) to read and compare the factors (each by
-its entries, exactly) and to add them; the terms' number never grows.
+Cost: with K terms over d axes of nᵢ cells, O(K · Σᵢ nᵢ²) to add them; factors are compared by their
+entries' SHA-256, read once per factor object (a statement's block Grams recur in every workload holding
+it); the terms' number never grows.
 """
 
 from __future__ import annotations
+
+import hashlib
+import weakref
 
 import numpy as np
 import scipy.sparse as sp
@@ -78,18 +82,29 @@ def _dense(factor: Workload) -> FloatArray:
     return np.asarray(factor.dense(), dtype=np.float64)
 
 
+_digests: weakref.WeakKeyDictionary[Workload, bytes] = weakref.WeakKeyDictionary()
+
+
+def _entries_digest(factor: Workload) -> bytes:
+    """SHA-256 of a small factor's entries (−0.0 read as 0.0), kept per factor object while it lives: a
+    statement's block Grams recur in every candidate group holding it, each read once."""
+    known = _digests.get(factor)
+    if known is None:
+        known = _digests[factor] = hashlib.sha256((_dense(factor) + 0.0).tobytes()).digest()
+    return known
+
+
 def _key(factor: Workload, keys: dict[int, tuple[Workload, object]]) -> object:
-    """What a factor is, for telling equal factors apart exactly: an Identity by its size, a small factor
-    by its entries, a sparse one by its arrays, another by itself (``keys`` holds each factor, so that its
-    id stays its own, and its key, for one call)."""
+    """What a factor is, for telling equal factors apart: an Identity by its size, a small factor by its
+    entries (their SHA-256), a sparse one by its arrays, another by itself (``keys`` holds each factor, so
+    that its id stays its own, and its key, for one call)."""
     known = keys.get(id(factor))
     if known is not None:
         return known[1]
     if isinstance(factor, Identity):
         key: object = ("identity", factor.shape)
     elif _small(factor):
-        dense = _dense(factor) + 0.0  # −0.0 and 0.0 are one entry
-        key = ("entries", factor.shape, dense.tobytes())
+        key = ("entries", factor.shape, _entries_digest(factor))
     elif isinstance(factor, Explicit) and sp.issparse(factor.matrix):
         matrix = sp.csr_array(factor.matrix)
         key = ("sparse", factor.shape, matrix.data.tobytes(), matrix.indices.tobytes(), matrix.indptr.tobytes())

@@ -488,3 +488,40 @@ def nuclear_norm_of_root(G: Workload) -> float:
         values = np.asarray(np.linalg.eigvalsh(G.dense()), dtype=np.float64)
     values[values < RANK_TOLERANCE * max(values.max(), 0.0)] = 0.0
     return float(np.sqrt(values).sum())
+
+
+#: A leaf with at most this many cells gets its top-eigenvalue bound from its dense Gram (a standard
+#: strategy's factor: hierarchical, wavelet, totals).
+GERSHGORIN_GRAM_CELLS = 1024
+
+_top_bounds: weakref.WeakKeyDictionary[Workload, float | None] = weakref.WeakKeyDictionary()
+
+
+def top_eigenvalue_bound(A: Workload) -> float | None:
+    """λ̄ ≥ λ_max(AᵀA) = ‖A‖₂², by structure; None where no cheap bound is known. Memoised per object.
+
+    Identity: 1. Weighted: w²·λ̄(base). Kronecker: Π λ̄(Aᵢ) (the spectrum of ⊗AᵢᵀAᵢ is the products of
+    the factors'). Stack: Σ λ̄(A_b) (AᵀA = Σ A_bᵀA_b, and λ_max is subadditive on PSD matrices). A dense or
+    sparse matrix: Gershgorin's theorem on |A|ᵀ|A|, whose row sums |A|ᵀ(|A|·1) bound those of |AᵀA|, in
+    O(entries). Another leaf of at most GERSHGORIN_GRAM_CELLS cells: Gershgorin on its dense Gram."""
+    if A in _top_bounds:
+        return _top_bounds[A]
+    bound: float | None
+    if isinstance(A, Identity):
+        bound = 1.0
+    elif isinstance(A, Weighted):
+        base = top_eigenvalue_bound(A.base)
+        bound = None if base is None else A.weight**2 * base
+    elif isinstance(A, (Kron, VStack)):
+        found = [top_eigenvalue_bound(part) for part in (A.factors if isinstance(A, Kron) else A.blocks)]
+        parts = [p for p in found if p is not None]
+        bound = None if len(parts) < len(found) else float(np.prod(parts) if isinstance(A, Kron) else sum(parts))
+    elif isinstance(A, Explicit):
+        magnitude = abs(A.matrix)
+        bound = float(np.max(magnitude.T @ np.asarray(magnitude.sum(axis=1)).ravel(), initial=0.0))
+    elif A.shape[1] <= GERSHGORIN_GRAM_CELLS:
+        bound = float(np.abs(A.gram().dense()).sum(axis=1).max(initial=0.0))
+    else:
+        bound = None
+    _top_bounds[A] = bound
+    return bound

@@ -32,6 +32,7 @@ from dpsql.matrix.linalg import (
     pinv_gram,
     projector,
     quadratic_diag,
+    top_eigenvalue_bound,
     trace_of_product,
 )
 from dpsql.matrix.partitions import partition_form
@@ -64,13 +65,21 @@ def workload_gram(W: Workload) -> Workload:
     return known
 
 
+_variances: weakref.WeakKeyDictionary[Workload, dict[str, float]] = weakref.WeakKeyDictionary()
+
+
 def unit_noise_variance(A: Workload, noise: Noise) -> float:
-    """Per-measurement noise variance at unit privacy: Δ₂² (Gaussian, ρ = 1/2) or 2Δ₁² (Laplace, ε = 1)."""
-    if noise == "gaussian":
-        return A.sensitivity("l2") ** 2
-    if noise == "laplace":
-        return 2.0 * A.sensitivity("l1") ** 2
-    raise ValueError(f"noise must be 'gaussian' or 'laplace'; got {noise!r}.")
+    """Per-measurement noise variance at unit privacy: Δ₂² (Gaussian, ρ = 1/2) or 2Δ₁² (Laplace, ε = 1).
+    Kept per strategy object while it lives (a candidate's floor and its exact error both read it)."""
+    known = _variances.setdefault(A, {})
+    if noise not in known:
+        if noise == "gaussian":
+            known[noise] = A.sensitivity("l2") ** 2
+        elif noise == "laplace":
+            known[noise] = 2.0 * A.sensitivity("l1") ** 2
+        else:
+            raise ValueError(f"noise must be 'gaussian' or 'laplace'; got {noise!r}.")
+    return known[noise]
 
 
 def support_residual(W: Workload, A: Workload) -> float:
@@ -114,6 +123,24 @@ def expected_error(W: Workload, A: Workload, *, noise: Noise = "gaussian") -> fl
         return unit_noise_variance(A, noise) * trace
     check_support(W, A)
     return unit_noise_variance(A, noise) * gram_trace(W, pinv_gram(A), workload_gram)
+
+
+def error_floor(W: Workload, A: Workload, *, noise: Noise = "gaussian") -> float:
+    """A lower bound on :func:`expected_error` (W, A) wherever it returns, from O(entries) work:
+    v · trace(G) · (1 − SUPPORT_TOLERANCE) / λ̄, with λ̄ ≥ λ_max(AᵀA) (``linalg.top_eigenvalue_bound``);
+    0 where no λ̄ is known.
+
+    Why: (AᵀA)⁺ is computed as Σ_{k∈K} v_k v_kᵀ / λ_k over the eigenpairs it keeps (those above the rank
+    tolerance; all of them for a Cholesky inverse), and A⁺A as P_K = Σ_{k∈K} v_k v_kᵀ, so
+    trace(G (AᵀA)⁺) = Σ_{k∈K} v_kᵀGv_k / λ_k ≥ trace(G P_K) / λ_max, while the support check passes only
+    where trace(G P_K) ≥ (1 − SUPPORT_TOLERANCE)·trace(G). The same holds for a short strategy's thin SVD
+    (λ_k = s_k²). The bound is the SVD bound's argument for one fixed strategy: a candidate whose floor is
+    above another's exact error cannot be the least (Li and Miklau, "An adaptive mechanism for accurate
+    query answering under differential privacy", 2012)."""
+    top = top_eigenvalue_bound(A)
+    if not top:
+        return 0.0
+    return unit_noise_variance(A, noise) * workload_gram(W).trace() * (1.0 - SUPPORT_TOLERANCE) / top
 
 
 #: A dense strategy of p < n rows is scored through its row space while m·p is at most this.

@@ -18,9 +18,12 @@ H2, H4 or the Haar wavelet on every ordered attribute with identity on categoric
   sensitivity max(1 + tⱼ/s) ≤ 2.
 
 Optimized strategies are rounded to integers as the mechanism measures them and cached on disk by
-the workload's Gram (``dpsql.planning.strategy_cache``). Each candidate is scored by its exact expected
-total squared error at unit privacy (``accuracy.expected_error``) and the lowest wins; the SVD bound
-prunes the templates and is reported by EXPLAIN. Decisions are cached by the workload's exact
+the workload's exact structure (``dpsql.planning.strategy_cache``). Each candidate is scored by its exact
+expected total squared error at unit privacy (``accuracy.expected_error``) and the lowest wins; the SVD
+bound prunes the templates and is reported by EXPLAIN. A candidate whose lower bound
+(``accuracy.error_floor``, O(entries)) is above an error already scored is left unscored (a standard
+strategy only against the other standard ones, so the best of them is always known), which changes no
+decision; the plan's notes name it. Decisions are cached by the workload's exact
 structure (``dpsql.planning.plan_cache``). A template that fails, or whose error cannot be computed exactly, is left
 out, and the plan says so; the standard strategies are always there to fall back on.
 """
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -168,25 +172,75 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
                         queries=W.shape[0], workload=W, notes=known.notes)
     templates = _templates(W, noise=noise, sizes=sizes, quick=quick) if optimize else {}
     notes: list[str] = []
-    scores = {name: accuracy.expected_error(W, A, noise=noise) for name, A in options.items()}
+    scoring = _Scoring(W, noise)
+    standard = candidates(sizes, ordered)
+    for name, A in options.items():  # a standard strategy only against the others: the best of them is always scored
+        scoring.score(name, A, rivals=standard if name in standard else None)
     own = _workload_strategy(W)
     if own is not None:
-        scores["workload"], options["workload"] = accuracy.expected_error(W, own, noise=noise), own
-    result = Plan(strategy=options[min(scores, key=scores.__getitem__)], name=min(scores, key=scores.__getitem__),
-                  noise=noise, candidates=scores, queries=W.shape[0], workload=W)
-    if templates and not quick and _near_optimal(result):
-        notes.append(f"the optimized templates were not run: {result.name} is within {NEAR_OPTIMAL:.0%} "
-                     "of the SVD lower bound.")
-        templates = {}
+        options["workload"] = own
+    bound: list[tuple[float | None, bool]] = []
+    if not quick:  # the workload's own rows before the templates, which run unless the best so far is near optimal
+        if own is not None:
+            scoring.score("workload", own)
+        result = scoring.plan(options, queries=W.shape[0])
+        bound = result._bound
+        if templates and _near_optimal(result):
+            notes.append(f"the optimized templates were not run: {result.name} is within {NEAR_OPTIMAL:.0%} "
+                         "of the SVD lower bound.")
+            templates = {}
     for name, A in _optimized(W, templates, noise=noise, notes=notes, progress=progress, quick=quick).items():
         try:
-            scores[name], options[name] = accuracy.expected_error(W, A, noise=noise), A
+            scoring.score(name, A)
+            options[name] = A
         except DpsqlError as err:
             notes.append(f"{name} was not used ({type(err).__name__}: {err}); the best standard strategy stands in.")
+    if quick and own is not None:  # after the quick template, whose error usually rules it out unscored
+        scoring.score("workload", own)
+    scores = scoring.ordered([*options, *templates])
+    if scoring.unscored:
+        notes.append(f"not scored, as a lower bound on its error exceeds a scored candidate's: "
+                     f"{', '.join(scoring.unscored)}.")
     best = min(scores, key=scores.__getitem__)
     plan_cache.store(key, plan_cache.Decision(name=best, candidates=scores, notes=tuple(notes)))
     return Plan(strategy=options[best], name=best, noise=noise, candidates=scores, queries=W.shape[0], workload=W,
-                notes=tuple(notes), _bound=result._bound)
+                notes=tuple(notes), _bound=bound)
+
+
+#: A candidate is left unscored when its error floor exceeds a scored rival's exact error by more than
+#: this fraction (far above the floating-point rounding of either figure).
+PRUNE_MARGIN = 1e-6
+
+
+class _Scoring:
+    """Candidates' exact expected errors on one workload, each skipped when its lower bound
+    (``accuracy.error_floor``) shows it cannot be the least: the decision is the one scoring all of them
+    would make, and a candidate left out is named in the plan's notes."""
+
+    def __init__(self, W: Workload, noise: Noise) -> None:
+        self.W, self.noise = W, noise
+        self.found: dict[str, float] = {}
+        self.unscored: list[str] = []
+
+    def score(self, name: str, A: Workload, rivals: Mapping[str, Workload] | None = None) -> None:
+        """Score A under ``name`` unless its floor is above the least error among ``rivals`` scored so far
+        (default: every candidate scored so far)."""
+        best = min((v for n, v in self.found.items() if rivals is None or n in rivals), default=math.inf)
+        if accuracy.error_floor(self.W, A, noise=self.noise) > best * (1 + PRUNE_MARGIN):
+            self.unscored.append(name)
+        else:
+            self.found[name] = accuracy.expected_error(self.W, A, noise=self.noise)
+
+    def plan(self, options: Mapping[str, Workload], *, queries: int) -> Plan:
+        """The best candidate scored so far, as a plan."""
+        scores = self.ordered(list(options))
+        best = min(scores, key=scores.__getitem__)
+        return Plan(strategy=options[best], name=best, noise=self.noise, candidates=scores, queries=queries,
+                    workload=self.W)
+
+    def ordered(self, names: Sequence[str]) -> dict[str, float]:
+        """The scores in the order of ``names`` (which breaks ties: the first least error wins)."""
+        return {name: self.found[name] for name in dict.fromkeys(names) if name in self.found}
 
 
 def _partition_plan(W: Workload, form: Partition, *, noise: Noise, sizes: Sequence[int]) -> Plan:
@@ -285,14 +339,22 @@ def _rebuild(name: str, W: Workload, options: Mapping[str, Workload], *, noise: 
 WORKLOAD_MAX_ENTRIES = 2**21
 
 
+_own_rows: weakref.WeakKeyDictionary[Workload, Workload | None] = weakref.WeakKeyDictionary()
+
+
 def _workload_strategy(W: Workload) -> Workload | None:
-    """W's distinct non-zero rows as an integer strategy (None when W is too large to densify)."""
+    """W's distinct non-zero rows as an integer strategy (None when W is too large to densify); kept per
+    workload object while it lives (a statement group's quick plan and its final plan read one)."""
+    if W in _own_rows:
+        return _own_rows[W]
     rows, cells = W.shape
-    if cells > EIGEN_MAX_CELLS or rows * cells > WORKLOAD_MAX_ENTRIES:
-        return None
-    distinct = distinct_rows(stacked_rows(W))
-    distinct = distinct[np.any(distinct != 0, axis=1)]
-    return integral_strategy(Explicit(distinct)) if len(distinct) else None
+    strategy = None
+    if cells <= EIGEN_MAX_CELLS and rows * cells <= WORKLOAD_MAX_ENTRIES:
+        distinct = distinct_rows(stacked_rows(W))
+        distinct = distinct[np.any(distinct != 0, axis=1)]
+        strategy = integral_strategy(Explicit(distinct)) if len(distinct) else None
+    _own_rows[W] = strategy
+    return strategy
 
 
 def stacked_rows(W: Workload) -> FloatArray:

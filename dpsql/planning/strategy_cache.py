@@ -1,7 +1,7 @@
-"""An on-disk cache of optimized strategies, keyed by the workload's Gram matrix and noise family.
+"""An on-disk cache of optimized strategies, keyed by the workload's exact structure and the noise family.
 
-Optimizing a strategy (HDMM, Eigen-Design) costs real work; a repeated batch has the same Gram
-matrix, so its strategy is read back instead. An entry is an ``.npz`` file: a JSON manifest of the
+Optimizing a strategy (HDMM, Eigen-Design) costs real work; a repeated batch, or one sharing a statement
+group, has the same workload, so its strategy is read back instead. An entry is an ``.npz`` file: a JSON manifest of the
 strategy's structure (a stack of weighted Kronecker products; Identity and Total factors by size)
 plus its other factors as dense arrays, so that a marginals strategy over a large domain stays
 small and keeps its structure. The folder is ``$DPSQL_CACHE_DIR`` or ``~/.cache/dpsql``.
@@ -19,12 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from dpsql.matrix.linalg import gram_terms
 from dpsql.matrix.workloads import Explicit, Identity, Kron, Total, VStack, Weighted, Workload, kron_factors
+from dpsql.planning.structure import structure_digest
 
-#: Bumped to 4 when optimizers moved from wall-clock deadlines to work budgets:
-#: strategies cut short by a time limit are not reused.
-FORMAT_VERSION = "4"
+#: Bumped to 4 when optimizers moved from wall-clock deadlines to work budgets: strategies cut short by a
+#: time limit are not reused. 5: keyed by the workload's structure digest (memoised per object, shared with
+#: the plan cache's keys) instead of the bytes of its Gram's dense factors (hundreds of MB on a
+#: 1,000-statement batch).
+FORMAT_VERSION = "5"
 
 
 def cache_dir() -> Path:
@@ -32,16 +34,11 @@ def cache_dir() -> Path:
     return Path(os.environ.get("DPSQL_CACHE_DIR") or Path.home() / ".cache" / "dpsql") / "strategies"
 
 
-def gram_key(W: Workload, *, noise: str, template: str) -> str:
-    """A hash of WᵀW's structured form (every term's factors), the noise family and the template."""
+def strategy_key(W: Workload, *, noise: str, template: str) -> str:
+    """A hash of FORMAT_VERSION, the noise family, the template and W's exact structure
+    (``structure.structure_digest``)."""
     digest = hashlib.sha256(f"{FORMAT_VERSION}|{noise}|{template}|".encode())
-    for weight, factors in gram_terms(W.gram()):
-        digest.update(np.float64(weight).tobytes())
-        for factor in factors:  # an explicit dense factor is read in place (``dense()`` would copy it)
-            held = factor.matrix if isinstance(factor, Explicit) and isinstance(factor.matrix, np.ndarray) else None
-            dense = np.ascontiguousarray(factor.dense() if held is None else held)
-            digest.update(repr(dense.shape).encode())
-            digest.update(dense.data if dense.size else b"")
+    digest.update(structure_digest(W))
     return digest.hexdigest()
 
 
@@ -49,7 +46,7 @@ def cached(W: Workload, *, noise: str, template: str, build: Callable[[], Worklo
            on_build: Callable[[], None] | None = None) -> Workload:
     """The cached strategy for (W, noise, template), building and storing it on a miss (after
     calling ``on_build``, e.g. to report progress)."""
-    path = cache_dir() / f"{gram_key(W, noise=noise, template=template)}.npz"
+    path = cache_dir() / f"{strategy_key(W, noise=noise, template=template)}.npz"
     if path.exists():
         try:
             with np.load(path, allow_pickle=False) as stored:

@@ -200,7 +200,7 @@ def marginal_weights(W: Workload, sizes: Sequence[int]) -> FloatArray:
     over ``sizes`` or W holds non-finite entries.
     """
     sizes = tuple(int(n) for n in sizes)
-    w = np.zeros(1 << len(sizes))
+    weights, projections = [], []
     for weight, factors in kron_terms(W):
         if not np.isfinite(weight):
             raise ShapeError(f"the workload has a non-finite squared weight ({weight}); every weight must be finite.")
@@ -210,7 +210,14 @@ def marginal_weights(W: Workload, sizes: Sequence[int]) -> FloatArray:
                 f"a workload term over attribute sizes {[f.shape[1] for f in factors]} does not match "
                 f"the marginal domain {list(sizes)}."
             )
-        w += weight * _key_products([factor_projection(factor) for factor in factors])
+        weights.append(weight)
+        projections.append([factor_projection(factor) for factor in factors])
+    w = np.zeros(1 << len(sizes))
+    step = max(1, TERMS_ENTRIES >> len(sizes))
+    for start in range(0, len(weights), step):  # w += c_k v_k term by term, a block of terms per numpy call
+        parts = np.array(projections[start:start + step], dtype=np.float64).reshape(-1, len(sizes), 2)
+        terms = np.asarray(weights[start:start + step], dtype=np.float64)[:, None] * _key_products_of(parts)
+        w = np.add.accumulate(np.concatenate([w[None, :], terms]), axis=0)[-1]
     if not np.all(np.isfinite(w)):
         raise ShapeError("the workload has non-finite entries (NaN or ±inf); every query coefficient must be finite.")
     return w
@@ -377,6 +384,19 @@ class ResidualSum(Sum):
             squares = F._quadratic_diag_dense(np.eye(n))
             tensor = np.tensordot(tensor, np.stack([on_ones, squares - on_ones]), axes=([0], [0]))
         return np.asarray(tensor, dtype=np.float64).ravel()
+
+
+#: marginal_weights forms the key products of at most this many entries (terms × 2^d) at once.
+TERMS_ENTRIES = 2**18
+
+
+def _key_products_of(parts: FloatArray) -> FloatArray:
+    """:func:`_key_products` of many terms at once: ``parts`` is (terms, d, 2) of (outᵢ, inᵢ); row k is
+    term k's v, its entries the same products in the same order as the one-term form."""
+    v = np.ones((parts.shape[0], 1))
+    for attribute in range(parts.shape[1]):
+        v = np.concatenate([v * parts[:, attribute, :1], v * parts[:, attribute, 1:]], axis=1)
+    return v
 
 
 def _key_products(parts: Sequence[tuple[float, float]]) -> FloatArray:

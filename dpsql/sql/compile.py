@@ -37,7 +37,7 @@ error. (ResidualPlanner answers many-column marginal batches without this split.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -100,6 +100,7 @@ class CompiledGroup:
 
     axes: tuple[Axis, ...]
     blocks: tuple[Block, ...]
+    _workloads: dict[DataVector, Workload] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def cells(self) -> int:
@@ -112,12 +113,14 @@ class CompiledGroup:
     def workload(self, kind: DataVector) -> Workload:
         """All blocks over one data vector, stacked in block order (on one axis, as one dense
         matrix while it has at most DENSE_STACK entries: a thousand one-row statements then plan
-        and answer as one matrix, not a thousand)."""
-        blocks = [block.workload for block in self.blocks if block.data == kind]
-        rows = sum(block.shape[0] for block in blocks)
-        if len(self.axes) == 1 and len(blocks) > 1 and rows * self.cells <= DENSE_STACK:
-            return Explicit(np.vstack([_one_axis_rows(block) for block in blocks]))
-        return VStack(blocks)
+        and answer as one matrix, not a thousand). Built once per group and vector: what planning
+        keeps per workload object (its partition form, Gram, digest) is then found once."""
+        if kind not in self._workloads:
+            blocks = [block.workload for block in self.blocks if block.data == kind]
+            rows = sum(block.shape[0] for block in blocks)
+            one = len(self.axes) == 1 and len(blocks) > 1 and rows * self.cells <= DENSE_STACK
+            self._workloads[kind] = Explicit(np.vstack([_one_axis_rows(b) for b in blocks])) if one else VStack(blocks)
+        return self._workloads[kind]
 
 
 def _one_axis_rows(block: Workload) -> npt.NDArray[np.float64]:
@@ -204,6 +207,7 @@ class StatementMemo:
         self.own: dict[tuple[int, tuple[tuple[str, bytes], ...]], tuple[tuple[Block, ...], CompiledStatement]] = {}
         self.ones: dict[int, Explicit] = {}  # a row of ones per axis size, shared by the extended blocks
         self.masks: dict[tuple[int, str], tuple[npt.NDArray[np.int64], ...]] = {}
+        self.groups: dict[tuple[int, ...], tuple[CompiledGroup, tuple[CompiledStatement, ...]]] = {}  # by members
 
     def axis_keys(self, column: sch.Column, index: int, statement: ir.Statement, table: sch.Table) -> AxisKeys:
         """:func:`axis_keys` of the batch's ``index``-th statement on ``column``, computed once per statement
@@ -332,10 +336,13 @@ def compile_group(batch: ir.Batch, table: sch.Table, members: Sequence[int], ind
     ``values`` reads those measure columns as value cells (see the module docstring; check
     :func:`~dpsql.sql.value_cells.value_cells_problem` first): their SUM and COUNT(col) become count blocks.
     ``memo`` (for this batch and table, without value cells) reuses statements compiled before over
-    the same axes.
+    the same axes, and a group of the same members as it was (its statements numbered ``index``).
     """
-    sub = [batch.statements[i] for i in members]
     values = values or {}
+    if memo is not None and not values and tuple(members) in memo.groups:
+        group, compiled = memo.groups[tuple(members)]
+        return group, [s if s.group == index else replace(s, group=index) for s in compiled]
+    sub = [batch.statements[i] for i in members]
     if memo is None or values:
         touched = {c.name for c in _touched_columns(sub, table)}
     else:  # the union of each statement's columns, each found once
@@ -354,7 +361,10 @@ def compile_group(batch: ir.Batch, table: sch.Table, members: Sequence[int], ind
         statements = [compiler.compile(statement) for statement in sub]
     else:
         statements = [memo.statement(compiler, i, batch.statements[i]) for i in members]
-    return CompiledGroup(axes=axes, blocks=tuple(compiler.blocks)), statements
+    group = CompiledGroup(axes=axes, blocks=tuple(compiler.blocks))
+    if memo is not None and not values:
+        memo.groups[tuple(members)] = group, tuple(statements)
+    return group, statements
 
 
 def column_set(statement: ir.Statement, table: sch.Table) -> frozenset[str]:

@@ -74,3 +74,19 @@ def test_a_single_term_or_a_non_square_factor_is_left_as_it_is() -> None:
     G = Kron([Explicit(np.eye(3)), Explicit(np.ones((2, 2)))])
     assert collected(G) is G
     assert collected(Weighted(2.0, G)).dense().tolist() == Weighted(2.0, G).dense().tolist()
+
+
+def test_factors_are_told_apart_by_their_entries_not_their_objects() -> None:
+    """Blocks whose other factor is equal in entries but built apart (one with −0.0 for 0.0) are one term; a
+    factor differing in one entry keeps its own. A second Gram over the same factor objects (their digests
+    kept) collects the same way."""
+    signed, unsigned = Explicit(np.array([[1.0, 1.0, -0.0, 1.0]])), Explicit(np.array([[1.0, 1.0, 0.0, 1.0]]))
+    ones, ones_again = Explicit(np.ones((1, 4))), Explicit(np.ones((1, 4)))
+    different = Explicit(np.array([[1.0, 2.0, 0.0, 1.0]]))
+    W = VStack([Kron([Explicit(np.eye(3)[:1]), signed]), Kron([Explicit(np.eye(3)[1:2]), unsigned]),
+                Kron([Explicit(np.eye(3)[2:]), different]), Kron([Explicit(np.ones((1, 3))), ones]),
+                Kron([Explicit(np.eye(3)), ones_again])])
+    for _ in range(2):
+        short = collected(W.gram())
+        assert len(gram_terms(short)) == 3  # signed with unsigned, ones with ones_again, different alone
+        np.testing.assert_allclose(short.dense(), W.gram().dense(), rtol=1e-12)

@@ -18,13 +18,21 @@ from functools import reduce
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 from _helpers import groupings
 from dpsql import strategies as strat
 from dpsql.errors import ShapeError, UnsupportedStrategyError
-from dpsql.matrix.linalg import paired_factors, pinv_gram, projector, quadratic_diag, trace_of_product
+from dpsql.matrix.linalg import (
+    paired_factors,
+    pinv_gram,
+    projector,
+    quadratic_diag,
+    top_eigenvalue_bound,
+    trace_of_product,
+)
 from dpsql.matrix.workloads import (
     AllRange,
     Explicit,
@@ -427,6 +435,41 @@ def test_expected_error_and_variances_match_numpy(wa: tuple[Op, Op], data: st.Da
     shuffled = Explicit(Rw[list(perm)])
     assert accuracy.expected_error(shuffled, a.op) == pytest.approx(accuracy.expected_error(w.op, a.op), rel=EIG_RTOL)
     assert accuracy.svd_bound(shuffled) == pytest.approx(accuracy.svd_bound(w.op), rel=EIG_RTOL)
+
+
+# =================================================================================== error floors
+@relaxed
+@given(a=strategies_any)
+def test_top_eigenvalue_bound_is_at_least_the_largest_eigenvalue(a: Op) -> None:
+    """λ̄ ≥ λ_max(AᵀA) for every structure (Kronecker, weighted, stacked, dense and structured leaves)."""
+    note(repr(a.op))
+    bound = top_eigenvalue_bound(a.op)
+    assert bound is not None and bound >= float(np.linalg.eigvalsh(a.ref.T @ a.ref).max()) * (1 - 1e-12)
+    assert top_eigenvalue_bound(a.op) == bound
+
+
+def test_top_eigenvalue_bound_of_sparse_and_nonnegative_matrices() -> None:
+    """Gershgorin on |A|ᵀ|A| is exact where AᵀA has constant row sums, e.g. a 0/1 partition's rows."""
+    rows = np.array([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0]])
+    assert top_eigenvalue_bound(Explicit(sp.csr_array(rows))) == top_eigenvalue_bound(Explicit(rows)) == 2.0
+    assert top_eigenvalue_bound(Kron([Identity(3), Total(5)])) == 5.0
+    assert top_eigenvalue_bound(Weighted(3.0, Identity(2))) == 9.0
+
+
+@relaxed
+@given(wa=pairs, noise=st.sampled_from(["gaussian", "laplace"]))
+def test_error_floor_is_at_most_the_expected_error(wa: tuple[Op, Op], noise: str) -> None:
+    """accuracy.error_floor never exceeds the exact expected error it bounds (where the strategy supports
+    the workload; elsewhere there is no error to bound), and is exact for the identity's Gaussian error."""
+    w, a = wa
+    note(f"W = {w.op!r}\nA = {a.op!r}")
+    try:
+        error = accuracy.expected_error(w.op, a.op, noise=noise)
+    except UnsupportedStrategyError:
+        return
+    assert 0.0 <= accuracy.error_floor(w.op, a.op, noise=noise) <= error * (1 + 1e-9)
+    identity = Identity(a.ref.shape[1])
+    assert accuracy.error_floor(w.op, identity) == pytest.approx(accuracy.expected_error(w.op, identity), rel=1e-7)
 
 
 # =================================================================================== SVD bound

@@ -173,3 +173,17 @@ def test_the_error_module_name_does_not_collide_with_the_exceptions_module() -> 
     assert not list(package.rglob("error.py"))
     assert "accuracy" in dpsql.__all__ and "error" not in dpsql.__all__
     assert all(hasattr(dpsql, name) for name in dpsql.__all__)
+
+
+def test_unit_noise_variance_is_found_once_per_strategy_and_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A candidate's floor and its exact error both read v: the sensitivity is computed once per noise family."""
+    A = workloads.Explicit(np.array([[1.0, 2.0], [0.0, 3.0]]))
+    calls: list[str] = []
+    original = workloads.Explicit.sensitivity
+    monkeypatch.setattr(workloads.Explicit, "sensitivity",
+                        lambda self, norm="l2": calls.append(norm) or original(self, norm))
+    assert accuracy.unit_noise_variance(A, "laplace") == accuracy.unit_noise_variance(A, "laplace") == 2.0 * 5.0**2
+    assert accuracy.unit_noise_variance(A, "gaussian") == pytest.approx(13.0, rel=1e-15)
+    assert calls == ["l1", "l2"]
+    with pytest.raises(ValueError, match="noise"):
+        accuracy.unit_noise_variance(A, "uniform")  # type: ignore[arg-type]

@@ -19,10 +19,11 @@ cache folder, so every strategy is scored afresh, and ``fixtures/expected_error_
 A strategy found by a numerical optimizer (HDMM's OPT₀, OPT⊗, OPT₊, OPT_M and Eigen-Design) is an endpoint that
 differs between OpenBLAS kernels (expected errors agree to ~10⁻⁶ only), so the fixture also holds every
 strategy the optimizers produced when it was written, as ``dpsql.planning.strategy_cache`` stores them (the
-integer-rounded factors and block weights, keyed by the workload's Gram), and the test writes them into the
-empty cache folder before planning: the optimizers are not run, and the test compares today's scoring of
+integer-rounded factors and block weights, keyed by the workload's structure), and the test writes them into
+the empty cache folder before planning: the optimizers are not run, and the test compares today's scoring of
 strategy S with the new scoring of the same S, under any kernel. That no optimizer ran is checked too (a
-new cache entry would mean a workload changed, or its Gram's key did).
+new cache entry would mean a workload changed, or its key did: the strategies' keys moved from the Gram's
+bytes to the structure digest with ``strategy_cache.FORMAT_VERSION`` 5, every entry byte for byte the same).
 
 To pin again after an intended change of plans: ``python tests/planning/test_expected_error_corpus.py --write``
 (and say why in the commit). Written under OpenBLAS's SkylakeX kernels; passes under Haswell and Sandybridge.

@@ -58,22 +58,6 @@ def test_different_workloads_and_options_get_different_decisions() -> None:
     assert extra != plan_cache.decision_key(workloads.Prefix(8), noise="laplace", options=[], extra={})
 
 
-def test_structure_digests_are_memoised_exactly_and_by_content() -> None:
-    """A workload's digest is the same memoised or not, and the same for equal content built apart."""
-    def build(weight: float) -> workloads.Workload:
-        product = workloads.Kron([workloads.Explicit(np.arange(6.0).reshape(2, 3)), workloads.Prefix(4)])
-        totals = workloads.Kron([workloads.Identity(3), workloads.Total(4)])
-        return workloads.VStack([product, workloads.Weighted(weight, totals)])
-
-    W = build(2.0)
-    first = plan_cache.structure_digest(W)
-    assert plan_cache.structure_digest(W) is first  # from the memo
-    assert plan_cache.structure_digest(build(2.0)) == first  # the same content built afresh
-    assert plan_cache.structure_digest(build(2.5)) != first
-    key = plan_cache.decision_key(W, noise="laplace", options=[], extra={})
-    assert plan_cache.decision_key(build(2.0), noise="laplace", options=[], extra={}) == key
-
-
 def test_a_damaged_or_inconsistent_entry_is_planned_again(private_cache: Path) -> None:
     W = workloads.Prefix(16)
     first = planner.plan(W, noise="laplace")

@@ -213,3 +213,73 @@ def test_the_workload_candidate_reads_a_stack_block_by_block_as_its_dense_rows()
     assert isinstance(W, workloads.VStack) and len({id(b) for b in W.blocks}) < len(W.blocks)
     reference = np.unique(W.dense(), axis=0)
     assert np.array_equal(planner.distinct_rows(planner.stacked_rows(W)), reference)
+
+
+# ------------------------------------------------------------------- candidates left unscored by their error floor
+@st.composite
+def small_groups(draw: st.DrawFn) -> tuple[workloads.Workload, list[int]]:
+    """A statement group's workload over a(3..6) × b(2..4): weighted Kronecker blocks of identities, totals,
+    prefixes, ranges and random 0/1 rows, as GROUP BYs, ranges and predicates compile to."""
+    sizes = [draw(st.integers(3, 6)), draw(st.integers(2, 4))]
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+
+    def factor(n: int) -> workloads.Workload:
+        kind = draw(st.sampled_from(["identity", "total", "prefix", "ranges", "rows"]))
+        if kind == "identity":
+            return workloads.Identity(n)
+        if kind == "total":
+            return workloads.Total(n)
+        if kind == "prefix":
+            return workloads.Prefix(n)
+        if kind == "ranges":
+            return workloads.Ranges(n, [tuple(sorted(rng.integers(0, n, 2))) for _ in range(draw(st.integers(1, 3)))])
+        rows = rng.integers(0, 2, (draw(st.integers(1, 3)), n)).astype(np.float64)
+        rows[:, 0] = 1.0  # no all-zero row
+        return workloads.Explicit(rows)
+
+    blocks: list[workloads.Workload] = []
+    for _ in range(draw(st.integers(1, 4))):
+        block: workloads.Workload = workloads.Kron([factor(n) for n in sizes])
+        weight = draw(st.sampled_from([1.0, 1.0, 0.5, 2.0, 0.3]))
+        blocks.append(block if weight == 1.0 else workloads.Weighted(weight, block))
+    return (blocks[0] if len(blocks) == 1 else workloads.VStack(blocks)), sizes
+
+
+@settings(max_examples=25, deadline=None)
+@given(group=small_groups(), noise=st.sampled_from(["laplace", "gaussian"]),
+       mode=st.sampled_from(["quick", "full", "standard"]),
+       ordered=st.sampled_from([[True, True], [True, False], [False, False]]))
+def test_leaving_candidates_unscored_never_changes_the_plan(group: tuple[workloads.Workload, list[int]],
+                                                           noise: str, mode: str, ordered: list[bool]) -> None:
+    """The plan with error floors is the plan that scores every candidate: the same choice, strategy and
+    scores for what was scored, and each candidate left out named in a note (optimizers' strategies are
+    read from one shared cache, so both plans see the same ones; decisions are planned afresh in each).
+    Modes: the quick plan of the partition search, the full plan with every template, standard strategies only."""
+    import tempfile
+
+    W, sizes = group
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
+        def planned(decisions: str, floors: bool = True) -> planner.Plan:
+            patch.setenv("DPSQL_CACHE_DIR", str(Path(folder) / decisions))
+            patch.setattr(planner.strategy_cache, "cache_dir", lambda: Path(folder) / "strategies")
+            if not floors:
+                patch.setattr(accuracy, "error_floor", lambda *args, **kwargs: 0.0)
+            return planner.plan(W, noise=noise, sizes=sizes, ordered=ordered, quick=mode == "quick",
+                                optimize=mode != "standard")
+
+        planned("first")  # the optimizers' strategies, stored: both plans below read them back alike
+        pruned, everything = planned("floors"), planned("all", floors=False)
+    assert pruned.name == everything.name and pruned.expected_error == everything.expected_error
+    np.testing.assert_array_equal(pruned.strategy.dense(), everything.strategy.dense())
+    assert all(everything.candidates[name] == score for name, score in pruned.candidates.items())
+    left_out = everything.candidates.keys() - pruned.candidates.keys()
+    assert all(score > pruned.expected_error for name, score in everything.candidates.items() if name in left_out)
+    assert all(name in " ".join(pruned.notes) for name in left_out)
+
+
+def test_the_workload_candidate_is_left_unscored_where_its_floor_says_it_loses() -> None:
+    """All ranges over 16 cells at ε: measuring every range (Δ₁ = 64) cannot beat the identity, and its
+    floor shows it without the dense (AᵀA)⁺."""
+    choice = planner.plan(workloads.AllRange(16), noise="laplace", quick=True)
+    assert choice.name == "identity" and "workload" not in choice.candidates
+    assert any("not scored" in note and "workload" in note for note in choice.notes)

@@ -3,6 +3,8 @@ group compiled through the memo equal to one compiled without it (issue 31)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -114,3 +116,22 @@ def test_candidate_groups_through_the_memo_equal_those_compiled_without(candidat
     memo = StatementMemo()
     for index, members in enumerate(candidates):
         _same(compile_group(batch, table, members, index, memo=memo), compile_group(batch, table, members, index))
+
+
+def test_a_group_of_the_same_members_is_compiled_once_and_renumbered() -> None:
+    """compile_group through the memo returns a group of members compiled before as it was, its statements
+    numbered with the new index: equal to compiling it afresh there. Its workloads are built once per data
+    vector, so what planning keeps per workload object (partition form, Gram, digest) is found once."""
+    schema = Schema.load(SCHEMA)
+    batch = parse_batch(";\n".join(STATEMENTS))
+    table = batch_table(batch, schema)
+    memo = StatementMemo()
+    first, _ = compile_group(batch, table, [0, 3, 4], 0, memo=memo)
+    again = compile_group(batch, table, [0, 3, 4], 5, memo=memo)
+    assert again[0] is first
+    _same(again, compile_group(batch, table, [0, 3, 4], 5))
+    counts, _ = compile_group(batch, table, [0, 1], memo=memo)  # two count blocks: GROUP BY age, GROUP BY sex
+    (vector,) = counts.data_kinds()
+    assert counts.workload(vector) is counts.workload(vector)
+    fewer = dataclasses.replace(counts, blocks=counts.blocks[:1])  # a new group: its own workloads
+    assert fewer.workload(vector).shape[0] == counts.blocks[0].workload.shape[0] < counts.workload(vector).shape[0]

@@ -22,10 +22,13 @@ from dpsql.errors import ShapeError
 from dpsql.matrix import workloads as wl
 from dpsql.matrix.linalg import pinv_gram, projector
 from dpsql.planning import accuracy
+from dpsql.residual import basis
 from dpsql.residual.basis import (
     ResidualSum,
     complement_sizes,
     eigenvalues,
+    factor_projection,
+    kron_terms,
     marginal_form,
     marginal_weights,
     marginals_strategy,
@@ -413,3 +416,27 @@ def test_factor_projections_are_memoised_per_object_exactly(data: st.DataObject,
     del factors, W, first
     gc.collect()
     assert held() is None  # the memo does not keep factors alive
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(1, 4), min_size=1, max_size=3), data=st.data(), block=st.sampled_from([4, 2**18]))
+def test_marginal_weights_are_the_terms_summed_one_by_one(sizes: list[int], data: st.DataObject, block: int) -> None:
+    """w = Σ_k c_k v_k with v_k,a = Π_{i∉a} bᵢ Π_{i∈a} aᵢ (each factor's projection), added term by term in
+    order: the same floats whether the key products are formed a block of terms at a time or not."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    blocks: list[wl.Workload] = []
+    for _ in range(data.draw(st.integers(1, 12))):
+        product = wl.Kron([wl.Explicit(rng.normal(size=(int(rng.integers(1, 4)), n)) * 10.0 ** rng.integers(-3, 4))
+                           for n in sizes])
+        blocks.append(wl.Weighted(float(rng.normal() * 3), product) if rng.random() < 0.5 else product)
+    W = wl.VStack(blocks)
+    expected = np.zeros(1 << len(sizes))
+    for weight, factors in kron_terms(W):
+        parts = [factor_projection(f) for f in factors]
+        products = np.array([math.prod([parts[i][1] if key >> i & 1 else parts[i][0] for i in range(len(sizes))],
+                                       start=1.0) for key in range(1 << len(sizes))])
+        expected += weight * products
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(basis, "TERMS_ENTRIES", block)
+        found = marginal_weights(W, sizes)
+    np.testing.assert_array_equal(found, expected)
