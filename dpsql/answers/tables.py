@@ -42,10 +42,11 @@ class AnswerKey(NamedTuple):
 class AnswerSet(Mapping[AnswerKey, Answers]):
     """The released answers of a batch, one :class:`~dpsql.planning.mechanism.Answers` per block."""
 
-    __slots__ = ("_answers",)
+    __slots__ = ("_answers", "_groups")
 
     def __init__(self, answers: Mapping[AnswerKey, Answers] | None = None) -> None:
         self._answers = {AnswerKey(*key): found for key, found in (answers or {}).items()}
+        self._groups: dict[int, dict[int, Answers]] | None = None
 
     def __getitem__(self, key: tuple[int, int]) -> Answers:
         return self._answers[AnswerKey(*key)]
@@ -57,8 +58,12 @@ class AnswerSet(Mapping[AnswerKey, Answers]):
         return len(self._answers)
 
     def of_group(self, group: int) -> dict[int, Answers]:
-        """The answers of one statement group, by block."""
-        return {key.block: found for key, found in self._answers.items() if key.group == group}
+        """The answers of one statement group, by block (indexed by group once, on first use)."""
+        if self._groups is None:
+            self._groups = {}
+            for key, found in self._answers.items():
+                self._groups.setdefault(key.group, {})[key.block] = found
+        return dict(self._groups.get(group, {}))
 
 
 def statement_tables(compiled: CompiledBatch, answers: AnswerSet,
