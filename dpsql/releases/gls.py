@@ -33,6 +33,8 @@ IntArray = npt.NDArray[np.int64]
 EIGEN_CUTOFF = 1e-10
 #: A row is answerable when its part outside the row space is below this share of its norm.
 SPAN_TOLERANCE = 1e-7
+#: A part (S_i, r_i) over the target cells, with a root R_i of few rows (RᵢᵀRᵢ = S_i) where one is known.
+Part = tuple[FloatArray, FloatArray, FloatArray | None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -92,34 +94,49 @@ class Projection:
         return np.asarray(np.sum(self.whitened * other.whitened, axis=1), dtype=np.float64)
 
 
-def pool(members: Sequence[KeptMeasurement], parts: Sequence[tuple[FloatArray, FloatArray]],
-         lift: IntArray) -> Pool | None:
-    """Sum the reduced information ``parts`` ((S_i, r_i) over the target cells) and factor it (one
-    symmetric eigendecomposition); None if LAPACK cannot (then nothing is answered from them)."""
+def pool(members: Sequence[KeptMeasurement], parts: Sequence[Part], lift: IntArray) -> Pool | None:
+    """Sum the reduced information ``parts`` ((S_i, r_i, root) over the target cells) and factor it
+    (:func:`factor`); None if LAPACK cannot (then nothing is answered from them)."""
     information, score = summed(parts, lift.size)
-    return factor(members, information, score, lift)
+    return factor(members, information, score, lift, roots(parts))
 
 
-def summed(parts: Sequence[tuple[FloatArray, FloatArray]], cells: int,
+def summed(parts: Sequence[Part], cells: int,
            start: tuple[FloatArray, FloatArray] | None = None) -> tuple[FloatArray, FloatArray]:
     """(Σ S_i, Σ r_i) over ``cells`` target cells, added in order onto ``start`` (a sum of earlier
     parts, left untouched; default zeros): the same floating-point sums as adding every part to zeros."""
     information, score = (np.zeros((cells, cells)), np.zeros(cells)) if start is None else \
         (start[0].copy(), start[1].copy())
-    for S, r in parts:
+    for S, r, _ in parts:
         information += S
         score += r
     return information, score
 
 
+def roots(parts: Sequence[Part], start: tuple[FloatArray, ...] | None = ()) -> tuple[FloatArray, ...] | None:
+    """The parts' roots after ``start`` (the earlier parts' roots; None: one of them had none), in
+    order; None when some part has none."""
+    if start is None or any(root is None for _, _, root in parts):
+        return None
+    return (*start, *(root for _, _, root in parts if root is not None))
+
+
 def factor(members: Sequence[KeptMeasurement], information: FloatArray, score: FloatArray,
-           lift: IntArray) -> Pool | None:
+           lift: IntArray, stacked: Sequence[FloatArray] | None = None) -> Pool | None:
     """The pool of the information M = ``information`` and score b = ``score``: M's Cholesky factor when
     its full rank is certain (:mod:`dpsql.releases.whitening`), else one symmetric eigendecomposition
-    of M (None if M is not finite or LAPACK cannot factor it)."""
+    of M (None if M is not finite or LAPACK cannot factor it).
+
+    Given roots R_i of its parts (``stacked``: M = Σ RᵢᵀRᵢ = RᵀR) with fewer rows in all than M has
+    cells with a non-zero diagonal entry, M is singular on those cells (no Cholesky factor exists) and
+    its eigendecomposition is the thin SVD R = U Σ Vᵀ: eigenpairs (σᵢ², vᵢ), kept by the same cutoff,
+    at about 4m²n + 8m³ operations against the ≈ 9n³ of a symmetric eigendecomposition with vectors
+    (Golub and Van Loan, "Matrix Computations", 2013, 8.3 and 8.6)."""
     n = lift.size
     if not np.all(np.isfinite(information)) or not np.all(np.isfinite(score)):
         return None
+    if stacked is not None and sum(R.shape[0] for R in stacked) < np.count_nonzero(np.diagonal(information)):
+        return _factor_root(members, np.concatenate(stacked) if stacked else np.zeros((0, n)), score, lift)
     found = whitening(information, EIGEN_CUTOFF)
     if found is not None:  # M's range: the cells with a non-zero diagonal entry
         kept, whitened = found
@@ -135,3 +152,21 @@ def factor(members: Sequence[KeptMeasurement], information: FloatArray, score: F
     whitened = basis / np.sqrt(eigenvalues[keep])
     estimate = whitened @ (whitened.T @ score)
     return Pool(members=tuple(members), lift=lift, basis=basis, whitened=whitened, estimate=estimate)
+
+
+def _factor_root(members: Sequence[KeptMeasurement], root: FloatArray, score: FloatArray,
+                 lift: IntArray) -> Pool | None:
+    """:func:`factor` of M = RᵀR from R, by its thin SVD (eigenvalues σᵢ² above the cutoff kept)."""
+    if not np.all(np.isfinite(root)):
+        return None
+    try:
+        _, singular, right = np.linalg.svd(root, full_matrices=False)
+    except np.linalg.LinAlgError:
+        return None
+    eigenvalues = singular**2
+    largest = float(eigenvalues.max()) if eigenvalues.size else 0.0
+    keep = eigenvalues > EIGEN_CUTOFF * largest if largest > 0 else np.zeros(eigenvalues.size, dtype=bool)
+    basis = np.ascontiguousarray(right[keep].T)
+    whitened = basis / singular[keep]
+    return Pool(members=tuple(members), lift=lift, basis=basis, whitened=whitened,
+                estimate=whitened @ (whitened.T @ score))

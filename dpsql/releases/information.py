@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from dpsql.releases.gls import Pool, factor, summed
+from dpsql.releases.gls import Part, Pool, factor, roots, summed
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.releases.reduce import Axes, Meet, cell_map, meet, refinement
 
@@ -40,7 +40,6 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 #: A class of measurements over the same cells: their (release, index) identities, in order.
 Members = tuple[tuple[int, int], ...]
-Part = tuple[FloatArray, FloatArray]
 
 #: Bytes of reductions a store remembers (then it forgets them all and starts again).
 REDUCTION_BYTES = 2**28
@@ -76,11 +75,12 @@ class _Summed:
     classes: tuple[Members, ...]
     information: FloatArray
     score: FloatArray
+    roots: tuple[FloatArray, ...] | None  # the parts' roots, in order (None: some part has none)
     pool: Pool | None
 
     @property
     def nbytes(self) -> int:
-        held = self.information.nbytes + self.score.nbytes
+        held = self.information.nbytes + self.score.nbytes + sum(R.nbytes for R in self.roots or ())
         if self.pool is not None:
             held += self.pool.nbytes
         return held
@@ -133,7 +133,7 @@ class KeptInformation:
         if keep and name in memo:
             return memo[name]
         found = compute()
-        size = found[0].nbytes + found[1].nbytes
+        size = found[0].nbytes + found[1].nbytes + (found[2].nbytes if found[2] is not None else 0)
         if keep and size <= self.reduction_bytes:
             if self._held + size > self.reduction_bytes:
                 self.reductions.clear()
@@ -157,12 +157,15 @@ class KeptInformation:
         if earlier is not None and common == len(earlier.classes) == len(classes):
             return _with(earlier.pool, members, lift)
         if earlier is not None and common == len(earlier.classes):  # extended: add the new classes' parts
-            information, score = summed([part(i) for i in range(common, len(classes))], lift.size,
-                                        start=(earlier.information, earlier.score))
+            parts = [part(i) for i in range(common, len(classes))]
+            information, score = summed(parts, lift.size, start=(earlier.information, earlier.score))
+            stacked = roots(parts, earlier.roots)
         else:
-            information, score = summed([part(i) for i in range(len(classes))], lift.size)
-        found = factor(members, information, score, lift)
-        entry = _Summed(classes=classes, information=information, score=score, pool=found)
+            parts = [part(i) for i in range(len(classes))]
+            information, score = summed(parts, lift.size)
+            stacked = roots(parts)
+        found = factor(members, information, score, lift, stacked)
+        entry = _Summed(classes=classes, information=information, score=score, roots=stacked, pool=found)
         if all(kept) and entry.nbytes <= self.pool_bytes:
             self._layouts.pop(layout, None)
             if sum(e.nbytes for e in self._layouts.values()) + entry.nbytes > self.pool_bytes:

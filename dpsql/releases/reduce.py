@@ -161,16 +161,20 @@ def _grid(shape: Sequence[int]) -> IntArray:
     return np.indices(tuple(shape), dtype=np.int64).reshape(len(shape), cells)
 
 
-def reduce(information: FloatArray, score: FloatArray, found: Meet) -> tuple[FloatArray, FloatArray]:
-    """(S_G, r_G): the information and score about the group's cells of a measurement with
+def reduce(information: FloatArray, score: FloatArray,
+           found: Meet) -> tuple[FloatArray, FloatArray, FloatArray | None]:
+    """(S_G, r_G, None): the information and score about the group's cells of a measurement with
     information M = ``information`` and score b = ``score`` over its own cells (module docstring)."""
     return lifted(on_classes(information, score, found), found)
 
 
-def lifted(reduced: tuple[FloatArray, FloatArray], found: Meet) -> tuple[FloatArray, FloatArray]:
-    """(S_G, r_G) from (S_θ, r_θ), the reduction onto the meet's classes (:func:`on_classes`, which
-    depends on the meet only through ``found.of_measured`` and ``found.classes``)."""
-    theta, rhs = reduced
+def lifted(reduced: tuple[FloatArray, FloatArray] | tuple[FloatArray, FloatArray, FloatArray | None],
+           found: Meet) -> tuple[FloatArray, FloatArray, FloatArray | None]:
+    """(S_G, r_G, R_G) from (S_θ, r_θ[, R_θ]), the reduction onto the meet's classes (:func:`on_classes`,
+    which depends on the meet only through ``found.of_measured`` and ``found.classes``); R_G is the
+    root R_θ lifted alike (R_Gᵀ R_G = S_G; None without one)."""
+    theta, rhs = reduced[0], reduced[1]
+    root = reduced[2] if len(reduced) > 2 else None
     cells = found.of_group.size
     on = found.of_group >= 0
     index = found.of_group[on]
@@ -178,7 +182,11 @@ def lifted(reduced: tuple[FloatArray, FloatArray], found: Meet) -> tuple[FloatAr
     S[np.ix_(on, on)] = theta[np.ix_(index, index)]
     r = np.zeros(cells)
     r[on] = rhs[index]
-    return S, r
+    if root is None:
+        return S, r, None
+    R = np.zeros((root.shape[0], cells))
+    R[:, on] = root[:, index]
+    return S, r, R
 
 
 def on_classes(M: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, FloatArray]:
@@ -207,7 +215,8 @@ def on_classes(M: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, F
     return _on_totals(S_phi, r_phi, scale)
 
 
-def on_classes_of_root(X: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, FloatArray]:
+def on_classes_of_root(X: FloatArray, b: FloatArray,
+                       found: Meet) -> tuple[FloatArray, FloatArray, FloatArray | None]:
     """:func:`on_classes` of M = XᵀX given X (m × n; the stacked Ã/σ of measurements over the same
     cells), without forming or decomposing Nᵀ M N when X has fewer rows than cells.
 
@@ -218,9 +227,11 @@ def on_classes_of_root(X: FloatArray, b: FloatArray, found: Meet) -> tuple[Float
         S_φ = ((I − Pₓ) X U)ᵀ ((I − Pₓ) X U),     r_φ = Uᵀ b − (XU)ᵀ Uₓ Σ⁻¹ Vᵀ Nᵀ b.
 
     An SVD of m × n' costs O(m² n') against the O(n'³) of Nᵀ M N's eigendecomposition (Golub and Van
-    Loan, "Matrix Computations", 2013, 8.6)."""
+    Loan, "Matrix Computations", 2013, 8.6). Returns (S_θ, r_θ, R_θ), R_θ = (I − Pₓ) X U D^(-1/2) a root of
+    S_θ of m rows; where X has as many rows as cells, M is reduced as it is and R_θ is :func:`psd_root`'s."""
     if found.refines or X.shape[0] >= found.of_measured.size:
-        return on_classes(X.T @ X, b, found)
+        S_theta, r_theta = on_classes(X.T @ X, b, found)
+        return S_theta, r_theta, psd_root(S_theta)
     scale, U, N = _class_coordinates(found)
     XU = np.asarray((U.T @ X.T).T)                                # X U, m × t
     XN = np.asarray((N.T @ X.T).T)                                # X N, m × n'
@@ -231,7 +242,21 @@ def on_classes_of_root(X: FloatArray, b: FloatArray, found: Meet) -> tuple[Float
     left, singular, right = left[:, keep], singular[keep], right[keep]
     residual = XU - left @ (left.T @ XU)                          # (I − Pₓ) X U
     r_phi = np.asarray(U.T @ b) - XU.T @ (left @ ((right @ np.asarray(N.T @ b)) / singular))
-    return _on_totals(residual.T @ residual, r_phi, scale)
+    S_theta, r_theta = _on_totals(residual.T @ residual, r_phi, scale)
+    return S_theta, r_theta, residual * scale
+
+
+def psd_root(S: FloatArray) -> FloatArray:
+    """R with RᵀR = S for a positive semidefinite S (t × t): its eigenvectors scaled by √λ, the
+    eigenvalues at or below ``EIGEN_CUTOFF`` of the largest left out (rows: S's numerical rank). What is
+    left out moves S by at most that share of its largest eigenvalue, below the cutoff of any sum it
+    joins (whose largest eigenvalue is at least S's)."""
+    if not S.size:
+        return np.zeros((0, S.shape[0]))
+    eigenvalues, vectors = np.linalg.eigh(S)
+    largest = float(eigenvalues.max())
+    keep = eigenvalues > EIGEN_CUTOFF * largest if largest > 0 else np.zeros(eigenvalues.size, dtype=bool)
+    return (vectors[:, keep] * np.sqrt(eigenvalues[keep])).T
 
 
 def _class_coordinates(found: Meet) -> tuple[FloatArray, sp.csr_array, sp.csc_array]:

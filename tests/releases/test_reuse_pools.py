@@ -22,7 +22,16 @@ from hypothesis import strategies as st
 from dpsql.matrix.workloads import Explicit
 from dpsql.releases.gls import Pool, pool
 from dpsql.releases.kept import KeptMeasurement
-from dpsql.releases.reduce import cell_map, contrasts, meet, on_classes, on_classes_of_root, reduce, refinement
+from dpsql.releases.reduce import (
+    cell_map,
+    contrasts,
+    lifted,
+    meet,
+    on_classes,
+    on_classes_of_root,
+    reduce,
+    refinement,
+)
 
 BASE = {"a": 6, "b": 3}  # base cells per column (the last one the outside cell)
 
@@ -232,10 +241,48 @@ def test_the_schur_complement_from_a_root_equals_the_dense_one(seed: int, rows: 
     X = rng.normal(size=(rows, rank)) @ rng.normal(size=(rank, cells))
     z = rng.normal(size=rows)
     expected_S, expected_r = on_classes(X.T @ X, X.T @ z, found)
-    S, r = on_classes_of_root(X, X.T @ z, found)
+    S, r, root = on_classes_of_root(X, X.T @ z, found)
+    assert root is not None
+    np.testing.assert_allclose(root.T @ root, S, rtol=0, atol=1e-7 * max(1.0, float(np.abs(S).max())))
     # both are exact up to rounding; the dense side decomposes the squared matrix Nᵀ XᵀX N, whose kept
     # spectrum spans κ(X N)², and subtracts from Uᵀ M U: measured over 3,000 seeds at most 1.5·10⁻⁹ of
     # the largest entry (κ(X) ≤ 10² here), so 10⁻⁷ fails only on a real difference
     scale = max(1.0, float(np.abs(expected_S).max()), float(np.abs(expected_r).max()))
     np.testing.assert_allclose(S, expected_S, rtol=0, atol=1e-7 * scale)
     np.testing.assert_allclose(r, expected_r, rtol=0, atol=1e-7 * scale)
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), count=st.integers(1, 4), rows=st.integers(1, 6))
+def test_a_pool_factored_from_its_parts_roots_answers_as_its_eigendecomposition(seed: int, count: int,
+                                                                                rows: int) -> None:
+    """Parts with roots of few rows (measurements of fewer rows than cells) are factored by the SVD of
+    the stacked roots; the pool's answers and variances equal those of the eigendecomposition of the
+    summed information (the same parts, roots dropped), for rows in its span."""
+    rng = np.random.default_rng(seed)
+    group = (("a", _partition(rng, "a")), ("b", _partition(rng, "b")))
+    members = []
+    for release in range(count):
+        axes = tuple((key, _partition(rng, key)) for key in ("a", "b"))
+        cells = int(np.prod([c.max() + 1 for _, c in axes]))
+        members.append(KeptMeasurement(table="t", vector="count", axes=axes,
+                                       strategy=Explicit(rng.normal(size=(min(rows, cells), cells))),
+                                       y=rng.normal(size=min(rows, cells)), noise_variance=1.0, release=release))
+    target = refinement(group, [m.axes for m in members], 10**6)
+    lift = cell_map(target, group)
+    parts = []
+    for m in members:
+        found = meet(m.axes, target)
+        X, z = m.root()
+        parts.append(lifted(on_classes_of_root(X, X.T @ z, found), found))
+        lift = np.where(found.of_group < 0, -1, lift)
+    by_roots = pool(members, parts, lift)
+    by_eigen = pool(members, [(S, r, None) for S, r, _ in parts], lift)
+    assert by_roots is not None and by_eigen is not None
+    queries = rng.normal(size=(8, int(lift.max()) + 1))
+    a, b = by_roots.projected(queries), by_eigen.projected(queries)
+    np.testing.assert_array_equal(a.answerable, b.answerable)
+    scale = max(1.0, float(np.abs(b.values).max()), float(np.abs(b.covariances(b)).max()))
+    np.testing.assert_allclose(a.values[a.answerable], b.values[b.answerable], rtol=0, atol=1e-7 * scale)
+    np.testing.assert_allclose(a.covariances(a)[a.answerable], b.covariances(b)[b.answerable], rtol=0,
+                               atol=1e-7 * scale)

@@ -54,11 +54,11 @@ from dpsql.engine.measuring.measurements import PlannedVector
 from dpsql.engine.reuse.release_store import ReleaseStore
 from dpsql.matrix.workloads import Workload
 from dpsql.planning import mechanism
-from dpsql.releases.gls import Pool, Projection
+from dpsql.releases.gls import Part, Pool, Projection
 from dpsql.releases.information import KeptInformation, cells_key
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.releases.recipes import NotKeptError, to_recipe
-from dpsql.releases.reduce import Meet, lifted, on_classes, on_classes_of_root, reduction_work
+from dpsql.releases.reduce import Meet, lifted, on_classes, on_classes_of_root, psd_root, reduction_work
 from dpsql.schema import Table, measure_quantum
 from dpsql.sql.axes import Axis
 from dpsql.sql.compile import CompiledBatch, CompiledGroup
@@ -226,7 +226,7 @@ class Reuse:
     planned: Mapping[tuple[int, int], Hashable] = field(default_factory=dict)
     _pools: dict[tuple[int, str], Pool | None] = field(default_factory=dict)
     _projections: dict[tuple[int, int], tuple[Pool, Workload, Projection]] = field(default_factory=dict)
-    _classes: dict[tuple[tuple[tuple[int, int], ...], bytes], tuple[FloatArray, FloatArray]] = \
+    _classes: dict[tuple[tuple[tuple[int, int], ...], bytes], Part] = \
         field(default_factory=dict)
     #: Per pool, the kept measurements the work bound left out.
     left_out: dict[tuple[int, str], list[KeptMeasurement]] = field(default_factory=dict)
@@ -295,20 +295,21 @@ class Reuse:
         return self.cache.planned((self.compiled.table.name, key[1], layout.key, contents), build, members,
                                   layout.lift)
 
-    def _reduced(self, members: Sequence[KeptMeasurement], found: Meet) -> tuple[FloatArray, FloatArray]:
+    def _reduced(self, members: Sequence[KeptMeasurement], found: Meet) -> Part:
         """Members over the same cells, their information summed and reduced onto the group's cells."""
         identities, keep = tuple(m.identity for m in members), _is_kept(members)
 
-        def classes() -> tuple[FloatArray, FloatArray]:
+        def classes() -> Part:
             if sum(m.strategy.shape[0] for m in members) < found.of_measured.size:  # M = XᵀX of few rows
                 roots = [m.root() for m in members]
                 return on_classes_of_root(np.concatenate([X for X, _ in roots]),
                                           np.asarray(sum(X.T @ z for X, z in roots)), found)
             information = sum(m.information()[0] for m in members)
             score = sum(m.information()[1] for m in members)
-            return on_classes(np.asarray(information), np.asarray(score), found)
+            S_theta, r_theta = on_classes(np.asarray(information), np.asarray(score), found)
+            return S_theta, r_theta, psd_root(S_theta)
 
-        def compute() -> tuple[FloatArray, FloatArray]:
+        def compute() -> Part:
             name = found.of_measured.tobytes() + b"|" + str(found.classes).encode()
             if keep:
                 return lifted(self.cache.classes(identities, name, classes, keep), found)
