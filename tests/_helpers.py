@@ -123,3 +123,16 @@ def sql_tampering(*statements: str) -> Callable[[Path], None]:
             for statement in statements:
                 db.execute(statement)
     return tamper
+
+
+def assert_refused_free(data: duckdb.DuckDBPyConnection, schema: dict[str, Any], sql: str, error: type[Exception],
+                        words: str) -> None:
+    """``sql`` is refused with ``error`` naming ``words``, and nothing of the budget is spent."""
+    import pytest
+
+    import dpsql
+
+    with dpsql.connect(data, schema=schema, budget=dpsql.Budget(epsilon=1.0)) as private:
+        with pytest.raises(error) as caught:
+            private.cursor().execute(sql, epsilon=0.5)
+        assert words in str(caught.value) and private.budget.spent == 0.0

@@ -47,7 +47,7 @@ from dpsql import schema as sch
 from dpsql.errors import UnsupportedQueryError
 from dpsql.sql import ir
 from dpsql.sql.filters import Atom, atoms
-from dpsql.sql.predicates import parse_column, parse_predicate, parse_value
+from dpsql.sql.predicates import number_constant, parse_column, parse_predicate, parse_value
 from dpsql.sql.source import Scope, describe, invalid, node_span, unparen, unsupported
 
 KEY_SUPPORTED = (
@@ -127,7 +127,7 @@ def _parse_bin(node: exp.Expr, scope: Scope) -> ir.BinKey:
     integral = False
     inner_node = unparen(inner_node)
     if isinstance(inner_node, exp.IntDiv):
-        divisor = _number(inner_node.expression)
+        divisor = number_constant(inner_node.expression)
         if divisor is None or divisor == 0:
             raise unsupported("// by something other than a non-zero number", inner_node, scope, KEY_SUPPORTED)
         step, integral = "trunc", True
@@ -138,7 +138,7 @@ def _parse_bin(node: exp.Expr, scope: Scope) -> ir.BinKey:
             step, inside = _STEPS[type(unparen(inside))], unparen(inside).this
     elif isinstance(inner_node, tuple(_STEPS)):
         decimals = inner_node.args.get("decimals")
-        if decimals is not None and _number(decimals) != 0:
+        if decimals is not None and number_constant(decimals) != 0:
             raise unsupported("ROUND to decimals in GROUP BY", inner_node, scope,
                               "Round to a whole number (ROUND(x)) or scale first: ROUND(x * 10) / 10.")
         step, inside = _STEPS[type(inner_node)], inner_node.this
@@ -164,7 +164,7 @@ def _affine(node: exp.Expr, scope: Scope) -> tuple[exp.Expr, Fraction, Fraction]
         return None if found is None else (found[0], -found[1], -found[2])
     if not isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
         return node, Fraction(1), Fraction(0)
-    left, right = _number(node.this), _number(node.expression)
+    left, right = number_constant(node.this), number_constant(node.expression)
     if (left is None) == (right is None):
         return None
     inner = _affine(node.expression if left is not None else node.this, scope)
@@ -182,20 +182,6 @@ def _affine(node: exp.Expr, scope: Scope) -> tuple[exp.Expr, Fraction, Fraction]
     if left is not None or constant == 0:  # c / u is not affine; u / 0 is refused by the caller's shape
         return None
     return u, a / constant, b / constant
-
-
-def _number(node: exp.Expr) -> Fraction | None:
-    """A numeric literal (or −literal) as an exact rational, else None."""
-    node = unparen(node)
-    negative = isinstance(node, exp.Neg)
-    inner = unparen(node.this) if negative else node
-    if not isinstance(inner, exp.Literal) or inner.is_string:
-        return None
-    try:
-        value = Fraction(inner.this)
-    except ValueError:
-        return None
-    return -value if negative else value
 
 
 def default_name(node: exp.Expr, scope: Scope) -> str:

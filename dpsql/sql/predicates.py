@@ -126,7 +126,7 @@ def _solve(node: exp.Expr, scope: Scope) -> _Solved | None:
     if column_left == (right.find(exp.Column) is not None):
         return None
     inner = _solve(left if column_left else right, scope)
-    constant = _number_of(right if column_left else left, scope)
+    constant = number_constant(right if column_left else left)
     if inner is None or constant is None:
         return None
     # the side's value v = f(u) with u the inner side's value; u = (v − b)/a for f(u) = a·u + b
@@ -147,8 +147,8 @@ def _solve(node: exp.Expr, scope: Scope) -> _Solved | None:
     return _Solved(inner.column, inner.scale / a, inner.shift - inner.scale * b / a)
 
 
-def _number_of(node: exp.Expr, scope: Scope) -> Fraction | None:
-    """A numeric constant (a literal or −literal, not a parameter) as an exact rational, else None."""
+def number_constant(node: exp.Expr) -> Fraction | None:
+    """A numeric literal or −literal (not a parameter) as an exact rational, else None."""
     node = unparen(node)
     negative = isinstance(node, exp.Neg)
     inner = unparen(node.this) if negative else node

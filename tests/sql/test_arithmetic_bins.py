@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpsql
+from _helpers import assert_refused_free
 from dpsql.errors import NotSupportedError
 from dpsql.noise import SeededRandomSource
 
@@ -83,7 +84,4 @@ def test_an_integer_division_is_an_integer_label_and_floor_a_double(data: duckdb
 ])
 def test_bins_that_split_a_cell_are_refused_before_any_charge(data: duckdb.DuckDBPyConnection, key: str,
                                                               words: str) -> None:
-    with dpsql.connect(data, schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0)) as private:
-        with pytest.raises(NotSupportedError) as caught:
-            private.cursor().execute(f"SELECT {key} AS k, COUNT(*) FROM t GROUP BY 1", epsilon=0.5)
-        assert words in str(caught.value) and private.budget.spent == 0.0
+    assert_refused_free(data, SCHEMA, f"SELECT {key} AS k, COUNT(*) FROM t GROUP BY 1", NotSupportedError, words)

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpsql
+from _helpers import assert_refused_free
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.noise import SeededRandomSource
 from dpsql.sql import ir
@@ -88,10 +89,7 @@ def test_a_negative_scale_flips_the_comparison_and_swaps_between_bounds() -> Non
 ])
 def test_other_arithmetic_is_refused_and_charges_nothing(data: duckdb.DuckDBPyConnection, condition: str,
                                                          error: type[Exception], words: str) -> None:
-    with dpsql.connect(data, schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0)) as private:
-        with pytest.raises(error) as caught:
-            private.cursor().execute(f"SELECT COUNT(*) FROM t WHERE {condition}", epsilon=0.5)
-        assert words in str(caught.value) and private.budget.spent == 0.0
+    assert_refused_free(data, SCHEMA, f"SELECT COUNT(*) FROM t WHERE {condition}", error, words)
 
 
 def test_an_unquoted_hyphenated_name_is_told_to_be_quoted(data: duckdb.DuckDBPyConnection) -> None:

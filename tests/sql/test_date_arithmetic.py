@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpsql
+from _helpers import assert_refused_free
 from dpsql.errors import NotSupportedError
 from dpsql.noise import SeededRandomSource
 from dpsql.sql import ir
@@ -74,7 +75,4 @@ def test_a_month_step_takes_the_last_day_of_a_shorter_month_and_current_date_is_
 ])
 def test_a_time_of_day_and_other_intervals_are_refused(data: duckdb.DuckDBPyConnection, condition: str,
                                                        words: str) -> None:
-    with dpsql.connect(data, schema=SCHEMA, budget=dpsql.Budget(epsilon=1.0)) as private:
-        with pytest.raises(NotSupportedError) as caught:
-            private.cursor().execute(f"SELECT COUNT(*) FROM t WHERE {condition}", epsilon=0.5)
-        assert words in str(caught.value) and private.budget.spent == 0.0
+    assert_refused_free(data, SCHEMA, f"SELECT COUNT(*) FROM t WHERE {condition}", NotSupportedError, words)
