@@ -33,8 +33,9 @@ IntArray = npt.NDArray[np.int64]
 EIGEN_CUTOFF = 1e-10
 #: A row is answerable when its part outside the row space is below this share of its norm.
 SPAN_TOLERANCE = 1e-7
-#: A part (S_i, r_i) over the target cells, with a root R_i of few rows (RᵢᵀRᵢ = S_i) where one is known.
-Part = tuple[FloatArray, FloatArray, FloatArray | None]
+#: A part (S_i, r_i, R_i) over the target cells: its information, score and a root of few rows
+#: (RᵢᵀRᵢ = S_i) where one is known; S_i is None when R_i stands for it (:func:`information_of`).
+Part = tuple[FloatArray | None, FloatArray, FloatArray | None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -96,21 +97,66 @@ class Projection:
 
 def pool(members: Sequence[KeptMeasurement], parts: Sequence[Part], lift: IntArray) -> Pool | None:
     """Sum the reduced information ``parts`` ((S_i, r_i, root) over the target cells) and factor it
-    (:func:`factor`); None if LAPACK cannot (then nothing is answered from them)."""
-    information, score = summed(parts, lift.size)
-    return factor(members, information, score, lift, roots(parts))
+    (:func:`combined`); None if LAPACK cannot (then nothing is answered from them)."""
+    return combined(members, parts, lift)[0]
 
 
-def summed(parts: Sequence[Part], cells: int,
-           start: tuple[FloatArray, FloatArray] | None = None) -> tuple[FloatArray, FloatArray]:
-    """(Σ S_i, Σ r_i) over ``cells`` target cells, added in order onto ``start`` (a sum of earlier
-    parts, left untouched; default zeros): the same floating-point sums as adding every part to zeros."""
-    information, score = (np.zeros((cells, cells)), np.zeros(cells)) if start is None else \
-        (start[0].copy(), start[1].copy())
-    for S, r, _ in parts:
-        information += S
+@dataclass(frozen=True, slots=True)
+class Sums:
+    """Parts summed so far: Σ S_i (None: every part had a root and the pool was factored from them),
+    Σ r_i and the parts' roots in order (None: some part had none)."""
+
+    information: FloatArray | None
+    score: FloatArray
+    roots: tuple[FloatArray, ...] | None
+
+    @property
+    def nbytes(self) -> int:
+        held = self.score.nbytes + (self.information.nbytes if self.information is not None else 0)
+        return held + sum(R.nbytes for R in self.roots or ())
+
+
+def combined(members: Sequence[KeptMeasurement], parts: Sequence[Part], lift: IntArray,
+             start: Sums | None = None) -> tuple[Pool | None, Sums]:
+    """The pool of ``parts`` added in order onto ``start`` (earlier parts' sums), and the new sums.
+
+    When every part has a root and the stacked roots have fewer rows than cells they reach, M = RᵀR is
+    factored from R (:func:`factor`) and Σ S_i is never formed; otherwise Σ S_i is summed in order,
+    each part's S_i or RᵢᵀRᵢ, the same floating-point sums whatever was kept before."""
+    n = lift.size
+    score = (np.zeros(n) if start is None else start.score.copy())
+    for _, r, _ in parts:
         score += r
-    return information, score
+    stacked = roots(parts, () if start is None else start.roots)
+    if stacked is not None:
+        root = np.concatenate(stacked) if stacked else np.zeros((0, n))
+        if root.shape[0] < np.count_nonzero(np.any(root != 0, axis=0)):
+            return _factor_root(members, root, score, lift), Sums(information=None, score=score, roots=stacked)
+    if start is None:
+        information = summed(parts, n)
+    elif start.information is None:  # the earlier parts were kept as roots only
+        information = summed([*((None, np.zeros(0), R) for R in start.roots or ()), *parts], n)
+    else:
+        information = summed(parts, n, start=start.information)
+    return factor(members, information, score, lift), Sums(information=information, score=score, roots=stacked)
+
+
+def information_of(part: Part) -> FloatArray:
+    """A part's S_i (RᵢᵀRᵢ where only its root is kept)."""
+    S, _, root = part
+    if S is not None:
+        return S
+    assert root is not None
+    return root.T @ root
+
+
+def summed(parts: Sequence[Part], cells: int, start: FloatArray | None = None) -> FloatArray:
+    """Σ S_i over ``cells`` target cells, added in order onto ``start`` (a sum of earlier parts, left
+    untouched; default zeros): the same floating-point sums as adding every part to zeros."""
+    information = np.zeros((cells, cells)) if start is None else start.copy()
+    for part in parts:
+        information += information_of(part)
+    return information
 
 
 def roots(parts: Sequence[Part], start: tuple[FloatArray, ...] | None = ()) -> tuple[FloatArray, ...] | None:
@@ -122,21 +168,19 @@ def roots(parts: Sequence[Part], start: tuple[FloatArray, ...] | None = ()) -> t
 
 
 def factor(members: Sequence[KeptMeasurement], information: FloatArray, score: FloatArray,
-           lift: IntArray, stacked: Sequence[FloatArray] | None = None) -> Pool | None:
+           lift: IntArray) -> Pool | None:
     """The pool of the information M = ``information`` and score b = ``score``: M's Cholesky factor when
     its full rank is certain (:mod:`dpsql.releases.whitening`), else one symmetric eigendecomposition
     of M (None if M is not finite or LAPACK cannot factor it).
 
-    Given roots R_i of its parts (``stacked``: M = Σ RᵢᵀRᵢ = RᵀR) with fewer rows in all than M has
-    cells with a non-zero diagonal entry, M is singular on those cells (no Cholesky factor exists) and
-    its eigendecomposition is the thin SVD R = U Σ Vᵀ: eigenpairs (σᵢ², vᵢ), kept by the same cutoff,
-    at about 4m²n + 8m³ operations against the ≈ 9n³ of a symmetric eigendecomposition with vectors
-    (Golub and Van Loan, "Matrix Computations", 2013, 8.3 and 8.6)."""
+    Given a root R of M (M = RᵀR, :func:`combined`) with fewer rows than the cells it reaches (M's
+    non-zero diagonal entries), M is singular on those cells (no Cholesky factor exists) and its
+    eigendecomposition is the thin SVD R = U Σ Vᵀ (:func:`_factor_root`): eigenpairs (σᵢ², vᵢ), kept by
+    the same cutoff, at about 4m²n + 8m³ operations against the ≈ 9n³ of a symmetric eigendecomposition
+    with vectors (Golub and Van Loan, "Matrix Computations", 2013, 8.3 and 8.6)."""
     n = lift.size
     if not np.all(np.isfinite(information)) or not np.all(np.isfinite(score)):
         return None
-    if stacked is not None and sum(R.shape[0] for R in stacked) < np.count_nonzero(np.diagonal(information)):
-        return _factor_root(members, np.concatenate(stacked) if stacked else np.zeros((0, n)), score, lift)
     found = whitening(information, EIGEN_CUTOFF)
     if found is not None:  # M's range: the cells with a non-zero diagonal entry
         kept, whitened = found
@@ -157,7 +201,7 @@ def factor(members: Sequence[KeptMeasurement], information: FloatArray, score: F
 def _factor_root(members: Sequence[KeptMeasurement], root: FloatArray, score: FloatArray,
                  lift: IntArray) -> Pool | None:
     """:func:`factor` of M = RᵀR from R, by its thin SVD (eigenvalues σᵢ² above the cutoff kept)."""
-    if not np.all(np.isfinite(root)):
+    if not np.all(np.isfinite(root)) or not np.all(np.isfinite(score)):
         return None
     try:
         _, singular, right = np.linalg.svd(root, full_matrices=False)

@@ -28,18 +28,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from dpsql.releases.gls import Part, Pool, factor, roots, summed
+from dpsql.releases.gls import Part, Pool, Sums, combined
 from dpsql.releases.kept import KeptMeasurement
-from dpsql.releases.reduce import Axes, Meet, cell_map, meet, refinement
+from dpsql.releases.reduce import Axes, Meet, Reduced, cell_map, meet, refinement
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 #: A class of measurements over the same cells: their (release, index) identities, in order.
 Members = tuple[tuple[int, int], ...]
+#: What a store remembers of a class: its reduction onto a target (a Part) or onto its meet's classes.
+Held = TypeVar("Held", Part, Reduced)
 
 #: Bytes of reductions a store remembers (then it forgets them all and starts again).
 REDUCTION_BYTES = 2**28
@@ -73,17 +76,12 @@ class _Summed:
     """One layout's classes summed so far, their sums and their pool (None: M could not be factored)."""
 
     classes: tuple[Members, ...]
-    information: FloatArray
-    score: FloatArray
-    roots: tuple[FloatArray, ...] | None  # the parts' roots, in order (None: some part has none)
+    sums: Sums
     pool: Pool | None
 
     @property
     def nbytes(self) -> int:
-        held = self.information.nbytes + self.score.nbytes + sum(R.nbytes for R in self.roots or ())
-        if self.pool is not None:
-            held += self.pool.nbytes
-        return held
+        return self.sums.nbytes + (self.pool.nbytes if self.pool is not None else 0)
 
 
 @dataclass(slots=True)
@@ -95,7 +93,7 @@ class KeptInformation:
     reductions: dict[tuple[Members, bytes], Part] = field(default_factory=dict)
     #: Reductions onto a meet's classes (:func:`dpsql.releases.reduce.on_classes`), by members and classes,
     #: shared by every target that meets the members in the same classes.
-    on_classes: dict[tuple[Members, bytes], Part] = field(default_factory=dict)
+    on_classes: dict[tuple[Members, bytes], Reduced] = field(default_factory=dict)
     _held: int = 0  # bytes of ``reductions`` and ``on_classes``
     _layouts: dict[Hashable, _Summed] = field(default_factory=dict)
     _geometry: dict[Hashable, Layout] = field(default_factory=dict)
@@ -123,17 +121,17 @@ class KeptInformation:
         computed once while ``keep`` (its members are all of kept releases)."""
         return self._remembered(self.reductions, (members, meet), compute, keep)
 
-    def classes(self, members: Members, classes: bytes, compute: Callable[[], Part], keep: bool) -> Part:
+    def classes(self, members: Members, classes: bytes, compute: Callable[[], Reduced], keep: bool) -> Reduced:
         """A class's reduction onto its meet's classes (``classes``: the meet's map of its cells and
         count, as bytes), computed once while ``keep``."""
         return self._remembered(self.on_classes, (members, classes), compute, keep)
 
-    def _remembered(self, memo: dict[tuple[Members, bytes], Part], name: tuple[Members, bytes],
-                    compute: Callable[[], Part], keep: bool) -> Part:
+    def _remembered(self, memo: dict[tuple[Members, bytes], Held], name: tuple[Members, bytes],
+                    compute: Callable[[], Held], keep: bool) -> Held:
         if keep and name in memo:
             return memo[name]
         found = compute()
-        size = found[0].nbytes + found[1].nbytes + (found[2].nbytes if found[2] is not None else 0)
+        size = sum(array.nbytes for array in found if array is not None)
         if keep and size <= self.reduction_bytes:
             if self._held + size > self.reduction_bytes:
                 self.reductions.clear()
@@ -157,15 +155,10 @@ class KeptInformation:
         if earlier is not None and common == len(earlier.classes) == len(classes):
             return _with(earlier.pool, members, lift)
         if earlier is not None and common == len(earlier.classes):  # extended: add the new classes' parts
-            parts = [part(i) for i in range(common, len(classes))]
-            information, score = summed(parts, lift.size, start=(earlier.information, earlier.score))
-            stacked = roots(parts, earlier.roots)
+            found, sums = combined(members, [part(i) for i in range(common, len(classes))], lift, earlier.sums)
         else:
-            parts = [part(i) for i in range(len(classes))]
-            information, score = summed(parts, lift.size)
-            stacked = roots(parts)
-        found = factor(members, information, score, lift, stacked)
-        entry = _Summed(classes=classes, information=information, score=score, roots=stacked, pool=found)
+            found, sums = combined(members, [part(i) for i in range(len(classes))], lift)
+        entry = _Summed(classes=classes, sums=sums, pool=found)
         if all(kept) and entry.nbytes <= self.pool_bytes:
             self._layouts.pop(layout, None)
             if sum(e.nbytes for e in self._layouts.values()) + entry.nbytes > self.pool_bytes:

@@ -46,6 +46,8 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 Axes = Sequence[tuple[str, IntArray]]
 
+#: A reduction onto a meet's classes: (S_θ, r_θ, a root R_θ of S_θ or None).
+Reduced = tuple[FloatArray, FloatArray, FloatArray | None]
 #: Eigenvalues of Nᵀ M N below this share of the largest are its null space (η directions not measured).
 EIGEN_CUTOFF = 1e-10
 
@@ -162,31 +164,32 @@ def _grid(shape: Sequence[int]) -> IntArray:
 
 
 def reduce(information: FloatArray, score: FloatArray,
-           found: Meet) -> tuple[FloatArray, FloatArray, FloatArray | None]:
+           found: Meet) -> tuple[FloatArray | None, FloatArray, FloatArray | None]:
     """(S_G, r_G, None): the information and score about the group's cells of a measurement with
     information M = ``information`` and score b = ``score`` over its own cells (module docstring)."""
     return lifted(on_classes(information, score, found), found)
 
 
-def lifted(reduced: tuple[FloatArray, FloatArray] | tuple[FloatArray, FloatArray, FloatArray | None],
-           found: Meet) -> tuple[FloatArray, FloatArray, FloatArray | None]:
+def lifted(reduced: tuple[FloatArray, FloatArray] | Reduced,
+           found: Meet) -> tuple[FloatArray | None, FloatArray, FloatArray | None]:
     """(S_G, r_G, R_G) from (S_θ, r_θ[, R_θ]), the reduction onto the meet's classes (:func:`on_classes`,
-    which depends on the meet only through ``found.of_measured`` and ``found.classes``); R_G is the
-    root R_θ lifted alike (R_Gᵀ R_G = S_G; None without one)."""
+    which depends on the meet only through ``found.of_measured`` and ``found.classes``): R_G is the
+    root R_θ lifted alike, standing for S_G = R_Gᵀ R_G (then S_G is None: not formed); without a root,
+    (S_G, r_G, None)."""
     theta, rhs = reduced[0], reduced[1]
     root = reduced[2] if len(reduced) > 2 else None
     cells = found.of_group.size
     on = found.of_group >= 0
     index = found.of_group[on]
-    S = np.zeros((cells, cells))
-    S[np.ix_(on, on)] = theta[np.ix_(index, index)]
     r = np.zeros(cells)
     r[on] = rhs[index]
-    if root is None:
-        return S, r, None
-    R = np.zeros((root.shape[0], cells))
-    R[:, on] = root[:, index]
-    return S, r, R
+    if root is not None:
+        R = np.zeros((root.shape[0], cells))
+        R[:, on] = root[:, index]
+        return None, r, R
+    S = np.zeros((cells, cells))
+    S[np.ix_(on, on)] = theta[np.ix_(index, index)]
+    return S, r, None
 
 
 def on_classes(M: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, FloatArray]:
@@ -215,8 +218,7 @@ def on_classes(M: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, F
     return _on_totals(S_phi, r_phi, scale)
 
 
-def on_classes_of_root(X: FloatArray, b: FloatArray,
-                       found: Meet) -> tuple[FloatArray, FloatArray, FloatArray | None]:
+def on_classes_of_root(X: FloatArray, b: FloatArray, found: Meet) -> Reduced:
     """:func:`on_classes` of M = XᵀX given X (m × n; the stacked Ã/σ of measurements over the same
     cells), without forming or decomposing Nᵀ M N when X has fewer rows than cells.
 

@@ -97,7 +97,7 @@ def test_a_repeated_free_batch_reduces_and_factors_nothing(monkeypatch: pytest.M
 
     monkeypatch.setattr(reuse, "on_classes", counting("reduce", reuse.on_classes))
     monkeypatch.setattr(reuse, "on_classes_of_root", counting("reduce", reuse.on_classes_of_root))
-    monkeypatch.setattr(information, "factor", counting("factor", information.factor))
+    monkeypatch.setattr(information, "combined", counting("factor", information.combined))
     again = cursor.execute(sql, epsilon=1.0).fetch_arrow_tables()
     assert connection.budget.spent == spent
     assert calls == {"reduce": 0, "factor": 0}
@@ -130,8 +130,8 @@ def test_the_first_release_of_a_connection_builds_no_pool(monkeypatch: pytest.Mo
     """With nothing kept before and no other statement group measuring the same data vector (counts by
     age, sums by sex), a release's statements keep its own answers: no pool is built for them."""
     factored = []
-    original = information.factor
-    monkeypatch.setattr(information, "factor", lambda *args: factored.append(1) or original(*args))
+    original = information.combined
+    monkeypatch.setattr(information, "combined", lambda *args: factored.append(1) or original(*args))
     cursor = _connect(3).cursor()
     tables = cursor.execute(BATCHES[0][0], epsilon=1.0).fetch_arrow_tables()
     assert factored == []

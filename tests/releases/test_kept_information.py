@@ -57,13 +57,13 @@ class _Counted:
         self.kept = KeptInformation()
         self.parts: list[int] = []
         self.factored = 0
-        original = information.factor
+        original = information.combined
 
-        def factor(*args: object, **kwargs: object) -> Pool | None:
+        def combined(*args: object, **kwargs: object) -> tuple[Pool | None, object]:
             self.factored += 1
             return original(*args, **kwargs)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(information, "factor", factor)
+        monkeypatch.setattr(information, "combined", combined)
 
     def pool(self, classes: list[list[KeptMeasurement]]) -> Pool:
         target, lift, found = _layout(classes)

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpsql.matrix.workloads import Explicit
-from dpsql.releases.gls import Pool, pool
+from dpsql.releases.gls import Pool, information_of, pool
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.releases.reduce import (
     cell_map,
@@ -277,7 +277,7 @@ def test_a_pool_factored_from_its_parts_roots_answers_as_its_eigendecomposition(
         parts.append(lifted(on_classes_of_root(X, X.T @ z, found), found))
         lift = np.where(found.of_group < 0, -1, lift)
     by_roots = pool(members, parts, lift)
-    by_eigen = pool(members, [(S, r, None) for S, r, _ in parts], lift)
+    by_eigen = pool(members, [(information_of(part), part[1], None) for part in parts], lift)
     assert by_roots is not None and by_eigen is not None
     queries = rng.normal(size=(8, int(lift.max()) + 1))
     a, b = by_roots.projected(queries), by_eigen.projected(queries)

@@ -58,7 +58,7 @@ from dpsql.releases.gls import Part, Pool, Projection
 from dpsql.releases.information import KeptInformation, cells_key
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.releases.recipes import NotKeptError, to_recipe
-from dpsql.releases.reduce import Meet, lifted, on_classes, on_classes_of_root, psd_root, reduction_work
+from dpsql.releases.reduce import Meet, Reduced, lifted, on_classes, on_classes_of_root, psd_root, reduction_work
 from dpsql.schema import Table, measure_quantum
 from dpsql.sql.axes import Axis
 from dpsql.sql.compile import CompiledBatch, CompiledGroup
@@ -226,7 +226,7 @@ class Reuse:
     planned: Mapping[tuple[int, int], Hashable] = field(default_factory=dict)
     _pools: dict[tuple[int, str], Pool | None] = field(default_factory=dict)
     _projections: dict[tuple[int, int], tuple[Pool, Workload, Projection]] = field(default_factory=dict)
-    _classes: dict[tuple[tuple[tuple[int, int], ...], bytes], Part] = \
+    _classes: dict[tuple[tuple[tuple[int, int], ...], bytes], Reduced] = \
         field(default_factory=dict)
     #: Per pool, the kept measurements the work bound left out.
     left_out: dict[tuple[int, str], list[KeptMeasurement]] = field(default_factory=dict)
@@ -299,7 +299,7 @@ class Reuse:
         """Members over the same cells, their information summed and reduced onto the group's cells."""
         identities, keep = tuple(m.identity for m in members), _is_kept(members)
 
-        def classes() -> Part:
+        def classes() -> Reduced:
             if sum(m.strategy.shape[0] for m in members) < found.of_measured.size:  # M = XᵀX of few rows
                 roots = [m.root() for m in members]
                 return on_classes_of_root(np.concatenate([X for X, _ in roots]),
