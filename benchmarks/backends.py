@@ -385,7 +385,24 @@ def census(sizes: Iterable[int], engines: Iterable[str], postgres: str | None) -
                        if exact_server and private_server else f"{'-':>9}{'-':>9}{'-':>9}")
                 print(f"{rows:>12,}  {engine.name:<18}{engine.unit:>7}{exact:>9.2f}{private:>9.2f}{timed.seconds:>8.2f}"
                       f"{private / exact:>17.2f}{timed.seconds / exact:>14.2f}{cpu}  {equal}", flush=True)
+                target = _target(engine.name, rows, private / exact, timed.seconds / exact)
+                if target:
+                    print(f"{'':>14}target: {target}", flush=True)
                 engine.close()
+
+
+def _target(engine: str, rows: int, private: float, scan: float) -> str:
+    """Issue 32's target for an engine and row count, and whether the ratios to exact meet it ('' when none)."""
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    if engine == "duckdb" and rows == 10**7:
+        return f"private ≤ 1.3×, scan ≤ 1.0× of exact: {verdict(private <= 1.3 and scan <= 1.0)}"
+    if engine == "duckdb" and rows == 10**6:
+        return f"private ≤ 2× of exact (plans warm): {verdict(private <= 2.0)}"
+    if rows == 10**7:
+        return f"private ≤ 1.5× of the engine's exact: {verdict(private <= 1.5)}"
+    return ""
 
 
 def _since(engine: Engine, before: float | None) -> float | None:
