@@ -124,7 +124,7 @@ def applied(call: ir.Call, operands: Sequence[Differentiated]) -> Differentiated
     """An output function of values, with its gradient: rounding (ROUND half away from zero, as
     DuckDB rounds a DOUBLE; CAST to an integer half to even, as DuckDB casts; CEIL, FLOOR, TRUNC)
     keeps its operand's gradient, so the standard error is the unrounded value's (the rounding moves
-    a value by at most :func:`rounding_bound`); ABS flips it where the value is negative; GREATEST,
+    a value by at most :func:`dpsql.sql.derived.rounding_bound`); ABS flips it where the value is negative; GREATEST,
     LEAST and COALESCE take the chosen operand's row by row (NULLs skipped; all NULL: NULL); NULLIF
     is NULL where its operands are equal (the delta method: a function's derivative where it is smooth)."""
     first = operands[0]

@@ -70,7 +70,7 @@ _FUNCTIONS: dict[type[exp.Expr], ir.OutputFunction] = {
     exp.Least: "least", exp.Coalesce: "coalesce", exp.Nullif: "nullif"}
 _CASTS = (exp.Cast, exp.TryCast)
 #: SQL types a released value may be cast to: integers (rounded half to even, as DuckDB casts), floats.
-_INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INT", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINT",
+INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INT", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINT",
                             "UBIGINT", "UHUGEINT", "MEDIUMINT", "INT128", "INT256"})
 _REAL_TYPES = frozenset({"FLOAT", "DOUBLE", "DECFLOAT"})
 _DECIMAL_TYPES = frozenset({"DECIMAL", "NUMERIC", "BIGDECIMAL"})
@@ -173,7 +173,7 @@ def _call(node: exp.Expr, scope: Scope, operand: Callable[[exp.Expr], ir.Express
     if isinstance(node, _CASTS):
         target = node.to
         name = target.this.name if isinstance(target, exp.DataType) else ""
-        if name in _INTEGER_TYPES:
+        if name in INTEGER_TYPES:
             return ir.Call(function="cast_integer", operands=(operand(node.this),), span=span)
         if name in _REAL_TYPES:
             return ir.Call(function="cast_real", operands=(operand(node.this),), span=span)
@@ -376,18 +376,21 @@ def _numbered_condition(condition: ir.Condition, number: Callable[[ir.Aggregate,
     return replace(condition, operands=tuple(_numbered_condition(c, number) for c in condition.operands))
 
 
+def operands(expression: ir.Expression) -> tuple[ir.Expression, ...]:
+    """The expressions an arithmetic, unary minus or output function reads; () for a leaf."""
+    if isinstance(expression, ir.Arithmetic):
+        return expression.left, expression.right
+    if isinstance(expression, ir.Negate):
+        return (expression.operand,)
+    return expression.operands if isinstance(expression, ir.Call) else ()
+
+
 def aggregate_refs(expression: ir.Expression) -> Iterator[int]:
     """The measured aggregates an expression reads (with repeats)."""
     if isinstance(expression, ir.AggregateRef):
         yield expression.index
-    elif isinstance(expression, ir.Negate):
-        yield from aggregate_refs(expression.operand)
-    elif isinstance(expression, ir.Arithmetic):
-        yield from aggregate_refs(expression.left)
-        yield from aggregate_refs(expression.right)
-    elif isinstance(expression, ir.Call):
-        for operand in expression.operands:
-            yield from aggregate_refs(operand)
+    for operand in operands(expression):
+        yield from aggregate_refs(operand)
 
 
 def rounding_bound(expression: ir.Expression) -> float:
@@ -559,9 +562,7 @@ def _check_condition(condition: ir.Condition, statement: ir.Statement, table: sc
 
 def _check_arithmetic(expression: ir.Expression, statement: ir.Statement, table: sch.Table) -> None:
     """Arithmetic in HAVING reads numbers only."""
-    parts = ((expression.left, expression.right) if isinstance(expression, ir.Arithmetic)
-             else (expression.operand,) if isinstance(expression, ir.Negate)
-             else expression.operands if isinstance(expression, ir.Call) else ())
+    parts = operands(expression)
     for part in parts:
         _check_arithmetic(part, statement, table)
     if not parts and _kind(expression, statement, table) != "number":

@@ -22,11 +22,25 @@ from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
+from dpsql.errors import InvalidQueryError
 from dpsql.sql import ir
 from dpsql.sql.predicates import parse_value
-from dpsql.sql.source import Scope, invalid, node_span, token_range, unparen, unsupported
+from dpsql.sql.source import (
+    Scope,
+    fragment,
+    invalid,
+    is_empty,
+    located,
+    node_span,
+    token_range,
+    unparen,
+    unsupported,
+)
 
-__all__ = ["expand_weights", "flatten"]
+__all__ = ["MAX_LIMIT", "expand_weights", "flatten", "row_count"]
+
+#: A LIMIT or OFFSET count (DuckDB's own bound, a signed 64-bit integer; Arrow slices rows by it).
+MAX_LIMIT = 2**63 - 1
 
 _CTE_SUPPORTED = ("WITH takes CTEs that filter the table (SELECT * or columns FROM table WHERE ...) or that are one "
                   "aggregate statement queried as SELECT <its outputs> FROM cte [WHERE ...] [ORDER BY] [LIMIT]; "
@@ -48,8 +62,9 @@ def flatten(tree: exp.Expr, scope: Scope, union: int) -> list[tuple[exp.Expr, Sc
     ctes = _ctes(tree, scope)
     if isinstance(tree, exp.Union):
         parts = _union_parts(tree, scope)
-        order, limit = _union_order(tree, scope), _union_limit(tree, scope)
-        offset = _union_offset(tree, scope)
+        order = _union_order(tree, scope)
+        limit = row_count(tree.args.get("limit"), "LIMIT", scope, _UNION_SUPPORTED)
+        offset = row_count(tree.args.get("offset"), "OFFSET", scope, _UNION_SUPPORTED) or 0
         span = node_span(tree, scope)
         return [(_inline(part, ctes, scope), _part_scope(part, scope),
                  ir.UnionPart(union=union, part=i, parts=len(parts), order_by=order, limit=limit, span=span,
@@ -128,23 +143,21 @@ def _union_order(tree: exp.Union, scope: Scope) -> tuple[tuple[str | int, bool],
     return tuple(keys)
 
 
-def _union_limit(tree: exp.Union, scope: Scope) -> int | None:
-    limit = tree.args.get("limit")
-    if limit is None:
+def row_count(clause: exp.Limit | exp.Offset | None, word: str, scope: Scope, supported: str) -> int | None:
+    """The count of a LIMIT or OFFSET clause (``word``): a non-negative integer (a literal or a bound
+    ``?``) up to :data:`MAX_LIMIT`, else refused at the count, naming it; None without the clause."""
+    if clause is None:
         return None
-    value = parse_value(limit.expression, scope, "LIMIT").value
+    for key, value in clause.args.items():
+        if key != "expression" and not is_empty(value):
+            raise unsupported(f"{word} {key.upper()}", clause, scope, supported)
+    node = clause.expression
+    value = parse_value(node, scope, word).value
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise unsupported("this LIMIT after UNION ALL", limit, scope, _UNION_SUPPORTED)
-    return value
-
-
-def _union_offset(tree: exp.Union, scope: Scope) -> int:
-    offset = tree.args.get("offset")
-    if offset is None:
-        return 0
-    value = parse_value(offset.expression, scope, "OFFSET").value
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise unsupported("this OFFSET after UNION ALL", offset, scope, _UNION_SUPPORTED)
+        raise unsupported(f"{word} {fragment(scope.source.text, node_span(node, scope))}", node, scope, supported)
+    if value > MAX_LIMIT:
+        raise InvalidQueryError(located(f"{word} {value:.3g} is above MAX_LIMIT = 2^63 − 1", node_span(node, scope),
+                                        scope.source, f"Drop the {word} or use a smaller count."))
     return value
 
 

@@ -46,6 +46,7 @@ from sqlglot import exp
 from dpsql import schema as sch
 from dpsql.errors import UnsupportedQueryError
 from dpsql.sql import ir
+from dpsql.sql.derived import INTEGER_TYPES
 from dpsql.sql.filters import Atom, atoms
 from dpsql.sql.predicates import number_constant, parse_column, parse_predicate, parse_value
 from dpsql.sql.source import Scope, describe, invalid, node_span, unparen, unsupported
@@ -58,8 +59,6 @@ KEY_SUPPORTED = (
 )
 _STEPS: dict[type[exp.Expr], ir.BinStep] = {exp.Floor: "floor", exp.Ceil: "ceil", exp.Trunc: "trunc",
                                             exp.Round: "round"}
-_INTEGER_CASTS = frozenset({"TINYINT", "SMALLINT", "INT", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINT",
-                            "UBIGINT", "UHUGEINT"})
 
 # ==================================================================================== parse side
 def resolve_reference(node: exp.Expr, select: exp.Select, scope: Scope) -> exp.Expr:
@@ -132,7 +131,7 @@ def _parse_bin(node: exp.Expr, scope: Scope) -> ir.BinKey:
             raise unsupported("// by something other than a non-zero number", inner_node, scope, KEY_SUPPORTED)
         step, integral = "trunc", True
         inside: exp.Expr = exp.Div(this=inner_node.this, expression=inner_node.expression)
-    elif isinstance(inner_node, exp.Cast) and inner_node.to.this.name in _INTEGER_CASTS:
+    elif isinstance(inner_node, exp.Cast) and inner_node.to.this.name in INTEGER_TYPES:
         step, integral, inside = "rint", True, inner_node.this
         if isinstance(unparen(inside), tuple(_STEPS)):  # CAST(FLOOR(x / c) AS INTEGER): the inner step decides
             step, inside = _STEPS[type(unparen(inside))], unparen(inside).this

@@ -91,9 +91,9 @@ from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # re-exporte
 
 from dpsql.errors import InvalidQueryError, ProgrammingError, SqlSyntaxError
 from dpsql.sql import derived, filters, group_keys, ir
-from dpsql.sql.flatten import flatten
+from dpsql.sql.flatten import flatten, row_count
 from dpsql.sql.joins import is_join_clause, parse_joins
-from dpsql.sql.predicates import DEFAULT_SCHEMA, OPERATORS, parse_column, parse_predicate, parse_value
+from dpsql.sql.predicates import DEFAULT_SCHEMA, OPERATORS, parse_column, parse_predicate
 from dpsql.sql.quantiles import output_names, parse_quantile
 from dpsql.sql.source import (
     SUPPORTED,
@@ -102,7 +102,6 @@ from dpsql.sql.source import (
     bind_parameters,
     describe,
     find_word,
-    fragment,
     invalid,
     is_empty,
     located,
@@ -130,8 +129,6 @@ MAX_NESTING = 32
 MAX_STATEMENTS = 1_000
 #: Predicate atoms in one statement's WHERE clause (each comparison, BETWEEN and IN value counts one).
 MAX_PREDICATE_ATOMS = 1_000
-#: A LIMIT count (DuckDB's own bound, a signed 64-bit integer).
-MAX_LIMIT = 2**63 - 1
 
 _AGGREGATE_SUPPORTED = ("Aggregates are COUNT(*), COUNT(1), COUNT(col), SUM(col) and AVG(col) over one plain column, "
                         "each optionally with FILTER (WHERE predicate).")
@@ -310,8 +307,8 @@ def _parse_statement(tree: exp.Expr, scope: Scope) -> ir.Statement:
         group_by=group_by,
         group_keys=tuple(key for _, key in keyed) if any(key for _, key in keyed) else (),
         order_by=_parse_order_by(select, items, group_by, scope),
-        limit=_parse_limit(select.args.get("limit"), scope),
-        offset=parse_offset(select.args.get("offset"), scope),
+        limit=row_count(select.args.get("limit"), "LIMIT", scope, _LIMIT_SUPPORTED),
+        offset=row_count(select.args.get("offset"), "OFFSET", scope, _LIMIT_SUPPORTED) or 0,
         span=span,
         joins=scope.joined,
     ), items, condition)
@@ -574,33 +571,3 @@ def _output_name(column: ir.Column, items: tuple[derived.ParsedItem, ...], group
     names = ", ".join(item.alias for item in items)
     raise invalid(f"ORDER BY '{column.name}' names no output column", node, scope,
                   f"Use an output name ({names}, or <aggregate>_stddev) or a position from 1 to {len(items)}.")
-
-
-def _parse_limit(limit: exp.Limit | None, scope: Scope) -> int | None:
-    """LIMIT n for a non-negative integer n (a literal or a bound ``?``)."""
-    if limit is None:
-        return None
-    for key, value in limit.args.items():
-        if key != "expression" and not is_empty(value):
-            raise unsupported(f"LIMIT {key.upper()}", limit, scope, _LIMIT_SUPPORTED)
-    node = limit.expression
-    value = parse_value(node, scope, "LIMIT").value
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise unsupported(f"LIMIT {fragment(scope.source.text, node_span(node, scope))}", node, scope,
-                          _LIMIT_SUPPORTED)
-    if value > MAX_LIMIT:
-        raise InvalidQueryError(located(f"LIMIT {value:.3g} is above MAX_LIMIT = 2^63 − 1", node_span(node, scope),
-                                        scope.source, "Drop the LIMIT or use a smaller count."))
-    return value
-
-
-def parse_offset(offset: exp.Offset | None, scope: Scope) -> int:
-    """OFFSET n: rows of the released answer skipped after ORDER BY (post-processing), 0 without one."""
-    if offset is None:
-        return 0
-    node = offset.expression
-    value = parse_value(node, scope, "OFFSET").value
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise unsupported(f"OFFSET {fragment(scope.source.text, node_span(node, scope))}", node, scope,
-                          _LIMIT_SUPPORTED)
-    return min(value, MAX_LIMIT)

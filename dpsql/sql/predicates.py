@@ -23,7 +23,18 @@ from sqlglot import exp
 
 from dpsql.errors import InvalidQueryError, UnsupportedQueryError
 from dpsql.sql import ir, timestamps
-from dpsql.sql.source import Scope, describe, invalid, is_empty, located, node_span, representable, unparen, unsupported
+from dpsql.sql.source import (
+    Scope,
+    describe,
+    fragment,
+    invalid,
+    is_empty,
+    located,
+    node_span,
+    representable,
+    unparen,
+    unsupported,
+)
 
 _WHERE_SUPPORTED = (
     "WHERE supports column <op> constant (=, <>, !=, <, <=, >, >=), column [NOT] BETWEEN constant AND "
@@ -490,6 +501,7 @@ def _parse_date_shift(node: exp.Add | exp.Sub, scope: Scope, context: str) -> ir
     month, or the month's last day where it has fewer (2020-01-31 + 1 month = 2020-02-29)."""
     start = parse_value(node.this, scope, context)
     step = unparen(node.expression)
+    written = fragment(scope.source.text, node_span(node, scope))
     if not isinstance(start.value, dt.date):
         raise unsupported(f"arithmetic in {context}", node, scope, _VALUE_SUPPORTED)
     if isinstance(step, exp.Interval):
@@ -497,21 +509,20 @@ def _parse_date_shift(node: exp.Add | exp.Sub, scope: Scope, context: str) -> ir
         count = step.this
         word = unit.name.upper() if unit is not None else ""
         if word not in _INTERVAL_UNITS or not isinstance(count, exp.Literal) or not re.fullmatch(r"-?\d+", count.name):
-            raise unsupported(f"the interval in {fragment_of(node, scope)}", node, scope,
+            raise unsupported(f"the interval in {written}", node, scope,
                               "Intervals are INTERVAL n DAY|WEEK|MONTH|QUARTER|YEAR for an integer n.")
         days, months = (int(count.name) * k for k in _INTERVAL_UNITS[word])
     else:
         number = parse_value(step, scope, context).value
         if isinstance(number, bool) or not isinstance(number, int):
-            raise unsupported(f"adding {fragment_of(step, scope)} to a date", step, scope,
+            raise unsupported(f"adding {fragment(scope.source.text, node_span(step, scope))} to a date", step, scope,
                               "Add INTERVAL n DAY|WEEK|MONTH|QUARTER|YEAR or an integer number of days.")
         days, months = number, 0
     sign = -1 if isinstance(node, exp.Sub) else 1
     try:
         moved = _add_months(start.value, sign * months) + dt.timedelta(days=sign * days)
     except (OverflowError, ValueError):
-        raise unsupported(f"a date outside the years 1–9999 ({fragment_of(node, scope)})", node, scope,
-                          _VALUE_SUPPORTED) from None
+        raise unsupported(f"a date outside the years 1–9999 ({written})", node, scope, _VALUE_SUPPORTED) from None
     return ir.Literal(value=moved, span=node_span(node, scope))
 
 
@@ -521,12 +532,6 @@ def _add_months(day: dt.date, months: int) -> dt.date:
     year, month = divmod(index, 12)
     last = (dt.date(year + (month + 1) // 12, (month + 1) % 12 + 1, 1) - dt.timedelta(days=1)).day
     return dt.date(year, month + 1, min(day.day, last))
-
-
-def fragment_of(node: exp.Expr, scope: Scope) -> str:
-    """The text a node was written as, white space collapsed."""
-    span = node_span(node, scope)
-    return " ".join(scope.source.text[span.start:span.end].split())
 
 
 _VALUES: dict[type[exp.Expr], Callable[[Any, Scope, str], ir.Literal]] = {

@@ -68,6 +68,17 @@ def test_a_63_digit_limit_is_refused_before_the_charge(connection: dpsql.Connect
     assert connection.budget.spent == 0.0
 
 
+@pytest.mark.parametrize("tail, word", [(" LIMIT 1" + "0" * 62, "LIMIT"), (" LIMIT 1 OFFSET 1" + "0" * 62, "OFFSET")])
+def test_a_63_digit_count_after_union_all_is_refused_before_the_charge(connection: dpsql.Connection, tail: str,
+                                                                       word: str) -> None:
+    """Before: the UNION ALL's LIMIT had no bound, so an OverflowError came from the slice of the result,
+    after the budget was charged."""
+    sql = "SELECT COUNT(*) AS n FROM t UNION ALL SELECT COUNT(*) FROM t WHERE a = 1" + tail
+    with pytest.raises(InvalidQueryError, match=rf"{word} 1e\+62 is above MAX_LIMIT = 2\^63 − 1"):
+        connection.cursor().execute(sql, epsilon=0.5)
+    assert connection.budget.spent == 0.0
+
+
 @pytest.mark.parametrize("literal", ["1" + "0" * 400, "1e400", "-1e999"])
 def test_numbers_beyond_a_double_name_their_position(literal: str) -> None:
     """Before: OverflowError from the domain (an IN list), or a silent infinity."""
