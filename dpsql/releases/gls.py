@@ -16,7 +16,7 @@ Post-processing of released values: free.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,12 +132,10 @@ def combined(members: Sequence[KeptMeasurement], parts: Sequence[Part], lift: In
         root = np.concatenate(stacked) if stacked else np.zeros((0, n))
         if root.shape[0] < np.count_nonzero(np.any(root != 0, axis=0)):
             return _factor_root(members, root, score, lift), Sums(information=None, score=score, roots=stacked)
-    if start is None:
-        information = summed(parts, n)
-    elif start.information is None:  # the earlier parts were kept as roots only
-        information = summed([*((None, np.zeros(0), R) for R in start.roots or ()), *parts], n)
-    else:
-        information = summed(parts, n, start=start.information)
+    earlier = None if start is None else start.information
+    if start is not None and earlier is None:  # the earlier parts were kept as roots only
+        earlier = summed((R.T @ R for R in start.roots or ()), n)
+    information = summed((information_of(part) for part in parts), n, start=earlier)
     return factor(members, information, score, lift), Sums(information=information, score=score, roots=stacked)
 
 
@@ -150,12 +148,12 @@ def information_of(part: Part) -> FloatArray:
     return root.T @ root
 
 
-def summed(parts: Sequence[Part], cells: int, start: FloatArray | None = None) -> FloatArray:
+def summed(informations: Iterable[FloatArray], cells: int, start: FloatArray | None = None) -> FloatArray:
     """Σ S_i over ``cells`` target cells, added in order onto ``start`` (a sum of earlier parts, left
     untouched; default zeros): the same floating-point sums as adding every part to zeros."""
     information = np.zeros((cells, cells)) if start is None else start.copy()
-    for part in parts:
-        information += information_of(part)
+    for S in informations:
+        information += S
     return information
 
 
