@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpsql.releases.kept import KeptMeasurement
-from dpsql.releases.whitening import whitening
+from dpsql.releases.whitening import above_cutoff, whitening
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -176,7 +176,6 @@ def factor(members: Sequence[KeptMeasurement], information: FloatArray, score: F
     eigendecomposition is the thin SVD R = U Σ Vᵀ (:func:`_factor_root`): eigenpairs (σᵢ², vᵢ), kept by
     the same cutoff, at about 4m²n + 8m³ operations against the ≈ 9n³ of a symmetric eigendecomposition
     with vectors (Golub and Van Loan, "Matrix Computations", 2013, 8.3 and 8.6)."""
-    n = lift.size
     if not np.all(np.isfinite(information)) or not np.all(np.isfinite(score)):
         return None
     found = whitening(information, EIGEN_CUTOFF)
@@ -188,8 +187,7 @@ def factor(members: Sequence[KeptMeasurement], information: FloatArray, score: F
         eigenvalues, vectors = np.linalg.eigh(information)
     except np.linalg.LinAlgError:
         return None
-    largest = float(eigenvalues.max()) if n else 0.0
-    keep = eigenvalues > EIGEN_CUTOFF * largest if largest > 0 else np.zeros(n, dtype=bool)
+    keep = above_cutoff(eigenvalues, EIGEN_CUTOFF)
     basis = vectors[:, keep]
     whitened = basis / np.sqrt(eigenvalues[keep])
     estimate = whitened @ (whitened.T @ score)
@@ -205,9 +203,7 @@ def _factor_root(members: Sequence[KeptMeasurement], root: FloatArray, score: Fl
         _, singular, right = np.linalg.svd(root, full_matrices=False)
     except np.linalg.LinAlgError:
         return None
-    eigenvalues = singular**2
-    largest = float(eigenvalues.max()) if eigenvalues.size else 0.0
-    keep = eigenvalues > EIGEN_CUTOFF * largest if largest > 0 else np.zeros(eigenvalues.size, dtype=bool)
+    keep = above_cutoff(singular**2, EIGEN_CUTOFF)
     basis = np.ascontiguousarray(right[keep].T)
     whitened = basis / singular[keep]
     return Pool(members=tuple(members), lift=lift, basis=basis, whitened=whitened,

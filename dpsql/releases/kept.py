@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from dpsql.matrix.workloads import Kron, Weighted, Workload, rank_bound
 from dpsql.releases.recipes import decode_array, encode_array, from_recipe, to_recipe
-from dpsql.releases.whitening import whitening
+from dpsql.releases.whitening import above_cutoff, whitening
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -159,7 +159,7 @@ def largest_cell_variance(A: Workload) -> float | None:
         eigenvalues, vectors = np.linalg.eigh(gram)
     except np.linalg.LinAlgError:
         return None
-    keep = eigenvalues > 1e-10 * max(float(eigenvalues.max()), 0.0) if eigenvalues.size else eigenvalues > 0
+    keep = above_cutoff(eigenvalues, 1e-10)
     if not np.any(keep):
         return None
     basis = vectors[:, keep]

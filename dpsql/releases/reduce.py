@@ -40,7 +40,7 @@ import numpy.typing as npt
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from dpsql.releases.whitening import whitening
+from dpsql.releases.whitening import above_cutoff, whitening
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -208,8 +208,7 @@ def on_classes(M: FloatArray, b: FloatArray, found: Meet) -> tuple[FloatArray, F
     half = white[1] if white is not None else None
     if half is None:
         eigenvalues, vectors = np.linalg.eigh(Mnn) if Mnn.size else (np.zeros(0), np.zeros((0, 0)))
-        largest = float(eigenvalues.max()) if eigenvalues.size else 0.0
-        keep = eigenvalues > EIGEN_CUTOFF * largest if largest > 0 else np.zeros(eigenvalues.size, dtype=bool)
+        keep = above_cutoff(eigenvalues, EIGEN_CUTOFF)
         half = vectors[:, keep] / np.sqrt(eigenvalues[keep])
     cross = Mun @ half
     S_phi = Muu - cross @ cross.T
@@ -239,8 +238,7 @@ def on_classes_of_root(X: FloatArray, b: FloatArray, found: Meet) -> Reduced:
     XN = np.asarray((N.T @ X.T).T)                                # X N, m × n'
     left, singular, right = np.linalg.svd(XN, full_matrices=False) if XN.size else \
         (np.zeros((X.shape[0], 0)), np.zeros(0), np.zeros((0, XN.shape[1])))
-    largest = float(singular[0] ** 2) if singular.size else 0.0
-    keep = singular**2 > EIGEN_CUTOFF * largest if largest > 0 else np.zeros(singular.size, dtype=bool)
+    keep = above_cutoff(singular**2, EIGEN_CUTOFF)
     left, singular, right = left[:, keep], singular[keep], right[keep]
     residual = XU - left @ (left.T @ XU)                          # (I − Pₓ) X U
     r_phi = np.asarray(U.T @ b) - XU.T @ (left @ ((right @ np.asarray(N.T @ b)) / singular))
@@ -256,8 +254,7 @@ def psd_root(S: FloatArray) -> FloatArray:
     if not S.size:
         return np.zeros((0, S.shape[0]))
     eigenvalues, vectors = np.linalg.eigh(S)
-    largest = float(eigenvalues.max())
-    keep = eigenvalues > EIGEN_CUTOFF * largest if largest > 0 else np.zeros(eigenvalues.size, dtype=bool)
+    keep = above_cutoff(eigenvalues, EIGEN_CUTOFF)
     return (vectors[:, keep] * np.sqrt(eigenvalues[keep])).T
 
 

@@ -24,6 +24,13 @@ IntArray = npt.NDArray[np.int64]
 MARGIN = 100.0
 
 
+def above_cutoff(eigenvalues: FloatArray, cutoff: float) -> npt.NDArray[np.bool_]:
+    """The cutoff rule: which eigenvalues exceed ``cutoff`` times the largest (none when the largest is
+    not positive); the others are the null space."""
+    largest = float(eigenvalues.max()) if eigenvalues.size else 0.0
+    return eigenvalues > cutoff * largest if largest > 0 else np.zeros(eigenvalues.size, dtype=bool)
+
+
 def whitening(information: FloatArray, cutoff: float) -> tuple[IntArray, FloatArray] | None:
     """(kept, W): the cells whose diagonal entry is not zero, and W (n × kept) with W Wᵀ = M⁺, when M
     restricted to them is certainly of full rank under ``cutoff`` (module docstring; a zero diagonal
