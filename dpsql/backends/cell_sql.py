@@ -24,10 +24,10 @@ from types import MappingProxyType
 import numpy as np
 from sqlglot import exp
 
-from dpsql.backends.base import CellData, IntArray
+from dpsql.backends.base import CellData, IntArray, Squared
 from dpsql.backends.sql_dialects import SqlDialect, TypeFamily, call, integer
 from dpsql.errors import DomainTooLargeError, InternalError, ProgrammingError, SchemaError
-from dpsql.schema import EPOCH, Categorical, Column, Ordered, Table
+from dpsql.schema import EPOCH, Categorical, Column, Ordered, Table, square_bound
 
 _NUMBER_FAMILIES = frozenset({"integer", "decimal", "float"})
 #: Largest per-row |measure| / quantum: beyond 2**53 doubles no longer hold every integer.
@@ -57,8 +57,9 @@ class SourceTable:
 
 
 def raise_problems(table: Table, catalog: Mapping[str, DatabaseColumn], binned: Sequence[Column],
-                    summed: Sequence[Column]) -> None:
+                    measures: Sequence[Column | Squared]) -> None:
     """SchemaError listing every missing column and every type that cannot hold its column's use."""
+    summed = [_column_of(m) for m in measures]
     problems = _missing(table, catalog, [c.name for c in [*binned, *summed]])
     for column in dict.fromkeys(binned):
         if column.name in catalog:
@@ -107,14 +108,24 @@ def _measure_problem(column: Column, db: DatabaseColumn) -> str | None:
     return None
 
 
-def check_quantum(column: Column, quantum: float) -> None:
+def check_quantum(measure: Column | Squared, quantum: float) -> None:
+    column = _column_of(measure)
+    squared = isinstance(measure, Squared)
+    what, rule = (f"SUM({column.name}²)", "square_quantum") if squared else (f"SUM({column.name})", "measure_quantum")
     if isinstance(quantum, bool) or not isinstance(quantum, (int, float)) or not math.isfinite(quantum) or quantum <= 0:
-        raise ProgrammingError(f"The quantum for SUM({column.name}) must be a finite number > 0; got {quantum!r}. "
-                               "Use measure_quantum(column).")
-    if max(map(abs, column.measure_bounds or (0.0, 0.0))) / quantum > _MAX_SCALED_MEASURE:
-        raise ProgrammingError(f"The quantum {quantum!r} for SUM({column.name}) is too small for measure bounds "
+        raise ProgrammingError(f"The quantum for {what} must be a finite number > 0; got {quantum!r}. "
+                               f"Use {rule}(column).")
+    if column.measure_bounds is None:
+        return  # refused by raise_problems
+    largest = square_bound(column) if squared else max(map(abs, column.measure_bounds))
+    if largest / quantum > _MAX_SCALED_MEASURE:
+        raise ProgrammingError(f"The quantum {quantum!r} for {what} is too small for measure bounds "
                                f"{column.measure_bounds}: values would exceed 2^53 quanta. "
-                               "Use measure_quantum(column).")
+                               f"Use {rule}(column).")
+
+
+def _column_of(measure: Column | Squared) -> Column:
+    return measure.column if isinstance(measure, Squared) else measure
 
 
 # ================================================================================ joined relations
@@ -354,17 +365,20 @@ def _bisect(value: exp.Expression, boundaries: Sequence[float], low: int, high: 
             .else_(_bisect(value, boundaries, middle, high), copy=False))
 
 
-def _measure_value(column: Column, db: DatabaseColumn, quantum: float, dialect: SqlDialect, *,
+def _measure_value(measure: Column | Squared, db: DatabaseColumn, quantum: float, dialect: SqlDialect, *,
                    absent_as_zero: bool = False) -> exp.Expression:
-    """round(clamp(v, lo, hi) / quantum) as BIGINT; NULL where the row has no value, or 0 with ``absent_as_zero``.
+    """round(clamp(v, lo, hi) / quantum) as BIGINT (a :class:`Squared` measure: round(clamp(v, lo, hi)² /
+    quantum), the square taken of the clamped DOUBLE); NULL where the row has no value, or 0 with ``absent_as_zero``.
 
     Either adds nothing to a SUM (COALESCE(SUM, 0) is the same), but 0 keeps every branch a bounded
     number: DuckDB then derives min/max statistics for the column and, where they times the table's
     row count cannot pass int64, sums it in int64 (``sum_no_overflow``) instead of HUGEINT.
     """
-    lo, hi = column.measure_bounds or (0.0, 0.0)  # checked by _measure_problem
+    lo, hi = _column_of(measure).measure_bounds or (0.0, 0.0)  # checked by _measure_problem
     value = exp.cast(_ref(db.name), "DOUBLE")
     clamped = call("least", call("greatest", value, _double(lo)), _double(hi))
+    if isinstance(measure, Squared):
+        clamped = exp.Mul(this=exp.paren(clamped), expression=exp.paren(clamped.copy()))
     scaled = exp.cast(dialect.round_half_away(exp.Div(this=clamped, expression=_double(quantum))), "BIGINT")
     return exp.Case().when(_has_value(db, dialect), scaled).else_(integer(0) if absent_as_zero else exp.null())
 
@@ -384,7 +398,7 @@ def _has_value(db: DatabaseColumn, dialect: SqlDialect) -> exp.Expression:
     return exp.paren(present)
 
 
-def _rows(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapping[Column, float],
+def _rows(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapping[Column | Squared, float],
           counts: Sequence[Column], *, summed_only: bool = False) -> tuple[exp.Select, list[str], list[str], list[str]]:
     """(rows, cell names, sum names, count names): one row per (capped) table row with its cell
     indices, scaled measures and has-a-value flags — the input of every aggregate query.
@@ -425,7 +439,7 @@ def _rows(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapp
     return rows, cell_names, sum_names, count_names
 
 
-def build_query(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapping[Column, float],
+def build_query(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapping[Column | Squared, float],
                 counts: Sequence[Column], grouping: Sequence[tuple[int, ...]] | None = None) -> exp.Query:
     """SELECT cell indices, COUNT(*), SUMs and COUNTs ... GROUP BY the cell indices (or, given
     ``grouping``, by GROUPING SETS of cell column positions: :func:`_grouping_sets`), over the capped rows."""
@@ -521,7 +535,8 @@ def marginal_cell_data(data: CellData, keep: Sequence[int]) -> CellData:
     new_index.setflags(write=False)
     return CellData(shape=shape, index=new_index, counts=summed(data.counts),
                     sums=MappingProxyType({n: summed(v) for n, v in data.sums.items()}),
-                    nonnull=MappingProxyType({n: summed(v) for n, v in data.nonnull.items()}))
+                    nonnull=MappingProxyType({n: summed(v) for n, v in data.nonnull.items()}),
+                    squares=MappingProxyType({n: summed(v) for n, v in data.squares.items()}))
 
 
 def marginals_query(table: Table, source: SourceTable, cells: Sequence[Column],

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from dpsql.backends import Backend, CellData
+from dpsql.backends import Backend, CellData, Squared
 from dpsql.engine.measuring.measurements import PlannedVector
 from dpsql.engine.vocabulary import Report
 from dpsql.schema import Column, Table
@@ -27,7 +27,7 @@ class ScanRequest:
     index: int
     table: Table
     cells: list[Column]
-    sums: dict[Column, float]
+    sums: dict[Column | Squared, float]
     nonnull: list[Column]
     value_axes: bool
 
@@ -48,12 +48,13 @@ def scan(compiled: CompiledBatch, measurements: Sequence[PlannedVector], truncat
         columns = {**truncated, **value_axes}
         requests.append(ScanRequest(index=index, table=replace(compiled.table, columns=columns),
                                     cells=[columns[axis.column.name] for axis in group.axes],
-                                    sums={columns[m.vector.summed]: m.quantum for m in mine if m.vector.is_sum},
+                                    sums={_measure(columns[m.vector.summed], m.vector): m.quantum
+                                          for m in mine if m.vector.is_sum},
                                     nonnull=[columns[str(m.vector.column)] for m in mine if m.vector.kind == "nonnull"],
                                     value_axes=bool(value_axes)))
     shared: list[ScanRequest] = []
     alone: list[ScanRequest] = []
-    sums: dict[Column, float] = {}
+    sums: dict[Column | Squared, float] = {}
     for request in requests:
         fits = not request.value_axes and all(sums.get(c, q) == q for c, q in request.sums.items())
         (shared if fits else alone).append(request)
@@ -80,5 +81,10 @@ def batch_vector(group: CompiledGroup, data: CellData,
     if vector.kind == "count":
         values = data.counts
     else:
-        values = (data.sums if vector.is_sum else data.nonnull)[str(vector.column)]
+        values = {"sum": data.sums, "sumsq": data.squares, "nonnull": data.nonnull}[vector.kind][str(vector.column)]
     return batch_cell_totals([axis.cell_of_base for axis in group.axes], data.index, data.shape, values)
+
+
+def _measure(column: Column, vector: DataVector) -> Column | Squared:
+    """What the backend sums for a ``sum`` vector (the column) or a ``sumsq`` vector (its square)."""
+    return Squared(column) if vector.squared else column
