@@ -61,20 +61,8 @@ def aggregate_values(statement: CompiledStatement, output: OutputAggregate,
 def spread_values(function: str, found: Sequence[Answers], blocks: Sequence[int], rows: npt.NDArray[np.int64]
                   ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
     """A variance or standard deviation from the noisy SUM S₁, COUNT n and SUM of squares S₂ (``found``,
-    the answers of ``blocks`` in that order), in output row order: (values, standard errors, where
-    STDDEV was clamped at 0).
-
-    VAR_SAMP = (S₂ − S₁²/n)/(n − 1) and VAR_POP = S₂/n − (S₁/n)², i.e. M/d with M = S₂ − S₁²/n and
-    d = n − 1 or n. Gradient (∂/∂S₁, ∂/∂n, ∂/∂S₂) = (−2S₁/(n·d), (S₁²/n²)/d − VAR/d, 1/d); the standard
-    error is √(∇ᵀ Σ ∇) with Σ the answers' covariance row by row (Cov 0 between different data vectors,
-    whose noise is independent; the mechanism's where two blocks share a measurement). NULL where d is
-    below max(1, AVG_MIN_COUNT_STDDEVS standard errors of n): AVG's rule on the denominator.
-
-    STDDEV = √max(VAR, 0), standard error min(SE(VAR)/(2·STDDEV), √SE(VAR)): the delta method where
-    the variance is clearly positive, and where it is within a quarter of a standard error of 0 (or
-    clamped there) √SE(VAR), the spread of a standard deviation that cannot be told from 0 (at a true
-    0, √max(VAR, 0) has a root mean squared error of about 0.63·√SE(VAR)). VAR itself is not clamped.
-    """
+    the answers of ``blocks`` in that order), in output row order: (values, standard errors √(∇ᵀΣ∇),
+    where STDDEV was clamped at 0); Σ is the answers' covariance row by row (:func:`spread_gradient`)."""
     values = np.stack([a.values[rows] for a in found], axis=1)
     m = len(found)
     sigma = np.zeros((len(rows), m, m))
@@ -83,6 +71,28 @@ def spread_values(function: str, found: Sequence[Answers], blocks: Sequence[int]
         for k, c in enumerate(blocks):
             if k != j and c in a.covariances:
                 sigma[:, j, k] = sigma[:, k, j] = a.covariances[c][rows]
+    value, gradient, clamped = spread_gradient(function, values, sigma)
+    return value, np.sqrt(np.maximum(np.einsum("ni,nij,nj->n", gradient, sigma, gradient), 0.0)), clamped
+
+
+def spread_gradient(function: str, values: FloatArray, sigma: FloatArray
+                    ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+    """(value, gradient with respect to (S₁, n, S₂), where STDDEV was clamped at 0), row by row, of a
+    variance or standard deviation of the noisy ``values`` (rows, 3) = (S₁, n, S₂) with covariance
+    ``sigma`` (rows, 3, 3): Cov 0 between different data vectors, whose noise is independent, and the
+    mechanism's where two blocks share a measurement. NULL (NaN) rows where the count is too small.
+
+    VAR_SAMP = (S₂ − S₁²/n)/(n − 1) and VAR_POP = S₂/n − (S₁/n)², i.e. M/d with M = S₂ − S₁²/n and
+    d = n − 1 or n; ∇VAR = (−2S₁/(n·d), (S₁²/n²)/d − VAR/d, 1/d), SE(VAR) = √(∇ᵀΣ∇) (the delta method).
+    NULL where d is below max(1, AVG_MIN_COUNT_STDDEVS standard errors of n): AVG's rule on the denominator.
+
+    STDDEV = √max(VAR, 0) with standard error min(SE(VAR)/(2·STDDEV), √SE(VAR)): the delta method where
+    the variance is clearly positive, and where it is within a quarter of a standard error of 0 (or
+    clamped there) √SE(VAR), the spread of a standard deviation that cannot be told from 0 (at a true
+    0, √max(VAR, 0) has a root mean squared error of about 0.63·√SE(VAR)). Its gradient is ∇VAR scaled
+    to that standard error: ∇VAR/(2·STDDEV), the derivative, wherever the delta method applies.
+    VAR itself is not clamped.
+    """
     total, count, squares = values[:, 0], values[:, 1], values[:, 2]
     denominator = count - 1 if function.endswith("samp") else count
     enough = denominator >= np.maximum(1.0, AVG_MIN_COUNT_STDDEVS * np.sqrt(sigma[:, 1, 1]))
@@ -90,13 +100,14 @@ def spread_values(function: str, found: Sequence[Answers], blocks: Sequence[int]
         variance = np.where(enough, (squares - total**2 / count) / denominator, np.nan)
         gradient = np.stack([-2 * total / (count * denominator), (total**2 / count**2 - variance) / denominator,
                              1 / denominator], axis=1)
-        error = np.sqrt(np.maximum(np.einsum("ni,nij,nj->n", gradient, sigma, gradient), 0.0))
-        error = np.where(enough, error, np.nan)
+        gradient = np.where(enough[:, None], gradient, np.nan)
         if function.startswith("var"):
-            return variance, error, np.zeros(len(rows), dtype=bool)
-        clamped = enough & (variance <= 0)
+            return variance, gradient, np.zeros(len(variance), dtype=bool)
+        error = np.sqrt(np.maximum(np.einsum("ni,nij,nj->n", gradient, sigma, gradient), 0.0))
         deviation = np.sqrt(np.maximum(variance, 0.0))
-        return deviation, np.fmin(error / (2 * deviation), np.sqrt(error)), clamped
+        spread = np.fmin(error / (2 * deviation), np.sqrt(error))
+        scale = np.where(error > 0, spread / error, np.where(deviation > 0, 1 / (2 * deviation), 0.0))
+        return deviation, gradient * scale[:, None], enough & (variance <= 0)
 
 
 def group_columns(compiled: CompiledBatch, statement: CompiledStatement, index: int,

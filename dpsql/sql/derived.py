@@ -466,7 +466,8 @@ def covariance_pairs(statement: ir.Statement) -> bool:
         return False
     return any(isinstance(item, ir.DerivedItem) and not item.plain
                and (len(set(aggregate_refs(item.expression))) > 1
-                    or any(statement.aggregates[i].function == "avg" for i in aggregate_refs(item.expression)))
+                    or any(statement.aggregates[i].function in ("avg", *SPREADS)
+                           for i in aggregate_refs(item.expression)))
                for item in statement.outputs.items)
 
 
@@ -520,17 +521,18 @@ def check_outputs(statement: ir.Statement, table: sch.Table) -> None:
 
 
 #: The aggregates whose answers (and standard errors) compose in expressions.
-COMPOSABLE = frozenset({"count", "sum", "avg"})
+COMPOSABLE = frozenset({"count", "sum", "avg", *SPREADS})
 
 
 def _check_composable(expression: ir.Expression, statement: ir.Statement) -> None:
-    """Expressions read COUNT, SUM and AVG (whose variances and covariances are known)."""
+    """Expressions read COUNT, SUM, AVG, variances and standard deviations (whose variances and covariances
+    are known)."""
     for index in aggregate_refs(expression):
         aggregate = statement.aggregates[index]
         if aggregate.function not in COMPOSABLE:
             raise UnsupportedQueryError(f"{aggregate.function.upper()} inside an expression "
-                                        f"({aggregate.span.describe()}) is not supported: only COUNT, SUM and AVG "
-                                        "compose. Select it by itself.")
+                                        f"({aggregate.span.describe()}) is not supported: only COUNT, SUM, AVG, "
+                                        "variances and standard deviations compose. Select it by itself.")
 
 
 def _kind(expression: ir.Expression, statement: ir.Statement, table: sch.Table) -> Kind:

@@ -88,6 +88,9 @@ CASES = [
     "WHERE hours >= 10 AND region <> 'E' GROUP BY sex ORDER BY sex",
     # every value negative (square bounds [lower², upper²] reversed), no GROUP BY
     "SELECT STDDEV_POP(temp) AS s, VARIANCE(temp) AS v, AVG(temp) AS a FROM people",
+    # inside arithmetic and output functions, and in HAVING (post-processing by the delta method)
+    "SELECT region, ROUND(STDDEV(x), 2) AS s, STDDEV(x) / AVG(x) AS cv, VAR_POP(hours) - 1 AS d FROM people "
+    "GROUP BY region HAVING STDDEV(x) > 8.8 ORDER BY region",
     # FILTER, two GROUP BY columns
     "SELECT sex, label, STDDEV(x) FILTER (WHERE region = 'N') AS s, VAR_SAMP(temp) AS v FROM people "
     "GROUP BY sex, label ORDER BY sex, label",
@@ -206,6 +209,23 @@ def test_the_standard_error_is_the_delta_method_with_the_measured_covariances(
                             rel_tol=1e-4, abs_tol=1e-9)
 
 
+def test_a_composed_standard_deviation_keeps_its_standard_error_where_it_is_clamped() -> None:
+    """Inside an expression (ROUND, arithmetic) the standard deviation's gradient is scaled to its
+    standard error: where it is clamped at 0 the composed output's standard error is still √SE(VAR), and
+    where the delta method applies the gradient is ∇VAR/(2·STDDEV)."""
+    from dpsql.answers.columns import spread_gradient
+    sigma = np.tile(np.diag([4.0, 0.01, 900.0]), (2, 1, 1))
+    values = np.array([[100.0, 100.0, 90.0],      # S₂ − S₁²/n < 0: clamped
+                       [100.0, 100.0, 500.0]])   # variance 400/99
+    value, gradient, clamped = spread_gradient("stddev_samp", values, sigma)
+    var, var_gradient, _ = spread_gradient("var_samp", values, sigma)
+    var_error = np.sqrt(np.einsum("ni,nij,nj->n", var_gradient, sigma, var_gradient))
+    error = np.sqrt(np.einsum("ni,nij,nj->n", gradient, sigma, gradient))
+    assert clamped.tolist() == [True, False] and value[0] == 0.0 and math.isclose(value[1], math.sqrt(var[1]))
+    assert math.isclose(error[0], math.sqrt(var_error[0]))
+    assert np.allclose(gradient[1], var_gradient[1] / (2 * value[1])) and error[1] < math.sqrt(var_error[1])
+
+
 # ============================================================================== sensitivity
 @pytest.mark.parametrize(("column", "max_rows"), [("x", 1), ("temp", 1), ("hours", 3)])
 def test_the_sum_of_squares_is_calibrated_for_max_lower_upper_squared_per_row(column: str, max_rows: int) -> None:
@@ -265,7 +285,9 @@ def test_per_cell_bounds_of_the_squares_are_the_squares_of_the_plain_bounds() ->
     ("SELECT STDDEV(region) FROM people", SchemaError, "STDDEV_SAMP(region) needs a numeric column with declared "
                                                          "bounds (line 1, col 8"),
     ("SELECT VAR_POP(label) AS v FROM people", SchemaError, "VAR_POP(label) needs a numeric column"),
-    ("SELECT ROUND(STDDEV(x), 2) FROM people", NotSupportedError, "STDDEV_SAMP inside an expression"),
+    ("SELECT STDDEV(x + 1) FROM people", NotSupportedError, "arithmetic in STDDEV_SAMP() is not supported (line 1, "
+                                                            "col 15"),
+    ("SELECT STDDEV(DISTINCT x) FROM people", NotSupportedError, "DISTINCT is not supported (line 1, col 15"),
     ("SELECT VARIANCE(*) FROM people", NotSupportedError, "VARIANCE"),
 ])
 def test_refusals_name_the_construct_and_its_position_and_charge_nothing(data: duckdb.DuckDBPyConnection, sql: str,
