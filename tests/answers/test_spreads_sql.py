@@ -16,12 +16,12 @@ from fractions import Fraction
 import duckdb
 import numpy as np
 import pytest
-from _helpers import assert_refused_free
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_calibration import assert_calibrated, releases
 
 import dpsql
+from _helpers import assert_refused_free
 from dpsql import engine
 from dpsql.answers.columns import spread_values
 from dpsql.backends import Squared
@@ -322,3 +322,35 @@ def test_variance_and_stddev_are_calibrated_at_epsilon_1() -> None:
                                  / table.column(f"{name}_stddev").to_numpy() for k, name in enumerate(["v", "vp", "s",
                                                                                                        "sp"], 1)]))
     assert_calibrated(np.array(z))
+
+
+def test_a_second_send_is_answered_free_from_the_kept_release_with_the_same_answers(
+        data: duckdb.DuckDBPyConnection) -> None:
+    sql = "SELECT region, VARIANCE(x) AS v, STDDEV(hours) AS s, AVG(x) AS a FROM people GROUP BY region ORDER BY region"
+    connection = connect(data, epsilon=10.0)
+    first = connection.cursor().execute(sql, epsilon=1.0).fetch_arrow_table()
+    second = connection.cursor().execute(sql, epsilon=1.0).fetch_arrow_table()
+    assert connection.budget.spent == 1.0 and first.column_names == second.column_names
+    for name in first.column_names[1:]:
+        np.testing.assert_allclose(first.column(name).to_numpy(), second.column(name).to_numpy(), rtol=1e-9)
+    spreads = [json.loads(table.schema.metadata[b"dpsql"])["spread"] for table in (first, second)]
+    assert spreads[0] == spreads[1]
+
+
+def test_with_sum_and_count_read_from_value_cells_the_squares_are_their_own_vector() -> None:
+    """A column of one value per cell is read as value cells (TaMM): S₁ and n come from one count
+    measurement (their covariance enters the delta method), S₂ from its own vector; the answers match DuckDB."""
+    rng = np.random.default_rng(2)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE s (region VARCHAR, score INTEGER)")
+    con.executemany("INSERT INTO s VALUES (?, ?)", [(str(rng.choice(["N", "S"])),
+                                                     int(rng.integers(0, 10)) if rng.random() > 0.1 else None)
+                                                    for _ in range(3000)])
+    schema = Schema.load({"tables": {"s": {"columns": {"region": {"type": "categorical", "values": ["N", "S"]},
+                                                       "score": {"type": "integer", "lower": 0, "upper": 9}}}}})
+    sql = "SELECT region, AVG(score) AS a, VARIANCE(score) AS v FROM s GROUP BY region ORDER BY region"
+    connection = dpsql.connect(con, schema=schema, budget=Budget(rho=1e9), rng=SeededRandomSource(3))
+    plan = connection.cursor().explain(sql, rho=1.0)
+    assert "answered from one count vector (TaMM)" in plan and "group 1: sumsq(score)" in plan
+    assert "group 1: sum(score)" not in plan
+    assert_matches_duckdb(con, sql, connection.cursor().execute(sql, rho=1e8).fetch_arrow_table())
