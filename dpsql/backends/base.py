@@ -86,9 +86,12 @@ class CellData:
     nonnull: Mapping[str, IntArray]
     #: Per :class:`Squared` column name: sum of round(clamp(value, lo, hi)² / quantum) in each listed cell, exactly.
     squares: Mapping[str, IntArray] = field(default_factory=lambda: MappingProxyType({}))
+    #: With ``distinct_units``: the number of distinct privacy units among the kept rows of each listed cell.
+    units: IntArray | None = None
 
     def __post_init__(self) -> None:
-        arrays = [self.counts, *self.sums.values(), *self.nonnull.values(), *self.squares.values()]
+        arrays = [self.counts, *self.sums.values(), *self.nonnull.values(), *self.squares.values(),
+                  *([] if self.units is None else [self.units])]
         if self.index.ndim != 1 or any(a.shape != self.index.shape for a in arrays):
             raise ShapeError(f"CellData arrays must all have the shape of index {self.index.shape}.")
         if self.index.size and (np.any(np.diff(self.index) <= 0) or self.index[0] < 0 or self.index[-1] >= self.size):
@@ -163,11 +166,12 @@ class Backend(Protocol):
 
     def cell_data(self, table: Table, cell_columns: Sequence[Column], *,
                   sum_columns: Mapping[Column | Squared, float] = ...,
-                  count_columns: Sequence[Column] = ()) -> CellData:
+                  count_columns: Sequence[Column] = (), distinct_units: bool = False) -> CellData:
         """Exact row counts per cell of the product of ``cell_columns``' domains (``()``: one cell of all rows),
         with, per cell, the sum of each ``sum_columns`` measure in quanta (column -> public quantum; a
-        :class:`Squared` column sums the clamped value's square into :attr:`CellData.squares`) and the
-        number of rows with a value in each ``count_columns`` column; after the privacy-unit cap.
+        :class:`Squared` column sums the clamped value's square into :attr:`CellData.squares`), the
+        number of rows with a value in each ``count_columns`` column and, with ``distinct_units``, the
+        number of distinct privacy units (:attr:`CellData.units`); after the privacy-unit cap.
 
         Raises:
             SchemaError: a column is not the table's, missing, of an unfit type, or summed without bounds.

@@ -17,7 +17,7 @@ from dpsql.schema import Column
 
 
 def decode_cell_data(result: pa.Table, shape: tuple[int, ...], measures: Sequence[Column | Squared],
-                     count_names: Sequence[str]) -> CellData:
+                     count_names: Sequence[str], *, units: bool = False) -> CellData:
     """Turn the GROUP BY result into sorted flat indices and aligned read-only arrays (``dpsql_sum_i``
     holds the i-th of ``measures``: a column's sums, or a :class:`Squared` column's sums of squares)."""
     counts = _int_column(result, "dpsql_rows")
@@ -44,6 +44,7 @@ def decode_cell_data(result: pa.Table, shape: tuple[int, ...], measures: Sequenc
                                   for i, name in enumerate(count_names)}),
         squares=MappingProxyType({m.name: aligned(_int_column(result, f"dpsql_sum_{i}"))
                                   for i, m in enumerate(measures) if isinstance(m, Squared)}),
+        units=aligned(_int_column(result, "dpsql_units")) if units else None,
     )
 
 

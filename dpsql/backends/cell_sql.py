@@ -399,12 +399,14 @@ def _has_value(db: DatabaseColumn, dialect: SqlDialect) -> exp.Expression:
 
 
 def _rows(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapping[Column | Squared, float],
-          counts: Sequence[Column], *, summed_only: bool = False) -> tuple[exp.Select, list[str], list[str], list[str]]:
+          counts: Sequence[Column], *, summed_only: bool = False,
+          units: bool = False) -> tuple[exp.Select, list[str], list[str], list[str]]:
     """(rows, cell names, sum names, count names): one row per (capped) table row with its cell
     indices, scaled measures and has-a-value flags — the input of every aggregate query.
 
     With ``summed_only`` (the measures are only summed) a row without a value has measure 0 rather
     than NULL, unless a privacy unit is capped: the cap orders a unit's rows by their values, NULLs last.
+   With ``units`` the kept rows also carry their unit (``dpsql_unit``), which the cap's order never reads.
     """
     catalog, dialect = source.columns, source.dialect
     unit = table.privacy_unit.column
@@ -435,16 +437,24 @@ def _rows(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapp
     if kept:
         rows = rows.where(exp.and_(*kept))
     if unit is not None:
-        rows = _cap_per_unit(rows, cell_names + sum_names + count_names, table.privacy_unit.max_rows, count_names)
+        rows = _cap_per_unit(rows, cell_names + sum_names + count_names, table.privacy_unit.max_rows, count_names,
+                             units=units)
     return rows, cell_names, sum_names, count_names
 
 
 def build_query(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapping[Column | Squared, float],
-                counts: Sequence[Column], grouping: Sequence[tuple[int, ...]] | None = None) -> exp.Query:
+                counts: Sequence[Column], grouping: Sequence[tuple[int, ...]] | None = None, *,
+                units: bool = False) -> exp.Query:
     """SELECT cell indices, COUNT(*), SUMs and COUNTs ... GROUP BY the cell indices (or, given
-    ``grouping``, by GROUPING SETS of cell column positions: :func:`_grouping_sets`), over the capped rows."""
-    rows, cell_names, sum_names, count_names = _rows(table, source, cells, sums, counts, summed_only=True)
+    ``grouping``, by GROUPING SETS of cell column positions: :func:`_grouping_sets`), over the capped rows;
+    with ``units`` also COUNT(DISTINCT unit) per cell (``dpsql_units``: a unit counts once in each cell
+    where it has a kept row)."""
+    rows, cell_names, sum_names, count_names = _rows(table, source, cells, sums, counts, summed_only=True,
+                                                     units=units)
     aggregates = [exp.alias_(exp.Count(this=exp.Star()), "dpsql_rows", quoted=True)]
+    if units:
+        aggregates.append(exp.alias_(exp.Count(this=exp.Distinct(expressions=[_ref("dpsql_unit")])), "dpsql_units",
+                                     quoted=True))
     # exact sums (|sum| < 2^53 per row · 2^63 rows): HUGEINT (int64 where DuckDB proves it cannot overflow),
     # NUMERIC or DECIMAL(38, 0), never cast down
     aggregates += [exp.alias_(exp.Coalesce(this=source.dialect.exact_sum(_ref(n)), expressions=[integer(0)]), n,
@@ -605,15 +615,18 @@ def _mixed(order: exp.Expression) -> exp.Expression:
     return order
 
 
-def _cap_per_unit(rows: exp.Select, names: Sequence[str], max_rows: int, flags: Sequence[str] = ()) -> exp.Select:
+def _cap_per_unit(rows: exp.Select, names: Sequence[str], max_rows: int, flags: Sequence[str] = (), *,
+                  units: bool = False) -> exp.Select:
     """Keep at most ``max_rows`` rows per unit: ROW_NUMBER over the unit's rows in the order of a
-    salted hash of their values, ties broken by the values themselves (NULLs last).
+    salted hash of their values, ties broken by the values themselves (NULLs last); with ``units``
+    the kept rows keep their unit too (the same rows are kept either way).
 
     The hash uses only BIGINT ``+``, ``*`` and ``%``, so every engine keeps the same rows; rows
     that tie on every value are interchangeable, so which of them is kept changes nothing.
     """
     kept = [_ref(n) for n in names] or [_ref("dpsql_row")]  # COUNT(*) alone: the constant column of _rows
     hashed = exp.select(*kept, _ref("dpsql_unit"), exp.alias_(_row_hash(names, flags), "dpsql_order", quoted=True))
+    kept += [_ref("dpsql_unit")] if units else []
     hashed = hashed.from_(rows.subquery("dpsql_unit_rows"))
     order = [exp.Ordered(this=_mixed(_ref("dpsql_order")), nulls_first=False)]
     order += [exp.Ordered(this=_ref(n), nulls_first=False) for n in names]

@@ -168,7 +168,7 @@ class SqlBackend(ABC):
 
     def cell_data(self, table: Table, cell_columns: Sequence[Column], *,
                   sum_columns: Mapping[Column | Squared, float] = _NO_SUMS,
-                  count_columns: Sequence[Column] = ()) -> CellData:
+                  count_columns: Sequence[Column] = (), distinct_units: bool = False) -> CellData:
         """Count rows (and sum measures) per cell of the product of ``cell_columns``' domains, in one scan.
 
         Args:
@@ -180,6 +180,8 @@ class SqlBackend(ABC):
                 a :class:`~dpsql.backends.base.Squared` column (quantum: :func:`dpsql.schema.square_quantum`)
                 adds round(clamp(value, lo, hi)² / quantum), read back as ``CellData.squares``.
             count_columns: columns whose values (not NULL, not NaN) are counted per cell.
+            distinct_units: also count the distinct privacy units of each cell's kept rows (``CellData.units``;
+                a table with a privacy-unit column only).
 
         Returns:
             The non-empty cells, sorted by flat index.
@@ -191,10 +193,14 @@ class SqlBackend(ABC):
                 values would no longer be exact integers.
             OperationalError: the engine failed (the message omits anything that may quote data).
         """
-        query = self._query(table, cell_columns, sum_columns, count_columns)
+        if distinct_units and table.privacy_unit.column is None:
+            raise SchemaError(f"distinct_units needs a privacy-unit column; table '{table.name}' protects rows.")
+        query = build_query(table, self._checked_source(table, cell_columns, sum_columns, count_columns),
+                            cell_columns, sum_columns, count_columns, units=distinct_units)
         result = self.run(query.sql(self.dialect))
         shape = tuple(c.domain.size + 1 for c in cell_columns)
-        return decode_cell_data(result, shape, list(sum_columns), [c.name for c in count_columns])
+        return decode_cell_data(result, shape, list(sum_columns), [c.name for c in count_columns],
+                                units=distinct_units)
 
     def cell_data_sets(self, table: Table, cell_sets: Sequence[Sequence[Column]], *,
                        sum_columns: Mapping[Column | Squared, float] = _NO_SUMS,

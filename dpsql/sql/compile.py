@@ -602,9 +602,11 @@ class _StatementCompiler:
 
     def _aggregate(self, statement: ir.Statement, aggregate: ir.Aggregate, true: list[Box],
                    group_axes: tuple[int, ...]) -> OutputAggregate:
-        if aggregate.distinct:  # COUNT(DISTINCT unit) is COUNT(*) of rows that hold each unit once (dpsql.sql.units)
-            units.check_units(aggregate, self.table)
-            self.blocks.append(self._kind_block(COUNTS, true, group_axes))
+        if aggregate.distinct:  # COUNT(DISTINCT unit): the cell counts, or the units per cell (dpsql.sql.units)
+            vector = units.check_units(aggregate, self.table)
+            self.blocks.append(Block(data=vector, kind=vector, workload=self._block(true, group_axes)))
+            if vector != COUNTS:
+                units.check_single_cells(aggregate, self.blocks[-1].workload, self.axes, self.table)
             return OutputAggregate(aggregate=aggregate, blocks=(len(self.blocks) - 1,), column=None)
         column = None if aggregate.column is None else _resolve(self.table, aggregate.column)
         if aggregate.function == "quantile" and column is not None:  # an order statistic (dpsql.sql.quantiles)

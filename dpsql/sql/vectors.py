@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
-VectorKind = Literal["count", "nonnull", "sum", "sumsq"]
+VectorKind = Literal["count", "nonnull", "sum", "sumsq", "units"]
 
 
 class DataVector(NamedTuple):
     """One measured vector over a group's cells: ``count`` (rows per cell, no column), ``nonnull``
     (rows per cell whose ``column`` is not NULL), ``sum`` (per cell, Σ of ``column`` clamped to its
     declared bounds [lo, hi], in integer quanta) or ``sumsq`` (per cell, Σ of the clamped value's
-    square, in its own quanta: a sum of the derived value x² whose public row bound is max(lo², hi²))."""
+    square, in its own quanta: a sum of the derived value x² whose public row bound is max(lo², hi²)) or
+    ``units`` (per cell, the number of distinct privacy units, ``column`` the unit column, among the
+    kept rows: :mod:`dpsql.sql.units`)."""
 
     kind: VectorKind
     column: str | None = None
@@ -42,7 +44,7 @@ class DataVector(NamedTuple):
 
     @property
     def label(self) -> str:
-        """'count', 'sum(income)', 'sumsq(income)', 'nonnull(age)'."""
+        """'count', 'sum(income)', 'sumsq(income)', 'nonnull(age)', 'units(person)'."""
         return self.kind if self.column is None else f"{self.kind}({self.column})"
 
 
