@@ -406,7 +406,7 @@ def _rows(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapp
 
     With ``summed_only`` (the measures are only summed) a row without a value has measure 0 rather
     than NULL, unless a privacy unit is capped: the cap orders a unit's rows by their values, NULLs last.
-   With ``units`` the kept rows also carry their unit (``dpsql_unit``), which the cap's order never reads.
+    With ``units`` the kept rows also carry their unit (``dpsql_unit``), which the cap's order never reads.
     """
     catalog, dialect = source.columns, source.dialect
     unit = table.privacy_unit.column
@@ -522,6 +522,8 @@ def marginal_cell_data(data: CellData, keep: Sequence[int]) -> CellData:
     other axes, exactly (int64 where no total can pass 2^63 − 1, Python integers otherwise)."""
     if list(keep) == list(range(len(data.shape))):
         return data
+    if data.units is not None:
+        raise InternalError("distinct units per cell are not a sum over finer cells; read them at their own cells.")
     shape = tuple(data.shape[k] for k in keep)
     axes = np.unravel_index(data.index, data.shape) if data.shape else ()
     index = (np.ravel_multi_index(tuple(axes[k] for k in keep), shape) if shape
