@@ -15,6 +15,9 @@ from dpsql.planning.mechanism import Answers
 from dpsql.schema import Categorical
 from dpsql.sql.compile import CompiledBatch, CompiledStatement, OutputAggregate
 from dpsql.sql.group_keys import label_array
+from dpsql.sql.vectors import SPREADS
+
+FloatArray = npt.NDArray[np.float64]
 
 #: AVG is NULL where the noisy COUNT is below this many of its standard errors (or below 1): there
 #: the ratio S/C is dominated by noise in C and its delta-method standard error is meaningless.
@@ -30,6 +33,10 @@ def aggregate_values(statement: CompiledStatement, output: OutputAggregate,
     standard error of the unclipped ratio).
     """
     rows = statement.block_rows
+    if output.aggregate.function in SPREADS:
+        value, stddev, _ = spread_values(output.aggregate.function, [answers[b] for b in output.blocks],
+                                         output.blocks, rows)
+        return value, stddev
     first = answers[output.blocks[0]]
     if output.aggregate.function != "avg":
         return first.values[rows], np.sqrt(first.variances[rows])
@@ -49,6 +56,58 @@ def aggregate_values(statement: CompiledStatement, output: OutputAggregate,
     # not clipped to the measure bounds: a clipped ratio is biased and its spread is not the one
     # reported, while S/C is the ratio the delta-method standard error describes
     return mean, np.sqrt(variance)
+
+
+def spread_values(function: str, found: Sequence[Answers], blocks: Sequence[int], rows: npt.NDArray[np.int64]
+                  ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+    """A variance or standard deviation from the noisy SUM S₁, COUNT n and SUM of squares S₂ (``found``,
+    the answers of ``blocks`` in that order), in output row order: (values, standard errors √(∇ᵀΣ∇),
+    where STDDEV was clamped at 0); Σ is the answers' covariance row by row (:func:`spread_gradient`)."""
+    values = np.stack([a.values[rows] for a in found], axis=1)
+    m = len(found)
+    sigma = np.zeros((len(rows), m, m))
+    for j, a in enumerate(found):
+        sigma[:, j, j] = a.variances[rows]
+        for k, c in enumerate(blocks):
+            if k != j and c in a.covariances:
+                sigma[:, j, k] = sigma[:, k, j] = a.covariances[c][rows]
+    value, gradient, clamped = spread_gradient(function, values, sigma)
+    return value, np.sqrt(np.maximum(np.einsum("ni,nij,nj->n", gradient, sigma, gradient), 0.0)), clamped
+
+
+def spread_gradient(function: str, values: FloatArray, sigma: FloatArray
+                    ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+    """(value, gradient with respect to (S₁, n, S₂), where STDDEV was clamped at 0), row by row, of a
+    variance or standard deviation of the noisy ``values`` (rows, 3) = (S₁, n, S₂) with covariance
+    ``sigma`` (rows, 3, 3): Cov 0 between different data vectors, whose noise is independent, and the
+    mechanism's where two blocks share a measurement. NULL (NaN) rows where the count is too small.
+
+    VAR_SAMP = (S₂ − S₁²/n)/(n − 1) and VAR_POP = S₂/n − (S₁/n)², i.e. M/d with M = S₂ − S₁²/n and
+    d = n − 1 or n; ∇VAR = (−2S₁/(n·d), (S₁²/n²)/d − VAR/d, 1/d), SE(VAR) = √(∇ᵀΣ∇) (the delta method).
+    NULL where d is below max(1, AVG_MIN_COUNT_STDDEVS standard errors of n): AVG's rule on the denominator.
+
+    STDDEV = √max(VAR, 0) with standard error min(SE(VAR)/(2·STDDEV), √SE(VAR)): the delta method where
+    the variance is clearly positive, and where it is within a quarter of a standard error of 0 (or
+    clamped there) √SE(VAR), the spread of a standard deviation that cannot be told from 0 (at a true
+    0, √max(VAR, 0) has a root mean squared error of about 0.63·√SE(VAR)). Its gradient is ∇VAR scaled
+    to that standard error: ∇VAR/(2·STDDEV), the derivative, wherever the delta method applies.
+    VAR itself is not clamped.
+    """
+    total, count, squares = values[:, 0], values[:, 1], values[:, 2]
+    denominator = count - 1 if function.endswith("samp") else count
+    enough = denominator >= np.maximum(1.0, AVG_MIN_COUNT_STDDEVS * np.sqrt(sigma[:, 1, 1]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        variance = np.where(enough, (squares - total**2 / count) / denominator, np.nan)
+        gradient = np.stack([-2 * total / (count * denominator), (total**2 / count**2 - variance) / denominator,
+                             1 / denominator], axis=1)
+        gradient = np.where(enough[:, None], gradient, np.nan)
+        if function.startswith("var"):
+            return variance, gradient, np.zeros(len(variance), dtype=bool)
+        error = np.sqrt(np.maximum(np.einsum("ni,nij,nj->n", gradient, sigma, gradient), 0.0))
+        deviation = np.sqrt(np.maximum(variance, 0.0))
+        spread = np.fmin(error / (2 * deviation), np.sqrt(error))
+        scale = np.where(error > 0, spread / error, np.where(deviation > 0, 1 / (2 * deviation), 0.0))
+        return deviation, gradient * scale[:, None], enough & (variance <= 0)
 
 
 def group_columns(compiled: CompiledBatch, statement: CompiledStatement, index: int,

@@ -31,12 +31,20 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from dpsql import schema as sch
-from dpsql.answers.columns import AVG_MIN_COUNT_STDDEVS, aggregate_values, group_columns, rows_kept, sort_order
+from dpsql.answers.columns import (
+    AVG_MIN_COUNT_STDDEVS,
+    aggregate_values,
+    group_columns,
+    rows_kept,
+    sort_order,
+    spread_gradient,
+)
 from dpsql.errors import UnsupportedQueryError
 from dpsql.planning.mechanism import Answers
 from dpsql.sql import derived as d
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, CompiledStatement
+from dpsql.sql.vectors import SPREADS
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -100,8 +108,16 @@ class _Statement:
         return self.ratio(left, right, signed=True)
 
     def aggregate(self, index: int) -> Differentiated:
-        """A SUM or COUNT block; AVG = SUM/COUNT with AVG's rule for the count."""
+        """A SUM or COUNT block; AVG = SUM/COUNT with AVG's rule for the count; a variance or standard
+        deviation from its SUM, COUNT and SUM of squares (``spread_gradient``)."""
         output = self.statement.aggregates[index]
+        if output.aggregate.function in SPREADS:
+            columns = [self.column[b] for b in output.blocks]
+            value, gradient, _ = spread_gradient(output.aggregate.function, self.values[:, columns],
+                                                 self.sigma[:, columns][:, :, columns])
+            full = np.zeros_like(self.values)
+            full[:, columns] = gradient
+            return Differentiated(value, full)
         if output.aggregate.function != "avg":
             return self.block(output.blocks[0])
         return self.ratio(self.block(output.blocks[0]), self.block(output.blocks[1]), signed=False)
@@ -278,7 +294,7 @@ def _linear(expression: ir.Expression, statement: ir.Statement) -> bool:
             return (_constant(expression.left) and right) or (_constant(expression.right) and left)
         return _constant(expression.right) and left
     if isinstance(expression, ir.AggregateRef):
-        return statement.aggregates[expression.index].function != "avg"
+        return statement.aggregates[expression.index].function in ("count", "sum")
     if isinstance(expression, ir.Call):  # rounding and a CAST to a float keep the operand's gradient
         return expression.function in ("round", "ceil", "floor", "trunc", "cast_integer", "cast_real") and \
             _linear(expression.operands[0], statement)

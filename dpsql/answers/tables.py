@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dpsql.answers import derived
 from dpsql.answers.columns import AVG_MIN_COUNT_STDDEVS, aggregate_values, group_columns, rows_kept, sort_order
@@ -30,6 +31,8 @@ from dpsql.schema import EPOCH
 from dpsql.sql import ir
 from dpsql.sql import quantiles as qs
 from dpsql.sql.compile import CompiledBatch, CompiledStatement, OutputAggregate
+from dpsql.sql.derived import spread_note
+from dpsql.sql.vectors import SPREADS
 
 
 class AnswerKey(NamedTuple):
@@ -80,7 +83,7 @@ def statement_tables(compiled: CompiledBatch, answers: AnswerSet,
         own = {**metadata, **per_statement[index]} if per_statement is not None else metadata
         own = {**own, "avg_null": notes} if notes else own
         own = {**own, **_derived_metadata(statement.statement)}
-        own = {**own, **_order_statistics(statement, table)}
+        own = {**own, **_order_statistics(statement, table), **_spreads(statement, table)}
         tables.append(table.replace_schema_metadata({b"dpsql": json.dumps(own, default=str).encode()}))
     return tables
 
@@ -145,6 +148,20 @@ def _order_statistics(statement: CompiledStatement, table: pa.Table) -> dict[str
     entries = {output.aggregate.alias: qs.describe(output.quantile, table.column(output.aggregate.alias).null_count)
                for output in statement.aggregates if output.quantile is not None}
     return {"order_statistics": entries} if entries else {}
+
+
+def _spreads(statement: CompiledStatement, table: pa.Table) -> dict[str, object]:
+    """``spread`` metadata: each variance's or standard deviation's estimator and bias (``spread_note``), its
+    NULL groups (too small a count) and, for a standard deviation, the groups clamped at 0."""
+    entries: dict[str, object] = {}
+    for output in statement.aggregates:
+        alias, function = output.aggregate.alias, output.aggregate.function
+        if function in SPREADS and alias in table.column_names:
+            column = table.column(alias)
+            entries[alias] = {"estimator": spread_note(output.aggregate), "null_groups": column.null_count,
+                              **({"clamped_at_zero": int(pc.sum(pc.equal(column, 0.0)).as_py() or 0)}
+                                 if function.startswith("stddev") else {})}
+    return {"spread": entries} if entries else {}
 
 
 def _order(statement: ir.Statement, table: pa.Table) -> list[int]:

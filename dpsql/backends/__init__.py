@@ -8,6 +8,6 @@ there.
 
 from __future__ import annotations
 
-from dpsql.backends.base import Backend, CellData, MeasureProfile, file_identity
+from dpsql.backends.base import Backend, CellData, MeasureProfile, Squared, file_identity
 
-__all__ = ["Backend", "CellData", "MeasureProfile", "file_identity"]
+__all__ = ["Backend", "CellData", "MeasureProfile", "Squared", "file_identity"]

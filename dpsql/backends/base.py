@@ -30,7 +30,8 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -43,6 +44,19 @@ IntArray = npt.NDArray[np.int64]
 
 
 # ======================================================================================= results
+@dataclass(frozen=True, slots=True)
+class Squared:
+    """A measure summed as its square: each row adds round(clamp(value, lo, hi)² / quantum) (0 for NULL
+    and NaN), with [lo, hi] the column's measure bounds. A key of ``sum_columns`` beside plain columns;
+    its sums are :attr:`CellData.squares`. One row adds at most max(lo², hi²) (in quanta, rounded)."""
+
+    column: Column
+
+    @property
+    def name(self) -> str:
+        return self.column.name
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MeasureProfile:
     """Private statistics of one measure for choosing a truncation threshold (see Backend.measure_profile)."""
@@ -70,9 +84,14 @@ class CellData:
     sums: Mapping[str, IntArray]
     #: Per COUNT(col) column name: rows with a value (not NULL, not NaN) in each listed cell.
     nonnull: Mapping[str, IntArray]
+    #: Per :class:`Squared` column name: sum of round(clamp(value, lo, hi)² / quantum) in each listed cell, exactly.
+    squares: Mapping[str, IntArray] = field(default_factory=lambda: MappingProxyType({}))
+    #: With ``distinct_units``: the number of distinct privacy units among the kept rows of each listed cell.
+    units: IntArray | None = None
 
     def __post_init__(self) -> None:
-        arrays = [self.counts, *self.sums.values(), *self.nonnull.values()]
+        arrays = [self.counts, *self.sums.values(), *self.nonnull.values(), *self.squares.values(),
+                  *([] if self.units is None else [self.units])]
         if self.index.ndim != 1 or any(a.shape != self.index.shape for a in arrays):
             raise ShapeError(f"CellData arrays must all have the shape of index {self.index.shape}.")
         if self.index.size and (np.any(np.diff(self.index) <= 0) or self.index[0] < 0 or self.index[-1] >= self.size):
@@ -145,11 +164,14 @@ class Backend(Protocol):
         """
         ...
 
-    def cell_data(self, table: Table, cell_columns: Sequence[Column], *, sum_columns: Mapping[Column, float] = ...,
-                  count_columns: Sequence[Column] = ()) -> CellData:
+    def cell_data(self, table: Table, cell_columns: Sequence[Column], *,
+                  sum_columns: Mapping[Column | Squared, float] = ...,
+                  count_columns: Sequence[Column] = (), distinct_units: bool = False) -> CellData:
         """Exact row counts per cell of the product of ``cell_columns``' domains (``()``: one cell of all rows),
-        with, per cell, the sum of each ``sum_columns`` measure in quanta (column -> public quantum) and the
-        number of rows with a value in each ``count_columns`` column; after the privacy-unit cap.
+        with, per cell, the sum of each ``sum_columns`` measure in quanta (column -> public quantum; a
+        :class:`Squared` column sums the clamped value's square into :attr:`CellData.squares`), the
+        number of rows with a value in each ``count_columns`` column and, with ``distinct_units``, the
+        number of distinct privacy units (:attr:`CellData.units`); after the privacy-unit cap.
 
         Raises:
             SchemaError: a column is not the table's, missing, of an unfit type, or summed without bounds.
@@ -159,7 +181,7 @@ class Backend(Protocol):
         ...
 
     def cell_data_sets(self, table: Table, cell_sets: Sequence[Sequence[Column]], *,
-                       sum_columns: Mapping[Column, float] = ...,
+                       sum_columns: Mapping[Column | Squared, float] = ...,
                        count_columns: Sequence[Column] = ()) -> list[CellData]:
         """:meth:`cell_data` for each entry of ``cell_sets``, in order, over the same capped rows (one scan
         where the backend can): a unit's kept rows are chosen once for every set. Raises as cell_data."""

@@ -11,13 +11,15 @@ from types import MappingProxyType
 import numpy as np
 import pyarrow as pa
 
-from dpsql.backends.base import CellData, IntArray
+from dpsql.backends.base import CellData, IntArray, Squared
 from dpsql.errors import InternalError
+from dpsql.schema import Column
 
 
-def decode_cell_data(result: pa.Table, shape: tuple[int, ...], sum_names: Sequence[str],
-                     count_names: Sequence[str]) -> CellData:
-    """Turn the GROUP BY result into sorted flat indices and aligned read-only arrays."""
+def decode_cell_data(result: pa.Table, shape: tuple[int, ...], measures: Sequence[Column | Squared],
+                     count_names: Sequence[str], *, units: bool = False) -> CellData:
+    """Turn the GROUP BY result into sorted flat indices and aligned read-only arrays (``dpsql_sum_i``
+    holds the i-th of ``measures``: a column's sums, or a :class:`Squared` column's sums of squares)."""
     counts = _int_column(result, "dpsql_rows")
     keep = counts > 0  # only a query without GROUP BY over zero rows yields an empty cell
     cells = tuple(_int_column(result, f"dpsql_cell_{i}")[keep] for i in range(len(shape)))
@@ -36,10 +38,13 @@ def decode_cell_data(result: pa.Table, shape: tuple[int, ...], sum_names: Sequen
         shape=shape,
         index=aligned(np.asarray(index, dtype=np.int64), kept=True),
         counts=aligned(counts),
-        sums=MappingProxyType({name: aligned(_int_column(result, f"dpsql_sum_{i}"))
-                               for i, name in enumerate(sum_names)}),
+        sums=MappingProxyType({m.name: aligned(_int_column(result, f"dpsql_sum_{i}"))
+                               for i, m in enumerate(measures) if not isinstance(m, Squared)}),
         nonnull=MappingProxyType({name: aligned(_int_column(result, f"dpsql_nonnull_{i}"))
                                   for i, name in enumerate(count_names)}),
+        squares=MappingProxyType({m.name: aligned(_int_column(result, f"dpsql_sum_{i}"))
+                                  for i, m in enumerate(measures) if isinstance(m, Squared)}),
+        units=aligned(_int_column(result, "dpsql_units")) if units else None,
     )
 
 

@@ -24,10 +24,10 @@ from types import MappingProxyType
 import numpy as np
 from sqlglot import exp
 
-from dpsql.backends.base import CellData, IntArray
+from dpsql.backends.base import CellData, IntArray, Squared
 from dpsql.backends.sql_dialects import SqlDialect, TypeFamily, call, integer
 from dpsql.errors import DomainTooLargeError, InternalError, ProgrammingError, SchemaError
-from dpsql.schema import EPOCH, Categorical, Column, Ordered, Table
+from dpsql.schema import EPOCH, Categorical, Column, Ordered, Table, square_bound
 
 _NUMBER_FAMILIES = frozenset({"integer", "decimal", "float"})
 #: Largest per-row |measure| / quantum: beyond 2**53 doubles no longer hold every integer.
@@ -57,8 +57,9 @@ class SourceTable:
 
 
 def raise_problems(table: Table, catalog: Mapping[str, DatabaseColumn], binned: Sequence[Column],
-                    summed: Sequence[Column]) -> None:
+                    measures: Sequence[Column | Squared]) -> None:
     """SchemaError listing every missing column and every type that cannot hold its column's use."""
+    summed = [_column_of(m) for m in measures]
     problems = _missing(table, catalog, [c.name for c in [*binned, *summed]])
     for column in dict.fromkeys(binned):
         if column.name in catalog:
@@ -107,14 +108,24 @@ def _measure_problem(column: Column, db: DatabaseColumn) -> str | None:
     return None
 
 
-def check_quantum(column: Column, quantum: float) -> None:
+def check_quantum(measure: Column | Squared, quantum: float) -> None:
+    column = _column_of(measure)
+    squared = isinstance(measure, Squared)
+    what, rule = (f"SUM({column.name}²)", "square_quantum") if squared else (f"SUM({column.name})", "measure_quantum")
     if isinstance(quantum, bool) or not isinstance(quantum, (int, float)) or not math.isfinite(quantum) or quantum <= 0:
-        raise ProgrammingError(f"The quantum for SUM({column.name}) must be a finite number > 0; got {quantum!r}. "
-                               "Use measure_quantum(column).")
-    if max(map(abs, column.measure_bounds or (0.0, 0.0))) / quantum > _MAX_SCALED_MEASURE:
-        raise ProgrammingError(f"The quantum {quantum!r} for SUM({column.name}) is too small for measure bounds "
+        raise ProgrammingError(f"The quantum for {what} must be a finite number > 0; got {quantum!r}. "
+                               f"Use {rule}(column).")
+    if column.measure_bounds is None:
+        return  # refused by raise_problems
+    largest = square_bound(column) if squared else max(map(abs, column.measure_bounds))
+    if largest / quantum > _MAX_SCALED_MEASURE:
+        raise ProgrammingError(f"The quantum {quantum!r} for {what} is too small for measure bounds "
                                f"{column.measure_bounds}: values would exceed 2^53 quanta. "
-                               "Use measure_quantum(column).")
+                               f"Use {rule}(column).")
+
+
+def _column_of(measure: Column | Squared) -> Column:
+    return measure.column if isinstance(measure, Squared) else measure
 
 
 # ================================================================================ joined relations
@@ -354,17 +365,20 @@ def _bisect(value: exp.Expression, boundaries: Sequence[float], low: int, high: 
             .else_(_bisect(value, boundaries, middle, high), copy=False))
 
 
-def _measure_value(column: Column, db: DatabaseColumn, quantum: float, dialect: SqlDialect, *,
+def _measure_value(measure: Column | Squared, db: DatabaseColumn, quantum: float, dialect: SqlDialect, *,
                    absent_as_zero: bool = False) -> exp.Expression:
-    """round(clamp(v, lo, hi) / quantum) as BIGINT; NULL where the row has no value, or 0 with ``absent_as_zero``.
+    """round(clamp(v, lo, hi) / quantum) as BIGINT (a :class:`Squared` measure: round(clamp(v, lo, hi)² /
+    quantum), the square taken of the clamped DOUBLE); NULL where the row has no value, or 0 with ``absent_as_zero``.
 
     Either adds nothing to a SUM (COALESCE(SUM, 0) is the same), but 0 keeps every branch a bounded
     number: DuckDB then derives min/max statistics for the column and, where they times the table's
     row count cannot pass int64, sums it in int64 (``sum_no_overflow``) instead of HUGEINT.
     """
-    lo, hi = column.measure_bounds or (0.0, 0.0)  # checked by _measure_problem
+    lo, hi = _column_of(measure).measure_bounds or (0.0, 0.0)  # checked by _measure_problem
     value = exp.cast(_ref(db.name), "DOUBLE")
     clamped = call("least", call("greatest", value, _double(lo)), _double(hi))
+    if isinstance(measure, Squared):
+        clamped = exp.Mul(this=exp.paren(clamped), expression=exp.paren(clamped.copy()))
     scaled = exp.cast(dialect.round_half_away(exp.Div(this=clamped, expression=_double(quantum))), "BIGINT")
     return exp.Case().when(_has_value(db, dialect), scaled).else_(integer(0) if absent_as_zero else exp.null())
 
@@ -384,13 +398,15 @@ def _has_value(db: DatabaseColumn, dialect: SqlDialect) -> exp.Expression:
     return exp.paren(present)
 
 
-def _rows(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapping[Column, float],
-          counts: Sequence[Column], *, summed_only: bool = False) -> tuple[exp.Select, list[str], list[str], list[str]]:
+def _rows(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapping[Column | Squared, float],
+          counts: Sequence[Column], *, summed_only: bool = False,
+          units: bool = False) -> tuple[exp.Select, list[str], list[str], list[str]]:
     """(rows, cell names, sum names, count names): one row per (capped) table row with its cell
     indices, scaled measures and has-a-value flags — the input of every aggregate query.
 
     With ``summed_only`` (the measures are only summed) a row without a value has measure 0 rather
     than NULL, unless a privacy unit is capped: the cap orders a unit's rows by their values, NULLs last.
+    With ``units`` the kept rows also carry their unit (``dpsql_unit``), which the cap's order never reads.
     """
     catalog, dialect = source.columns, source.dialect
     unit = table.privacy_unit.column
@@ -421,16 +437,24 @@ def _rows(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapp
     if kept:
         rows = rows.where(exp.and_(*kept))
     if unit is not None:
-        rows = _cap_per_unit(rows, cell_names + sum_names + count_names, table.privacy_unit.max_rows, count_names)
+        rows = _cap_per_unit(rows, cell_names + sum_names + count_names, table.privacy_unit.max_rows, count_names,
+                             units=units)
     return rows, cell_names, sum_names, count_names
 
 
-def build_query(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapping[Column, float],
-                counts: Sequence[Column], grouping: Sequence[tuple[int, ...]] | None = None) -> exp.Query:
+def build_query(table: Table, source: SourceTable, cells: Sequence[Column], sums: Mapping[Column | Squared, float],
+                counts: Sequence[Column], grouping: Sequence[tuple[int, ...]] | None = None, *,
+                units: bool = False) -> exp.Query:
     """SELECT cell indices, COUNT(*), SUMs and COUNTs ... GROUP BY the cell indices (or, given
-    ``grouping``, by GROUPING SETS of cell column positions: :func:`_grouping_sets`), over the capped rows."""
-    rows, cell_names, sum_names, count_names = _rows(table, source, cells, sums, counts, summed_only=True)
+    ``grouping``, by GROUPING SETS of cell column positions: :func:`_grouping_sets`), over the capped rows;
+    with ``units`` also COUNT(DISTINCT unit) per cell (``dpsql_units``: a unit counts once in each cell
+    where it has a kept row)."""
+    rows, cell_names, sum_names, count_names = _rows(table, source, cells, sums, counts, summed_only=True,
+                                                     units=units)
     aggregates = [exp.alias_(exp.Count(this=exp.Star()), "dpsql_rows", quoted=True)]
+    if units:
+        aggregates.append(exp.alias_(exp.Count(this=exp.Distinct(expressions=[_ref("dpsql_unit")])), "dpsql_units",
+                                     quoted=True))
     # exact sums (|sum| < 2^53 per row · 2^63 rows): HUGEINT (int64 where DuckDB proves it cannot overflow),
     # NUMERIC or DECIMAL(38, 0), never cast down
     aggregates += [exp.alias_(exp.Coalesce(this=source.dialect.exact_sum(_ref(n)), expressions=[integer(0)]), n,
@@ -498,6 +522,8 @@ def marginal_cell_data(data: CellData, keep: Sequence[int]) -> CellData:
     other axes, exactly (int64 where no total can pass 2^63 − 1, Python integers otherwise)."""
     if list(keep) == list(range(len(data.shape))):
         return data
+    if data.units is not None:
+        raise InternalError("distinct units per cell are not a sum over finer cells; read them at their own cells.")
     shape = tuple(data.shape[k] for k in keep)
     axes = np.unravel_index(data.index, data.shape) if data.shape else ()
     index = (np.ravel_multi_index(tuple(axes[k] for k in keep), shape) if shape
@@ -521,7 +547,8 @@ def marginal_cell_data(data: CellData, keep: Sequence[int]) -> CellData:
     new_index.setflags(write=False)
     return CellData(shape=shape, index=new_index, counts=summed(data.counts),
                     sums=MappingProxyType({n: summed(v) for n, v in data.sums.items()}),
-                    nonnull=MappingProxyType({n: summed(v) for n, v in data.nonnull.items()}))
+                    nonnull=MappingProxyType({n: summed(v) for n, v in data.nonnull.items()}),
+                    squares=MappingProxyType({n: summed(v) for n, v in data.squares.items()}))
 
 
 def marginals_query(table: Table, source: SourceTable, cells: Sequence[Column],
@@ -590,15 +617,18 @@ def _mixed(order: exp.Expression) -> exp.Expression:
     return order
 
 
-def _cap_per_unit(rows: exp.Select, names: Sequence[str], max_rows: int, flags: Sequence[str] = ()) -> exp.Select:
+def _cap_per_unit(rows: exp.Select, names: Sequence[str], max_rows: int, flags: Sequence[str] = (), *,
+                  units: bool = False) -> exp.Select:
     """Keep at most ``max_rows`` rows per unit: ROW_NUMBER over the unit's rows in the order of a
-    salted hash of their values, ties broken by the values themselves (NULLs last).
+    salted hash of their values, ties broken by the values themselves (NULLs last); with ``units``
+    the kept rows keep their unit too (the same rows are kept either way).
 
     The hash uses only BIGINT ``+``, ``*`` and ``%``, so every engine keeps the same rows; rows
     that tie on every value are interchangeable, so which of them is kept changes nothing.
     """
     kept = [_ref(n) for n in names] or [_ref("dpsql_row")]  # COUNT(*) alone: the constant column of _rows
     hashed = exp.select(*kept, _ref("dpsql_unit"), exp.alias_(_row_hash(names, flags), "dpsql_order", quoted=True))
+    kept += [_ref("dpsql_unit")] if units else []
     hashed = hashed.from_(rows.subquery("dpsql_unit_rows"))
     order = [exp.Ordered(this=_mixed(_ref("dpsql_order")), nulls_first=False)]
     order += [exp.Ordered(this=_ref(n), nulls_first=False) for n in names]

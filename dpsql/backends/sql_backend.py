@@ -56,7 +56,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.backends.base import CellData, IntArray, MeasureProfile
+from dpsql.backends.base import CellData, IntArray, MeasureProfile, Squared
 from dpsql.backends.cell_results import decode_cell_data, decode_marginal_tables
 from dpsql.backends.cell_sql import (
     DatabaseColumn,
@@ -75,7 +75,7 @@ from dpsql.backends.sql_dialects import SqlDialect
 from dpsql.errors import SchemaError, ShapeError
 from dpsql.schema import Column, Table
 
-_NO_SUMS: Mapping[Column, float] = MappingProxyType({})
+_NO_SUMS: Mapping[Column | Squared, float] = MappingProxyType({})
 
 
 class SqlBackend(ABC):
@@ -160,13 +160,15 @@ class SqlBackend(ABC):
         """
         raise_problems(table, self._relation_source(table).columns, list(table.columns.values()), [])
 
-    def sql_for(self, table: Table, cell_columns: Sequence[Column], *, sum_columns: Mapping[Column, float] = _NO_SUMS,
+    def sql_for(self, table: Table, cell_columns: Sequence[Column], *,
+                sum_columns: Mapping[Column | Squared, float] = _NO_SUMS,
                 count_columns: Sequence[Column] = ()) -> str:
         """The SQL text :meth:`cell_data` runs for these arguments (for EXPLAIN, debugging and tests)."""
         return self._query(table, cell_columns, sum_columns, count_columns).sql(self.dialect, pretty=True)
 
-    def cell_data(self, table: Table, cell_columns: Sequence[Column], *, sum_columns: Mapping[Column, float] = _NO_SUMS,
-                  count_columns: Sequence[Column] = ()) -> CellData:
+    def cell_data(self, table: Table, cell_columns: Sequence[Column], *,
+                  sum_columns: Mapping[Column | Squared, float] = _NO_SUMS,
+                  count_columns: Sequence[Column] = (), distinct_units: bool = False) -> CellData:
         """Count rows (and sum measures) per cell of the product of ``cell_columns``' domains, in one scan.
 
         Args:
@@ -174,8 +176,12 @@ class SqlBackend(ABC):
             cell_columns: declared columns of ``table`` whose domains span the cells (may be empty:
                 one cell holding every row).
             sum_columns: measure column -> quantum (a public positive number; use
-                :func:`dpsql.schema.measure_quantum`). Each row adds round(clamp(value, lo, hi) / quantum).
+                :func:`dpsql.schema.measure_quantum`). Each row adds round(clamp(value, lo, hi) / quantum);
+                a :class:`~dpsql.backends.base.Squared` column (quantum: :func:`dpsql.schema.square_quantum`)
+                adds round(clamp(value, lo, hi)² / quantum), read back as ``CellData.squares``.
             count_columns: columns whose values (not NULL, not NaN) are counted per cell.
+            distinct_units: also count the distinct privacy units of each cell's kept rows (``CellData.units``;
+                a table with a privacy-unit column only).
 
         Returns:
             The non-empty cells, sorted by flat index.
@@ -187,13 +193,17 @@ class SqlBackend(ABC):
                 values would no longer be exact integers.
             OperationalError: the engine failed (the message omits anything that may quote data).
         """
-        query = self._query(table, cell_columns, sum_columns, count_columns)
+        if distinct_units and table.privacy_unit.column is None:
+            raise SchemaError(f"distinct_units needs a privacy-unit column; table '{table.name}' protects rows.")
+        query = build_query(table, self._checked_source(table, cell_columns, sum_columns, count_columns),
+                            cell_columns, sum_columns, count_columns, units=distinct_units)
         result = self.run(query.sql(self.dialect))
         shape = tuple(c.domain.size + 1 for c in cell_columns)
-        return decode_cell_data(result, shape, [c.name for c in sum_columns], [c.name for c in count_columns])
+        return decode_cell_data(result, shape, list(sum_columns), [c.name for c in count_columns],
+                                units=distinct_units)
 
     def cell_data_sets(self, table: Table, cell_sets: Sequence[Sequence[Column]], *,
-                       sum_columns: Mapping[Column, float] = _NO_SUMS,
+                       sum_columns: Mapping[Column | Squared, float] = _NO_SUMS,
                        count_columns: Sequence[Column] = ()) -> list[CellData]:
         """:meth:`cell_data` for several sets of cell columns, in one scan (GROUP BY GROUPING SETS).
 
@@ -229,7 +239,7 @@ class SqlBackend(ABC):
             renamed = pa.table({**{f"dpsql_cell_{k}": mine.column(f"dpsql_cell_{p}") for k, p in enumerate(chosen)},
                                 **{name: mine.column(name) for name in ["dpsql_rows", *sums, *counts]}})
             decoded[chosen] = decode_cell_data(renamed, tuple(sizes[p] for p in chosen),
-                                               [c.name for c in sum_columns], [c.name for c in count_columns])
+                                               list(sum_columns), [c.name for c in count_columns])
         found = []
         for position in positions:
             chosen = finest[tuple(sorted(position))]
@@ -285,22 +295,22 @@ class SqlBackend(ABC):
         """:meth:`source`, or for a table joined to its unit table the join over both tables' sources."""
         return joined_source(table, self.source) if table.join is not None else self.source(table)
 
-    def _query(self, table: Table, cells: Sequence[Column], sums: Mapping[Column, float],
+    def _query(self, table: Table, cells: Sequence[Column], sums: Mapping[Column | Squared, float],
                counts: Sequence[Column]) -> exp.Query:
         return build_query(table, self._checked_source(table, cells, sums, counts), cells, sums, counts)
 
-    def _checked_source(self, table: Table, cells: Sequence[Column], sums: Mapping[Column, float],
+    def _checked_source(self, table: Table, cells: Sequence[Column], sums: Mapping[Column | Squared, float],
                         counts: Sequence[Column]) -> SourceTable:
         """The table's source, after checking that every column can serve its role."""
-        for column in [*cells, *sums, *counts]:
+        for column in [*cells, *(m.column if isinstance(m, Squared) else m for m in sums), *counts]:
             if column.table not in _member_tables(table) or table.columns.get(column.name) != column:
                 raise SchemaError(f"Column '{column.name}' ({column.key}) is not a column of table '{table.name}'; "
                                   f"pass columns from Schema.table('{table.name}').columns.")
         source = self._relation_source(table)
         excluded = [c for c in table.columns.values() if c.outside_excluded and c not in cells]
         raise_problems(table, source.columns, [*cells, *counts, *excluded], list(sums))
-        for column, quantum in sums.items():
-            check_quantum(column, quantum)
+        for measure, quantum in sums.items():
+            check_quantum(measure, quantum)
         return source
 
 

@@ -56,7 +56,7 @@ def apply(compiled: CompiledBatch, answers: AnswerSet, steps: Steps) -> tuple[An
 
 
 def _non_negative_data(compiled: CompiledBatch, vector: DataVector) -> bool:
-    if not vector.is_sum:
+    if not vector.is_sum or vector.squared:  # counts, and sums of squares, are never negative
         return True
     bounds = compiled.table.columns[vector.summed].measure_bounds
     return bounds is not None and bounds[0] >= 0

@@ -16,7 +16,9 @@ each statement becomes a block of linear queries over those cells:
   becomes a sum of Kronecker terms. (IS NULL, LIKE, FILTER: :mod:`dpsql.sql.filters`.)
 
 COUNT(*) reads the cell counts; COUNT(col) the per-cell non-NULL counts of col; SUM(col) the
-per-cell sums of col clamped to its measure bounds; AVG(col) is SUM(col) / COUNT(col).
+per-cell sums of col clamped to its measure bounds; AVG(col) is SUM(col) / COUNT(col); a variance or
+standard deviation reads SUM(col), COUNT(col) and the per-cell sums of the clamped value's square
+(its own data vector, never value cells: :mod:`dpsql.answers.columns` has the estimator).
 
 *Value cells* (truncation-aware answering, TaMM of Wu, Pujol, Kotsogiannis and Machanavajjhala,
 "Answering Summation Queries for Numerical Attributes under Differential Privacy"): a measure
@@ -56,7 +58,7 @@ from dpsql.sql.filters import Atom, statement_atoms
 from dpsql.sql.group_keys import KeyGroups, key_groups, keys_of, membership, plain_groups
 from dpsql.sql.relations import joined_relation, resolve
 from dpsql.sql.value_cells import ValueCells
-from dpsql.sql.vectors import COUNTS, DataVector
+from dpsql.sql.vectors import COUNTS, SPREADS, DataVector, aggregate_vectors
 
 BoolArray = npt.NDArray[np.bool_]
 
@@ -600,9 +602,11 @@ class _StatementCompiler:
 
     def _aggregate(self, statement: ir.Statement, aggregate: ir.Aggregate, true: list[Box],
                    group_axes: tuple[int, ...]) -> OutputAggregate:
-        if aggregate.distinct:  # COUNT(DISTINCT unit) is COUNT(*) of rows that hold each unit once (dpsql.sql.units)
-            units.check_units(aggregate, self.table)
-            self.blocks.append(self._kind_block(COUNTS, true, group_axes))
+        if aggregate.distinct:  # COUNT(DISTINCT unit): the cell counts, or the units per cell (dpsql.sql.units)
+            vector = units.check_units(aggregate, self.table)
+            self.blocks.append(Block(data=vector, kind=vector, workload=self._block(true, group_axes)))
+            if vector != COUNTS:
+                units.check_single_cells(aggregate, self.blocks[-1].workload, self.axes, self.table)
             return OutputAggregate(aggregate=aggregate, blocks=(len(self.blocks) - 1,), column=None)
         column = None if aggregate.column is None else _resolve(self.table, aggregate.column)
         if aggregate.function == "quantile" and column is not None:  # an order statistic (dpsql.sql.quantiles)
@@ -612,24 +616,20 @@ class _StatementCompiler:
                                                     position in group_axes, later, self._block(true, group_axes))
             self.blocks.append(Block(data=COUNTS, kind=COUNTS, workload=workload, total=total))
             return OutputAggregate(aggregate=aggregate, blocks=(len(self.blocks) - 1,), column=column, quantile=plan)
-        if aggregate.function in ("sum", "avg") and (column is None or column.measure_bounds is None):
+        if aggregate.function != "count" and (column is None or column.measure_bounds is None):
             name = aggregate.column.name if aggregate.column else "*"
             raise SchemaError(
                 f"{aggregate.function.upper()}({name}) needs a numeric column with declared bounds "
                 f"({aggregate.span.describe()}); "
                 f"declare {self.table.name}.{name} as integer or numeric with lower/upper."
             )
-        kinds: list[DataVector]
-        if column is None:
-            kinds = [COUNTS]
-        elif aggregate.function == "count":
-            kinds = [DataVector("nonnull", column.name)]
-        elif aggregate.function == "sum":
-            kinds = [DataVector("sum", column.name)]
-        else:
-            kinds = [DataVector("sum", column.name), DataVector("nonnull", column.name)]
+        if aggregate.function in SPREADS and column is not None and column.truncation is not None:
+            raise UnsupportedQueryError(
+                f"{aggregate.function.upper()}({column.name}) ({aggregate.span.describe()}) is not supported on "
+                f"{column.key}, whose SUMs are truncated at a threshold chosen from the data: the sum of squares "
+                "would need its own. Declare the column without truncate, or ask for SUM and AVG.")
         indices = []
-        for kind in kinds:
+        for kind in aggregate_vectors(aggregate.function, None if column is None else column.name):
             block = self._kind_block(kind, true, group_axes)
             self.blocks.append(replace(block, workload=filters.scaled(block.workload, aggregate.scale)))
             indices.append(len(self.blocks) - 1)
@@ -637,7 +637,7 @@ class _StatementCompiler:
 
     def _kind_block(self, kind: DataVector, true: list[Box], group_axes: tuple[int, ...]) -> Block:
         """The block of one data kind; on a value-cell column, SUM and COUNT(col) become weighted counts."""
-        cells = self.values.get(kind.column) if kind.column is not None else None
+        cells = self.values.get(kind.column) if kind.column is not None and not kind.squared else None
         if cells is None or kind.column is None:
             return Block(data=kind, kind=kind, workload=self._block(true, group_axes))
         position = self.position[kind.column]

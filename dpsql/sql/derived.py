@@ -41,6 +41,7 @@ from dpsql.sql import ir
 from dpsql.sql.arithmetic import INTEGER_TYPES
 from dpsql.sql.predicates import OPERATORS, parse_value
 from dpsql.sql.source import Scope, describe, invalid, node_span, unparen, unsupported
+from dpsql.sql.vectors import SPREADS
 
 __all__ = ["check_outputs", "finish_statement", "has_stddev", "is_output_expression", "measures", "parse_output"]
 
@@ -421,9 +422,25 @@ def rounding_note(bound: float) -> str:
     return ROUNDING_UNBOUNDED if math.isinf(bound) else ROUNDING_NOTE.format(bound=bound)
 
 
+def spread_note(aggregate: ir.Aggregate) -> str:
+    """How a variance or standard deviation is estimated, and its bias (EXPLAIN and the result metadata)."""
+    sample = aggregate.function.endswith("samp")
+    formula = "(S₂ − S₁²/n)/(n − 1)" if sample else "S₂/n − (S₁/n)²"
+    note = (f"{formula} from the noisy COUNT n, SUM S₁ and SUM of squares S₂ of the values clamped to the measure "
+            "bounds (three data vectors, independent noise); standard error by the delta method; NULL where "
+            f"{'n − 1' if sample else 'n'} is below max(1, 2 standard errors of n), as for AVG")
+    if aggregate.function.startswith("var"):
+        return note + "; not clamped: noise can make it negative"
+    return (note + "; the standard deviation is √max(variance, 0): clamped at 0 where the noisy variance is negative, "
+            "which biases it upward where the true variance is within about 2 of its standard errors of 0, and "
+            "√ biases it down by about SE(variance)²/(8·variance^1.5) elsewhere; its standard error is "
+            "min(SE(variance)/(2·value), √SE(variance))")
+
+
 def explain_notes(statement: ir.Statement) -> list[str]:
-    """EXPLAIN's notes on a statement's UNION ALL, hidden aggregates and HAVING."""
-    notes = []
+    """EXPLAIN's notes on a statement's variances and standard deviations, UNION ALL, hidden aggregates and
+    HAVING."""
+    notes = [f"{a.alias}: {spread_note(a)}" for a in statement.aggregates if a.function in SPREADS]
     if statement.union is not None:
         notes.append(f"part {statement.union.part + 1} of {statement.union.parts} of the UNION ALL at "
                      f"{statement.union.span.describe()}, returned as one table")
@@ -449,7 +466,8 @@ def covariance_pairs(statement: ir.Statement) -> bool:
         return False
     return any(isinstance(item, ir.DerivedItem) and not item.plain
                and (len(set(aggregate_refs(item.expression))) > 1
-                    or any(statement.aggregates[i].function == "avg" for i in aggregate_refs(item.expression)))
+                    or any(statement.aggregates[i].function in ("avg", *SPREADS)
+                           for i in aggregate_refs(item.expression)))
                for item in statement.outputs.items)
 
 
@@ -503,17 +521,18 @@ def check_outputs(statement: ir.Statement, table: sch.Table) -> None:
 
 
 #: The aggregates whose answers (and standard errors) compose in expressions.
-COMPOSABLE = frozenset({"count", "sum", "avg"})
+COMPOSABLE = frozenset({"count", "sum", "avg", *SPREADS})
 
 
 def _check_composable(expression: ir.Expression, statement: ir.Statement) -> None:
-    """Expressions read COUNT, SUM and AVG (whose variances and covariances are known)."""
+    """Expressions read COUNT, SUM, AVG, variances and standard deviations (whose variances and covariances
+    are known)."""
     for index in aggregate_refs(expression):
         aggregate = statement.aggregates[index]
         if aggregate.function not in COMPOSABLE:
             raise UnsupportedQueryError(f"{aggregate.function.upper()} inside an expression "
-                                        f"({aggregate.span.describe()}) is not supported: only COUNT, SUM and AVG "
-                                        "compose. Select it by itself.")
+                                        f"({aggregate.span.describe()}) is not supported: only COUNT, SUM, AVG, "
+                                        "variances and standard deviations compose. Select it by itself.")
 
 
 def _kind(expression: ir.Expression, statement: ir.Statement, table: sch.Table) -> Kind:

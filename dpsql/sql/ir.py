@@ -130,7 +130,8 @@ Predicate = Comparison | Between | InList | Not | And | Or | IsNull | Like
 
 
 # ==================================================================================== aggregates
-AggregateFunction = TypingLiteral["count", "sum", "avg", "quantile"]
+#: VARIANCE and VAR_SAMP are "var_samp", STDDEV and STDDEV_SAMP "stddev_samp" (DuckDB's meanings).
+AggregateFunction = TypingLiteral["count", "sum", "avg", "quantile", "var_samp", "var_pop", "stddev_samp", "stddev_pop"]
 QuantileKind = TypingLiteral["cont", "disc", "min", "max"]
 
 
@@ -145,9 +146,10 @@ class QuantileSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Aggregate:
-    """COUNT(*) (column None), COUNT(col), SUM(col) or AVG(col), with its output name.
+    """COUNT(*) (column None), COUNT(col), SUM(col), AVG(col), or a variance or standard deviation of
+    col, with its output name.
 
-    ``alias`` is the AS name, or a default: ``count``, ``sum_<col>``, ``avg_<col>``, made unique
+    ``alias`` is the AS name, or a default: ``count``, ``sum_<col>``, ``avg_<col>``, ``stddev_<col>``, made unique
     within the statement by a numeric suffix. An order statistic has function ``quantile`` and
     its ``quantile`` spec.
     """

@@ -130,7 +130,8 @@ MAX_STATEMENTS = 1_000
 #: Predicate atoms in one statement's WHERE clause (each comparison, BETWEEN and IN value counts one).
 MAX_PREDICATE_ATOMS = 1_000
 
-_AGGREGATE_SUPPORTED = ("Aggregates are COUNT(*), COUNT(1), COUNT(col), SUM(col) and AVG(col) over one plain column, "
+_AGGREGATE_SUPPORTED = ("Aggregates are COUNT(*), COUNT(1), COUNT(col), SUM(col), AVG(col), "
+                        "VARIANCE/VAR_SAMP/VAR_POP(col) and STDDEV/STDDEV_SAMP/STDDEV_POP(col) over one plain column, "
                         "each optionally with FILTER (WHERE predicate).")
 _GROUP_SUPPORTED = group_keys.KEY_SUPPORTED
 _ORDER_SUPPORTED = "ORDER BY takes output names or 1-based select positions, each optionally ASC or DESC."
@@ -157,7 +158,11 @@ _CLAUSE_NAMES = {"into": "SELECT INTO", "windows": "WINDOW", "sort": "SORT BY", 
                  "prewhere": "PREWHERE", "connect": "CONNECT BY", "hint": "a query hint"}
 _TABLE_PARTS = {"catalog": "a catalog-qualified table name"}
 
-_AGGREGATES: dict[type[exp.Expr], ir.AggregateFunction] = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}
+_AGGREGATES: dict[type[exp.Expr], ir.AggregateFunction] = {
+    exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Variance: "var_samp", exp.VariancePop: "var_pop",
+    exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp", exp.StddevPop: "stddev_pop"}
+#: The default output name's prefix where it is not the function's: STDDEV(x) is stddev_x, VARIANCE(x) variance_x.
+_SPELLED: dict[type[exp.Expr], str] = {exp.Variance: "variance", exp.Stddev: "stddev"}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -458,8 +463,11 @@ def _parse_select_item(node: exp.Expr, grouped: set[str], keys: list[tuple[exp.E
     if function is None:
         raise unsupported(_describe_item(value, scope), value, scope)
     argument = _parse_aggregate_argument(value, function, scope)
-    return ir.Aggregate(function=function, column=argument, alias=alias or _default_alias(function, argument),
-                        span=span, filter=condition, scale=scale)
+    default = _default_alias(function, argument)
+    if type(value) in _SPELLED and argument is not None:
+        default = f"{_SPELLED[type(value)]}_{argument.name}"
+    return ir.Aggregate(function=function, column=argument, alias=alias or default, span=span, filter=condition,
+                        scale=scale)
 
 
 def _describe_item(value: exp.Expr, scope: Scope) -> str:

@@ -437,7 +437,8 @@ def test_count_distinct_unit_matches_duckdb_where_each_unit_has_one_row(people: 
 
 @pytest.mark.parametrize(("sql", "max_rows", "words"), [
     ("SELECT COUNT(DISTINCT age) FROM p", 1, ["COUNT(DISTINCT age) (line 1, col 8)", "privacy unit is 'pid'"]),
-    ("SELECT COUNT(DISTINCT pid) FROM p", 3, ["max_rows = 1", "keeps up to 3"]),
+    ("SELECT COUNT(DISTINCT pid) FROM p WHERE age < 20", 3, ["COUNT(DISTINCT pid) (line 1, col 8)",
+                                                              "keeps up to 3 rows", "one declared cell"]),
     ("SELECT COUNT(DISTINCT pid, age) FROM p", 1, ["COUNT(DISTINCT) of 2 expressions"]),
 ])
 def test_count_distinct_refusals(people: duckdb.DuckDBPyConnection, sql: str, max_rows: int,

@@ -17,9 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
+from dpsql.backends import Squared
 from dpsql.backends.cell_sql import DatabaseColumn, SourceTable, build_query, marginals_query, table_ref
 from dpsql.backends.sql_dialects import DUCKDB, POSTGRES, SPARK, SqlDialect
-from dpsql.schema import Schema
+from dpsql.schema import Schema, square_quantum
 
 #: Halves, their neighbours one ulp away, and the ends of the range (|v| ≤ 2^53) the measures are bounded to.
 EDGES = [0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 0.49999999999999994, -0.49999999999999994, math.nextafter(2.5, 0),
@@ -85,3 +86,29 @@ def test_postgres_aggregates_uncapped_sets_in_a_union_and_capped_ones_by_groupin
     for dialect in (DUCKDB, SPARK):
         for query in rendered(dialect, capped=False):
             assert "GROUPING SETS" in query and "UNION" not in query
+
+
+def test_sums_of_squares_square_the_clamped_value_in_every_dialect() -> None:
+    """A Squared measure adds round(clamp(v, lo, hi)²/q) per row: PostgreSQL's and DuckDB's forms, evaluated
+    by DuckDB, give the exact per-cell sums (−50 clamps to −10 before squaring, 10⁹ to 30, NULL adds 0);
+    Spark's squares the clamped value too and rounds by truncating casts, never ROUND."""
+    table = Schema.load({"tables": {"people": {"columns": {"sex": {"type": "categorical", "values": ["F", "M"]},
+                                                           "x": {"type": "numeric", "lower": -10,
+                                                                 "upper": 30}}}}}).table("people")
+    catalog = {"sex": DatabaseColumn("sex", "TEXT", "text"), "x": DatabaseColumn("x", "DOUBLE", "float")}
+    x, quantum = table.columns["x"], square_quantum(table.columns["x"])
+    rows = [("F", -50.0), ("F", 2.5), ("M", 29.99), ("M", None), ("M", 1e9)]
+    expected = [(0, 2, sum(exact_half_away(v * v / quantum) for v in (-10.0, 2.5))),
+                (1, 3, sum(exact_half_away(v * v / quantum) for v in (29.99, 30.0)))]
+    with duckdb.connect() as connection:
+        connection.execute("CREATE TABLE people (sex VARCHAR, x DOUBLE)")
+        connection.executemany("INSERT INTO people VALUES (?, ?)", rows)
+        for dialect in (DUCKDB, POSTGRES):
+            source = SourceTable(reference=table_ref("people"), columns=catalog, dialect=dialect)
+            query = build_query(table, source, [table.columns["sex"]], {Squared(x): quantum}, [])
+            found = connection.execute(query.sql("duckdb") + " ORDER BY 1").fetchall()
+            assert [(c, n, int(s)) for c, n, s in found] == expected, dialect.name
+    spark = build_query(table, SourceTable(reference=table_ref("people"), columns=catalog, dialect=SPARK),
+                        [table.columns["sex"]], {Squared(x): quantum}, []).sql("spark")
+    clamped = "LEAST(GREATEST(CAST(`x` AS DOUBLE), CAST('-10.0' AS DOUBLE)), CAST('30.0' AS DOUBLE))"
+    assert f"({clamped}) * ({clamped})" in spark and "ROUND" not in spark.upper()

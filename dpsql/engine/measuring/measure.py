@@ -94,8 +94,10 @@ def zero_answers(group: CompiledGroup, index: int, zero: Sequence[PlannedVector]
 
 def add_covariances(compiled: CompiledBatch, index: int, positions: Sequence[int], release: mechanism.Measurement,
                     quantum: float, answers: dict[AnswerKey, mechanism.Answers]) -> None:
-    """Cov(SUM, COUNT) row by row for AVGs whose two blocks share ``release``; for statements with
-    derived outputs (``dpsql.sql.derived``), of every two of their blocks that share it."""
+    """Cov(SUM, COUNT) row by row for AVGs whose two blocks share ``release`` (and of every two of a
+    variance's SUM, COUNT and SUM of squares that share it); for statements with derived outputs
+    (``dpsql.sql.derived``), of every two of their blocks that share it. Blocks of different data vectors
+    have independent noise: covariance 0, left out."""
     group = compiled.groups[index]
     for statement in compiled.statements:
         if statement.group == index and covariance_pairs(statement.statement):
@@ -108,13 +110,14 @@ def add_covariances(compiled: CompiledBatch, index: int, positions: Sequence[int
                 answers[AnswerKey(index, first)] = replace(
                     found, covariances={**found.covariances, second: covariance * unit})
             continue
-        for output in statement.aggregates:
-            if statement.group != index or len(output.blocks) != 2 or not set(output.blocks) <= set(positions):
+        for output in statement.aggregates:  # AVG (SUM, COUNT); a variance (SUM, COUNT, SUM of squares)
+            if statement.group != index:
                 continue
-            total, count = output.blocks
             blocks = group.blocks
-            covariance = mechanism.answer_covariance(blocks[total].workload, blocks[count].workload, release)
-            unit = blocks[total].scale * blocks[count].scale * quantum**2
-            found = answers[AnswerKey(index, total)]
-            answers[AnswerKey(index, total)] = replace(
-                found, covariances={**found.covariances, count: covariance * unit})
+            shared = [b for b in output.blocks if b in positions]
+            for first, second in ((a, b) for j, a in enumerate(shared) for b in shared[j + 1:]):
+                covariance = mechanism.answer_covariance(blocks[first].workload, blocks[second].workload, release)
+                unit = blocks[first].scale * blocks[second].scale * quantum**2
+                found = answers[AnswerKey(index, first)]
+                answers[AnswerKey(index, first)] = replace(
+                    found, covariances={**found.covariances, second: covariance * unit})

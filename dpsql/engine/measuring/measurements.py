@@ -3,8 +3,15 @@
 Privacy: measurement j of a batch runs at ε_j/(k·B_j) (Laplace) or ρ_j/(k·B_j)² (Gaussian) of its
 strategy's own sensitivity, where one privacy unit (k rows) moves a count vector by at most k and
 a sum vector by at most k·B_j in the sum's integer units (B_j = max(|lower|, |upper|)/quantum), or
-— cell-bounded — cell i's sum by at most k·b_i (``mechanism.calibrate(cell_bounds=...)``). The
+— cell-bounded — cell i's sum by at most k·b_i (``mechanism.calibrate(cell_bounds=...)``). A sum of
+squares (VARIANCE, STDDEV: ``sumsq``) is a sum of the derived value clamp(x, lower, upper)², which
+lies in [0, max(lower², upper²)] (from lower² when lower ≥ 0): one row adds at most that much to one
+cell, so B_j = ⌈max(lower², upper²)/quantum⌉ in its own quanta (:func:`dpsql.schema.square_quantum`),
+k·B_j per unit, and it is measured like any other vector, with independent noise. A vector of
+distinct units per cell (``units``, COUNT(DISTINCT unit) with max_rows = k > 1) moves by 1 in each
+of at most k cells: a count vector's calibration with contribution k (:mod:`dpsql.sql.units`). The
 shares add up to the batch's ε (sequential composition) or ρ (zCDP composition): :func:`split`.
+Each measurement j is then ε_j-DP (ρ_j-zCDP) for one privacy unit, and the batch ε-DP (ρ-zCDP).
 """
 
 from __future__ import annotations

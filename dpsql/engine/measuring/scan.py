@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from dpsql.backends import Backend, CellData
+from dpsql.backends import Backend, CellData, Squared
 from dpsql.engine.measuring.measurements import PlannedVector
 from dpsql.engine.vocabulary import Report
 from dpsql.schema import Column, Table
@@ -27,9 +27,10 @@ class ScanRequest:
     index: int
     table: Table
     cells: list[Column]
-    sums: dict[Column, float]
+    sums: dict[Column | Squared, float]
     nonnull: list[Column]
     value_axes: bool
+    units: bool = False  # the distinct units per cell (dpsql.sql.units): scanned alone, never summed across sets
 
 
 def scan(compiled: CompiledBatch, measurements: Sequence[PlannedVector], truncated: Mapping[str, Column], *,
@@ -48,14 +49,17 @@ def scan(compiled: CompiledBatch, measurements: Sequence[PlannedVector], truncat
         columns = {**truncated, **value_axes}
         requests.append(ScanRequest(index=index, table=replace(compiled.table, columns=columns),
                                     cells=[columns[axis.column.name] for axis in group.axes],
-                                    sums={columns[m.vector.summed]: m.quantum for m in mine if m.vector.is_sum},
+                                    sums={_measure(columns[m.vector.summed], m.vector): m.quantum
+                                          for m in mine if m.vector.is_sum},
                                     nonnull=[columns[str(m.vector.column)] for m in mine if m.vector.kind == "nonnull"],
-                                    value_axes=bool(value_axes)))
+                                    value_axes=bool(value_axes),
+                                    units=any(m.vector.kind == "units" for m in mine)))
     shared: list[ScanRequest] = []
     alone: list[ScanRequest] = []
-    sums: dict[Column, float] = {}
+    sums: dict[Column | Squared, float] = {}
     for request in requests:
-        fits = not request.value_axes and all(sums.get(c, q) == q for c, q in request.sums.items())
+        fits = (not request.value_axes and not request.units
+                and all(sums.get(c, q) == q for c, q in request.sums.items()))
         (shared if fits else alone).append(request)
         if fits:
             sums.update(request.sums)
@@ -70,7 +74,8 @@ def scan(compiled: CompiledBatch, measurements: Sequence[PlannedVector], truncat
     for r in alone:
         report(f"scanning '{compiled.table.name}' for group {r.index + 1} of {len(compiled.groups)} "
                f"({compiled.groups[r.index].cells:,} cells)")
-        found[r.index] = backend.cell_data(r.table, r.cells, sum_columns=r.sums, count_columns=r.nonnull)
+        units = {"distinct_units": True} if r.units else {}  # asked only where needed: the protocol's newest option
+        found[r.index] = backend.cell_data(r.table, r.cells, sum_columns=r.sums, count_columns=r.nonnull, **units)
     return found
 
 
@@ -79,6 +84,14 @@ def batch_vector(group: CompiledGroup, data: CellData,
     """Base-cell data of one vector summed into the group's cells (the axes' coarser partitions)."""
     if vector.kind == "count":
         values = data.counts
+    elif vector.kind == "units":
+        assert data.units is not None, "scanned with distinct_units"
+        values = data.units
     else:
-        values = (data.sums if vector.is_sum else data.nonnull)[str(vector.column)]
+        values = {"sum": data.sums, "sumsq": data.squares, "nonnull": data.nonnull}[vector.kind][str(vector.column)]
     return batch_cell_totals([axis.cell_of_base for axis in group.axes], data.index, data.shape, values)
+
+
+def _measure(column: Column, vector: DataVector) -> Column | Squared:
+    """What the backend sums for a ``sum`` vector (the column) or a ``sumsq`` vector (its square)."""
+    return Squared(column) if vector.squared else column

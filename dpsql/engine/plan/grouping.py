@@ -20,6 +20,7 @@ from dpsql.planning import weights as weighting
 from dpsql.schema import Ordered, Table
 from dpsql.sql import ir
 from dpsql.sql.compile import MERGE_CELLS, StatementMemo, column_set, compile_group, group_cells
+from dpsql.sql.units import reads_units
 
 #: How many candidate statement groups the partition search may plan before it stops merging.
 MAX_GROUP_EVALUATIONS = 60
@@ -88,13 +89,15 @@ def search_partition(batch: ir.Batch, table: Table, noise: Noise, weighing: Weig
     if len(groups) == 1:
         return [sorted(groups[0])]
     columns = {g: frozenset().union(*(column_set(batch.statements[i], table) for i in g)) for g in groups}
+    # distinct units per cell are exact only over a statement's own cells (dpsql.sql.units): never merged
+    apart = frozenset(i for i, statement in enumerate(batch.statements) if reads_units(statement, table))
     current = score(groups)
     while len(groups) > 1 and len(errors) < MAX_GROUP_EVALUATIONS:
         best: tuple[float, int, int] | None = None
         for i in range(len(groups)):
             for j in range(i + 1, len(groups)):
                 too_large = group_cells(table, columns[groups[i]] | columns[groups[j]]) > MERGE_CELLS
-                if too_large or len(errors) >= MAX_GROUP_EVALUATIONS:
+                if too_large or len(errors) >= MAX_GROUP_EVALUATIONS or groups[i] & apart or groups[j] & apart:
                     continue
                 merged = [g for k, g in enumerate(groups) if k not in (i, j)] + [groups[i] | groups[j]]
                 candidate = score(merged)

@@ -52,15 +52,16 @@ class Part:
 
 def statement_parts(compiled: CompiledBatch, cost: PrivacyCost,
                     columns: Mapping[str, Column] | None = None) -> list[list[Part]]:
-    """Each statement's parts (an AVG has its SUM and its COUNT), with the variance of answering
-    that part alone (``weights.baseline_variance``); ``columns`` as measured."""
+    """Each statement's parts (an AVG has its SUM and its COUNT, a variance also its SUM of squares), with
+    the variance of answering that part alone (``weights.baseline_variance``); ``columns`` as measured."""
     noise = noise_of(cost)
     columns = columns if columns is not None else compiled.table.columns
     rows_per_unit = unit_rows(compiled.table)
     result = []
     for statement in compiled.statements:
         group = compiled.groups[statement.group]
-        labelled = [(output.aggregate.alias + ("" if len(output.blocks) == 1 else (" (SUM)", " (COUNT)")[j]), p)
+        labelled = [(output.aggregate.alias + ("" if len(output.blocks) == 1 else
+                                               (" (SUM)", " (COUNT)", " (SUM of squares)")[j]), p)
                     for output in statement.aggregates for j, p in enumerate(output.blocks)]
         parts = []
         for label, p in labelled:

@@ -53,8 +53,9 @@ from dpsql.residual import queries as mq
 from dpsql.residual.lattice import Marginal
 from dpsql.schema import Schema
 from dpsql.sql import ir
-from dpsql.sql.compile import CompiledBatch, compile_batch
+from dpsql.sql.compile import CompiledBatch, batch_table, compile_batch
 from dpsql.sql.derived import covariance_pairs
+from dpsql.sql.units import reads_units
 from dpsql.sql.vectors import COUNTS
 
 FloatArray = npt.NDArray[np.float64]
@@ -189,6 +190,9 @@ def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: Sequence[f
     if cost.family != "rho":
         return NotApplicable("ResidualPlanner was not considered: it is a Gaussian (zCDP) mechanism "
                              "and this batch is charged in ε.")
+    if any(reads_units(statement, batch_table(batch, schema)) for statement in batch.statements):
+        return NotApplicable("ResidualPlanner was not considered: a count of distinct units reads its own cells, "
+                             "which one joint domain would split.")
     compiled = compile_batch(batch, schema, [list(range(len(batch.statements)))])
     if any(covariance_pairs(statement) for statement in batch.statements):
         return NotApplicable("ResidualPlanner was not considered: an output combines several aggregates, whose "

@@ -31,6 +31,7 @@ from dpsql.planning.planner import Plan, Progress
 from dpsql.schema import Column
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, CompiledGroup, compile_group
+from dpsql.sql.units import reads_units
 from dpsql.sql.value_cells import WEIGHT_BITS, ValueCells, value_cells_problem
 from dpsql.sql.vectors import DataVector
 
@@ -105,7 +106,10 @@ def answering_groups(batch: ir.Batch, separate: CompiledBatch, columns: Mapping[
         compiled_groups[index] = group
         for member in members:
             statements[member] = separate.statements[member]
-        if usable:
+        if usable and any(reads_units(separate.statements[m].statement, table) for m in members):
+            notes.append((index, "sums are measured apart from the counts: a distinct-unit count reads its own cells "
+                                 "(dpsql.sql.units), which a value-cell axis would split."))
+        elif usable:
             cells_group, cells_statements = compile_group(batch, table, members, index, usable)
             label = ", ".join(usable)
             if cells_group.cells > VALUE_CELLS_MAX:

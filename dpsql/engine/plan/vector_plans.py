@@ -55,7 +55,7 @@ def group_drafts(index: int, group: CompiledGroup, columns: Mapping[str, Column]
         plan = (known or {}).get((index, vector)) or planner.plan(planning, noise=noise, sizes=sizes, ordered=ordered,
                                                                    quick=quick, progress=progress,
                                                                    extra=extra if vector == COUNTS else None)
-        quantum, bound = value_scale(columns[vector.summed]) if vector.is_sum else (1.0, 1)
+        quantum, bound = value_scale(columns[vector.summed], vector.squared) if vector.is_sum else (1.0, 1)
         draft = DraftVector(group=index, vector=vector, plan=plan, row_scale=unit_rows * bound, quantum=quantum,
                             block_totals=block_totals(workload, rows, plan),
                             block_weights=tuple(weights[p] for p in positions))
@@ -126,7 +126,7 @@ def cell_bounded(draft: DraftVector, group: CompiledGroup, columns: Mapping[str,
     (``mechanism.cell_bounded_strategy``).
     """
     column = columns[draft.vector.summed]
-    bounds = cell_bounds(group, column, draft.quantum)
+    bounds = cell_bounds(group, column, draft.quantum, squared=draft.vector.squared)
     if bounds is None:
         return draft
     top = draft.row_scale // unit_rows
@@ -152,16 +152,18 @@ def cell_bounded(draft: DraftVector, group: CompiledGroup, columns: Mapping[str,
     if not bounded.objective < draft.objective * (1 - 1e-9):
         return draft
     cells = sorted(set(max(bounds, key=lambda vector: max(vector) - min(vector))))
-    note = (f"cell-bounded sum({column.name}): per-cell bounds {cells[0] * draft.quantum:,.6g}…"
+    note = (f"cell-bounded {draft.vector.label}: per-cell bounds {cells[0] * draft.quantum:,.6g}…"
             f"{cells[-1] * draft.quantum:,.6g} (one row moves cell j's sum by at most b_j, not the global "
             f"{top * draft.quantum:,.6g}); expected squared error {bounded.objective / draft.objective:.3g}× that of "
             f"the global-bound plan ({draft.plan.name})")
     return replace(bounded, plan=replace(plan, notes=plan.notes + (note,)))
 
 
-def cell_bounds(group: CompiledGroup, column: Column, quantum: float) -> CellBounds | None:
+def cell_bounds(group: CompiledGroup, column: Column, quantum: float, *, squared: bool = False) -> CellBounds | None:
     """Per axis of ``group``, the most one row moves a cell's clamped sum of ``column`` (in quanta;
-    all ones but on the column's own axis), or None when the column is not an axis.
+    all ones but on the column's own axis), or None when the column is not an axis. ``squared``: of
+    its sum of squares, where a value in [a, b] clamped adds at most max(clamp(a)², clamp(b)²) (x² is
+    largest at an end of an interval), the square of the plain bound.
 
     A row in batch cell j of the column's axis has a value in [b_first, b_last+1] (its base cells'
     boundaries; the edge cells reach to ±∞ when the domain clamps out-of-range values into them),
@@ -176,7 +178,8 @@ def cell_bounds(group: CompiledGroup, column: Column, quantum: float) -> CellBou
     axis = group.axes[position]
     domain = axis.column.ordered_domain
     low, high = column.bounds
-    top = max(1, math.ceil(max(abs(low), abs(high)) / quantum))
+    power = 2 if squared else 1
+    top = max(1, math.ceil(max(abs(low), abs(high)) ** power / quantum))
     floor = max(1, math.ceil(top / 2**CELL_BOUND_RANGE))
     edges = np.asarray(domain.boundaries, dtype=np.float64)
     cells = axis.cell_of_base[:-1]
@@ -188,7 +191,7 @@ def cell_bounds(group: CompiledGroup, column: Column, quantum: float) -> CellBou
     j = np.unique(cells)
     left = np.where(domain.clamp & (first[j] == 0), -math.inf, edges[first[j]])
     right = np.where(domain.clamp & (last[j] == domain.size - 1), math.inf, edges[last[j] + 1])
-    most = np.maximum(np.abs(np.clip(left, low, high)), np.abs(np.clip(right, low, high)))
+    most = np.maximum(np.abs(np.clip(left, low, high)), np.abs(np.clip(right, low, high))) ** power
     bounds[j] = np.maximum(floor, np.minimum(top, np.ceil(most / quantum))).astype(np.int64)
     if axis.has_outside:
         bounds[-1] = floor if domain.clamp or column.outside_excluded else top

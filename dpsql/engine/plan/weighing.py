@@ -12,7 +12,7 @@ from dpsql.engine.measuring.order_statistics import alone_sensitivity
 from dpsql.errors import ProgrammingError
 from dpsql.noise import Noise
 from dpsql.planning import weights as weighting
-from dpsql.schema import Column, measure_quantum
+from dpsql.schema import Column, measure_quantum, square_bound, square_quantum
 from dpsql.sql.compile import Block, CompiledGroup, CompiledStatement
 from dpsql.sql.vectors import DataVector
 
@@ -63,8 +63,12 @@ class Weighing:
         return found
 
 
-def value_scale(column: Column) -> tuple[float, int]:
-    """(quantum, B) of a sum column: sums count in quanta, one row moving a cell by at most B."""
+def value_scale(column: Column, squared: bool = False) -> tuple[float, int]:
+    """(quantum, B) of a sum column: sums count in quanta, one row moving a cell by at most B
+    (``squared``: of its sum of squares, B = ⌈max(lo², hi²)/quantum⌉)."""
+    if squared:
+        quantum = square_quantum(column)
+        return quantum, max(1, math.ceil(square_bound(column) / quantum))
     quantum = measure_quantum(column)
     low, high = column.bounds
     return quantum, max(1, math.ceil(max(abs(low), abs(high)) / quantum))
@@ -74,7 +78,7 @@ def row_bound(vector: DataVector, columns: Mapping[str, Column]) -> float:
     """β: the most one row moves one answer of this vector, in data units (B·quantum for sums)."""
     if not vector.is_sum:
         return 1.0
-    quantum, steps = value_scale(columns[vector.summed])
+    quantum, steps = value_scale(columns[vector.summed], vector.squared)
     return quantum * steps
 
 

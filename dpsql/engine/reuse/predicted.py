@@ -41,6 +41,7 @@ from dpsql.residual import planner as residual
 from dpsql.residual import queries as mq
 from dpsql.sql import derived as d
 from dpsql.sql import ir
+from dpsql.sql.vectors import SPREADS
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -121,6 +122,9 @@ def _why(aggregate: ir.Aggregate, truncated: set[str]) -> str | None:
     """Why an aggregate's standard error depends on the data, or None when the plan fixes it."""
     if aggregate.function == "avg":
         return "an AVG's standard error (delta method) depends on the noisy SUM and COUNT"
+    if aggregate.function in SPREADS:
+        return ("a variance's or standard deviation's standard error (delta method) depends on the noisy COUNT, "
+                "SUM and SUM of squares")
     if aggregate.quantile is not None:
         return "an order statistic's error depends on the data"
     if aggregate.function == "sum" and aggregate.column is not None and aggregate.column.name in truncated:

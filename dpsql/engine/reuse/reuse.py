@@ -59,7 +59,7 @@ from dpsql.releases.information import KeptInformation, cells_key
 from dpsql.releases.kept import KeptMeasurement
 from dpsql.releases.recipes import NotKeptError, to_recipe
 from dpsql.releases.reduce import Meet, Reduced, lifted, on_classes, on_classes_of_root, psd_root, reduction_work
-from dpsql.schema import Table, measure_quantum
+from dpsql.schema import Table, measure_quantum, square_quantum
 from dpsql.sql.axes import Axis
 from dpsql.sql.compile import CompiledBatch, CompiledGroup
 from dpsql.sql.vectors import DataVector
@@ -239,7 +239,7 @@ class Reuse:
         if not vector.is_sum:
             return vector_key(vector, None, 1.0), 1.0
         column = self.compiled.table.columns[vector.summed]
-        quantum = measure_quantum(column)
+        quantum = square_quantum(column) if vector.squared else measure_quantum(column)
         return vector_key(vector, column.measure_bounds, quantum), quantum
 
     def pool_of(self, index: int, vector: DataVector) -> Pool | None:
