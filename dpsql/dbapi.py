@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from dpsql.backends.base import Backend
+from dpsql.backends.base import Backend, data_file_suffix
 from dpsql.backends.choose import choose_backend, is_address
 from dpsql.backends.duckdb import attached_files
 from dpsql.budget.account import Account
@@ -109,10 +109,10 @@ def connect(
         raise ProgrammingError(f"a connection to {str(database).split('://')[0]}://... reads data stored on a server: "
                                "its budget is kept in a ledger, so pass ledger=PATH and dataset='name' (the owner "
                                "sets its total with `dpsql budget set --db ADDRESS --ledger PATH --dataset NAME`).")
-    backend = choose_backend(database, dialect=dialect, tables=tables)
+    loaded = Schema.load(source)
+    backend = choose_backend(database, dialect=dialect, tables=tables, table=_file_table(database, loaded))
     try:
         books = _books(database, backend, budget, ledger, dataset, analyst)
-        loaded = Schema.load(source)
         if isinstance(books, Account):  # charges check the data and schema the owner bound the dataset to
             books = books.bound_to(Binding(schema=loaded.canonical(), database=backend.identity))
         return Connection(backend, loaded, books, rng, default_cost)
@@ -120,6 +120,19 @@ def connect(
         if backend is not database:  # a Backend passed in stays its caller's until the connection exists
             backend.close()
         raise
+
+
+def _file_table(database: object, schema: Schema) -> str | None:
+    """The table a CSV or Parquet ``database`` is read as: the schema's one declared table (None for a database)."""
+    if data_file_suffix(database) is None:
+        return None
+    names = [table.name for table in schema.tables.values()]
+    if len(names) != 1:
+        raise ProgrammingError(f"'{database}' is a CSV or Parquet file, read as one table, but the schema "
+                               f"declares {len(names)} tables ({', '.join(names) or 'none'}). Declare one table, or "
+                               "load the files into one DuckDB database (CREATE TABLE name AS SELECT * FROM "
+                               "read_csv('file.csv')) and pass that. Nothing was opened or charged.")
+    return names[0]
 
 
 def _books(database: Database | Backend, backend: Backend, budget: Budget | None,

@@ -50,8 +50,9 @@ def suggest_schema(connection_or_path: duckdb.DuckDBPyConnection | str | os.Path
 
     Args:
         connection_or_path: an open DuckDB connection (left open), or a database path (opened read-only,
-            without external access; a missing file is an OperationalError).
-        table: the table (or view) name.
+            without external access; a missing file is an OperationalError), or a CSV or Parquet file (read
+            into memory as table ``table``).
+        table: the table (or view) name; for a CSV or Parquet file, the name the schema gives it.
         max_categories: the most distinct values a categorical suggestion lists.
 
     Returns:
@@ -62,7 +63,7 @@ def suggest_schema(connection_or_path: duckdb.DuckDBPyConnection | str | os.Path
             supported type.
         OperationalError: DuckDB failed.
     """
-    with DuckDBBackend(connection_or_path) as backend:  # a path: read-only and locked, as dpsql.connect opens it
+    with DuckDBBackend(connection_or_path, table=table) as backend:  # read-only and locked, as dpsql.connect opens it
         return _suggest(backend.connection, table, max_categories)
 
 

@@ -1,6 +1,7 @@
 """Which backend a ``dpsql.connect`` argument means: DuckDB by default, Spark, PostgreSQL, or any Backend.
 
-- a path, ``":memory:"`` or a duckdb connection: ``DuckDBBackend``, the embedded default;
+- a path, ``":memory:"`` or a duckdb connection: ``DuckDBBackend``, the embedded default (a CSV or
+  Parquet path: its in-memory copy as one table, ``table``);
 - ``"sc://host:port"``: Spark Connect (``SparkBackend.remote``; install ``dpsql[spark-connect]``);
 - a ``SparkSession``, classic or Connect: ``SparkBackend`` (``dpsql[spark]``);
 - ``"postgresql://..."``: PostgreSQL through ADBC (``PostgresBackend.from_uri``; ``dpsql[postgres]``);
@@ -36,8 +37,10 @@ def is_address(database: object) -> bool:
     return isinstance(database, str) and database.startswith((SPARK_CONNECT, *POSTGRES_URIS))
 
 
-def choose_backend(database: Any, *, dialect: str | None = None, tables: Mapping[str, Any] | None = None) -> Backend:
+def choose_backend(database: Any, *, dialect: str | None = None, tables: Mapping[str, Any] | None = None,
+                   table: str | None = None) -> Backend:
     """The backend over ``database`` (see the module table); a backend opened here is closed by its ``close``.
+    ``table``: the name a CSV or Parquet file is read as (default: the file's name without its ending).
 
     Raises:
         ProgrammingError: ``dialect`` is not one dpsql knows, does not fit ``database``, ``tables`` is given for
@@ -61,7 +64,7 @@ def choose_backend(database: Any, *, dialect: str | None = None, tables: Mapping
         if tables:
             raise ProgrammingError("tables= maps declared tables to Spark or PostgreSQL references; a DuckDB database "
                                    "reads each declared table by its name: create a view with that name instead.")
-        return DuckDBBackend(database)
+        return DuckDBBackend(database, table=table)
     if dialect == POSTGRES.name:
         if not (hasattr(database, "cursor") and hasattr(database, "close")):
             raise ProgrammingError(f"dialect='postgres' takes a PEP 249 connection to PostgreSQL (ADBC or psycopg); "

@@ -18,6 +18,7 @@ from typing import Any
 
 from dpsql import __version__
 from dpsql.answers.tables import format_table
+from dpsql.backends.base import data_file_suffix, data_file_table
 from dpsql.cli import accuracy as accuracy_cli
 from dpsql.cli import budget as budget_cli
 from dpsql.cli import local as local_cli
@@ -25,7 +26,7 @@ from dpsql.cli import serve as serve_cli
 from dpsql.cli.files import read_queries, result_folder, write_tables
 from dpsql.engine import pipeline
 from dpsql.engine.request import Request
-from dpsql.errors import Error, PrivacyParameterError
+from dpsql.errors import Error, PrivacyParameterError, ProgrammingError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -73,8 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     serve_cli.add_commands(commands)
     schema = commands.add_parser("schema", help="schema helpers").add_subparsers(dest="action", required=True)
     suggest = schema.add_parser("suggest", help="print a starting schema read from a table (NOT private)")
-    suggest.add_argument("--db", required=True)
-    suggest.add_argument("--table", required=True)
+    suggest.add_argument("--db", required=True, help="a DuckDB database file, or a CSV or Parquet file")
+    suggest.add_argument("--table", help="the table to read (a CSV or Parquet file's default: its name without the "
+                         "ending, adult.csv → adult)")
     suggest.set_defaults(handler=_suggest)
     demo = commands.add_parser("demo", help="build a census-like database and answer a dozen queries privately")
     demo.add_argument("--dir", type=Path,
@@ -158,7 +160,12 @@ def _explain(arguments: argparse.Namespace) -> int:
 def _suggest(arguments: argparse.Namespace) -> int:
     from dpsql.suggest import suggest_schema
 
-    print(suggest_schema(arguments.db, arguments.table))
+    table = arguments.table
+    if table is None:
+        if data_file_suffix(arguments.db) is None:
+            raise ProgrammingError("dpsql schema suggest --db DATABASE needs --table NAME: which table to read.")
+        table = data_file_table(arguments.db)
+    print(suggest_schema(arguments.db, table))
     return 0
 
 

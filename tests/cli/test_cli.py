@@ -138,6 +138,25 @@ def test_schema_suggest_prints_the_not_private_warning(files: dict[str, str],
     assert "NOT PRIVATE" in out and "[tables.people" in out and "sex" in out
 
 
+def test_a_csv_from_schema_suggest_to_a_charged_answer(files: dict[str, str], tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    csv = tmp_path / "adult.csv"
+    with duckdb.connect(files["db"], read_only=True) as con:
+        pa_csv.write_csv(con.sql("SELECT * FROM people").to_arrow_table(), csv)
+    assert main(["schema", "suggest", "--db", str(csv)]) == 0  # the table: the file's name without .csv
+    suggested = capsys.readouterr().out
+    assert "[tables.adult]" in suggested
+    (tmp_path / "adult.toml").write_text(suggested)
+    books = ["--db", str(csv), "--schema", str(tmp_path / "adult.toml")]
+    assert main(["budget", "set", *books, "--epsilon", "5"]) == 0
+    assert f"ledger: {csv}.dpsql-ledger" in capsys.readouterr().out
+    queries = _write(tmp_path, "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex")
+    assert main(["run", queries, *books, "--epsilon", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "F" in out and "±" in out
+    assert len(Ledger(default_path(csv)).history("adult.csv")) == 1
+
+
 @pytest.mark.parametrize("make_args, error_name, phrase", [
     (lambda f, t: arguments({**f, "queries": _write(t, "SELECT COUNT(* FROM people")}), "SqlSyntaxError",
      "line 1, col"),
