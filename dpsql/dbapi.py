@@ -23,8 +23,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from dpsql.backends.base import Backend, data_file_suffix
-from dpsql.backends.choose import choose_backend, is_address
+from dpsql.backends.base import Backend
+from dpsql.backends.choose import choose_backend, file_table, is_address
 from dpsql.backends.duckdb import attached_files
 from dpsql.budget.account import Account
 from dpsql.budget.accounting import Budget, PrivacyBudget, PrivacyCost
@@ -110,7 +110,7 @@ def connect(
                                "its budget is kept in a ledger, so pass ledger=PATH and dataset='name' (the owner "
                                "sets its total with `dpsql budget set --db ADDRESS --ledger PATH --dataset NAME`).")
     loaded = Schema.load(source)
-    backend = choose_backend(database, dialect=dialect, tables=tables, table=_file_table(database, loaded))
+    backend = choose_backend(database, dialect=dialect, tables=tables, table=file_table(database, loaded))
     try:
         books = _books(database, backend, budget, ledger, dataset, analyst)
         if isinstance(books, Account):  # charges check the data and schema the owner bound the dataset to
@@ -120,19 +120,6 @@ def connect(
         if backend is not database:  # a Backend passed in stays its caller's until the connection exists
             backend.close()
         raise
-
-
-def _file_table(database: object, schema: Schema) -> str | None:
-    """The table a CSV or Parquet ``database`` is read as: the schema's one declared table (None for a database)."""
-    if data_file_suffix(database) is None:
-        return None
-    names = [table.name for table in schema.tables.values()]
-    if len(names) != 1:
-        raise ProgrammingError(f"'{database}' is a CSV or Parquet file, read as one table, but the schema "
-                               f"declares {len(names)} tables ({', '.join(names) or 'none'}). Declare one table, or "
-                               "load the files into one DuckDB database (CREATE TABLE name AS SELECT * FROM "
-                               "read_csv('file.csv')) and pass that. Nothing was opened or charged.")
-    return names[0]
 
 
 def _books(database: Database | Backend, backend: Backend, budget: Budget | None,

@@ -20,12 +20,13 @@ from typing import Any
 
 import duckdb
 
-from dpsql.backends.base import Backend, missing_members
+from dpsql.backends.base import Backend, data_file_suffix, missing_members
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.backends.postgres import PostgresBackend
 from dpsql.backends.spark import SparkBackend, is_spark_session
 from dpsql.backends.sql_dialects import DIALECTS, DUCKDB, POSTGRES, SPARK
 from dpsql.errors import ProgrammingError
+from dpsql.schema import Schema
 
 #: URI prefixes of the engines reached by address.
 SPARK_CONNECT = "sc://"
@@ -82,6 +83,23 @@ def choose_backend(database: Any, *, dialect: str | None = None, tables: Mapping
                                "as it is. Drop them.")
     backend: Backend = database
     return backend
+
+
+def file_table(database: object, schema: Schema) -> str | None:
+    """The table a CSV or Parquet ``database`` is read as: the schema's one declared table (None for anything else).
+
+    Raises:
+        ProgrammingError: the schema declares no table or several (a file is one table).
+    """
+    if data_file_suffix(database) is None:
+        return None
+    names = [table.name for table in schema.tables.values()]
+    if len(names) != 1:
+        raise ProgrammingError(f"'{database}' is a CSV or Parquet file, read as one table, but the schema declares "
+                               f"{len(names)} tables ({', '.join(names) or 'none'}). Declare one table, or load the "
+                               "files into one DuckDB database (CREATE TABLE name AS SELECT * FROM "
+                               "read_csv('file.csv')) and pass that. Nothing was opened or charged.")
+    return names[0]
 
 
 def _check_dialect(dialect: str | None, expected: str, what: str) -> None:

@@ -11,6 +11,7 @@ scan on the database's own tables and views, and running a query to Arrow on Duc
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -167,8 +168,30 @@ def _open_locked(name: str) -> duckdb.DuckDBPyConnection:
     try:
         return duckdb.connect(name, read_only=name != ":memory:", config=dict(_LOCKED))
     except duckdb.Error as err:
-        raise OperationalError(f"DuckDB cannot open the database '{name}' read-only: {err}. If this process (or "
-                               "another) has it open for writing, close that connection first.") from err
+        raise OperationalError(_open_failure(name, err)) from err
+
+
+def _open_failure(name: str, err: duckdb.Error) -> str:
+    """Why DuckDB could not open ``name`` read-only, in words, and what to do (DuckDB's text at the end)."""
+    text = str(err)
+    if "different configuration" in text:
+        situation = (f"this process already has '{name}' open in another DuckDB connection (e.g. "
+                     f"duckdb.connect('{name}') or duckdb.connect('{name}', read_only=True) in this notebook or "
+                     "script), and DuckDB opens one file with one configuration per process, while dpsql opens it "
+                     "locked (no external access). Close that connection (con.close()) before dpsql.connect, and "
+                     "open it again after closing dpsql's; or read the data yourself from another process.")
+    elif "lock" in text.lower():
+        holder = re.search(r"Conflicting lock is held in (.+?) \(PID (\d+)\)", text)
+        who = f"process {holder.group(2)} ({os.path.basename(holder.group(1))})" if holder else "another process"
+        situation = (f"{who} has '{name}' open for writing, and DuckDB lets a writer keep every other process out. "
+                     "Close that connection, or open it there with read_only=True (any number of read-only "
+                     "processes can share the file), then try again.")
+    elif "not a valid DuckDB database" in text:
+        situation = (f"'{name}' is not a DuckDB database file. Pass a DuckDB database, or a CSV or Parquet file "
+                     "with its usual ending (.csv, .csv.gz, .tsv, .parquet), which dpsql reads as one table.")
+    else:
+        situation = "check the path and that it is a DuckDB database file."
+    return f"DuckDB cannot open the database '{name}' read-only: {situation} (DuckDB: {text})"
 
 
 def _load_data_file(name: str, table: str) -> tuple[duckdb.DuckDBPyConnection, str]:

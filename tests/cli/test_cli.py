@@ -375,3 +375,30 @@ def test_budget_set_refuses_a_total_below_what_is_spent(files: dict[str, str],
 def test_budget_set_needs_a_total(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["budget", "set", "--db", files["db"]]) == 2
     assert "needs a total (--epsilon E or --rho R), --share-releases or --no-share-releases" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("make_data, schema_text, error_name, phrase", [
+    (lambda folder: _write(folder, "sex,age\nF,30\n"), SCHEMA, "OperationalError",
+     "is not a DuckDB database file"),  # a CSV without its .csv ending
+    (lambda folder: _database(folder, "CREATE TABLE visits AS SELECT 1 AS age"),
+     SCHEMA + '\n[tables.trips.columns.km]\ntype = "integer"\nlower = 0\nupper = 9\n', "SchemaError",
+     "(table(s) people, trips)"),  # neither declared table is in the database
+])
+def test_budget_set_refuses_data_it_cannot_read_before_writing_anything(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str], make_data,  # type: ignore[no-untyped-def]
+                                                                        schema_text: str, error_name: str,
+                                                                        phrase: str) -> None:
+    data = make_data(tmp_path)
+    schema = tmp_path / "owner.toml"
+    schema.write_text(schema_text)
+    assert main(["budget", "set", "--db", data, "--schema", str(schema), "--epsilon", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"dpsql: {error_name}: " in err and phrase in err and "Nothing was set" in err
+    assert not default_path(data).exists() and not Path(str(default_path(data)) + ".key").exists()
+
+
+def _database(folder: Path, sql: str) -> str:
+    path = folder / "other.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute(sql)
+    return str(path)
