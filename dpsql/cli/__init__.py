@@ -9,7 +9,9 @@ the engine's request pipeline (:mod:`dpsql.engine.pipeline`), as ``Cursor.execut
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -28,15 +30,35 @@ from dpsql.engine import pipeline
 from dpsql.engine.request import Request
 from dpsql.errors import Error, PrivacyParameterError, ProgrammingError
 
+#: The exit status of a command whose reader went away (``dpsql budget show | head``): 128 + SIGPIPE, as a
+#: command ended by the signal reports it.
+BROKEN_PIPE = 141
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``dpsql`` command; returns the exit status."""
-    arguments = _parser().parse_args(argv)
+    """Entry point of the ``dpsql`` command; returns the exit status (2 for a dpsql error, 141 when the
+    reader of standard output closed it early, which ends the command quietly)."""
     try:
-        return int(arguments.handler(arguments) or 0)
+        arguments = _parser().parse_args(argv)
+        status = int(arguments.handler(arguments) or 0)
+        sys.stdout.flush()  # a reader that left shows here, not as a traceback at exit
+        return status
+    except BrokenPipeError:
+        _discard_stdout()
+        return BROKEN_PIPE
     except Error as err:
         print(f"dpsql: {type(err).__name__}: {err}", file=sys.stderr)
         return 2
+
+
+def _discard_stdout() -> None:
+    """Point standard output at the null device, so the interpreter's last flush at exit does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass  # not a real file (a test's capture): nothing is flushed to a closed pipe at exit
 
 
 def _parser() -> argparse.ArgumentParser:

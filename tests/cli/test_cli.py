@@ -5,6 +5,9 @@ on stderr."""
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -15,7 +18,7 @@ import pytest
 
 from dpsql.budget.accounting import PrivacyCost
 from dpsql.budget.ledger import Binding, Ledger, default_path
-from dpsql.cli import main
+from dpsql.cli import BROKEN_PIPE, main
 from dpsql.schema import Schema
 
 SCHEMA = """
@@ -36,6 +39,8 @@ lower = 0
 upper = 1000
 bin_width = 500
 """
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 QUERIES = """-- two statements, one batch
 SELECT sex, COUNT(*) AS n FROM people GROUP BY sex;
 SELECT age, AVG(income) AS mean_income FROM people WHERE age >= 20 GROUP BY age;
@@ -402,3 +407,18 @@ def _database(folder: Path, sql: str) -> str:
     with duckdb.connect(str(path)) as con:
         con.execute(sql)
     return str(path)
+
+
+@pytest.mark.parametrize("command, status", [
+    (lambda f: ["budget", "show", "--db", f["db"]], BROKEN_PIPE), (lambda f: arguments(f, "explain"), BROKEN_PIPE),
+    (lambda f: ["schema", "suggest", "--db", f["db"], "--table", "people"], BROKEN_PIPE),
+    (lambda f: ["--help"], 0)])  # argparse's help ignores a closed pipe itself
+def test_output_into_a_closed_pipe_ends_quietly(files: dict[str, str], command, status: int) -> None:  # type: ignore[no-untyped-def]
+    reader, writer = os.pipe()
+    os.close(reader)  # `dpsql ... | head -1` once head has gone: every write fails with EPIPE
+    try:
+        done = subprocess.run([sys.executable, "-m", "dpsql.cli", *command(files)], stdout=writer,
+                              stderr=subprocess.PIPE, text=True, env=ENV, timeout=300, check=False)
+    finally:
+        os.close(writer)
+    assert done.returncode == status and done.stderr == ""
