@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsql import __version__
-from dpsql.answers.tables import format_table
+from dpsql.answers.tables import PLUS_MINUS, format_table
 from dpsql.backends.base import data_file_suffix, data_file_table
 from dpsql.cli import accuracy as accuracy_cli
 from dpsql.cli import budget as budget_cli
@@ -91,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="set negative counts (and sums of non-negative values) to 0")
     run.add_argument("--isotonic", action="store_true",
                      help="make nested single-answer statements (e.g. prefix sums) non-decreasing")
+    run.add_argument("--explain", action="store_true",
+                     help="after the answers, print how the batch was planned (as dpsql explain shows it)")
+    run.add_argument("--verbose", "-v", action="store_true", help="report each step's progress on standard error")
     budget_cli.add_commands(commands)
     local_cli.add_commands(commands)
     serve_cli.add_commands(commands)
@@ -105,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="where to write the database, schema and queries (default: a temp folder)")
     demo.add_argument("--rows", type=int, default=1_000_000, help="people in the generated table")
     demo.add_argument("--epsilon", type=float, default=1.0, help="the batch's privacy cost")
+    demo.add_argument("--explain", action="store_true", help="also print how the batch was planned, after the answers")
     demo.set_defaults(handler=_demo)
     return parser
 
@@ -136,21 +140,38 @@ def _request(arguments: argparse.Namespace, **more: Any) -> Request:
 def _run(arguments: argparse.Namespace) -> int:
     started = time.perf_counter()
     steps = [step for step in ("nonnegative", "isotonic") if getattr(arguments, step)]
-    request = _request(arguments, progress=lambda message: _progress(message, started), postprocess=steps)
+
+    def report(message: str) -> None:
+        if arguments.verbose:
+            _progress(message, started)
+
+    request = _request(arguments, progress=report if arguments.verbose else None, postprocess=steps)
     if arguments.out is not None:  # checked before anything is spent
         result_folder(arguments.out, consequence="Nothing was run or charged.")
     with _open(arguments) as connection:
-        _progress("parsing, compiling and planning the batch", started)
+        plan = pipeline.explain(request, connection) if arguments.explain else None  # before anything is spent
+        report("parsing, compiling and planning the batch")
         tables = pipeline.answer(request, connection)
-        _progress(f"answered {len(tables)} statement(s)", started)
+        report(f"answered {len(tables)} statement(s)")
         releases = [json.loads(table.schema.metadata[b"dpsql"]) for table in tables]
         release = next((r for r in releases if not str(r.get("budget_spent")).startswith("nothing")),
                        releases[0] if releases else {})  # a statement that was measured names the batch's charge
-        _progress(f"budget: charged {release.get('budget_spent')}; left {release.get('budget_remaining')} "
-                  f"(ledger {connection.account.ledger.path})" + accuracy_cli.found(release), started)
+        charged = (f"budget: charged {release.get('budget_spent')}; left {release.get('budget_remaining')} "
+                   f"(ledger {connection.account.ledger.path})" + accuracy_cli.found(release))
     if arguments.out:
         print(*write_tables(tables, arguments.out, arguments.format), sep="\n")
-        return 0
+    else:
+        _print_answers(tables)
+    if plan is not None:
+        print(f"How dpsql planned the batch (before it was answered; nothing spent):\n{plan}")
+    print(charged, file=sys.stderr)
+    return 0
+
+
+def _print_answers(tables: Sequence[Any]) -> None:
+    """Each statement's result, under a line saying what ± means, then the notes on the batch."""
+    print(PLUS_MINUS)
+    print()
     for number, table in enumerate(tables, start=1):
         print(f"-- statement {number}")
         print(format_table(table))
@@ -162,7 +183,6 @@ def _run(arguments: argparse.Namespace) -> int:
     for column, theta in thresholds.items():
         print(f"-- {column}: sums truncated at θ = {theta:,.2f} "
               "(chosen privately; answers are biased toward zero beyond it)")
-    return 0
 
 
 def _weights(text: str) -> list[float]:
@@ -194,6 +214,6 @@ def _suggest(arguments: argparse.Namespace) -> int:
 def _demo(arguments: argparse.Namespace) -> int:
     from dpsql.cli import demo
 
-    demo.run(arguments.dir, people=arguments.rows, epsilon=arguments.epsilon)
+    demo.run(arguments.dir, people=arguments.rows, epsilon=arguments.epsilon, explain=arguments.explain)
     return 0
 

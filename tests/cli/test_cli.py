@@ -16,6 +16,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
 
+from dpsql.answers.tables import PLUS_MINUS
 from dpsql.budget.accounting import PrivacyCost
 from dpsql.budget.ledger import Binding, Ledger, default_path
 from dpsql.cli import BROKEN_PIPE, main
@@ -80,7 +81,19 @@ def test_run_prints_each_statement_with_standard_errors(files: dict[str, str],
     assert [band[0] for band in bands] == [str(age) for age in range(0, 100, 10)]  # every declared age band
     assert [band[2] for band in bands[:2]] == ["NULL", "NULL"]  # WHERE age >= 20 leaves no row in them: AVG is NULL
     assert all("±" in " ".join(band) for band in bands[2:])
+    assert lines[0] == PLUS_MINUS and "one standard error" in lines[0]  # what ± means comes first
+    assert err.splitlines() == [f"budget: charged ε=1; left 99.5 of ρ=100 (ledger {files['db']}.dpsql-ledger)"]
+
+
+def test_run_verbose_reports_progress_and_explain_prints_the_plan_after_the_answers(
+        files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(arguments(files, "run", "--verbose", "--explain")) == 0
+    out, err = capsys.readouterr()
     assert "answered 2 statement(s)" in err and "Traceback" not in err  # progress goes to stderr, results to stdout
+    plan = out.index("How dpsql planned the batch (before it was answered; nothing spent):")
+    assert out.index("-- statement 2") < plan < out.index("Statements: the expected standard error")
+    assert main(arguments(files)) == 0
+    assert "Statements:" not in capsys.readouterr().out  # no plan without --explain
 
 
 def test_run_reads_the_batch_from_standard_input(files: dict[str, str], capsys: pytest.CaptureFixture[str],
@@ -93,7 +106,7 @@ def test_run_reads_the_batch_from_standard_input(files: dict[str, str], capsys: 
 
 def test_run_with_rho(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(arguments(files, cost=("--rho", "0.5"))) == 0
-    assert capsys.readouterr().out.count("±") == 10
+    assert capsys.readouterr().out.removeprefix(PLUS_MINUS).count("±") == 10
 
 
 @pytest.mark.parametrize("file_format, read", [("parquet", pq.read_table), ("csv", pa_csv.read_csv)])
@@ -202,7 +215,7 @@ def test_the_queries_file_may_hold_unicode_and_comments(files: dict[str, str], t
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     path = _write(tmp_path, "/* Übersicht — naïve */\nSELECT COUNT(*) AS n FROM people WHERE sex = 'F'; -- done\n")
     assert main(arguments({**files, "queries": path})) == 0
-    assert capsys.readouterr().out.count("±") == 1
+    assert capsys.readouterr().out.removeprefix(PLUS_MINUS).count("±") == 1
 
 
 def test_a_batch_without_a_cost_exits_2_naming_the_three_ways_to_give_one(files: dict[str, str],
