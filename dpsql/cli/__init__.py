@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsql import __version__
+from dpsql.answers import charts
 from dpsql.answers.tables import PLUS_MINUS, format_table
 from dpsql.backends.base import data_file_suffix, data_file_table
 from dpsql.cli import accuracy as accuracy_cli
@@ -28,7 +29,7 @@ from dpsql.cli import serve as serve_cli
 from dpsql.cli.files import read_queries, result_folder, write_tables
 from dpsql.engine import pipeline
 from dpsql.engine.request import Request
-from dpsql.errors import Error, PrivacyParameterError, ProgrammingError
+from dpsql.errors import Error, InterfaceError, PrivacyParameterError, ProgrammingError
 
 #: The exit status of a command whose reader went away (``dpsql budget show | head``): 128 + SIGPIPE, as a
 #: command ended by the signal reports it.
@@ -94,6 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--explain", action="store_true",
                      help="after the answers, print how the batch was planned (as dpsql explain shows it)")
     run.add_argument("--verbose", "-v", action="store_true", help="report each step's progress on standard error")
+    run.add_argument("--chart", type=Path, help="also draw each answer with ± one standard error bars into this "
+                     "image (.png, .svg, .pdf; needs the optional extra plots: pip install \"dpsql[plots]\")")
     budget_cli.add_commands(commands)
     local_cli.add_commands(commands)
     serve_cli.add_commands(commands)
@@ -148,6 +151,8 @@ def _run(arguments: argparse.Namespace) -> int:
     request = _request(arguments, progress=report if arguments.verbose else None, postprocess=steps)
     if arguments.out is not None:  # checked before anything is spent
         result_folder(arguments.out, consequence="Nothing was run or charged.")
+    if arguments.chart is not None:
+        charts.require()  # before anything is spent
     with _open(arguments) as connection:
         plan = pipeline.explain(request, connection) if arguments.explain else None  # before anything is spent
         report("parsing, compiling and planning the batch")
@@ -165,6 +170,13 @@ def _run(arguments: argparse.Namespace) -> int:
     if plan is not None:
         print(f"How dpsql planned the batch (before it was answered; nothing spent):\n{plan}")
     print(charged, file=sys.stderr)
+    if arguments.chart is not None:
+        try:
+            charts.draw(tables, arguments.chart)
+        except OSError as err:
+            raise InterfaceError(f"cannot write the chart '{arguments.chart}': {err.strerror or err}; the answers "
+                                 "above were charged and printed.") from err
+        print(f"chart: {arguments.chart}", file=sys.stderr)
     return 0
 
 

@@ -435,3 +435,21 @@ def test_output_into_a_closed_pipe_ends_quietly(files: dict[str, str], command, 
     finally:
         os.close(writer)
     assert done.returncode == status and done.stderr == ""
+
+
+def test_run_chart_without_matplotlib_refuses_before_charging(files: dict[str, str], tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    chart = tmp_path / "answers.png"
+    with monkeypatch.context() as without:
+        without.setitem(sys.modules, "matplotlib", None)  # as if the extra 'plots' were not installed
+        assert main(arguments(files, "run", "--chart", str(chart))) == 2
+    assert 'pip install "dpsql[plots]"' in capsys.readouterr().err and not chart.exists()
+    assert Ledger(default_path(files["db"])).history("people.duckdb") == []  # refused before the charge
+
+
+def test_run_chart_draws_the_answers(files: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    chart = tmp_path / "answers.png"
+    assert main(arguments(files, "run", "--chart", str(chart))) == 0
+    assert f"chart: {chart}" in capsys.readouterr().err and chart.read_bytes().startswith(b"\x89PNG")
