@@ -37,8 +37,7 @@ __all__ = ["GROUPING_CALLS", "MAX_GROUPING_SETS", "Grouping", "GroupingSet", "ex
 #: Grouping sets in one statement (each is a statement of the batch): CUBE of 6 keys.
 MAX_GROUPING_SETS = 64
 
-_SUPPORTED = ("GROUP BY takes ROLLUP (k, ...), CUBE (k, ...) and GROUPING SETS ((k, ...), ..., ()) of keys GROUP BY "
-              "accepts, beside plain keys; GROUPING(k, ...) and GROUPING_ID(k, ...) name its keys.")
+_SUPPORTED = "GROUPING(k, ...) and GROUPING_ID(k, ...) take the statement's GROUP BY keys."
 _ELEMENTS = (exp.Rollup, exp.Cube, exp.GroupingSets)
 
 
@@ -67,7 +66,8 @@ def expand(select: exp.Select, scope: Scope, union: ir.UnionPart | None, stateme
                           "Send the grouping sets statement on its own (it is one table already), or write each "
                           "GROUP BY as a part of the UNION ALL.")
     if group.args.get("all"):
-        raise unsupported("GROUP BY ALL with ROLLUP, CUBE or GROUPING SETS", group, scope, _SUPPORTED)
+        raise unsupported("GROUP BY ALL with ROLLUP, CUBE or GROUPING SETS", group, scope,
+                          "Name the plain keys beside ROLLUP, CUBE or GROUPING SETS.")
     keys: list[exp.Expr] = []
     identities: list[object] = []
 
@@ -83,7 +83,7 @@ def expand(select: exp.Select, scope: Scope, union: ir.UnionPart | None, stateme
         raise InvalidQueryError(located(f"the GROUP BY has {count:,} grouping sets; the limit is MAX_GROUPING_SETS = "
                                         f"{MAX_GROUPING_SETS}", node_span(group, scope), scope.source,
                                         "Group by fewer keys in CUBE, or list the sets you need with GROUPING SETS."))
-    choices = [[frozenset(position(node) for node in chosen) for chosen in _sets(element, scope)]
+    choices = [[frozenset(position(node) for node in chosen) for chosen in _sets(element)]
                for element in group.expressions]
     sets = [frozenset().union(*combination) for combination in itertools.product(*choices)]
     span = node_span(group, scope)
@@ -104,10 +104,10 @@ def _count(element: exp.Expr) -> int:
         return len(element.expressions) + 1
     if isinstance(element, exp.Cube):
         return 2 ** len(element.expressions)
-    return len(element.expressions) if isinstance(element, exp.GroupingSets) else 1
+    return sum(_count(item) for item in element.expressions) if isinstance(element, exp.GroupingSets) else 1
 
 
-def _sets(element: exp.Expr, scope: Scope) -> list[list[exp.Expr]]:
+def _sets(element: exp.Expr) -> list[list[exp.Expr]]:
     """The grouping sets one GROUP BY element stands for, each a list of key expressions."""
     if isinstance(element, exp.Rollup):
         items = [_members(item) for item in element.expressions]
@@ -116,13 +116,8 @@ def _sets(element: exp.Expr, scope: Scope) -> list[list[exp.Expr]]:
         items = [_members(item) for item in element.expressions]
         return [[key for i, item in enumerate(items) if mask >> (len(items) - 1 - i) & 1 == 0 for key in item]
                 for mask in range(2 ** len(items))]
-    if isinstance(element, exp.GroupingSets):
-        found = []
-        for item in element.expressions:
-            if isinstance(item, _ELEMENTS):
-                raise unsupported(f"{type(item).__name__.upper()} inside GROUPING SETS", item, scope, _SUPPORTED)
-            found.append(_members(item))
-        return found
+    if isinstance(element, exp.GroupingSets):  # a ROLLUP or CUBE inside adds its sets
+        return [chosen for item in element.expressions for chosen in _sets(item)]
     return [_members(element)]
 
 
