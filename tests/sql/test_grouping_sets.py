@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_calibration import assert_calibrated, releases
+from test_group_keys import REGIONS_SQL, public_answer
 
 import dpsql
 from _helpers import assert_refused_free
@@ -153,6 +154,19 @@ def test_rolled_up_keys_keep_the_types_of_their_grouped_rows(data: duckdb.DuckDB
     assert table.num_rows == 10 + 2 + 1  # NULL hours go to ELSE
     metadata = json.loads(table.schema.metadata[b"dpsql"])
     assert "grouping sets" in metadata["grouping_sets"] and len(metadata["parts"]) == 3
+
+
+def test_a_public_tables_column_rolls_up() -> None:
+    """A lookup key (a public table's column through its foreign key) in a CUBE: NULL where rolled up."""
+    rng = np.random.default_rng(4)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE people (age INTEGER, region_id INTEGER)")
+    con.executemany("INSERT INTO people VALUES (?, ?)", [(int(rng.integers(0, 100)), int(rng.integers(1, 5)))
+                                                         for _ in range(2000)])
+    sql = ("SELECT r.name, CASE WHEN age < 50 THEN 'young' ELSE 'old' END AS band, COUNT(*) AS n FROM people "
+           "JOIN regions r USING (region_id) GROUP BY CUBE (r.name, band) ORDER BY 1, 2")
+    table = public_answer(con, sql)
+    assert_matches_duckdb(con, sql.replace("regions r", REGIONS_SQL.replace("AS regions", "AS r")), table)
 
 
 @st.composite
