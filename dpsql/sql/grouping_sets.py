@@ -15,8 +15,9 @@ the combined rows.
 Privacy and accuracy: an exact rewrite. The parts are the marginals the GROUP BYs written out would
 ask, over the same cells, so the batch's queries, their sensitivities and the cost charged are
 those of the written-out statements (a statement's ``OPTIONS (epsilon = ...)`` clause is its one
-cost); the planner measures marginals of shared cells jointly, so the totals come from the same
-reconstruction as their parts. Nothing here reads data.
+cost). The planner starts its statement groups with a statement's grouping sets together where the
+planning limits allow (``dpsql.engine.plan.grouping``): one measurement of their joint cells, and one
+reconstruction, so that every total is the sum of its parts. Nothing here reads data.
 """
 
 from __future__ import annotations

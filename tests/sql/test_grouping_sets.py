@@ -8,6 +8,7 @@ a release against the sums of their parts; z-scores of every rollup row over see
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -259,6 +260,25 @@ def test_a_rollups_totals_are_the_sums_of_their_parts(data: duckdb.DuckDBPyConne
             for measure in ("n", "s"):
                 scale = max(abs(row[measure]) for row in parts)
                 assert abs(sum(row[measure] for row in parts) - total[measure]) <= 1e-9 * len(parts) * scale
+
+
+def test_a_cubes_grouping_sets_start_in_one_statement_group(data: duckdb.DuckDBPyConnection) -> None:
+    """A CUBE of 4 keys is 16 GROUP BYs: planned as one group over their joint cells (the greedy merge
+    search, capped at MAX_GROUP_EVALUATIONS candidates, keeps the 16 written out apart), so its standard
+    errors are lower than those of the GROUP BYs written out (root mean square 7.9 against 20.6)."""
+    keys = ["region", "x", "hours", "income"]
+    cube = f"SELECT {', '.join(keys)}, COUNT(*) AS n FROM people WHERE sex = 'F' GROUP BY CUBE ({', '.join(keys)})"
+    written = "; ".join(f"SELECT {''.join(k + ', ' for k in chosen)}COUNT(*) AS n FROM people WHERE sex = 'F'"
+                        + (f" GROUP BY {', '.join(chosen)}" if chosen else "")
+                        for size in range(4, -1, -1) for chosen in itertools.combinations(keys, size))
+    assert "Statement groups: 1," in engine.explain(engine.prepare(cube, SCHEMA, PrivacyCost(epsilon=1.0)))
+    stddevs = []
+    for sql in (cube, written):
+        with connect(data, seed=1, epsilon=10.0) as connection:
+            tables = connection.cursor().execute(sql, epsilon=1.0).fetch_arrow_tables()
+        stddevs.append(np.concatenate([table.column("n_stddev").to_numpy() for table in tables]))
+    assert len(stddevs[0]) == len(stddevs[1]) == 1980
+    assert stddevs[0].max() < 0.8 * stddevs[1].max() and np.mean(stddevs[0]**2) < 0.2 * np.mean(stddevs[1]**2)
 
 
 @pytest.mark.slow
