@@ -19,7 +19,7 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
                 | name AS '(' statement ')'         -- read as SELECT outputs FROM name [WHERE on outputs = HAVING] ...
     statement  := SELECT item (',' item)* FROM [main '.'] table [[AS] alias] [join]  -- main: DuckDB's default schema
                   [WHERE predicate]
-                  [GROUP BY group (',' group)*]
+                  [GROUP BY grouping (',' grouping)*]
                   [HAVING condition]                -- on the noisy answers: post-processing (dpsql.sql.derived)
                   [ORDER BY key [ASC | DESC] (',' key [ASC | DESC])*]
                   [LIMIT count]
@@ -44,6 +44,9 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
     join       := [INNER | LEFT [OUTER]] JOIN table [[AS] alias] (USING (key) | ON column = column)
                                                     -- a public table of the schema (public_joins): a lookup;
                                                     -- or the table's privacy unit's table (relations)
+    grouping   := group | ROLLUP '(' group, ... ')' | CUBE '(' group, ... ')' | '(' ')'  -- one statement per set,
+                | GROUPING SETS '(' (group | '(' group, ... ')' | ROLLUP ... | CUBE ...), ... ')'  -- one table
+                                                    -- (sql.grouping_sets); item: GROUPING|GROUPING_ID(group, ...)
     group      := column | position | alias | case | datepart  -- position/alias: of a select item (group_keys)
     case       := CASE WHEN predicate THEN label ... [ELSE label] END  -- every WHEN on one column; label:
                 | CASE column WHEN value THEN label ... [ELSE label] END  --   value or NULL, all of one type
