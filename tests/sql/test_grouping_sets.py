@@ -29,6 +29,7 @@ from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.errors import InvalidQueryError, ProgrammingError, UnsupportedQueryError
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
+from dpsql.sql import ir
 from dpsql.sql.parse import parse_batch
 
 COLUMNS: dict[str, dict[str, object]] = {
@@ -115,6 +116,8 @@ CASES = [
     "ORDER BY region",
     "SELECT sex, COUNT(*) AS n FROM people GROUP BY ROLLUP (sex) HAVING sex IS NULL OR COUNT(*) > 1500 ORDER BY 1",
     "SELECT sex, GROUPING(sex) AS g, COUNT(*) AS n FROM people GROUP BY sex ORDER BY sex",
+    "SELECT region, sex, COUNT(*) AS n FROM people GROUP BY ROLLUP (region), sex HAVING people.sex = 'F' "
+    "ORDER BY region",
     # ORDER BY, OFFSET and LIMIT over the combined rows (NULLs last either way, as DuckDB orders them)
     "SELECT sex, region, COUNT(*) AS n FROM people GROUP BY ROLLUP (sex, region) ORDER BY n DESC LIMIT 4",
     "SELECT sex, region, COUNT(*) AS n FROM people GROUP BY ROLLUP (sex, region) ORDER BY region DESC, sex DESC "
@@ -343,3 +346,7 @@ def test_each_grouping_set_is_a_statement_grouped_by_its_keys() -> None:
     assert [[item.rolled_up for item in s.select if hasattr(item, "rolled_up")] for s in parts] == \
         [[False, False], [False, False], [False, True], [False, True]]
     assert batch.statements[4].union is None
+    bound = parse_batch("SELECT sex, COUNT(*) FROM people WHERE x >= ? GROUP BY ROLLUP (sex) ORDER BY 2 DESC LIMIT ?",
+                        [3, 2])
+    assert [(s.where.value.value, s.union.limit, s.union.order_by) for s in bound.statements
+            if s.union is not None and isinstance(s.where, ir.Comparison)] == [(3, 2, ((2, True),))] * 2
