@@ -125,8 +125,8 @@ def _sets(element: exp.Expr) -> list[list[exp.Expr]]:
 def _members(item: exp.Expr) -> list[exp.Expr]:
     """The keys of one item of a grouping element: ``(a, b)`` two, ``()`` none, ``a`` or ``(a)`` one."""
     if isinstance(item, exp.Tuple):
-        return list(item.expressions)
-    return [item]
+        return [unparen(key) for key in item.expressions]
+    return [unparen(item)]
 
 
 def _identity(node: exp.Expr) -> object:

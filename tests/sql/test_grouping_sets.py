@@ -346,6 +346,8 @@ def test_each_grouping_set_is_a_statement_grouped_by_its_keys() -> None:
     assert [[item.rolled_up for item in s.select if hasattr(item, "rolled_up")] for s in parts] == \
         [[False, False], [False, False], [False, True], [False, True]]
     assert batch.statements[4].union is None
+    listed = parse_batch("SELECT sex, COUNT(*) FROM people GROUP BY GROUPING SETS ((sex), (region, (sex)), ())")
+    assert [s.union.grouping_set for s in listed.statements if s.union] == ["(sex)", "(sex, region)", "()"]
     bound = parse_batch("SELECT sex, COUNT(*) FROM people WHERE x >= ? GROUP BY ROLLUP (sex) ORDER BY 2 DESC LIMIT ?",
                         [3, 2])
     assert [(s.where.value.value, s.union.limit, s.union.order_by) for s in bound.statements
