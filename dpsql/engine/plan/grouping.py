@@ -120,6 +120,13 @@ def _grouping_sets_together(batch: ir.Batch, table: Table, groups: list[frozense
     for index, statement in enumerate(batch.statements):
         if statement.union is not None and statement.union.grouping_set is not None:
             sets[statement.union.union] = sets.get(statement.union.union, frozenset()) | {index}
+    dense: dict[frozenset[int], list[tuple[int, ...]]] = {}  # each group's densely planned vectors, found once
+
+    def vectors(group: frozenset[int]) -> list[tuple[int, ...]]:
+        if group not in dense:
+            dense[group] = dense_vectors(compile_group(batch, table, sorted(group), memo=memo)[0])
+        return dense[group]
+
     for parts in sets.values():
         holding = [g for g in groups if g & parts]
         merged = frozenset().union(*holding)
@@ -127,8 +134,7 @@ def _grouping_sets_together(batch: ir.Batch, table: Table, groups: list[frozense
         if len(holding) < 2 or group_cells(table, columns) > MERGE_CELLS:
             continue
         joined = [g for g in groups if not g & parts] + [merged]
-        if excess([sizes for g in joined for sizes in dense_vectors(compile_group(batch, table, sorted(g),
-                                                                                  memo=memo)[0])]) is None:
+        if excess([sizes for g in joined for sizes in vectors(g)]) is None:
             groups = joined
     return groups
 
