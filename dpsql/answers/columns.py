@@ -12,9 +12,10 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from dpsql.planning.mechanism import Answers
-from dpsql.schema import Categorical
+from dpsql.schema import Categorical, Table
+from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, CompiledStatement, OutputAggregate
-from dpsql.sql.group_keys import label_array
+from dpsql.sql.group_keys import key_type, label_array
 from dpsql.sql.vectors import SPREADS
 
 FloatArray = npt.NDArray[np.float64]
@@ -22,6 +23,8 @@ FloatArray = npt.NDArray[np.float64]
 #: AVG is NULL where the noisy COUNT is below this many of its standard errors (or below 1): there
 #: the ratio S/C is dominated by noise in C and its delta-method standard error is meaningless.
 AVG_MIN_COUNT_STDDEVS = 2.0
+#: The Arrow type of an ordered domain's labels, by its kind.
+_ARROW_TYPES = {"integer": pa.int64(), "numeric": pa.float64(), "date": pa.date32()}
 
 
 def aggregate_values(statement: CompiledStatement, output: OutputAggregate,
@@ -124,10 +127,26 @@ def group_columns(compiled: CompiledBatch, statement: CompiledStatement, index: 
     if isinstance(domain, Categorical):
         kind = pa.string() if all(isinstance(v, str) for v in domain.values) else pa.int64()
         return {alias: pa.array(picked, type=kind)}
-    arrow_type = {"integer": pa.int64(), "numeric": pa.float64(), "date": pa.date32()}[domain.kind]
+    arrow_type = _ARROW_TYPES[domain.kind]
     result = {alias: pa.array([None if p is None else p[0] for p in picked], type=arrow_type)}
     if domain.reports_upper:
         result[f"{alias}_upper"] = pa.array([None if p is None else p[1] for p in picked], type=arrow_type)
+    return result
+
+
+def rolled_up_columns(table: Table, item: ir.GroupColumn, rows: int) -> dict[str, pa.Array]:
+    """The output column(s) of a key that the statement's grouping set rolls up (ROLLUP, CUBE, GROUPING
+    SETS): NULL in each of ``rows`` rows, typed as :func:`group_columns` types the key's labels."""
+    if item.key is not None:
+        return {item.alias: pa.nulls(rows, type=key_type(item.key))}
+    domain = table.column(item.column.name).domain
+    if isinstance(domain, Categorical):
+        kind = pa.string() if all(isinstance(v, str) for v in domain.values) else pa.int64()
+        return {item.alias: pa.nulls(rows, type=kind)}
+    arrow_type = _ARROW_TYPES[domain.kind]
+    result = {item.alias: pa.nulls(rows, type=arrow_type)}
+    if domain.reports_upper:
+        result[f"{item.alias}_upper"] = pa.nulls(rows, type=arrow_type)
     return result
 
 

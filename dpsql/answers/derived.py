@@ -35,6 +35,7 @@ from dpsql.answers.columns import (
     AVG_MIN_COUNT_STDDEVS,
     aggregate_values,
     group_columns,
+    rolled_up_columns,
     rows_kept,
     sort_order,
     spread_gradient,
@@ -186,7 +187,9 @@ def derived_table(compiled: CompiledBatch, statement: CompiledStatement,
     notes: dict[str, str] = {}
     rows = len(statement.block_rows)
     for item in outputs.items:
-        if isinstance(item, ir.GroupColumn):
+        if isinstance(item, ir.GroupColumn) and item.rolled_up:
+            columns.update(rolled_up_columns(compiled.table, item, rows))
+        elif isinstance(item, ir.GroupColumn):
             columns.update(group_columns(compiled, statement, _group_position(statement, item.column), item.alias))
         elif isinstance(item, ir.ConstantItem):
             columns[item.alias] = pa.array([item.value] * rows, type=_arrow_type(item.value))
@@ -404,7 +407,8 @@ def check_unions(batch: ir.Batch, table: sch.Table) -> None:
     compatible types (numbers with numbers), and its ORDER BY names outputs of the first part."""
     for parts in _unions(batch.statements):
         for index in parts:
-            d.refuse_order_statistics(batch.statements[index], "UNION ALL")
+            found = batch.statements[index].union
+            d.refuse_order_statistics(batch.statements[index], found.construct if found is not None else "UNION ALL")
         columns = [_output_columns(batch.statements[i], table) for i in parts]
         first = columns[0]
         union = batch.statements[parts[0]].union
@@ -457,9 +461,14 @@ def _concatenated(first: ir.Statement, parts: Sequence[pa.Table]) -> pa.Table:
     table = table.take(pa.array(sort_order(keys, table), type=pa.int64()))
     table = rows_kept(table, union.offset, union.limit)
     found = [json.loads(part.schema.metadata[b"dpsql"]) for part in parts]
-    own = {**found[0], "union_all": f"{len(parts)} statements measured in this batch, their rows concatenated in order "
-                                    "(post-processing); each part's metadata is under parts",
-           "parts": found}
+    if union.grouping_set is None:
+        own = {**found[0], "union_all": f"{len(parts)} statements measured in this batch, their rows concatenated in "
+                                        "order (post-processing); each part's metadata is under parts"}
+    else:
+        own = {**found[0], "grouping_sets": f"{len(parts)} grouping sets measured in this batch, one GROUP BY each "
+                                            "with NULL for the keys it rolls up, their rows concatenated in order "
+                                            "(post-processing); each part's metadata is under parts"}
+    own["parts"] = found
     return table.replace_schema_metadata({b"dpsql": json.dumps(own, default=str).encode()})
 
 

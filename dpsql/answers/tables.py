@@ -25,7 +25,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpsql.answers import derived
-from dpsql.answers.columns import AVG_MIN_COUNT_STDDEVS, aggregate_values, group_columns, rows_kept, sort_order
+from dpsql.answers.columns import (
+    AVG_MIN_COUNT_STDDEVS,
+    aggregate_values,
+    group_columns,
+    rolled_up_columns,
+    rows_kept,
+    sort_order,
+)
 from dpsql.planning.mechanism import Answers
 from dpsql.schema import EPOCH
 from dpsql.sql import ir
@@ -96,7 +103,9 @@ def _table(compiled: CompiledBatch, statement: CompiledStatement,
     if statement.statement.outputs is not None:  # derived outputs, HAVING (dpsql.sql.derived)
         return derived.derived_table(compiled, statement, mine)
     for item in statement.statement.select:
-        if isinstance(item, ir.GroupColumn):
+        if isinstance(item, ir.GroupColumn) and item.rolled_up:
+            columns.update(rolled_up_columns(compiled.table, item, len(statement.block_rows)))
+        elif isinstance(item, ir.GroupColumn):
             index = next(i for i, c in enumerate(statement.statement.group_by)
                          if c.name.lower() == item.column.name.lower())
             columns.update(group_columns(compiled, statement, index, item.alias))

@@ -28,7 +28,10 @@ def explain(prepared: Prepared, budget: PrivacyBudget | None = None) -> str:
     """The report; ``budget`` adds what is left of it."""
     chosen, groups, residual = prepared.chosen, prepared.groups, prepared.residual
     compiled = chosen.compiled
-    lines = [f"Batch: {len(compiled.statements)} statement(s) on table '{compiled.table.name}'.",
+    written = sum(s.statement.union is None or s.statement.union.part == 0 for s in compiled.statements)
+    parts = "" if written == len(compiled.statements) else \
+        f" from {written} written (each UNION ALL part and grouping set is a statement of the batch)"
+    lines = [f"Batch: {len(compiled.statements)} statement(s) on table '{compiled.table.name}'{parts}.",
              f"Cost: {prepared.cost.describe()}"
              + (f"; budget left {budget.remaining:.6g} of {budget.total.describe()}" if budget else ""),
              *explain_join(compiled.table)]

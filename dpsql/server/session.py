@@ -119,7 +119,8 @@ class Session:
                 if _first_word(rest) == "ANALYZE":
                     raise QueryError("0A000", "EXPLAIN ANALYZE would run and charge the batch: use EXPLAIN to see the "
                                      "plan and cost for free, then run the batch itself.")
-                yield self._explain(rest, parameters)
+                # the batch as the other entry points read it: positions in the plan count from its first word
+                yield self._explain(rest.lstrip(), parameters)
                 return
             if word in _SESSION_WORDS:
                 yield self._command(word, statement)

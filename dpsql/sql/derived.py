@@ -77,6 +77,10 @@ _REAL_TYPES = frozenset({"FLOAT", "DOUBLE", "DECFLOAT"})
 _DECIMAL_TYPES = frozenset({"DECIMAL", "NUMERIC", "BIGDECIMAL"})
 
 
+#: GROUPING(k, ...) and GROUPING_ID(k, ...) (``dpsql.sql.grouping_sets``): sqlglot reads them as aggregates, but
+#: each is a constant of the statement's grouping set, read as one.
+GROUPING_CALLS = (exp.Grouping, exp.GroupingId)
+
 #: A select item as parsed, before :func:`finish_statement`.
 ParsedItem = ir.SelectItem | ir.DerivedItem | ir.ConstantItem
 
@@ -98,8 +102,8 @@ def parse_output(value: exp.Expr, alias: str | None, span: ir.Span, scope: Scope
                  parse_aggregate: ParseAggregate) -> ir.DerivedItem | ir.ConstantItem:
     """A select item that is arithmetic or a constant; ``parse_aggregate`` reads an aggregate leaf."""
     name = alias or " ".join(scope.source.text[node_span(value, scope).start:node_span(value, scope).end].split())
-    if not any(isinstance(node, exp.AggFunc) for node in value.walk()):
-        constant = _constant(value, scope)
+    if not any(isinstance(node, exp.AggFunc) and not isinstance(node, GROUPING_CALLS) for node in value.walk()):
+        constant = _constant(value, scope, parse_aggregate)
         if isinstance(constant, int) and not -2**63 <= constant < 2**63:
             raise InvalidQueryError(f"the constant output {name} is outside the range of a 64-bit integer "
                                     f"({span.describe()}); write it as a decimal (e.g. {constant}.0).")
@@ -107,11 +111,11 @@ def parse_output(value: exp.Expr, alias: str | None, span: ir.Span, scope: Scope
     return ir.DerivedItem(expression=_expression(value, scope, parse_aggregate, None), alias=name, span=span)
 
 
-def _constant(node: exp.Expr, scope: Scope) -> ir.Value:
-    """A constant output: a literal as written, or numeric arithmetic folded to a number."""
+def _constant(node: exp.Expr, scope: Scope, parse_aggregate: ParseAggregate) -> ir.Value:
+    """A constant output: a literal as written, or numeric arithmetic (of GROUPING() too) folded to a number."""
     if not isinstance(node, (*_ARITHMETIC, exp.Neg, exp.Paren)) or _is_negative_number(node):
         return parse_value(node, scope, "the SELECT list").value
-    folded = _fold(_expression(node, scope, _no_aggregate, None))
+    folded = _fold(_expression(node, scope, parse_aggregate, None))
     assert folded is not None
     return folded
 
@@ -151,6 +155,8 @@ def _expression(node: exp.Expr, scope: Scope, parse_aggregate: ParseAggregate,
         return _call(node, scope, lambda n: _expression(n, scope, parse_aggregate, names))
     if isinstance(node, (exp.AggFunc, exp.Filter)):  # exp.Filter: an aggregate with FILTER (WHERE ...)
         item = parse_aggregate(node)
+        if isinstance(item, ir.ConstantItem):  # GROUPING(): a constant of the grouping set
+            return ir.Constant(value=item.value, span=span)
         if not isinstance(item, ir.Aggregate):
             raise unsupported(f"{describe(node, scope)} inside an expression", node, scope,
                               "Only COUNT, SUM and AVG compose; select it by itself.")
@@ -235,7 +241,8 @@ def has_stddev(item: object) -> bool:
 def having_measures(select: exp.Select) -> bool:
     """Whether the statement's HAVING clause reads an aggregate."""
     having = select.args.get("having")
-    return having is not None and any(isinstance(node, exp.AggFunc) for node in having.walk())
+    return having is not None and any(isinstance(node, exp.AggFunc) and not isinstance(node, GROUPING_CALLS)
+                                      for node in having.walk())
 
 
 # -------------------------------------------------------------------------------------------- HAVING
@@ -438,12 +445,16 @@ def spread_note(aggregate: ir.Aggregate) -> str:
 
 
 def explain_notes(statement: ir.Statement) -> list[str]:
-    """EXPLAIN's notes on a statement's variances and standard deviations, UNION ALL, hidden aggregates and
-    HAVING."""
+    """EXPLAIN's notes on a statement's variances and standard deviations, UNION ALL (or grouping set), hidden
+    aggregates and HAVING."""
     notes = [f"{a.alias}: {spread_note(a)}" for a in statement.aggregates if a.function in SPREADS]
-    if statement.union is not None:
-        notes.append(f"part {statement.union.part + 1} of {statement.union.parts} of the UNION ALL at "
-                     f"{statement.union.span.describe()}, returned as one table")
+    union = statement.union
+    if union is not None and union.grouping_set is not None:
+        notes.append(f"grouping set {union.grouping_set}, part {union.part + 1} of {union.parts} of the GROUP BY at "
+                     f"{union.span.describe()}, returned as one table (NULL for the keys it rolls up)")
+    elif union is not None:
+        notes.append(f"part {union.part + 1} of {union.parts} of the UNION ALL at {union.span.describe()}, returned "
+                     "as one table")
     if statement.outputs is None:
         return notes
     hidden = [a.alias for a in statement.aggregates if a.alias.endswith(HIDDEN.format(""))]

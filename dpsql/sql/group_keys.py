@@ -453,6 +453,18 @@ def label_array(key: ir.GroupKey, labels: Sequence[object]) -> pa.Array:
     return pa.array(labels, type=kind)
 
 
+def key_type(key: ir.GroupKey) -> pa.DataType:
+    """The Arrow type :func:`label_array` gives a key's labels, from the key alone (its labels as written
+    or declared): a rolled-up key's NULL column has the type its grouped rows have."""
+    labels: list[object] = []
+    if isinstance(key, ir.CaseKey):
+        written = [branch.label for branch in key.branches] + [key.default]
+        labels = [label.value for label in written if label is not None]
+    elif isinstance(key, ir.LookupKey):
+        labels = [label for _, label in key.labels]
+    return label_array(key, labels).type
+
+
 def keys_of(statement: ir.Statement) -> list[tuple[ir.Column, ir.GroupKey | None]]:
     """Each GROUP BY entry's column and key (None: the plain column)."""
     keys: Sequence[ir.GroupKey | None] = statement.group_keys or [None] * len(statement.group_by)

@@ -243,12 +243,15 @@ class GroupColumn:
     """A selected GROUP BY column, with its output name (the column name, or its AS alias).
 
     ``key``: a CASE or date-part key on ``column`` (:mod:`dpsql.sql.group_keys`); None: the column itself.
+    ``rolled_up``: a key the statement's grouping set rolls up (``dpsql.sql.grouping_sets``): NULL in
+    every row, ``<alias>_upper`` too.
     """
 
     column: Column
     alias: str
     span: Span
     key: GroupKey | None = None
+    rolled_up: bool = False
 
 
 SelectItem = GroupColumn | Aggregate
@@ -459,7 +462,9 @@ class Outputs:
 class UnionPart:
     """Statement ``part`` of ``parts`` of the UNION ALL that is user statement ``union`` of the
     batch; ``order_by`` ((output name or 1-based position, descending), ...), ``offset`` and ``limit``
-    apply to the concatenated rows."""
+    apply to the concatenated rows. ``grouping_set``: the part is this grouping set (as written, e.g.
+    ``(sex)`` or ``()``) of a GROUP BY ROLLUP, CUBE or GROUPING SETS at ``span`` (``dpsql.sql.grouping_sets``);
+    None: a part of a UNION ALL."""
 
     union: int
     part: int
@@ -468,6 +473,12 @@ class UnionPart:
     limit: int | None
     span: Span
     offset: int = 0
+    grouping_set: str | None = None
+
+    @property
+    def construct(self) -> str:
+        """What the parts were written as, for messages."""
+        return "UNION ALL" if self.grouping_set is None else "GROUP BY ROLLUP/CUBE/GROUPING SETS"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,7 +19,7 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
                 | name AS '(' statement ')'         -- read as SELECT outputs FROM name [WHERE on outputs = HAVING] ...
     statement  := SELECT item (',' item)* FROM [main '.'] table [[AS] alias] [join]  -- main: DuckDB's default schema
                   [WHERE predicate]
-                  [GROUP BY group (',' group)*]
+                  [GROUP BY grouping (',' grouping)*]
                   [HAVING condition]                -- on the noisy answers: post-processing (dpsql.sql.derived)
                   [ORDER BY key [ASC | DESC] (',' key [ASC | DESC])*]
                   [LIMIT count]
@@ -44,6 +44,9 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
     join       := [INNER | LEFT [OUTER]] JOIN table [[AS] alias] (USING (key) | ON column = column)
                                                     -- a public table of the schema (public_joins): a lookup;
                                                     -- or the table's privacy unit's table (relations)
+    grouping   := group | ROLLUP '(' group, ... ')' | CUBE '(' group, ... ')' | '(' ')'  -- one statement per set,
+                | GROUPING SETS '(' (group | '(' group, ... ')' | ROLLUP ... | CUBE ...), ... ')'  -- one table
+                                                    -- (sql.grouping_sets); item: GROUPING|GROUPING_ID(group, ...)
     group      := column | position | alias | case | datepart  -- position/alias: of a select item (group_keys)
     case       := CASE WHEN predicate THEN label ... [ELSE label] END  -- every WHEN on one column; label:
                 | CASE column WHEN value THEN label ... [ELSE label] END  --   value or NULL, all of one type
@@ -83,14 +86,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 from sqlglot import exp
 from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # re-exported there
 
 from dpsql.errors import InvalidQueryError, ProgrammingError, SqlSyntaxError
-from dpsql.sql import derived, filters, group_keys, ir
+from dpsql.sql import derived, filters, group_keys, grouping_sets, ir
 from dpsql.sql.flatten import flatten, row_count
 from dpsql.sql.joins import is_join_clause, parse_joins
 from dpsql.sql.predicates import DEFAULT_SCHEMA, OPERATORS, parse_column, parse_predicate
@@ -229,11 +232,8 @@ def _parse_batch(text: str, parameters: Sequence[object] | None) -> ir.Batch:
             raise SqlSyntaxError("The batch holds no SQL statement. Pass one or more SELECT statements "
                                  "separated by ';'.")
         source = replace(source, parameters=bind_parameters(source.tokens, parameters))
-        statements = tuple(
-            _parse_statement(part, part_scope) if union is None else replace(_parse_statement(part, part_scope),
-                                                                             union=union)
-            for index, (tree, scope) in enumerate(trees)
-            for part, part_scope, union in flatten(tree, replace(scope, source=source), index))
+        statements = tuple(statement for index, (tree, scope) in enumerate(trees)
+                           for statement in _parse_query(tree, replace(scope, source=source), index))
     except RecursionError:  # a shape the pre-scan does not measure: refuse it, never a bare RecursionError
         raise InvalidQueryError(f"the batch nests too deeply to be read (limit MAX_NESTING = {MAX_NESTING} levels of "
                                 "parentheses, NOT and signs). Flatten the expression.") from None
@@ -287,20 +287,36 @@ def _check_atom_count(where: exp.Where, scope: Scope) -> None:
 # Statements
 
 
-def _parse_statement(tree: exp.Expr, scope: Scope) -> ir.Statement:
-    """Translate one parsed statement, checking the statement shape before its parts."""
+def _parse_query(tree: exp.Expr, scope: Scope, index: int) -> Iterator[ir.Statement]:
+    """The statements of user statement ``index``: one, or one per UNION ALL part (``flatten``) or
+    grouping set (``grouping_sets``)."""
+    for part, part_scope, union in flatten(tree, scope, index):
+        sets = grouping_sets.expand(part, part_scope, union, index) if isinstance(part, exp.Select) else None
+        if sets is not None:
+            for grouping in sets:
+                parsed = _parse_statement(grouping.tree, part_scope, grouping.rolled_up)
+                yield grouping_sets.restrict(parsed, grouping, part_scope)
+        else:
+            yield _parse_statement(part, part_scope) if union is None else replace(_parse_statement(part, part_scope),
+                                                                                   union=union)
+
+
+def _parse_statement(tree: exp.Expr, scope: Scope, rolled_up: frozenset[int] = frozenset()) -> ir.Statement:
+    """Translate one parsed statement, checking the statement shape before its parts; ``rolled_up``: the
+    GROUP BY positions its grouping set rolls up (read by GROUPING())."""
     select = _require_select(tree, scope)
     _reject_forbidden(select, scope)
     _reject_other_clauses(select, scope)
     scope = _parse_from(select, scope)  # and its JOIN (dpsql.sql.joins): a public table's or the unit table's
     group_by, keyed = _parse_group_by(select, scope)
-    items = _parse_select_list(select, group_by, keyed, scope)
+    grouping = grouping_sets.Grouping(select=select, group_by=group_by, keys=keyed, rolled_up=rolled_up)
+    items = _parse_select_list(select, group_by, keyed, scope, grouping)
     where = select.args.get("where")
     for clause in select.find_all(exp.Where):  # the WHERE clause and each FILTER (WHERE ...)
         _check_atom_count(clause, scope)
     having = select.args.get("having")
     condition = None if having is None else derived.parse_having(
-        having, items, group_by, scope, lambda node: _parse_select_item(node, set(), [], scope))
+        having, items, group_by, scope, lambda node: _parse_select_item(node, set(), [], scope, grouping))
     span = scope.span
     return derived.finish_statement(ir.Statement(
         text=scope.source.text[span.start:span.end],
@@ -426,30 +442,33 @@ def _group_all(select: exp.Select) -> list[exp.Expr]:
 
 
 def _parse_select_list(select: exp.Select, group_by: tuple[ir.Column, ...], keyed: Keyed,
-                       scope: Scope) -> tuple[derived.ParsedItem, ...]:
+                       scope: Scope, grouping: grouping_sets.Grouping) -> tuple[derived.ParsedItem, ...]:
     """The select items, with unique output names; at least one aggregate (here or in HAVING)."""
     grouped = {column.name.lower() for column, (_, key) in zip(group_by, keyed) if key is None}
     keys = [(node, key) for node, key in keyed if key is not None]
-    items = tuple(_parse_select_item(node, grouped, keys, scope) for node in select.expressions)
+    items = tuple(_parse_select_item(node, grouped, keys, scope, grouping) for node in select.expressions)
     if not any(derived.measures(item) for item in items) and not derived.having_measures(select):
         raise unsupported("a SELECT without COUNT, SUM or AVG", scope.span, scope)
     return _unique_aliases(items)
 
 
 def _parse_select_item(node: exp.Expr, grouped: set[str], keys: list[tuple[exp.Expr, ir.GroupKey]],
-                       scope: Scope) -> derived.ParsedItem:
-    """A grouped column or key, an aggregate, or arithmetic/a constant (``derived``), with its AS name or
-    default name."""
+                       scope: Scope, grouping: grouping_sets.Grouping) -> derived.ParsedItem:
+    """A grouped column or key, an aggregate, GROUPING() (a constant of the grouping set), or
+    arithmetic/a constant (``derived``), with its AS name or default name."""
     alias = node.alias if isinstance(node, exp.Alias) else None
     value = unparen(node.this if isinstance(node, exp.Alias) else node)
     span = node_span(node, scope)
+    if isinstance(value, grouping_sets.GROUPING_CALLS):
+        return ir.ConstantItem(value=grouping.value(value, scope), span=span,
+                               alias=alias or " ".join(scope.source.text[span.start:span.end].split()))
     key = group_keys.select_key(value, keys, scope)
     if key is not None:
         return ir.GroupColumn(column=key.column, alias=alias or group_keys.default_name(value, scope), span=span,
                               key=key)
     if derived.is_output_expression(value):
         return derived.parse_output(value, alias, span, scope,
-                                    lambda leaf: _parse_select_item(leaf, grouped, keys, scope))
+                                    lambda leaf: _parse_select_item(leaf, grouped, keys, scope, grouping))
     value, condition, scale = filters.unwrap_aggregate(value, scope)
     if isinstance(value, exp.Column) and isinstance(value.this, exp.Identifier):
         column = parse_column(value, scope, "in SELECT", SUPPORTED)

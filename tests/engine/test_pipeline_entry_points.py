@@ -5,10 +5,11 @@ The same scenarios run, in the same order, against ``Cursor.execute``/``explain`
 own database of the same generated rows and its own ledger (analyst alice, cap ε = 1, as ``dpsql
 serve`` writes it): a measured batch, the same batch again
 (free: answered from the kept release), a mixed batch (one statement free, one measured), an
-accuracy target, a cost in BigQuery's WITH DIFFERENTIAL_PRIVACY OPTIONS clause, a cost the budget
-refuses, and EXPLAIN of each kind. Every entry point must give the same EXPLAIN text, the same
-refusal, the same columns, groups and standard errors (they do not depend on the noise), and leave
-the same charges in its ledger (cost, mechanism, and the hashes of the SQL text and the batch).
+accuracy target, a cost in BigQuery's WITH DIFFERENTIAL_PRIVACY OPTIONS clause, a GROUP BY ROLLUP (one
+table with NULL keys), a cost the budget refuses, and EXPLAIN of each kind. Every entry point must give
+the same EXPLAIN text, the same refusal, the same columns, groups and standard errors (they do not
+depend on the noise), and leave the same charges in its ledger (cost, mechanism, and the hashes of the
+SQL text and the batch).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ TARGETED = "SELECT sex, COUNT(*) AS n FROM census WHERE age < 50 GROUP BY sex"
 CLAUSE = ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.05) COUNT(*) AS n FROM census WHERE income >= 50000; "
           "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.05, delta = 0) sex, COUNT(*) AS n FROM census "
           "WHERE income >= 50000 GROUP BY sex")
+ROLLED = ("SELECT sex, age, GROUPING(sex, age) AS g, COUNT(*) AS n FROM census WHERE income < 50000 "
+          "GROUP BY ROLLUP (sex, age) ORDER BY g, sex, age")
 
 #: (what, SQL, how its cost is given): run or explain, in this order, at every entry point.
 SCENARIOS: list[tuple[str, str, dict[str, float]]] = [
@@ -57,6 +60,8 @@ SCENARIOS: list[tuple[str, str, dict[str, float]]] = [
     ("run", TARGETED, {"max_stddev": 15.0}),             # the least cost meeting the target
     ("explain", CLAUSE, {}),
     ("run", CLAUSE, {}),                                 # the clause's cost, ε = 0.1
+    ("explain", ROLLED, {"epsilon": 0.05}),
+    ("run", ROLLED, {"epsilon": 0.05}),                  # three grouping sets, one table, charged ε = 0.05
     ("explain", MEASURED, {"epsilon": 5.0}),
     ("run", MEASURED, {"epsilon": 5.0}),                 # over alice's cap: refused, nothing charged
 ]
@@ -268,13 +273,17 @@ def test_the_scenarios_cover_each_path(found: Found) -> None:
     target = found.outcomes["api"][7].tables
     assert target is not None and _metadata(target[0])["accuracy_target"]["least_cost"] == found.charges["api"][2][0]
     assert max(target[0].column("n_stddev").to_pylist()) <= 15.0
+    rolled = found.outcomes["api"][11].tables
+    assert rolled is not None and len(rolled) == 1 and rolled[0].num_rows == 2 * 10 + 2 + 1
+    assert rolled[0].column("g").to_pylist() == [0] * 20 + [1, 1, 3] and rolled[0].column("sex")[22].as_py() is None
 
 
 def test_every_entry_point_charges_the_same(found: Found) -> None:
     """Charges, in order: the measured batch, the mixed batch's new statement, the target's least cost,
-    the clause's cost (the free batch and the refused one charge nothing); the same SQL and batch hashes."""
+    the clause's cost, the rollup's (the free batch and the refused one charge nothing); the same SQL and
+    batch hashes."""
     charges = found.charges["api"]
     assert found.charges["cli"] == charges and found.charges["serve"] == charges
-    assert [c[0] for c in charges[:2]] == ["ε=0.25", "ε=0.1"] and charges[3][0] == "ε=0.1" and len(charges) == 4
+    assert [c[0] for c in charges[:2]] == ["ε=0.25", "ε=0.1"] and [c[0] for c in charges[3:]] == ["ε=0.1", "ε=0.05"]
     assert 0 < float(charges[2][0].removeprefix("ε=")) < 1
     assert all(c[4] == "alice" for c in charges)
