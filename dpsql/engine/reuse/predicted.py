@@ -41,6 +41,7 @@ from dpsql.residual import planner as residual
 from dpsql.residual import queries as mq
 from dpsql.sql import derived as d
 from dpsql.sql import ir
+from dpsql.sql.windows import windows_of
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -111,6 +112,9 @@ def _why_derived(item: ir.DerivedItem, statement: ir.Statement, truncated: set[s
     for reason in (_why(statement.aggregates[i], truncated) for i in d.aggregate_refs(item.expression)):
         if reason is not None and (item.plain or "AVG" not in reason):
             return reason
+    if windows_of(item.expression):
+        return ("a window over the released groups: its standard error is computed from the answers' covariances "
+                "after measuring, not predicted")
     if not item.plain and not is_linear(item.expression, statement):
         return ("a derived output that is not linear in SUM and COUNT answers (a ratio, product or average: its "
                 "delta-method error depends on the noisy values)")

@@ -1,0 +1,120 @@
+"""How a block's released answers depend on the noise: covariances of any row combinations of them.
+
+A block's answers a = s·W x̂ (s: the block's scale, W: its rows over the cells) carry, row by row,
+their variances (``mechanism.Answers``). Outputs that combine answers of *several rows* (window
+aggregates over the released groups: a share a_r / Σ_{r' ∈ w(r)} a_{r'}, a running total) need
+Cov(Σ_j L_ij a_j, Σ_j R_ij a'_j) for combination matrices L and R over two blocks' rows, paired row
+by row. With x̂ = Ã⁺y from one measurement of noise variance σ² (Li, Miklau, Hay, McGregor and
+Rastogi, "The matrix mechanism: optimizing linear counting queries under differential privacy",
+2015), Cov(a, a') = σ² s s' W (ÃᵀÃ)⁺ W'ᵀ, so the combinations' covariances are
+
+    diag(L Σ Rᵀ)_i = σ² s s' Σ_j L_ij [W (ÃᵀÃ)⁺ W'ᵀ Rᵀ]_{j, i},
+
+computed with W, W' and (ÃᵀÃ)⁺ as implicit operators on the distinct rows of R only (a share
+over the whole table has one), never a matrix over cells × cells. Answers by generalized least
+squares over kept measurements carry a whitening instead (``dpsql.releases.gls``: Cov(u x̂, v x̂) =
+(u·V)·(v·V)), so there diag(L Σ Rᵀ) = s s' Σ (L·V)∘(R·V'). Answers of different measurements (or
+pools) have independent noise: covariance 0. Exact zeros have no noise.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+
+from dpsql.matrix.workloads import Workload
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class NoiseForm(ABC):
+    """The answers of one block as linear functions of their noise."""
+
+    @abstractmethod
+    def covariance(self, left: sp.csr_array, other: NoiseForm, right: sp.csr_array) -> FloatArray:
+        """Row by row, Cov((left·a)_i, (right·a')_i) for this block's answers a and ``other``'s a';
+        ``left`` and ``right`` are combinations over the two blocks' answer rows, one row per output."""
+
+
+def _zeros(left: sp.csr_array) -> FloatArray:
+    return np.zeros(left.shape[0])
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ExactForm(NoiseForm):
+    """Answers with no noise (an identically zero workload's exact zeros)."""
+
+    def covariance(self, left: sp.csr_array, other: NoiseForm, right: sp.csr_array) -> FloatArray:
+        return _zeros(left)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class MeasuredForm(NoiseForm):
+    """a = scale · W x̂ with Cov(x̂) = variance · profile, profile = (ÃᵀÃ)⁺ of the measurement
+    ``source`` (or a local-DP estimate's cell covariance, variance 1)."""
+
+    workload: Workload
+    profile: Workload
+    variance: float
+    scale: float
+    source: object
+
+    def covariance(self, left: sp.csr_array, other: NoiseForm, right: sp.csr_array) -> FloatArray:
+        if isinstance(other, ExactForm):
+            return _zeros(left)
+        if not isinstance(other, MeasuredForm):
+            raise TypeError("answers of one measurement and of a GLS pool are never combined in one statement")
+        if other.source is not self.source:
+            return _zeros(left)
+        distinct, which = _distinct_rows(right)
+        reach = np.asarray(other.workload.T @ distinct.T.toarray(), dtype=np.float64)   # W'ᵀ Rᵀ: cells × D
+        spread = np.asarray(self.workload @ np.asarray(self.profile @ reach), dtype=np.float64)  # W M W'ᵀ Rᵀ
+        return self.variance * self.scale * other.scale * _paired(left, spread, which)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class WhitenedForm(NoiseForm):
+    """a = scale · (rows lifted onto a GLS pool's cells) x̂ with Cov(u x̂, v x̂) = (u·V)·(v·V):
+    ``whitened`` holds each answer row times V; ``source``: the pool."""
+
+    whitened: FloatArray
+    scale: float
+    source: object
+
+    def covariance(self, left: sp.csr_array, other: NoiseForm, right: sp.csr_array) -> FloatArray:
+        if isinstance(other, ExactForm):
+            return _zeros(left)
+        if not isinstance(other, WhitenedForm):
+            raise TypeError("answers of one measurement and of a GLS pool are never combined in one statement")
+        if other.source is not self.source:
+            return _zeros(left)
+        ours, theirs = left @ self.whitened, right @ other.whitened
+        return self.scale * other.scale * np.asarray(np.sum(ours * theirs, axis=1), dtype=np.float64)
+
+
+def _distinct_rows(matrix: sp.csr_array) -> tuple[sp.csr_array, npt.NDArray[np.int64]]:
+    """The distinct rows of a sparse matrix and, per row, which of them it is."""
+    matrix = sp.csr_array(matrix)
+    matrix.sum_duplicates()
+    keys: dict[bytes, int] = {}
+    which = np.empty(matrix.shape[0], dtype=np.int64)
+    firsts: list[int] = []
+    for i in range(matrix.shape[0]):
+        start, end = matrix.indptr[i], matrix.indptr[i + 1]
+        key = matrix.indices[start:end].tobytes() + b"|" + matrix.data[start:end].tobytes()
+        if key not in keys:
+            keys[key] = len(firsts)
+            firsts.append(i)
+        which[i] = keys[key]
+    return sp.csr_array(matrix[firsts]), which
+
+
+def _paired(left: sp.csr_array, spread: FloatArray, which: npt.NDArray[np.int64]) -> FloatArray:
+    """Σ_j left_ij · spread[j, which_i] for each row i."""
+    coo = sp.coo_array(left)
+    return np.asarray(np.bincount(coo.row, weights=coo.data * spread[coo.col, which[coo.row]],
+                                  minlength=left.shape[0]), dtype=np.float64)
