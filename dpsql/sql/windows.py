@@ -102,19 +102,19 @@ def _frame(node: exp.Window, scope: Scope, ordered: bool) -> ir.Frame:
     if spec is None:
         return ir.Frame(kind="range", start=None, end=0 if ordered else None)
     if spec.args.get("exclude") is not None or str(spec.args.get("kind", "")).upper() not in ("ROWS", "RANGE"):
-        raise unsupported("this window frame (GROUPS or EXCLUDE)", spec, scope, FRAME_SUPPORTED)
+        raise unsupported("this window frame (GROUPS or EXCLUDE)", node, scope, FRAME_SUPPORTED)
     kind: ir.FrameKind = "rows" if str(spec.args["kind"]).upper() == "ROWS" else "range"
-    start = _bound(spec.args.get("start"), spec.args.get("start_side"), spec, scope)
-    end = _bound(spec.args.get("end"), spec.args.get("end_side"), spec, scope) if spec.args.get("end") else 0
+    start = _bound(spec.args.get("start"), spec.args.get("start_side"), node, scope)
+    end = _bound(spec.args.get("end"), spec.args.get("end_side"), node, scope) if spec.args.get("end") else 0
     if kind == "range" and (start not in (None, 0) or end not in (None, 0)):
-        raise unsupported("a RANGE frame with an offset", spec, scope, FRAME_SUPPORTED + " Use ROWS for offsets.")
+        raise unsupported("a RANGE frame with an offset", node, scope, FRAME_SUPPORTED + " Use ROWS for offsets.")
     if (start is None and str(spec.args.get("start_side", "")).upper() == "FOLLOWING") \
             or (end is None and str(spec.args.get("end_side", "")).upper() == "PRECEDING"):
-        raise unsupported("this window frame", spec, scope, FRAME_SUPPORTED)
+        raise unsupported("this window frame", node, scope, FRAME_SUPPORTED)
     return ir.Frame(kind=kind, start=start, end=end)
 
 
-def _bound(value: object, side: object, spec: exp.Expr, scope: Scope) -> int | None:
+def _bound(value: object, side: object, node: exp.Expr, scope: Scope) -> int | None:
     """A frame bound: None for UNBOUNDED, 0 for CURRENT ROW, −n for n PRECEDING, n for n FOLLOWING."""
     text = str(value).upper() if isinstance(value, str) else ""
     if text == "UNBOUNDED":
@@ -124,7 +124,7 @@ def _bound(value: object, side: object, spec: exp.Expr, scope: Scope) -> int | N
     if isinstance(value, exp.Literal) and value.is_int:
         n = int(value.name)
         return -n if str(side).upper() == "PRECEDING" else n
-    raise unsupported("this window frame bound", spec, scope, FRAME_SUPPORTED + " Offsets are integer constants.")
+    raise unsupported("this window frame bound", node, scope, FRAME_SUPPORTED + " Offsets are integer constants.")
 
 
 def windows_of(expression: ir.Expression) -> list[ir.Window]:
