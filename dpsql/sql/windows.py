@@ -61,7 +61,9 @@ def refusal(node: exp.Window, scope: Scope, in_select: bool) -> UnsupportedQuery
         if isinstance(function, exp.Count) and isinstance(function.this, exp.Star):
             return unsupported("COUNT(*) OVER (...)", node, scope, "It counts the grouped rows (every declared "
                                "group is returned): write COUNT(COUNT(*)) OVER (...). " + WINDOW_SUPPORTED)
-        return unsupported(f"{name} OVER (...) (a window over rows)", node, scope, _ROWS_WHY + WINDOW_SUPPORTED)
+        name = name.split(" ", 1)[1] if name.startswith(("aggregate ", "function ")) else name
+        return unsupported(f"window function {name} OVER (...) over the table's rows", node, scope,
+                           _ROWS_WHY + WINDOW_SUPPORTED)
     return unsupported("a window function outside the SELECT list", node, scope,
                        "Select it with AS and refer to that name in ORDER BY. " + WINDOW_SUPPORTED)
 

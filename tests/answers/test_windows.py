@@ -16,10 +16,10 @@ from typing import Any
 import duckdb
 import numpy as np
 import pytest
-from _helpers import assert_refused_free
 from test_calibration import assert_calibrated, releases
 from test_derived_sql import SCHEMA, SCHEMA_DICT, _rows, _table, assert_matches_duckdb, connect
 
+from _helpers import assert_refused_free
 from dpsql import engine
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.budget.accounting import Budget, PrivacyCost
@@ -203,10 +203,11 @@ def test_a_share_and_a_running_total_are_calibrated_at_epsilon_1() -> None:
 # ============================================================================== refusals and EXPLAIN
 @pytest.mark.parametrize("sql, error, words", [
     ("SELECT x, ROW_NUMBER() OVER (ORDER BY x) AS r, COUNT(*) FROM people GROUP BY x", NotSupportedError,
-     "function ROW_NUMBER() OVER (...) (a window over rows) is not supported (line 1, col 11"),
+     "window function ROW_NUMBER() OVER (...) over the table's rows is not supported (line 1, col 11"),
     ("SELECT x, LAG(x) OVER (ORDER BY x) AS r, COUNT(*) FROM people GROUP BY x", NotSupportedError,
      "would read individual rows"),
-    ("SELECT x, SUM(x) OVER () AS s, COUNT(*) FROM people GROUP BY x", NotSupportedError, "a window over rows"),
+    ("SELECT x, SUM(x) OVER () AS s, COUNT(*) FROM people GROUP BY x", NotSupportedError,
+     "window function SUM() OVER (...) over the table's rows"),
     ("SELECT x, COUNT(*) OVER () AS s FROM people GROUP BY x", NotSupportedError, "COUNT(COUNT(*)) OVER"),
     ("SELECT x, SUM(COUNT(*)) OVER (ORDER BY x RANGE BETWEEN 2 PRECEDING AND CURRENT ROW) FROM people GROUP BY x",
      NotSupportedError, "a RANGE frame with an offset is not supported (line 1, col 11"),
