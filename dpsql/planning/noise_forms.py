@@ -10,11 +10,13 @@ Rastogi, "The matrix mechanism: optimizing linear counting queries under differe
 
     diag(L Σ Rᵀ)_i = σ² s s' Σ_j L_ij [W (ÃᵀÃ)⁺ W'ᵀ Rᵀ]_{j, i},
 
-computed with W, W' and (ÃᵀÃ)⁺ as implicit operators on the distinct rows of R only (a share
-over the whole table has one), never a matrix over cells × cells. Answers by generalized least
-squares over kept measurements carry a whitening instead (``dpsql.releases.gls``: Cov(u x̂, v x̂) =
-(u·V)·(v·V)), so there diag(L Σ Rᵀ) = s s' Σ (L·V)∘(R·V'). Answers of different measurements (or
-pools) have independent noise: covariance 0. Exact zeros have no noise.
+computed with W, W' and (ÃᵀÃ)⁺ as implicit operators on the distinct rows of R only (taking as R
+the side with fewer: a share over the whole table has one), never a matrix over cells × cells.
+Answers by generalized least squares over kept measurements carry a whitening instead
+(``dpsql.releases.gls``: Cov(u x̂, v x̂) = (u·V)·(v·V)), so there diag(L Σ Rᵀ) = s s' Σ (L·V)∘(R·V').
+Answers of different measurements (or pools) have independent noise: covariance 0. Exact zeros
+have no noise. A measured and a pooled form never meet in one statement (its blocks are all
+answered one way); were they to, 0 is returned, as for answers measured apart.
 """
 
 from __future__ import annotations
@@ -64,13 +66,11 @@ class MeasuredForm(NoiseForm):
     source: object
 
     def covariance(self, left: sp.csr_array, other: NoiseForm, right: sp.csr_array) -> FloatArray:
-        if isinstance(other, ExactForm):
-            return _zeros(left)
-        if not isinstance(other, MeasuredForm):
-            raise TypeError("answers of one measurement and of a GLS pool are never combined in one statement")
-        if other.source is not self.source:
+        if not isinstance(other, MeasuredForm) or other.source is not self.source:
             return _zeros(left)
         distinct, which = _distinct_rows(right)
+        if _distinct_rows(left)[0].shape[0] < distinct.shape[0]:  # Cov is symmetric: spread the side with fewer
+            return other.covariance(right, self, left)
         reach = np.asarray(other.workload.T @ distinct.T.toarray(), dtype=np.float64)   # W'ᵀ Rᵀ: cells × D
         spread = np.asarray(self.workload @ np.asarray(self.profile @ reach), dtype=np.float64)  # W M W'ᵀ Rᵀ
         return self.variance * self.scale * other.scale * _paired(left, spread, which)
@@ -86,11 +86,7 @@ class WhitenedForm(NoiseForm):
     source: object
 
     def covariance(self, left: sp.csr_array, other: NoiseForm, right: sp.csr_array) -> FloatArray:
-        if isinstance(other, ExactForm):
-            return _zeros(left)
-        if not isinstance(other, WhitenedForm):
-            raise TypeError("answers of one measurement and of a GLS pool are never combined in one statement")
-        if other.source is not self.source:
+        if not isinstance(other, WhitenedForm) or other.source is not self.source:
             return _zeros(left)
         ours, theirs = left @ self.whitened, right @ other.whitened
         return self.scale * other.scale * np.asarray(np.sum(ours * theirs, axis=1), dtype=np.float64)

@@ -54,6 +54,9 @@ CASES = [
     "SELECT sex, region, 100.0 * SUM(x) / SUM(SUM(x)) OVER (PARTITION BY region) AS pct FROM people "
     "WHERE hours >= 2 GROUP BY sex, region ORDER BY pct DESC LIMIT 4",
     "SELECT COUNT(*) / SUM(COUNT(*)) OVER () AS whole FROM people",
+    # each part of a UNION ALL windows its own rows
+    "SELECT sex AS k, COUNT(*) / SUM(COUNT(*)) OVER () AS s FROM people GROUP BY sex UNION ALL "
+    "SELECT region, COUNT(*) / SUM(COUNT(*)) OVER () FROM people GROUP BY region ORDER BY k",
     "SELECT region, COUNT(*) AS n, COUNT(*) - AVG(COUNT(*)) OVER () AS above FROM people GROUP BY region "
     "ORDER BY n DESC",
 ]
