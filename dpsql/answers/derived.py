@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import scipy.sparse as sp
 
 from dpsql import schema as sch
 from dpsql.answers import windows as aw
@@ -76,16 +75,16 @@ class _Statement:
         (:mod:`dpsql.answers.windows`)."""
         n, m = self.values.shape
         rows = self.statement.block_rows
-        identity = sp.csr_array(sp.identity(n, format="csr"))
-        columns = [aw.Column(b, aw.on_block(identity, rows, answers[b].values.size)) for b in self.positions]
+        columns = [aw.Column(b, aw.on_block(aw.identity(n), rows, answers[b].values.size)) for b in self.positions]
         added = []
         for window in found:
             assert isinstance(window.argument, ir.AggregateRef)
             block = self.statement.aggregates[window.argument.index].blocks[0]
             framed = aw.frames(compiled, self.statement, window)
             self.windows[window] = (len(columns), framed.sizes)
-            columns.append(aw.Column(block, aw.on_block(framed.matrix, rows, answers[block].values.size)))
-            added.append(framed.matrix @ self.values[:, self.column[block]])
+            combination = framed.combination
+            columns.append(aw.Column(block, aw.on_block(combination, rows, answers[block].values.size)))
+            added.append((combination.distinct @ self.values[:, self.column[block]])[combination.which])
         if not added:
             return
         sigma = aw.covariances(columns, answers, m)

@@ -26,7 +26,7 @@ import scipy.sparse as sp
 
 from dpsql.answers.columns import group_columns, sort_order
 from dpsql.planning.mechanism import Answers
-from dpsql.planning.noise_forms import NoiseForm
+from dpsql.planning.noise_forms import Combination, NoiseForm
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, CompiledStatement
 
@@ -35,9 +35,10 @@ FloatArray = npt.NDArray[np.float64]
 
 @dataclass(frozen=True, slots=True)
 class Frames:
-    """Each output row's frame as a 0/1 matrix over the statement's rows, and the frames' sizes."""
+    """Each output row's frame over the statement's rows (0/1 rows, stored once per distinct frame)
+    and the frames' sizes."""
 
-    matrix: sp.csr_array
+    combination: Combination
     sizes: FloatArray
 
 
@@ -54,10 +55,12 @@ def frames(compiled: CompiledBatch, statement: CompiledStatement, window: ir.Win
     partitions: dict[tuple[object, ...], list[int]] = {}
     for row in order:
         partitions.setdefault(tuple(values[row] for values in parts), []).append(row)
-    rows: list[int] = []
-    columns: list[int] = []
+    distinct: dict[tuple[int, int, int], int] = {}
+    members_of: list[npt.NDArray[np.int64]] = []
+    which = np.zeros(n, dtype=np.int64)
     sizes = np.zeros(n)
-    for members in partitions.values():
+    for index, members in enumerate(partitions.values()):
+        rows = np.asarray(members, dtype=np.int64)
         peers = [tuple(values[row] for values in ordered) for row in members]
         first: dict[tuple[object, ...], int] = {}
         last: dict[tuple[object, ...], int] = {}
@@ -66,13 +69,17 @@ def frames(compiled: CompiledBatch, statement: CompiledStatement, window: ir.Win
             last[key] = i
         for i, row in enumerate(members):
             low, high = _bounds(window.frame, i, len(members), first[peers[i]], last[peers[i]])
-            frame = members[low:high + 1] if low <= high else []
-            rows += [row] * len(frame)
-            columns += frame
-            sizes[row] = len(frame)
-    matrix = sp.csr_array((np.ones(len(rows)), (np.asarray(rows, dtype=np.int64), np.asarray(columns, dtype=np.int64))),
-                          shape=(n, n))
-    return Frames(matrix=matrix, sizes=sizes)
+            frame = (index, low, high) if low <= high else (-1, 0, -1)
+            if frame not in distinct:
+                distinct[frame] = len(members_of)
+                members_of.append(rows[low:high + 1] if low <= high else rows[:0])
+            which[row] = distinct[frame]
+            sizes[row] = max(0, high - low + 1)
+    lengths = np.array([m.size for m in members_of], dtype=np.int64)
+    indices = np.concatenate(members_of) if members_of else np.zeros(0, dtype=np.int64)
+    matrix = sp.csr_array((np.ones(indices.size), indices, np.concatenate([[0], np.cumsum(lengths)])),
+                          shape=(len(members_of), n))
+    return Frames(combination=Combination(distinct=matrix, which=which), sizes=sizes)
 
 
 def _bounds(frame: ir.Frame, i: int, size: int, first_peer: int, last_peer: int) -> tuple[int, int]:
@@ -86,10 +93,17 @@ def _bounds(frame: ir.Frame, i: int, size: int, first_peer: int, last_peer: int)
     return low, high
 
 
-def on_block(matrix: sp.csr_array, block_rows: npt.NDArray[np.int64], width: int) -> sp.csr_array:
+def on_block(combination: Combination, block_rows: npt.NDArray[np.int64], width: int) -> Combination:
     """A combination over the statement's rows as one over its block's rows (row r is block row block_rows[r])."""
-    coo = sp.coo_array(matrix)
-    return sp.csr_array((coo.data, (coo.row, block_rows[coo.col])), shape=(matrix.shape[0], width))
+    coo = sp.coo_array(combination.distinct)
+    return Combination(distinct=sp.csr_array((coo.data, (coo.row, block_rows[coo.col])),
+                                             shape=(combination.distinct.shape[0], width)),
+                       which=combination.which)
+
+
+def identity(n: int) -> Combination:
+    """Each output row's own answer."""
+    return Combination(distinct=sp.csr_array(sp.identity(n, format="csr")), which=np.arange(n, dtype=np.int64))
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,14 +111,14 @@ class Column:
     """A column of answers the outputs read: block ``block`` combined by ``combination`` (over block rows)."""
 
     block: int
-    combination: sp.csr_array
+    combination: Combination
 
 
 def covariances(columns: Sequence[Column], answers: Mapping[int, Answers], new: int) -> FloatArray:
     """Row by row, Cov between each column from ``new`` on and every column: (rows, k, k) with the
     first ``new`` × ``new`` corner left zero (filled by the caller from the answers' own covariances)."""
     k = len(columns)
-    found = np.zeros((columns[0].combination.shape[0], k, k))
+    found = np.zeros((columns[0].combination.outputs, k, k))
     for i in range(new, k):
         form = _form(answers[columns[i].block])
         for j in range(i + 1):

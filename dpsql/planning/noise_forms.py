@@ -11,7 +11,8 @@ Rastogi, "The matrix mechanism: optimizing linear counting queries under differe
     diag(L Σ Rᵀ)_i = σ² s s' Σ_j L_ij [W (ÃᵀÃ)⁺ W'ᵀ Rᵀ]_{j, i},
 
 computed with W, W' and (ÃᵀÃ)⁺ as implicit operators on the distinct rows of R only (taking as R
-the side with fewer: a share over the whole table has one), never a matrix over cells × cells.
+the side with fewer: a share over the whole table has one), and the sum over j once per distinct
+pair of rows (L_i, R_i): never a matrix over cells × cells, nor over outputs × rows.
 Answers by generalized least squares over kept measurements carry a whitening instead
 (``dpsql.releases.gls``: Cov(u x̂, v x̂) = (u·V)·(v·V)), so there diag(L Σ Rᵀ) = s s' Σ (L·V)∘(R·V').
 Answers of different measurements (or pools) have independent noise: covariance 0. Exact zeros
@@ -31,26 +32,40 @@ import scipy.sparse as sp
 from dpsql.matrix.workloads import Workload
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class Combination:
+    """A combination matrix over a block's answer rows, one row per output, stored by its few
+    distinct rows: output i combines the answers by ``distinct[which[i]]``."""
+
+    distinct: sp.csr_array
+    which: IntArray
+
+    @property
+    def outputs(self) -> int:
+        return int(self.which.size)
 
 
 class NoiseForm(ABC):
     """The answers of one block as linear functions of their noise."""
 
     @abstractmethod
-    def covariance(self, left: sp.csr_array, other: NoiseForm, right: sp.csr_array) -> FloatArray:
+    def covariance(self, left: Combination, other: NoiseForm, right: Combination) -> FloatArray:
         """Row by row, Cov((left·a)_i, (right·a')_i) for this block's answers a and ``other``'s a';
         ``left`` and ``right`` are combinations over the two blocks' answer rows, one row per output."""
 
 
-def _zeros(left: sp.csr_array) -> FloatArray:
-    return np.zeros(left.shape[0])
+def _zeros(left: Combination) -> FloatArray:
+    return np.zeros(left.outputs)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ExactForm(NoiseForm):
     """Answers with no noise (an identically zero workload's exact zeros)."""
 
-    def covariance(self, left: sp.csr_array, other: NoiseForm, right: sp.csr_array) -> FloatArray:
+    def covariance(self, left: Combination, other: NoiseForm, right: Combination) -> FloatArray:
         return _zeros(left)
 
 
@@ -65,15 +80,18 @@ class MeasuredForm(NoiseForm):
     scale: float
     source: object
 
-    def covariance(self, left: sp.csr_array, other: NoiseForm, right: sp.csr_array) -> FloatArray:
+    def covariance(self, left: Combination, other: NoiseForm, right: Combination) -> FloatArray:
         if not isinstance(other, MeasuredForm) or other.source is not self.source:
             return _zeros(left)
-        distinct, which = _distinct_rows(right)
-        if _distinct_rows(left)[0].shape[0] < distinct.shape[0]:  # Cov is symmetric: spread the side with fewer
+        if left.distinct.shape[0] < right.distinct.shape[0]:  # Cov is symmetric: spread the side with fewer
             return other.covariance(right, self, left)
-        reach = np.asarray(other.workload.T @ distinct.T.toarray(), dtype=np.float64)   # W'ᵀ Rᵀ: cells × D
+        reach = np.asarray(other.workload.T @ right.distinct.T.toarray(), dtype=np.float64)  # W'ᵀ Rᵀ: cells × D
         spread = np.asarray(self.workload @ np.asarray(self.profile @ reach), dtype=np.float64)  # W M W'ᵀ Rᵀ
-        return self.variance * self.scale * other.scale * _paired(left, spread, which)
+        pairs, inverse = np.unique(np.stack([left.which, right.which]), axis=1, return_inverse=True)
+        rows = sp.coo_array(left.distinct[pairs[0]])
+        found = np.bincount(rows.row, weights=rows.data * spread[rows.col, pairs[1][rows.row]],
+                            minlength=pairs.shape[1])
+        return self.variance * self.scale * other.scale * np.asarray(found[inverse.ravel()], dtype=np.float64)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -85,32 +103,10 @@ class WhitenedForm(NoiseForm):
     scale: float
     source: object
 
-    def covariance(self, left: sp.csr_array, other: NoiseForm, right: sp.csr_array) -> FloatArray:
+    def covariance(self, left: Combination, other: NoiseForm, right: Combination) -> FloatArray:
         if not isinstance(other, WhitenedForm) or other.source is not self.source:
             return _zeros(left)
-        ours, theirs = left @ self.whitened, right @ other.whitened
-        return self.scale * other.scale * np.asarray(np.sum(ours * theirs, axis=1), dtype=np.float64)
-
-
-def _distinct_rows(matrix: sp.csr_array) -> tuple[sp.csr_array, npt.NDArray[np.int64]]:
-    """The distinct rows of a sparse matrix and, per row, which of them it is."""
-    matrix = sp.csr_array(matrix)
-    matrix.sum_duplicates()
-    keys: dict[bytes, int] = {}
-    which = np.empty(matrix.shape[0], dtype=np.int64)
-    firsts: list[int] = []
-    for i in range(matrix.shape[0]):
-        start, end = matrix.indptr[i], matrix.indptr[i + 1]
-        key = matrix.indices[start:end].tobytes() + b"|" + matrix.data[start:end].tobytes()
-        if key not in keys:
-            keys[key] = len(firsts)
-            firsts.append(i)
-        which[i] = keys[key]
-    return sp.csr_array(matrix[firsts]), which
-
-
-def _paired(left: sp.csr_array, spread: FloatArray, which: npt.NDArray[np.int64]) -> FloatArray:
-    """Σ_j left_ij · spread[j, which_i] for each row i."""
-    coo = sp.coo_array(left)
-    return np.asarray(np.bincount(coo.row, weights=coo.data * spread[coo.col, which[coo.row]],
-                                  minlength=left.shape[0]), dtype=np.float64)
+        ours, theirs = left.distinct @ self.whitened, right.distinct @ other.whitened
+        pairs, inverse = np.unique(np.stack([left.which, right.which]), axis=1, return_inverse=True)
+        found = np.einsum("ij,ij->i", ours[pairs[0]], theirs[pairs[1]])
+        return self.scale * other.scale * np.asarray(found[inverse.ravel()], dtype=np.float64)

@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Literal as TypingLiteral
 
+import numpy as np
+import numpy.typing as npt
 from sqlglot import exp
 
 from dpsql import schema as sch
@@ -478,14 +480,15 @@ def refuse_order_statistics(statement: ir.Statement, construct: str) -> None:
                 "outputs cannot carry. Ask for it in a statement of its own (it is measured with the batch).")
 
 
-def check_outputs(statement: ir.Statement, table: sch.Table, rows: int, cells: int) -> None:
+def check_outputs(statement: ir.Statement, table: sch.Table, groups: npt.NDArray[np.int64], cells: int) -> None:
     """Before anything is spent: output names unique (with ``_stddev``/``_upper``), ORDER BY keys known,
     HAVING comparing values of one kind (numbers, strings or dates), and windows over the statement's
-    ``rows`` groups (of ``cells`` cells) answerable (``dpsql.sql.windows``), so that answering never fails."""
+    ``groups`` (each row's group per GROUP BY column) of ``cells`` cells answerable
+    (``dpsql.sql.windows``), so that answering never fails."""
     outputs = statement.outputs
     if outputs is None:
         return
-    windows.check_windows(statement, table, rows, cells)
+    windows.check_windows(statement, table, groups, cells)
     refuse_order_statistics(statement, "HAVING, arithmetic or constant columns")
     names: list[str] = []
     for item in outputs.items:

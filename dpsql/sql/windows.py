@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+import numpy.typing as npt
 from sqlglot import exp
 
 from dpsql import schema as sch
@@ -149,9 +151,11 @@ def has_windows(statement: ir.Statement) -> bool:
                                        for item in outputs.items)
 
 
-def check_windows(statement: ir.Statement, table: sch.Table, rows: int, cells: int) -> None:
+def check_windows(statement: ir.Statement, table: sch.Table, groups: npt.NDArray[np.int64], cells: int) -> None:
     """Before anything is spent: the keys are plain GROUP BY columns, the argument a COUNT or SUM, no
-    HAVING (SQL would window the rows it keeps), and the covariances within :data:`WINDOW_WORK`."""
+    HAVING (SQL would window the rows it keeps), and the covariances within :data:`WINDOW_WORK`: a
+    window reads (cells + rows) floats per distinct frame (one per partition without ORDER BY or a
+    ROWS frame, else at most one per row). ``groups``: each output row's group per GROUP BY column."""
     outputs = statement.outputs
     found = [w for item in (outputs.items if outputs is not None else ()) if isinstance(item, ir.DerivedItem)
              for w in windows_of(item.expression)]
@@ -163,11 +167,12 @@ def check_windows(statement: ir.Statement, table: sch.Table, rows: int, cells: i
             f"a window function ({found[0].span.describe()}) with HAVING is not supported: SQL computes the window "
             "over the groups HAVING keeps, which dpsql chooses by noisy values. Drop HAVING, or filter the "
             "groups with WHERE.")
-    plain = {c.name.lower() for position, c in enumerate(statement.group_by)
-             if not statement.group_keys or statement.group_keys[position] is None}
+    position = {c.name.lower(): i for i, c in enumerate(statement.group_by)
+                if not statement.group_keys or statement.group_keys[i] is None}
+    rows = groups.shape[0]
     for window in found:
         for key in (*window.partition_by, *(c for c, _ in window.order_by)):
-            if key.name.lower() not in plain:
+            if key.name.lower() not in position:
                 raise UnsupportedQueryError(
                     f"the window key {key.name} ({key.span.describe()}) is not a GROUP BY column of its statement: "
                     "a window runs over the released groups, so PARTITION BY and ORDER BY name plain GROUP BY "
@@ -179,7 +184,9 @@ def check_windows(statement: ir.Statement, table: sch.Table, rows: int, cells: i
                 f"{window.function.upper()}({aggregate.function.upper()}(...)) OVER ({window.span.describe()}) is "
                 "not supported: a window adds COUNT or SUM answers. For an average over a window, divide "
                 "SUM(SUM(x)) OVER (...) by SUM(COUNT(x)) OVER (...).")
-        distinct = 1 if not window.partition_by and not window.order_by and window.frame.kind == "range" else rows
+        keys = [position[c.name.lower()] for c in window.partition_by]
+        whole = not window.order_by and window.frame.kind == "range"
+        distinct = len({tuple(row) for row in groups[:, keys].tolist()}) if whole else rows
         if distinct * (cells + rows) > WINDOW_WORK:
             raise InvalidQueryError(
                 f"the window at {window.span.describe()} would read {distinct:,} × ({cells:,} cells + {rows:,} "

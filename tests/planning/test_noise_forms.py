@@ -15,13 +15,15 @@ from hypothesis import strategies as st
 
 from dpsql.matrix.linalg import pinv_gram
 from dpsql.matrix.workloads import Explicit, Kron, Prefix
-from dpsql.planning.noise_forms import ExactForm, MeasuredForm, WhitenedForm
+from dpsql.planning.noise_forms import Combination, ExactForm, MeasuredForm, WhitenedForm
 
 
-def _combination(rng: np.random.Generator, outputs: int, rows: int) -> sp.csr_array:
-    """Sparse rows, some of them repeated (a window's frames repeat across its rows)."""
-    distinct = rng.integers(-2, 3, size=(max(1, outputs // 2), rows)) * (rng.random((max(1, outputs // 2), rows)) < 0.5)
-    return sp.csr_array(distinct[rng.integers(0, distinct.shape[0], outputs)].astype(float))
+def _combination(rng: np.random.Generator, outputs: int, rows: int) -> tuple[Combination, np.ndarray]:
+    """Sparse rows, some of them repeated (a window's frames repeat across its rows), and the dense matrix."""
+    count = max(1, outputs // 2)
+    distinct = (rng.integers(-2, 3, size=(count, rows)) * (rng.random((count, rows)) < 0.5)).astype(float)
+    which = rng.integers(0, count, outputs)
+    return Combination(distinct=sp.csr_array(distinct), which=which), distinct[which]
 
 
 @settings(max_examples=40, deadline=None)
@@ -31,9 +33,9 @@ def test_measured_and_whitened_forms_give_the_dense_covariances(seed: int, cells
     rng = np.random.default_rng(seed)
     A = rng.normal(size=(cells + 2, cells))
     U, V = rng.normal(size=(rows, cells)), rng.normal(size=(rows + 1, cells))
-    L, R = _combination(rng, outputs, rows), _combination(rng, outputs, rows + 1)
+    (L, dense_l), (R, dense_r) = _combination(rng, outputs, rows), _combination(rng, outputs, rows + 1)
     profile = np.linalg.pinv(A.T @ A)
-    expected = 0.7 * 2.0 * 3.0 * np.einsum("ij,ij->i", L.toarray() @ U @ profile, R.toarray() @ V)
+    expected = 0.7 * 2.0 * 3.0 * np.einsum("ij,ij->i", dense_l @ U @ profile, dense_r @ V)
     strategy = Explicit(A)
     source = object()
     u = MeasuredForm(workload=Explicit(U), profile=pinv_gram(strategy), variance=0.7, scale=2.0, source=source)
@@ -57,8 +59,9 @@ def test_a_kronecker_strategy_is_read_as_operators() -> None:
     W = Kron([Prefix(16), Prefix(12)])
     form = MeasuredForm(workload=W, profile=pinv_gram(strategy), variance=1.5, scale=1.0, source=strategy)
     rows = W.shape[0]
-    total = sp.csr_array(np.ones((rows, rows)))  # one distinct row: the sum of every answer
-    found = form.covariance(sp.csr_array(np.eye(rows)), form, total)
+    total = Combination(distinct=sp.csr_array(np.ones((1, rows))), which=np.zeros(rows, dtype=np.int64))
+    own = Combination(distinct=sp.csr_array(np.eye(rows)), which=np.arange(rows))
+    found = form.covariance(own, form, total)
     dense_w, dense_a = W.dense(), strategy.dense()
     expected = 1.5 * (dense_w @ np.linalg.pinv(dense_a.T @ dense_a) @ dense_w.T).sum(axis=1)
     np.testing.assert_allclose(found, expected, rtol=1e-6)
