@@ -4,7 +4,7 @@ Shares over the whole result and within partitions, running totals (RANGE with p
 DESC), averages and counts over frames are checked against DuckDB's exact answer to the same SQL
 at a very large budget; their standard errors against cᵀ Σ c with Σ = σ² W (AᵀA)⁺ Wᵀ computed densely
 from the measurement (and the delta method's gradient for a share); the answers by GLS over a kept
-release against the measured ones; a share and a running total by z-scores over seeded releases
+release against the measured ones; an accuracy target met by a running total; a share and a running total by z-scores over seeded releases
 at ε = 1; and windows over rows, unsupported frames and keys are refused, charging nothing.
 """
 
@@ -165,6 +165,20 @@ def test_a_window_answered_from_a_kept_release_has_the_measured_standard_errors(
         assert connection.budget.spent == spent, "answered from the kept release"
     for name in ("share", "share_stddev", "run", "run_stddev"):
         np.testing.assert_allclose(again.column(name).to_numpy(), first.column(name).to_numpy(), rtol=1e-6)
+
+
+def test_an_accuracy_target_covers_a_running_total_and_not_a_share(data: duckdb.DuckDBPyConnection) -> None:
+    """A sum over a window is linear in the answers: its standard error is known before the data
+    (cᵀ Σ c from the plan), so the least cost meeting max_stddev makes the largest running total's
+    stddev the target; a share's delta-method error depends on the noisy values and is refused."""
+    sql = "SELECT x, COUNT(*) AS n, SUM(COUNT(*)) OVER (ORDER BY x) AS r FROM people GROUP BY x"
+    with connect(data, seed=8, epsilon=50.0) as connection:
+        table = connection.cursor().execute(sql, max_stddev=20).fetch_arrow_table()
+        worst = table.column("r_stddev").to_numpy().max()
+        assert 0.999 * 20 <= worst <= 20 and table.column("n_stddev").to_numpy().max() < 10
+        with pytest.raises(NotSupportedError, match="'s' \\(line 1, col 11\\): a derived output that is not linear"):
+            connection.cursor().execute("SELECT x, COUNT(*) / SUM(COUNT(*)) OVER () AS s FROM people GROUP BY x",
+                                        max_stddev=20)
 
 
 def test_local_mode_gives_a_windowed_total_the_standard_error_of_the_total(tmp_path: Any) -> None:
