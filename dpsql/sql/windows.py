@@ -43,7 +43,7 @@ FRAME_SUPPORTED = ("Frames are ROWS BETWEEN {UNBOUNDED | n} PRECEDING | CURRENT 
 #: Most floats the covariances of one window output may read: distinct windows × (cells + groups).
 WINDOW_WORK = 2**24
 _FUNCTIONS: dict[type[exp.Expr], ir.WindowFunction] = {exp.Sum: "sum", exp.Avg: "avg", exp.Count: "count"}
-_ROWS_WHY = ("a window function over the table's rows would read individual rows (their order, their "
+_ROWS_WHY = ("A window function over the table's rows would read individual rows (their order, their "
              "neighbours); dpsql releases only aggregates. ")
 
 
@@ -57,9 +57,18 @@ def is_group_window(node: exp.Window) -> bool:
 
 def refusal(node: exp.Window, scope: Scope, in_select: bool) -> UnsupportedQueryError:
     """Why a window is refused: over rows (ROW_NUMBER, LAG, SUM(column)), or outside the SELECT list."""
+    if node.args.get("alias") is not None or not isinstance(node.this, exp.Expr) \
+            or isinstance(node.this, exp.Identifier):
+        return unsupported("a named window (OVER w, WINDOW w AS ...)", node, scope,
+                           "Write the window in the OVER (...) clause.")
     if in_select and not is_group_window(node):
         function = node.this
-        name = describe(function, scope) if isinstance(function, exp.Expr) else "a named window"
+        name = describe(function, scope)
+        if isinstance(function, exp.Filter):
+            return unsupported("FILTER on a window function", node, scope,
+                               "Filter the aggregate inside it: SUM(COUNT(*) FILTER (WHERE ...)) OVER (...).")
+        if any(isinstance(n, exp.AggFunc) for n in function.walk() if n is not function):
+            return unsupported(f"{name} OVER (...) of an aggregate", node, scope, WINDOW_SUPPORTED)
         if isinstance(function, exp.Count) and isinstance(function.this, exp.Star):
             return unsupported("COUNT(*) OVER (...)", node, scope, "It counts the grouped rows (every declared "
                                "group is returned): write COUNT(COUNT(*)) OVER (...). " + WINDOW_SUPPORTED)
@@ -72,10 +81,8 @@ def refusal(node: exp.Window, scope: Scope, in_select: bool) -> UnsupportedQuery
 
 def parse_window(node: exp.Window, scope: Scope, operand: Callable[[exp.Expr], ir.Expression]) -> ir.Window:
     """``function(<aggregate>) OVER (...)``: the aggregate read by ``operand``, the keys and the frame."""
-    if node.args.get("alias") is not None or not isinstance(node.this, exp.Expr):
-        raise unsupported("a named window (OVER w)", node, scope, "Write the window in the OVER (...) clause.")
     function = node.this
-    if not is_group_window(node):
+    if not is_group_window(node) or node.args.get("alias") is not None:
         raise refusal(node, scope, True)
     argument = operand(function.this)
     if not isinstance(argument, ir.AggregateLeaf):

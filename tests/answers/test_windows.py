@@ -243,6 +243,14 @@ def test_a_share_and_a_running_total_are_calibrated_at_epsilon_1() -> None:
     ("SELECT sex, SUM(COUNT(*)) OVER (PARTITION BY sex + 1) FROM people GROUP BY sex", NotSupportedError,
      "as a window key"),
     ("SELECT x, SUM(COUNT(*) + 1) OVER () FROM people GROUP BY x", NotSupportedError, "inside a window function"),
+    ("SELECT x, MAX(COUNT(*)) OVER () FROM people GROUP BY x", NotSupportedError,
+     "aggregate MAX() OVER (...) of an aggregate is not supported (line 1, col 11"),
+    ("SELECT x, SUM(COUNT(*)) FILTER (WHERE x > 1) OVER () FROM people GROUP BY x", NotSupportedError,
+     "SUM(COUNT(*) FILTER (WHERE ...)) OVER (...)"),
+    ("SELECT x, SUM(COUNT(*)) OVER w FROM people GROUP BY x WINDOW w AS (ORDER BY x)", NotSupportedError,
+     "a named window (OVER w, WINDOW w AS ...) is not supported"),
+    ("SELECT x, SUM(COUNT(*)) OVER (ORDER BY x NULLS FIRST) FROM people GROUP BY x", NotSupportedError,
+     "NULLS FIRST in a window's ORDER BY"),
 ])
 def test_refused_windows_name_the_construct_its_position_and_charge_nothing(
         data: duckdb.DuckDBPyConnection, sql: str, error: type[Exception], words: str) -> None:
