@@ -218,6 +218,25 @@ def test_a_share_and_a_running_total_are_calibrated_at_epsilon_1() -> None:
     assert_calibrated(np.array(z))
 
 
+@pytest.mark.slow
+def test_a_share_combined_with_a_kept_release_by_gls_is_calibrated_at_epsilon_1() -> None:
+    """200 seeded pairs of releases at ε = 0.5 each: the counts by sex × region, then a share within
+    each sex answered by GLS over both measurements (the metadata says so): the share's delta-method
+    error reads the pool's whitening, and its z-scores against DuckDB's truth are calibrated."""
+    con = _table(_rows())
+    sql = ("SELECT sex, region, COUNT(*) / SUM(COUNT(*)) OVER (PARTITION BY sex) AS share FROM people "
+           "GROUP BY sex, region ORDER BY sex, region")
+    truth = [row[-1] for row in con.execute(sql).fetchall()]
+    z = []
+    for seed in range(200):
+        with connect(con, seed=1000 + seed, epsilon=5.0) as connection:
+            connection.cursor().execute("SELECT sex, region, COUNT(*) FROM people GROUP BY sex, region", epsilon=0.5)
+            table = connection.cursor().execute(sql, epsilon=0.5).fetch_arrow_table()
+        assert json.loads(table.schema.metadata[b"dpsql"])["reuse"]["answered_by_releases"] == [1]
+        z.append((table.column("share").to_numpy() - truth) / table.column("share_stddev").to_numpy())
+    assert_calibrated(np.array(z))
+
+
 # ============================================================================== refusals and EXPLAIN
 @pytest.mark.parametrize("sql, error, words", [
     ("SELECT x, ROW_NUMBER() OVER (ORDER BY x) AS r, COUNT(*) FROM people GROUP BY x", NotSupportedError,
