@@ -40,6 +40,7 @@ from sqlglot import exp
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, UnsupportedQueryError
 from dpsql.sql import ir, windows
+from dpsql.sql.arithmetic import INTEGER_TYPES
 from dpsql.sql.predicates import OPERATORS, parse_value
 from dpsql.sql.source import Scope, describe, invalid, node_span, unparen, unsupported
 
@@ -71,9 +72,8 @@ _FUNCTIONS: dict[type[exp.Expr], ir.OutputFunction] = {
     exp.Ceil: "ceil", exp.Floor: "floor", exp.Trunc: "trunc", exp.Abs: "abs", exp.Greatest: "greatest",
     exp.Least: "least", exp.Coalesce: "coalesce", exp.Nullif: "nullif"}
 _CASTS = (exp.Cast, exp.TryCast)
-#: SQL types a released value may be cast to: integers (rounded half to even, as DuckDB casts), floats.
-INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INT", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINT",
-                            "UBIGINT", "UHUGEINT", "MEDIUMINT", "INT128", "INT256"})
+#: SQL types a released value may be cast to: integers (``arithmetic.INTEGER_TYPES``, rounded half to even, as
+#: DuckDB casts), floats, decimals.
 _REAL_TYPES = frozenset({"FLOAT", "DOUBLE", "DECFLOAT"})
 _DECIMAL_TYPES = frozenset({"DECIMAL", "NUMERIC", "BIGDECIMAL"})
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -46,9 +45,9 @@ from sqlglot import exp
 from dpsql import schema as sch
 from dpsql.errors import UnsupportedQueryError
 from dpsql.sql import ir
-from dpsql.sql.derived import INTEGER_TYPES
+from dpsql.sql.arithmetic import STEPS, step_form, stepped
 from dpsql.sql.filters import Atom, atoms
-from dpsql.sql.predicates import number_constant, parse_column, parse_predicate, parse_value
+from dpsql.sql.predicates import parse_column, parse_predicate, parse_value
 from dpsql.sql.source import Scope, describe, invalid, node_span, unparen, unsupported
 
 KEY_SUPPORTED = (
@@ -57,8 +56,6 @@ KEY_SUPPORTED = (
     "date_trunc('year'|'month', d) and arithmetic bins of one numeric column (FLOOR(age / 5) * 5, age // 10, "
     "CAST(income / 1000 AS INTEGER), CEIL, TRUNC, ROUND) whose steps fall on its cell boundaries."
 )
-_STEPS: dict[type[exp.Expr], ir.BinStep] = {exp.Floor: "floor", exp.Ceil: "ceil", exp.Trunc: "trunc",
-                                            exp.Round: "round"}
 
 # ==================================================================================== parse side
 def resolve_reference(node: exp.Expr, select: exp.Select, scope: Scope) -> exp.Expr:
@@ -100,7 +97,7 @@ def is_key_expression(node: exp.Expr) -> bool:
 
 
 def _is_arithmetic(node: exp.Expr) -> bool:
-    return isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Neg, *_STEPS, exp.Cast))
+    return isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Neg, *STEPS, exp.Cast))
 
 
 def parse_key(node: exp.Expr, scope: Scope) -> ir.GroupKey:
@@ -116,71 +113,12 @@ def parse_key(node: exp.Expr, scope: Scope) -> ir.GroupKey:
 
 
 def _parse_bin(node: exp.Expr, scope: Scope) -> ir.BinKey:
-    """``p · step(a · x + b) + q``: an affine outside, at most one rounding step, an affine of one column
-    inside (``x // c`` is TRUNC(x / c) with an integer label, as DuckDB divides integers)."""
-    outer = _affine(node, scope)
-    if outer is None:
-        raise unsupported(f"{describe(node, scope)} in GROUP BY", node, scope, KEY_SUPPORTED)
-    inner_node, p, q = outer
-    step: ir.BinStep = "none"
-    integral = False
-    inner_node = unparen(inner_node)
-    if isinstance(inner_node, exp.IntDiv):
-        divisor = number_constant(inner_node.expression)
-        if divisor is None or divisor == 0:
-            raise unsupported("// by something other than a non-zero number", inner_node, scope, KEY_SUPPORTED)
-        step, integral = "trunc", True
-        inside: exp.Expr = exp.Div(this=inner_node.this, expression=inner_node.expression)
-    elif isinstance(inner_node, exp.Cast) and inner_node.to.this.name in INTEGER_TYPES:
-        step, integral, inside = "rint", True, inner_node.this
-        if isinstance(unparen(inside), tuple(_STEPS)):  # CAST(FLOOR(x / c) AS INTEGER): the inner step decides
-            step, inside = _STEPS[type(unparen(inside))], unparen(inside).this
-    elif isinstance(inner_node, tuple(_STEPS)):
-        decimals = inner_node.args.get("decimals")
-        if decimals is not None and number_constant(decimals) != 0:
-            raise unsupported("ROUND to decimals in GROUP BY", inner_node, scope,
-                              "Round to a whole number (ROUND(x)) or scale first: ROUND(x * 10) / 10.")
-        step, inside = _STEPS[type(inner_node)], inner_node.this
-    else:
-        inside = inner_node
-    found = _affine(inside, scope)
-    if found is None or not isinstance(unparen(found[0]), exp.Column):
-        raise unsupported(f"{describe(node, scope)} in GROUP BY", node, scope, KEY_SUPPORTED)
-    column, a, b = found
-    if a == 0 or p == 0:
-        raise unsupported("a bin multiplied by zero", node, scope, KEY_SUPPORTED)
-    return ir.BinKey(column=parse_column(column, scope, "in GROUP BY", KEY_SUPPORTED), step=step, inner_scale=a,
-                     inner_shift=b, outer_scale=p, outer_shift=q, integral=integral and p.denominator == 1
-                     and q.denominator == 1, span=node_span(node, scope), text=default_name(node, scope))
-
-
-def _affine(node: exp.Expr, scope: Scope) -> tuple[exp.Expr, Fraction, Fraction] | None:
-    """``node`` as a · u + b for the one operand u that is not a number (+ − · / by numbers, unary minus,
-    nested); None when two operands are not numbers."""
-    node = unparen(node)
-    if isinstance(node, exp.Neg):
-        found = _affine(node.this, scope)
-        return None if found is None else (found[0], -found[1], -found[2])
-    if not isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
-        return node, Fraction(1), Fraction(0)
-    left, right = number_constant(node.this), number_constant(node.expression)
-    if (left is None) == (right is None):
-        return None
-    inner = _affine(node.expression if left is not None else node.this, scope)
-    if inner is None:
-        return None
-    u, a, b = inner
-    constant = left if left is not None else right
-    assert constant is not None
-    if isinstance(node, exp.Add):
-        return u, a, b + constant
-    if isinstance(node, exp.Sub):
-        return (u, a, b - constant) if right is not None else (u, -a, constant - b)
-    if isinstance(node, exp.Mul):
-        return u, a * constant, b * constant
-    if left is not None or constant == 0:  # c / u is not affine; u / 0 is refused by the caller's shape
-        return None
-    return u, a / constant, b / constant
+    """``p · step(a · x + b) + q`` (:func:`dpsql.sql.arithmetic.step_form`) as a key."""
+    form = step_form(node, scope, "in GROUP BY", KEY_SUPPORTED)
+    return ir.BinKey(column=parse_column(form.column, scope, "in GROUP BY", KEY_SUPPORTED), step=form.step,
+                     inner_scale=form.inner_scale, inner_shift=form.inner_shift, outer_scale=form.outer_scale,
+                     outer_shift=form.outer_shift, integral=form.integral, span=node_span(node, scope),
+                     text=default_name(node, scope))
 
 
 def default_name(node: exp.Expr, scope: Scope) -> str:
@@ -313,24 +251,9 @@ def key_groups(column: sch.Column, key: ir.GroupKey, atom_mask: AtomMask) -> Key
     return _date_groups(column, key)
 
 
-def _stepped(key: ir.BinKey, y: Fraction) -> Fraction:
-    """step(y), exactly."""
-    if key.step == "floor":
-        return Fraction(math.floor(y))
-    if key.step == "ceil":
-        return Fraction(math.ceil(y))
-    if key.step == "trunc":
-        return Fraction(math.trunc(y))
-    if key.step == "round":  # half away from zero
-        return Fraction(math.floor(abs(y) + Fraction(1, 2))) * (1 if y >= 0 else -1)
-    if key.step == "rint":  # half to even
-        return Fraction(round(y))
-    return y
-
-
 def bin_label(key: ir.BinKey, x: Fraction) -> Fraction:
     """The key's value at column value ``x``."""
-    return key.outer_scale * _stepped(key, key.inner_scale * x + key.inner_shift) + key.outer_shift
+    return key.outer_scale * stepped(key.step, key.inner_scale * x + key.inner_shift) + key.outer_shift
 
 
 def _bin_groups(column: sch.Column, key: ir.BinKey) -> KeyGroups:
@@ -373,8 +296,8 @@ def _steps_inside(key: ir.BinKey, lo: Fraction, hi: Fraction) -> bool:
     ends = sorted([key.inner_scale * lo + key.inner_shift, key.inner_scale * hi + key.inner_shift])
     start, end = ends
     rising = key.inner_scale > 0
-    at_start = _stepped(key, start) if rising else _limit(key, start, above=True)
-    at_end = _limit(key, end, above=False) if rising else _stepped(key, end)
+    at_start = stepped(key.step, start) if rising else _limit(key, start, above=True)
+    at_end = _limit(key, end, above=False) if rising else stepped(key.step, end)
     return at_start != at_end
 
 
@@ -382,7 +305,7 @@ def _limit(key: ir.BinKey, y: Fraction, *, above: bool) -> Fraction:
     """step at y approached from above or below: the step at a point a hair away, closer than any break
     (breaks of these steps are at multiples of ½)."""
     hair = Fraction(1, 4 * max(1, y.denominator) ** 2)
-    return _stepped(key, y + hair if above else y - hair)
+    return stepped(key.step, y + hair if above else y - hair)
 
 
 def _bin_text(key: ir.BinKey) -> str:

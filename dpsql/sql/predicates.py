@@ -12,6 +12,7 @@ with :class:`~dpsql.errors.UnsupportedQueryError` located in the text (:mod:`dps
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 import sys
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from sqlglot import exp
 
 from dpsql.errors import InvalidQueryError, UnsupportedQueryError
 from dpsql.sql import ir, timestamps
+from dpsql.sql.arithmetic import StepForm, affine, has_step, level_set, step_form
 from dpsql.sql.source import (
     Scope,
     describe,
@@ -40,7 +42,8 @@ _WHERE_SUPPORTED = (
     "WHERE supports column <op> constant (=, <>, !=, <, <=, >, >=), column [NOT] BETWEEN constant AND "
     "constant, column [NOT] IN (constants), column IS [NOT] NULL, column [NOT] LIKE|ILIKE 'pattern' "
     "(categorical columns), NOT, AND, OR and parentheses; the column may carry + - * / by numbers "
-    "(age + 1 > 30, income / 12 >= 4000, 2 * hours < 80)."
+    "(age + 1 > 30, income / 12 >= 4000, 2 * hours < 80) and be rounded by FLOOR, CEIL, TRUNC, ROUND, // or a "
+    "CAST to an integer where the steps fall on cell boundaries (FLOOR(age / 5) = 6, age // 10 <= 2)."
 )
 _LIKE_SUPPORTED = "LIKE, NOT LIKE and ILIKE take a 'string' pattern (or a ? bound to one), optionally ESCAPE 'c'."
 _IS_SUPPORTED = "WHERE supports column IS NULL and column IS NOT NULL."
@@ -119,57 +122,21 @@ class _Solved:
 
 def _solve(node: exp.Expr, scope: Scope) -> _Solved | None:
     """``node`` as one column under + − · / by numbers (``x + c``, ``c − x``, ``x · c``, ``x / c``,
-    ``−x``, nested), inverted exactly; None when it is not (a plain column is scale 1, shift 0).
+    ``−x``, nested: :func:`~dpsql.sql.arithmetic.affine`), inverted exactly; None when it is not (a plain
+    column is scale 1, shift 0).
 
     As DuckDB evaluates ``/`` (a division, not an integer division) and the inversion is exact, the
     condition holds for the same values of the column, except where the engine's floating-point
     arithmetic rounds at the boundary itself."""
-    node = unparen(node)
-    if isinstance(node, exp.Column):
-        return _Solved(column=node, scale=Fraction(1), shift=Fraction(0))
-    if isinstance(node, exp.Neg):
-        inner = _solve(node.this, scope)
-        return None if inner is None else _Solved(inner.column, -inner.scale, inner.shift)
-    if not isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+    found = affine(node, scope)
+    if found is None or not isinstance(unparen(found[0]), exp.Column):
         return None
-    left, right = unparen(node.this), unparen(node.expression)
-    column_left = left.find(exp.Column) is not None
-    if column_left == (right.find(exp.Column) is not None):
-        return None
-    inner = _solve(left if column_left else right, scope)
-    constant = number_constant(right if column_left else left)
-    if inner is None or constant is None:
-        return None
-    # the side's value v = f(u) with u the inner side's value; u = (v − b)/a for f(u) = a·u + b
-    if isinstance(node, exp.Add):
-        a, b = Fraction(1), constant
-    elif isinstance(node, exp.Sub):
-        a, b = (Fraction(1), -constant) if column_left else (Fraction(-1), constant)
-    elif isinstance(node, exp.Mul):
-        a, b = constant, Fraction(0)
-    elif column_left:  # u / c
-        if constant == 0:
-            raise invalid("division by the constant zero", node, scope, "Divide by a non-zero number.")
-        a, b = 1 / constant, Fraction(0)
-    else:
-        return None  # c / u: not monotone across u = 0
+    column, a, b = found
     if a == 0:
         raise unsupported("a column multiplied by zero", node, scope, _WHERE_SUPPORTED)
-    return _Solved(inner.column, inner.scale / a, inner.shift - inner.scale * b / a)
-
-
-def number_constant(node: exp.Expr) -> Fraction | None:
-    """A numeric literal or −literal (not a parameter) as an exact rational, else None."""
-    node = unparen(node)
-    negative = isinstance(node, exp.Neg)
-    inner = unparen(node.this) if negative else node
-    if not isinstance(inner, exp.Literal) or inner.is_string:
-        return None
-    try:
-        value = Fraction(inner.this)
-    except ValueError:
-        return None
-    return -value if negative else value
+    column_node = unparen(column)
+    assert isinstance(column_node, exp.Column)
+    return _Solved(column_node, 1 / a, -b / a)  # v = a·u + b ⇔ u = (v − b) / a
 
 
 def _column_side(node: exp.Expr, scope: Scope) -> tuple[exp.Expr, _Solved | None]:
@@ -181,14 +148,75 @@ def _column_side(node: exp.Expr, scope: Scope) -> tuple[exp.Expr, _Solved | None
     return (node, None) if solved is None else (solved.column, solved)
 
 
-def _parse_comparison(node: exp.Binary, scope: Scope) -> ir.Comparison:
+def _step_side(node: exp.Expr, scope: Scope) -> StepForm | None:
+    """A condition's side that rounds one column (``FLOOR(age / 5) * 5``, ``age // 10``, ``CAST(x / 3 AS
+    INTEGER)``: :func:`~dpsql.sql.arithmetic.step_form`), else None."""
+    node = unparen(node)
+    if isinstance(node, exp.Column) or node.find(exp.Column) is None or not has_step(node):
+        return None
+    return step_form(node, scope, "in WHERE", _WHERE_SUPPORTED)
+
+
+def _step_condition(form: StepForm, operator: ir.ComparisonOperator, literal: ir.Literal, node: exp.Expr,
+                    scope: Scope) -> ir.Predicate:
+    """``p · s + q op v`` with s = step(a · x + b), solved for x.
+
+    s op' k with k = (v − q) / p (op flipped for p < 0). s takes whole values, so s < k ⇔ s ≤ ⌈k⌉ − 1,
+    s > k ⇔ s ≥ ⌊k⌋ + 1, and s = k needs a whole k; s ≤ m (s ≥ m) ⇔ y is at or below (above) the level set
+    {y : s(y) = m}, an interval (:func:`~dpsql.sql.arithmetic.level_set`): FLOOR(y) ≤ 6 ⇔ y < 7. Then
+    y = a · x + b is solved for x as arithmetic without a step is. ``<>`` is NOT ``=``, so a NULL column
+    stays UNKNOWN, as in SQL."""
+    if isinstance(literal.value, bool) or not isinstance(literal.value, (int, float)):
+        raise unsupported("a rounded column compared with a non-number", node, scope, _WHERE_SUPPORTED)
+    k = (Fraction(literal.value) - form.outer_shift) / form.outer_scale
+    operator = _FLIPPED[operator] if form.outer_scale < 0 else operator
+    span = node_span(node, scope)
+
+    def on_column(y_operator: ir.ComparisonOperator, y: Fraction) -> ir.Comparison:
+        x = (y - form.inner_shift) / form.inner_scale
+        return ir.Comparison(column=parse_column(form.column, scope, "in WHERE", _WHERE_SUPPORTED),
+                             operator=_FLIPPED[y_operator] if form.inner_scale < 0 else y_operator,
+                             value=replace(literal, value=int(x) if x.denominator == 1 else float(x)), span=span)
+
+    if operator in ("=", "<>"):
+        if k.denominator != 1:
+            raise unsupported(f"{describe(node, scope)}, which is never {'TRUE' if operator == '=' else 'FALSE'}",
+                              node, scope, "The rounded value takes whole steps: compare it with one of them, or "
+                              "with a range.")
+        level = level_set(form.step, int(k))
+        both = ir.And(operands=(on_column(">=" if level.low_closed else ">", level.low),
+                                on_column("<=" if level.high_closed else "<", level.high)), span=span)
+        return both if operator == "=" else ir.Not(operand=both, span=span)
+    if operator in ("<", "<="):
+        level = level_set(form.step, math.ceil(k) - 1 if operator == "<" else math.floor(k))
+        return on_column("<=" if level.high_closed else "<", level.high)
+    level = level_set(form.step, math.floor(k) + 1 if operator == ">" else math.ceil(k))
+    return on_column(">=" if level.low_closed else ">", level.low)
+
+
+def _step_membership(form: StepForm, values: tuple[ir.Literal, ...], node: exp.In, scope: Scope) -> ir.Predicate:
+    """``rounded IN (v, ...)``: an OR of the equalities of the values the rounded side can take."""
+    possible = [v for v in values if not isinstance(v.value, (int, float)) or isinstance(v.value, bool)
+                or ((Fraction(v.value) - form.outer_shift) / form.outer_scale).denominator == 1]
+    if not possible:
+        raise unsupported(f"{describe(node, scope)}, which is never TRUE", node, scope,
+                          "The rounded value takes whole steps: list some of them.")
+    equalities = tuple(_step_condition(form, "=", value, node, scope) for value in possible)
+    return equalities[0] if len(equalities) == 1 else ir.Or(operands=equalities, span=node_span(node, scope))
+
+
+def _parse_comparison(node: exp.Binary, scope: Scope) -> ir.Predicate:
     """``column op constant`` or ``constant op column`` (turned around: ``5 < age`` is ``age > 5``);
     a column under + − · / by numbers is solved for the column (``age + 1 > 30`` is ``age > 29``,
-    ``-2 * x < 6`` is ``x > -3``)."""
+    ``-2 * x < 6`` is ``x > -3``), and so is a rounded one (``FLOOR(age / 5) = 6`` is ``age >= 30 AND
+    age < 35``: :func:`_step_condition`)."""
     left, right = unparen(node.this), unparen(node.expression)
     operator = OPERATORS[type(node)]
     if right.find(exp.Column) is not None and left.find(exp.Column) is None:
         left, right, operator = right, left, _FLIPPED[operator]
+    form = _step_side(left, scope) if right.find(exp.Column) is None else None
+    if form is not None:
+        return _step_condition(form, operator, parse_value(right, scope, "a comparison"), node, scope)
     column, solved = _column_side(left, scope)
     if solved is not None and right.find(exp.Column) is None:
         value = solved.value(parse_value(right, scope, "a comparison"), right, scope)
@@ -211,13 +239,18 @@ def _parse_comparison(node: exp.Binary, scope: Scope) -> ir.Comparison:
                          span=node_span(node, scope))
 
 
-def _parse_between(node: exp.Between, scope: Scope) -> ir.Between:
-    """``column BETWEEN low AND high``; NOT BETWEEN is handled by ``_parse_not``."""
+def _parse_between(node: exp.Between, scope: Scope) -> ir.Between | ir.And:
+    """``column BETWEEN low AND high`` (a rounded column: both comparisons); NOT BETWEEN is handled by
+    ``_parse_not``."""
     if node.args.get("symmetric"):
         raise unsupported("BETWEEN SYMMETRIC", node, scope, _WHERE_SUPPORTED)
-    column, solved = _column_side(node.this, scope)
     low = parse_value(node.args["low"], scope, "a BETWEEN bound")
     high = parse_value(node.args["high"], scope, "a BETWEEN bound")
+    form = _step_side(node.this, scope)
+    if form is not None:
+        return ir.And(operands=(_step_condition(form, ">=", low, node, scope),
+                                _step_condition(form, "<=", high, node, scope)), span=node_span(node, scope))
+    column, solved = _column_side(node.this, scope)
     if solved is not None:
         low, high = solved.value(low, node.args["low"], scope), solved.value(high, node.args["high"], scope)
         if solved.scale < 0:
@@ -226,13 +259,17 @@ def _parse_between(node: exp.Between, scope: Scope) -> ir.Between:
                       negated=False, span=node_span(node, scope))
 
 
-def _parse_in(node: exp.In, scope: Scope) -> ir.InList:
-    """``column IN (constant, ...)``; NOT IN is handled by ``_parse_not``."""
+def _parse_in(node: exp.In, scope: Scope) -> ir.InList | ir.Predicate:
+    """``column IN (constant, ...)`` (a rounded column: one equality per value it can take); NOT IN is
+    handled by ``_parse_not``."""
     for key in ("query", "unnest", "field"):
         if not is_empty(node.args.get(key)):
             raise unsupported(f"IN {key}", node, scope, _WHERE_SUPPORTED)
-    column, solved = _column_side(node.this, scope)
     values = tuple(parse_value(value, scope, "an IN list") for value in node.expressions)
+    form = _step_side(node.this, scope)
+    if form is not None:
+        return _step_membership(form, values, node, scope)
+    column, solved = _column_side(node.this, scope)
     if solved is not None:
         values = tuple(solved.value(v, n, scope) for v, n in zip(values, node.expressions))
     return ir.InList(column=parse_column(column, scope, "before IN", _WHERE_SUPPORTED), values=values,
@@ -246,10 +283,11 @@ def _parse_not(node: exp.Not, scope: Scope) -> ir.Predicate:
         return _parse_is_null(operand, scope, negated=True, span=span)
     if isinstance(operand, (exp.Like, exp.ILike, exp.Escape)):
         return _parse_like(operand, scope, negated=True, span=span)
-    if isinstance(operand, exp.In):
-        return replace(_parse_in(operand, scope), negated=True, span=span)
-    if isinstance(operand, exp.Between):
-        return replace(_parse_between(operand, scope), negated=True, span=span)
+    if isinstance(operand, (exp.In, exp.Between)):
+        inner = _parse_in(operand, scope) if isinstance(operand, exp.In) else _parse_between(operand, scope)
+        if isinstance(inner, (ir.InList, ir.Between)):
+            return replace(inner, negated=True, span=span)
+        return ir.Not(operand=inner, span=span)
     return ir.Not(operand=parse_predicate(operand, scope), span=span)
 
 

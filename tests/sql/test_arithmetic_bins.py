@@ -85,3 +85,20 @@ def test_an_integer_division_is_an_integer_label_and_floor_a_double(data: duckdb
 def test_bins_that_split_a_cell_are_refused_before_any_charge(data: duckdb.DuckDBPyConnection, key: str,
                                                               words: str) -> None:
     assert_refused_free(data, SCHEMA, f"SELECT {key} AS k, COUNT(*) FROM t GROUP BY 1", NotSupportedError, words)
+
+
+def test_a_bin_in_where_keeps_the_rows_duckdb_keeps(data: duckdb.DuckDBPyConnection) -> None:
+    """The same bins as predicates (solved for the column: FLOOR(income / 5000) = 2 is 10000 <= income < 15000),
+    on a column of 1,000-wide cells, against DuckDB's exact counts."""
+    conditions = ["FLOOR(income / 5000) = 2", "FLOOR(age / 5) * 5 BETWEEN 20 AND 45", "age // 10 IN (1, 3, 7)",
+                  "CAST(income / 2000 AS INTEGER) >= 8", "NOT ROUND(income / 10000) <= 2", "TRUNC(age / 3) <> 4"]
+    batch = [f"SELECT COUNT(*) AS n FROM t WHERE {condition}" for condition in conditions]
+    with dpsql.connect(data, schema=SCHEMA, budget=dpsql.Budget(epsilon=1e7), rng=SeededRandomSource(5)) as private:
+        tables = private.cursor().execute(";\n".join(batch), epsilon=1e6).fetch_arrow_tables()
+    for sql, table in zip(batch, tables, strict=True):
+        assert round(table.column("n")[0].as_py()) == data.execute(sql).fetchone()[0], sql  # type: ignore[index]
+
+
+def test_a_bin_in_where_that_splits_a_cell_is_refused(data: duckdb.DuckDBPyConnection) -> None:
+    assert_refused_free(data, SCHEMA, "SELECT COUNT(*) FROM t WHERE FLOOR(income / 1500) = 3", NotSupportedError,
+                        "4500")

@@ -97,3 +97,61 @@ def test_an_unquoted_hyphenated_name_is_told_to_be_quoted(data: duckdb.DuckDBPyC
             pytest.raises(NotSupportedError) as caught:
         private.cursor().execute("SELECT SUM(hours-per-week) FROM t", epsilon=0.5)
     assert 'written in double quotes: "hours-per-week"' in str(caught.value)
+
+
+# ------------------------------------------------------------------------- a rounded column in WHERE
+ROUNDED = st.tuples(st.sampled_from(["FLOOR(x / {d})", "CEIL(x / {d}) * {d}", "x // {d}", "CAST(x / {d} AS INTEGER)",
+                                     "ROUND(x / {d})", "TRUNC(x / {d}) * {d} + 1", "100 - FLOOR((x + 3) / {d})",
+                                     "-ROUND(x / {d} / 2)", "CAST(FLOOR(x / {d}) AS BIGINT)"]),
+                    st.integers(-12, 12).filter(lambda d: d != 0)).map(lambda t: t[0].format(d=f"({t[1]})"))
+ROUNDED_CONDITIONS = st.one_of(
+    st.tuples(ROUNDED, st.sampled_from(["=", "<>", "<", "<=", ">", ">="]), st.integers(-40, 40), st.booleans())
+    .map(lambda t: f"{t[0]} {t[1]} {t[2]}" if t[3] else f"{t[2]} {t[1]} {t[0]}"),
+    st.tuples(ROUNDED, st.sampled_from(["<", ">="]), st.integers(-80, 80)).map(lambda t: f"{t[0]} {t[1]} {t[2] / 2}"),
+    st.tuples(ROUNDED, st.integers(-40, 40), st.integers(0, 20), st.booleans())
+    .map(lambda t: f"{t[0]} {'NOT ' if t[3] else ''}BETWEEN {t[1]} AND {t[1] + t[2]}"),
+    st.tuples(ROUNDED, st.lists(st.integers(-40, 40), min_size=1, max_size=4), st.booleans())
+    .map(lambda t: f"{t[0]} {'NOT ' if t[2] else ''}IN ({', '.join(map(str, t[1]))})"),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ROUNDED_CONDITIONS)
+def test_a_rounded_column_keeps_the_rows_duckdb_keeps(data: duckdb.DuckDBPyConnection, condition: str) -> None:
+    """FLOOR, CEIL, TRUNC, ROUND, ``//`` and a CAST to an integer, under affine maps, in comparisons, BETWEEN and
+    IN (each value an integer the rounded side may or may not take): the count DuckDB gives, or a refusal
+    only where the condition is the same on every row (an equality with a value the side never takes)."""
+    sql = f"SELECT COUNT(*) AS n FROM t WHERE {condition}"
+    truth = data.execute(sql).fetchone()[0]  # type: ignore[index]
+    with dpsql.connect(data, schema=SCHEMA, budget=dpsql.Budget(epsilon=1e7), rng=SeededRandomSource(2)) as private:
+        try:
+            table = private.cursor().execute(sql, epsilon=1e6).fetch_arrow_table()
+        except NotSupportedError as refused:
+            assert "never" in str(refused) and truth in (0, 221)  # no row, or every row of the 221
+            return
+    assert table.column("n_stddev")[0].as_py() < 1e-3
+    assert round(table.column("n")[0].as_py()) == truth, sql
+
+
+def test_a_rounded_column_is_a_range_of_the_column() -> None:
+    statements = parse_batch("SELECT COUNT(*) FROM t WHERE FLOOR(x / 5) = 6;\n"
+                             "SELECT COUNT(*) FROM t WHERE x // 10 <= -2;\n"
+                             "SELECT COUNT(*) FROM t WHERE ROUND(x / 2) * 2 > 7").statements
+    equal, below, above = (s.where for s in statements)
+    assert isinstance(equal, ir.And)
+    assert [(c.operator, c.value.value) for c in equal.operands if isinstance(c, ir.Comparison)] == [(">=", 30),
+                                                                                                 ("<", 35)]
+    assert isinstance(below, ir.Comparison) and (below.operator, below.value.value) == ("<=", -20)  # -29 // 10 = -2
+    assert isinstance(above, ir.Comparison) and (above.operator, above.value.value) == (">=", 7)  # ROUND(3.5) = 4
+
+
+@pytest.mark.parametrize("condition, words", [
+    ("FLOOR(x / 5) * 5 = 32", "never TRUE"),
+    ("FLOOR(x / 5) * 5 IN (31, 33)", "never TRUE"),
+    ("FLOOR(x + x) > 3", "arithmetic"),
+    ("FLOOR(x / 2, 1) > 3", "ROUND to decimals in WHERE"),
+    ("FLOOR(x / 2) = 'a'", "compared with a non-number"),
+])
+def test_rounded_conditions_that_cannot_be_solved_are_refused(data: duckdb.DuckDBPyConnection, condition: str,
+                                                              words: str) -> None:
+    assert_refused_free(data, SCHEMA, f"SELECT COUNT(*) FROM t WHERE {condition}", NotSupportedError, words)
