@@ -29,6 +29,7 @@ from dpsql.planning.mechanism import Answers
 from dpsql.planning.noise_forms import Combination, NoiseForm
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, CompiledStatement
+from dpsql.sql.windows import key_positions
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -45,7 +46,7 @@ class Frames:
 def frames(compiled: CompiledBatch, statement: CompiledStatement, window: ir.Window) -> Frames:
     """The rows each row's frame holds (module docstring)."""
     n = len(statement.block_rows)
-    position = {c.name.lower(): i for i, c in enumerate(statement.statement.group_by)}
+    position = key_positions(statement.statement)
     keys = [c.name.lower() for c in window.partition_by] + [c.name.lower() for c, _ in window.order_by]
     table = pa.table({name: next(iter(group_columns(compiled, statement, position[name], name).values()))
                       for name in dict.fromkeys(keys)}) if keys else pa.table({"_": np.zeros(n)})

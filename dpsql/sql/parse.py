@@ -27,10 +27,11 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
                 | case | datepart [[AS] name]       -- the same expression must be in GROUP BY
                 | aggregate [[AS] name]             -- at least one aggregate per statement (or in HAVING)
                 | expression [[AS] name]            -- aggregates and numbers with + - * /, unary -, ( ), windows
-    window     := (SUM | AVG | COUNT) '(' aggregate ')' OVER '(' [PARTITION BY column, ...]
-                  [ORDER BY column [ASC | DESC], ...] [(ROWS | RANGE) [BETWEEN] bound [AND bound]] ')'
-                                                    -- over the released groups (dpsql.sql.windows)
                 | value [[AS] name]                 -- a constant column
+    window     := (SUM | AVG | COUNT) '(' aggregate ')' OVER '(' [PARTITION BY name, ...]
+                  [ORDER BY name [ASC | DESC], ...] [(ROWS | RANGE) [BETWEEN] bound [AND bound]] ')'
+                                                    -- over the released groups (dpsql.sql.windows); names:
+                                                    -- GROUP BY columns or group keys' output names
     condition  := operand (op | [NOT] BETWEEN | [NOT] IN | IS [NOT] NULL) ... | AND | OR | NOT | ( )
                                                     -- operands: expressions, output names, GROUP BY columns, values
     aggregate  := plain [FILTER '(' WHERE predicate ')']  -- rows where WHERE AND the filter are TRUE

@@ -32,10 +32,10 @@ from dpsql.sql import ir
 from dpsql.sql.source import Scope, describe, node_span, unsupported
 
 __all__ = ["FRAME_SUPPORTED", "WINDOW_SUPPORTED", "WINDOW_WORK", "check_windows", "describe_windows",
-           "has_windows", "is_group_window", "parse_window", "refusal", "windows_of"]
+           "has_windows", "is_group_window", "key_positions", "parse_window", "refusal", "windows_of"]
 
 WINDOW_SUPPORTED = ("Windows run over the released groups: SUM, AVG or COUNT of one COUNT or SUM aggregate, OVER "
-                    "([PARTITION BY group columns] [ORDER BY group columns] [ROWS/RANGE frame]), e.g. "
+                    "([PARTITION BY group keys] [ORDER BY group keys] [ROWS/RANGE frame]), e.g. "
                     "COUNT(*) / SUM(COUNT(*)) OVER (PARTITION BY sex) or SUM(COUNT(*)) OVER (ORDER BY age).")
 FRAME_SUPPORTED = ("Frames are ROWS BETWEEN {UNBOUNDED | n} PRECEDING | CURRENT ROW | n FOLLOWING AND ... , or RANGE "
                    "BETWEEN UNBOUNDED PRECEDING | CURRENT ROW AND CURRENT ROW | UNBOUNDED FOLLOWING (the default "
@@ -102,7 +102,7 @@ def parse_window(node: exp.Window, scope: Scope, operand: Callable[[exp.Expr], i
 def _key(node: exp.Expr, scope: Scope) -> ir.Column:
     if not isinstance(node, exp.Column) or not isinstance(node.this, exp.Identifier):
         raise unsupported(f"{describe(node, scope)} as a window key", node, scope,
-                          "PARTITION BY and ORDER BY in OVER (...) name GROUP BY columns.")
+                          "PARTITION BY and ORDER BY in OVER (...) name GROUP BY columns or group keys' output names.")
     return ir.Column(name=node.name, qualifier=node.table or None, span=node_span(node, scope))
 
 
@@ -158,11 +158,25 @@ def has_windows(statement: ir.Statement) -> bool:
                                        for item in outputs.items)
 
 
+def key_positions(statement: ir.Statement) -> dict[str, int]:
+    """The names a window key may use, lower-cased, and the GROUP BY entry each names: a plain GROUP BY
+    column by its name, and every selected group column or key (CASE, bin, date part, lookup) by its
+    output name (as DuckDB binds them); a column's own name comes first."""
+    group = {c.name.lower(): i for i, c in enumerate(statement.group_by)}
+    found = {}
+    for item in statement.outputs.items if statement.outputs is not None else statement.select:
+        if isinstance(item, ir.GroupColumn) and item.column.name.lower() in group:
+            found[item.alias.lower()] = group[item.column.name.lower()]
+    plain = {name: i for name, i in group.items() if not statement.group_keys or statement.group_keys[i] is None}
+    return {**found, **plain}
+
+
 def check_windows(statement: ir.Statement, table: sch.Table, groups: npt.NDArray[np.int64], cells: int) -> None:
-    """Before anything is spent: the keys are plain GROUP BY columns, the argument a COUNT or SUM, no
-    HAVING (SQL would window the rows it keeps), and the covariances within :data:`WINDOW_WORK`: a
-    window reads (cells + rows) floats per distinct frame (one per partition without ORDER BY or a
-    ROWS frame, else at most one per row). ``groups``: each output row's group per GROUP BY column."""
+    """Before anything is spent: the keys name GROUP BY entries (:func:`key_positions`), the argument
+    is a COUNT or SUM, no HAVING (SQL would window the rows it keeps), and the covariances are within
+    :data:`WINDOW_WORK`: a window reads (cells + rows) floats per distinct frame (one per partition
+    without ORDER BY or a ROWS frame, else at most one per row). ``groups``: each output row's group
+    per GROUP BY column."""
     outputs = statement.outputs
     found = [w for item in (outputs.items if outputs is not None else ()) if isinstance(item, ir.DerivedItem)
              for w in windows_of(item.expression)]
@@ -174,16 +188,15 @@ def check_windows(statement: ir.Statement, table: sch.Table, groups: npt.NDArray
             f"a window function ({found[0].span.describe()}) with HAVING is not supported: SQL computes the window "
             "over the groups HAVING keeps, which dpsql chooses by noisy values. Drop HAVING, or filter the "
             "groups with WHERE.")
-    position = {c.name.lower(): i for i, c in enumerate(statement.group_by)
-                if not statement.group_keys or statement.group_keys[i] is None}
+    position = key_positions(statement)
     rows = groups.shape[0]
     for window in found:
         for key in (*window.partition_by, *(c for c, _ in window.order_by)):
             if key.name.lower() not in position:
                 raise UnsupportedQueryError(
                     f"the window key {key.name} ({key.span.describe()}) is not a GROUP BY column of its statement: "
-                    "a window runs over the released groups, so PARTITION BY and ORDER BY name plain GROUP BY "
-                    "columns.")
+                    "a window runs over the released groups, so PARTITION BY and ORDER BY name GROUP BY columns "
+                    "or the output names of group keys.")
         assert isinstance(window.argument, ir.AggregateRef)
         aggregate = statement.aggregates[window.argument.index]
         if aggregate.function not in ("count", "sum"):

@@ -55,6 +55,11 @@ CASES = [
     "SELECT sex, region, 100.0 * SUM(x) / SUM(SUM(x)) OVER (PARTITION BY region) AS pct FROM people "
     "WHERE hours >= 2 GROUP BY sex, region ORDER BY pct DESC LIMIT 4",
     "SELECT COUNT(*) / SUM(COUNT(*)) OVER () AS whole FROM people",
+    # keys named by the output names of group keys (a CASE, a bin, a renamed column), as DuckDB binds them
+    "SELECT CASE WHEN x < 4 THEN 'low' ELSE 'high' END AS band, region AS r, COUNT(*) / SUM(COUNT(*)) OVER "
+    "(PARTITION BY band) AS share, SUM(COUNT(*)) OVER (PARTITION BY r ORDER BY band DESC) AS run FROM people "
+    "GROUP BY band, r ORDER BY band, r",
+    "SELECT x // 2 AS h, SUM(COUNT(*)) OVER (ORDER BY h) AS run FROM people GROUP BY h ORDER BY h",
     # each part of a UNION ALL windows its own rows
     "SELECT sex AS k, COUNT(*) / SUM(COUNT(*)) OVER () AS s FROM people GROUP BY sex UNION ALL "
     "SELECT region, COUNT(*) / SUM(COUNT(*)) OVER () FROM people GROUP BY region ORDER BY k",
