@@ -1,8 +1,8 @@
 """Window aggregates over a statement's released groups (``dpsql.sql.windows``, ``dpsql.answers.windows``).
 
 Shares over the whole result and within partitions, running totals (RANGE with peers, ROWS frames,
-DESC), averages and counts over frames are checked against DuckDB's exact answer to the same SQL
-at a very large budget; their standard errors against cᵀ Σ c with Σ = σ² W (AᵀA)⁺ Wᵀ computed densely
+DESC), averages and counts over frames, and random frames (Hypothesis) are checked against DuckDB's
+exact answer to the same SQL at a very large budget; their standard errors against cᵀ Σ c with Σ = σ² W (AᵀA)⁺ Wᵀ computed densely
 from the measurement (and the delta method's gradient for a share); the answers by GLS over a kept
 release against the measured ones; an accuracy target met by a running total; a share and a
 running total by z-scores over seeded releases at ε = 1; and windows over rows, unsupported frames
@@ -17,6 +17,8 @@ from typing import Any
 import duckdb
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_calibration import assert_calibrated, releases
 from test_derived_sql import SCHEMA, SCHEMA_DICT, _rows, _table, assert_matches_duckdb, connect
 
@@ -70,6 +72,44 @@ CASES = [
 
 @pytest.mark.parametrize("sql", CASES)
 def test_windows_match_duckdb_at_a_very_large_budget(data: duckdb.DuckDBPyConnection, sql: str) -> None:
+    with connect(data) as connection:
+        table = connection.cursor().execute(sql, rho=1e6).fetch_arrow_table()
+    assert_matches_duckdb(data, sql, table)
+
+
+def _bound(offset: int | None, unbounded: str) -> str:
+    return unbounded if offset is None else "CURRENT ROW" if offset == 0 else \
+        f"{-offset} PRECEDING" if offset < 0 else f"{offset} FOLLOWING"
+
+
+@st.composite
+def _windows(draw: st.DrawFn) -> str:
+    """A random window over the sex × region × x groups: partition keys, ORDER BY over the rest (all
+    of them for a ROWS frame, so that no two rows tie and SQL's order is the one dpsql uses), a frame."""
+    keys = ["sex", "region", "x"]
+    partition = draw(st.lists(st.sampled_from(keys), unique=True, max_size=2))
+    rest = [k for k in keys if k not in partition]
+    rows = draw(st.booleans())
+    order = draw(st.permutations(rest)) if rows else draw(st.lists(st.sampled_from(rest), unique=True))
+    ordered = ", ".join(f"{k}{draw(st.sampled_from(['', ' DESC']))}" for k in order)
+    if rows:
+        start = draw(st.one_of(st.none(), st.integers(-3, 2)))
+        end = draw(st.one_of(st.none(), st.integers(max(start if start is not None else -3, -3), 3)))
+        frame = f" ROWS BETWEEN {_bound(start, 'UNBOUNDED PRECEDING')} AND {_bound(end, 'UNBOUNDED FOLLOWING')}"
+    else:
+        frame = draw(st.sampled_from(["", " RANGE BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING",
+                                      " RANGE BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING"]))
+        frame = frame if order or not frame.startswith(" RANGE BETWEEN CURRENT") else ""
+    clauses = " ".join(part for part in (f"PARTITION BY {', '.join(partition)}" if partition else "",
+                                         f"ORDER BY {ordered}" if order else "") if part)
+    function = draw(st.sampled_from(["SUM", "AVG", "COUNT"]))
+    return f"{function}(COUNT(*)) OVER ({clauses}{frame})"
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(window=_windows())
+def test_random_frames_match_duckdb(data: duckdb.DuckDBPyConnection, window: str) -> None:
+    sql = f"SELECT sex, region, x, {window} AS w FROM people GROUP BY sex, region, x ORDER BY sex, region, x"
     with connect(data) as connection:
         table = connection.cursor().execute(sql, rho=1e6).fetch_arrow_table()
     assert_matches_duckdb(data, sql, table)
