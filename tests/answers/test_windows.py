@@ -2,11 +2,11 @@
 
 Shares over the whole result and within partitions, running totals (RANGE with peers, ROWS frames,
 DESC), averages and counts over frames, and random frames (Hypothesis) are checked against DuckDB's
-exact answer to the same SQL at a very large budget; their standard errors against cᵀ Σ c with Σ = σ² W (AᵀA)⁺ Wᵀ computed densely
-from the measurement (and the delta method's gradient for a share); the answers by GLS over a kept
-release against the measured ones; an accuracy target met by a running total; a share and a
-running total by z-scores over seeded releases at ε = 1; and windows over rows, unsupported frames
-and keys are refused, charging nothing.
+exact answer to the same SQL at a very large budget; their standard errors against cᵀ Σ c with
+Σ = σ² W (AᵀA)⁺ Wᵀ computed densely from the measurement (and the delta method's gradient for a
+share); the answers by GLS over a kept release against the measured ones; an accuracy target met by
+a running total; a share and a running total by z-scores over seeded releases at ε = 1; and windows
+over rows, unsupported frames and keys are refused, charging nothing.
 """
 
 from __future__ import annotations
