@@ -62,6 +62,9 @@ CASES = [
     "(PARTITION BY band) AS share, SUM(COUNT(*)) OVER (PARTITION BY r ORDER BY band DESC) AS run FROM people "
     "GROUP BY band, r ORDER BY band, r",
     "SELECT x // 2 AS h, SUM(COUNT(*)) OVER (ORDER BY h) AS run FROM people GROUP BY h ORDER BY h",
+    # a NULL group (a CASE without ELSE) sorts last in either direction and is a partition of its own
+    "SELECT CASE WHEN x < 3 THEN 'a' WHEN x < 6 THEN 'b' END AS band, sex, SUM(COUNT(*)) OVER (ORDER BY band DESC) "
+    "AS r, COUNT(*) / SUM(COUNT(*)) OVER (PARTITION BY band) AS s FROM people GROUP BY band, sex ORDER BY band, sex",
     # each part of a UNION ALL windows its own rows
     "SELECT sex AS k, COUNT(*) / SUM(COUNT(*)) OVER () AS s FROM people GROUP BY sex UNION ALL "
     "SELECT region, COUNT(*) / SUM(COUNT(*)) OVER () FROM people GROUP BY region ORDER BY k",
