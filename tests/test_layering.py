@@ -27,7 +27,7 @@ MATH_MODULES = ["dpsql.matrix", "dpsql.matrix.workloads", "dpsql.matrix.kronvec"
                 "dpsql.matrix.blas", "dpsql.matrix.partitions",
                 "dpsql.planning", "dpsql.planning.planner", "dpsql.planning.plan_cache",
                 "dpsql.planning.strategy_cache", "dpsql.planning.accuracy", "dpsql.planning.weights",
-                "dpsql.planning.mechanism",
+                "dpsql.planning.mechanism", "dpsql.planning.noise_forms",
                 "dpsql.planning.sum_truncation", "dpsql.strategies", "dpsql.noise",
                 "dpsql.residual", "dpsql.residual.queries", "dpsql.residual.basis", "dpsql.residual.planner",
                 "dpsql.residual.plus", "dpsql.answers.quantiles", "dpsql.answers.tail_bounds",

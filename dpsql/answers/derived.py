@@ -31,6 +31,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from dpsql import schema as sch
+from dpsql.answers import windows as aw
 from dpsql.answers.columns import (
     AVG_MIN_COUNT_STDDEVS,
     aggregate_values,
@@ -46,6 +47,7 @@ from dpsql.sql import derived as d
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, CompiledStatement
 from dpsql.sql.vectors import SPREADS
+from dpsql.sql.windows import describe_windows, windows_of
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -75,6 +77,40 @@ class _Statement:
             for k, c in enumerate(self.positions):
                 if k != j and c in answers[b].covariances:
                     self.sigma[:, j, k] = self.sigma[:, k, j] = answers[b].covariances[c][rows]
+        self.windows: dict[ir.Window, tuple[int, FloatArray]] = {}
+
+    def add_windows(self, compiled: CompiledBatch, found: Sequence[ir.Window], answers: Mapping[int, Answers]) -> None:
+        """Each window's sum of answers as one more column, with its covariances with every column
+        (:mod:`dpsql.answers.windows`)."""
+        n, m = self.values.shape
+        rows = self.statement.block_rows
+        columns = [aw.Column(b, aw.on_block(aw.identity(n), rows, answers[b].values.size)) for b in self.positions]
+        added = []
+        for window in found:
+            assert isinstance(window.argument, ir.AggregateRef)
+            block = self.statement.aggregates[window.argument.index].blocks[0]
+            framed = aw.frames(compiled, self.statement, window)
+            self.windows[window] = (len(columns), framed.sizes)
+            combination = framed.combination
+            columns.append(aw.Column(block, aw.on_block(combination, rows, answers[block].values.size)))
+            added.append((combination.distinct @ self.values[:, self.column[block]])[combination.which])
+        if not added:
+            return
+        sigma = aw.covariances(columns, answers, m)
+        sigma[:, :m, :m] = self.sigma
+        self.values, self.sigma = np.column_stack([self.values, *added]), sigma
+
+    def window(self, window: ir.Window) -> Differentiated:
+        """SUM (the column's sum), AVG (divided by the frame's size) or COUNT (the size, no noise);
+        NULL where the frame is empty (SUM, AVG)."""
+        column, sizes = self.windows[window]
+        gradient = np.zeros_like(self.values)
+        if window.function == "count":
+            return Differentiated(sizes.astype(np.float64), gradient)
+        gradient[:, column] = 1.0
+        scale = np.where(sizes > 0, 1.0 / np.maximum(sizes, 1.0), np.nan) if window.function == "avg" \
+            else np.where(sizes > 0, 1.0, np.nan)
+        return Differentiated(self.values[:, column] * scale, gradient * scale[:, None])
 
     def block(self, position: int) -> Differentiated:
         gradient = np.zeros_like(self.values)
@@ -97,6 +133,8 @@ class _Statement:
             return Differentiated(-inner.value, -inner.gradient)
         if isinstance(expression, ir.Call):
             return applied(expression, [self.evaluate(o) for o in expression.operands])
+        if isinstance(expression, ir.Window):
+            return self.window(expression)
         assert isinstance(expression, ir.Arithmetic), "HAVING names are resolved by the caller"
         left, right = self.evaluate(expression.left), self.evaluate(expression.right)
         if expression.operator == "+":
@@ -183,6 +221,8 @@ def derived_table(compiled: CompiledBatch, statement: CompiledStatement,
     outputs = statement.statement.outputs
     assert outputs is not None
     state = _Statement(statement, answers)
+    state.add_windows(compiled, [w for item in outputs.items if isinstance(item, ir.DerivedItem)
+                                 for w in windows_of(item.expression)], answers)
     columns: dict[str, pa.Array] = {}
     notes: dict[str, str] = {}
     rows = len(statement.block_rows)
@@ -265,6 +305,10 @@ def metadata(statement: ir.Statement) -> dict[str, Any]:
         found["derived"] = formulas
     if outputs.having is not None:
         found["having"] = d.HAVING_NOTE
+    framed = {item.alias: describe_windows(windows_of(item.expression)) for item in outputs.items
+              if isinstance(item, ir.DerivedItem) and windows_of(item.expression)}
+    if framed:
+        found["windows"] = framed
     return found
 
 
@@ -298,6 +342,8 @@ def _linear(expression: ir.Expression, statement: ir.Statement) -> bool:
         return _constant(expression.right) and left
     if isinstance(expression, ir.AggregateRef):
         return statement.aggregates[expression.index].function in ("count", "sum")
+    if isinstance(expression, ir.Window):  # a sum of COUNT or SUM answers (dpsql.sql.windows), or a public size
+        return True
     if isinstance(expression, ir.Call):  # rounding and a CAST to a float keep the operand's gradient
         return expression.function in ("round", "ceil", "floor", "trunc", "cast_integer", "cast_real") and \
             _linear(expression.operands[0], statement)

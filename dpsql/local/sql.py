@@ -40,6 +40,7 @@ from dpsql.matrix.linalg import bilinear_diag, quadratic_diag
 from dpsql.matrix.workloads import Explicit, Workload
 from dpsql.noise import RandomSource
 from dpsql.planning.mechanism import Answers
+from dpsql.planning.noise_forms import MeasuredForm
 from dpsql.schema import Schema, Table
 from dpsql.sql import ir, public_joins
 from dpsql.sql.compile import CompiledBatch, batch_cell_totals, batch_table, compile_batch
@@ -129,7 +130,9 @@ def answer_batch(text: str, published: StrategyFile, reports: pa.Table, *,
     sigma = Explicit(cell_covariance(strategy, plug_in_counts(x_hat, int(y.sum())), Factorization.of(strategy)))
     blocks = batch.compiled.groups[0].blocks
     answers = {AnswerKey(0, position): Answers(values=np.asarray(block.workload @ x_hat),
-                                               variances=np.maximum(quadratic_diag(block.workload, sigma), 0.0))
+                                               variances=np.maximum(quadratic_diag(block.workload, sigma), 0.0),
+                                               form=MeasuredForm(workload=block.workload, profile=sigma, variance=1.0,
+                                                                 scale=1.0, source=sigma))
                for position, block in enumerate(blocks)}
     _add_covariances(batch.compiled, sigma, answers)
     metadata = {"mechanism": f"local DP workload factorization ({published.name})", "epsilon": published.epsilon,

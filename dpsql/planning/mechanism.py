@@ -72,6 +72,7 @@ from dpsql.matrix.workloads import (
 )
 from dpsql.noise import Noise
 from dpsql.planning.accuracy import check_support
+from dpsql.planning.noise_forms import NoiseForm
 from dpsql.residual.basis import marginal_form
 
 #: Bits of precision kept when a real-valued strategy is rounded to integers.
@@ -99,12 +100,14 @@ class Measurement:
 class Answers:
     """W x̂ with each answer's exact variance (and, keyed by another block of the same
     measurement, the row-by-row covariances with that block's answers; and, where an interval
-    needs tail bounds, the law of the noise the answers are linear in)."""
+    needs tail bounds, the law of the noise the answers are linear in; and, where outputs combine
+    answers of several rows, their :mod:`~dpsql.planning.noise_forms` form)."""
 
     values: FloatArray
     variances: FloatArray
     covariances: Mapping[int, FloatArray] = field(default_factory=dict)
     law: NoiseLaw | None = None
+    form: NoiseForm | None = None
 
     @property
     def stddevs(self) -> FloatArray:

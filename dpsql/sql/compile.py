@@ -511,7 +511,7 @@ class _StatementCompiler:
                            for aggregate in statement.aggregates)
         _check_order_by(statement)
         _check_output_names(statement, self.table)
-        derived.check_outputs(statement, self.table)
+        derived.check_outputs(statement, self.table, group_rows, int(np.prod([a.size for a in self.axes])))
         labels = tuple(self._labels(self.axes[a]) for a in group_axes)
         return CompiledStatement(statement=statement, group=self.group, group_axes=group_axes, group_labels=labels,
                                  group_rows=group_rows, block_rows=rows_in_axis_order, aggregates=aggregates)

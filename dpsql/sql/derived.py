@@ -33,11 +33,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Literal as TypingLiteral
 
+import numpy as np
+import numpy.typing as npt
 from sqlglot import exp
 
 from dpsql import schema as sch
 from dpsql.errors import InvalidQueryError, UnsupportedQueryError
-from dpsql.sql import ir
+from dpsql.sql import ir, windows
 from dpsql.sql.arithmetic import INTEGER_TYPES
 from dpsql.sql.predicates import OPERATORS, parse_value
 from dpsql.sql.source import Scope, describe, invalid, node_span, unparen, unsupported
@@ -93,7 +95,8 @@ def is_output_expression(node: exp.Expr) -> bool:
     """Whether a select item is arithmetic, a constant or an output function of aggregates (handled
     here, not as a column or aggregate)."""
     reads_aggregate = any(isinstance(n, exp.AggFunc) for n in node.walk())
-    return isinstance(node, (*_ARITHMETIC, exp.Neg, exp.Literal, exp.Placeholder, exp.IntDiv, exp.Mod, exp.Pow)) \
+    return isinstance(node, (*_ARITHMETIC, exp.Neg, exp.Literal, exp.Placeholder, exp.IntDiv, exp.Mod, exp.Pow,
+                             exp.Window)) \
         or (isinstance(node, exp.Cast) and not any(isinstance(n, exp.Column) for n in node.walk())) \
         or (isinstance(node, (*_FUNCTIONS, *_CASTS, exp.Round)) and reads_aggregate)
 
@@ -153,6 +156,8 @@ def _expression(node: exp.Expr, scope: Scope, parse_aggregate: ParseAggregate,
         raise unsupported(f"{describe(node, scope)} (//, %, ^)", node, scope, _EXPRESSION_SUPPORTED)
     if isinstance(node, (*_FUNCTIONS, *_CASTS, exp.Round)):
         return _call(node, scope, lambda n: _expression(n, scope, parse_aggregate, names))
+    if isinstance(node, exp.Window):  # over the released groups (dpsql.sql.windows)
+        return windows.parse_window(node, scope, lambda n: _expression(n, scope, parse_aggregate, names))
     if isinstance(node, (exp.AggFunc, exp.Filter)):  # exp.Filter: an aggregate with FILTER (WHERE ...)
         item = parse_aggregate(node)
         if isinstance(item, ir.ConstantItem):  # GROUPING(): a constant of the grouping set
@@ -365,6 +370,8 @@ def _numbered(expression: ir.Expression, number: Callable[[ir.Aggregate, bool], 
         return replace(expression, operand=_numbered(expression.operand, number))
     if isinstance(expression, ir.Arithmetic):
         return replace(expression, left=_numbered(expression.left, number), right=_numbered(expression.right, number))
+    if isinstance(expression, ir.Window):
+        return replace(expression, argument=_numbered(expression.argument, number))
     return expression
 
 
@@ -390,6 +397,8 @@ def operands(expression: ir.Expression) -> tuple[ir.Expression, ...]:
         return expression.left, expression.right
     if isinstance(expression, ir.Negate):
         return (expression.operand,)
+    if isinstance(expression, ir.Window):
+        return (expression.argument,)
     return expression.operands if isinstance(expression, ir.Call) else ()
 
 
@@ -467,6 +476,9 @@ def explain_notes(statement: ir.Statement) -> list[str]:
         bound = rounding_bound(item.expression) if isinstance(item, ir.DerivedItem) else 0.0
         if bound:
             notes.append(f"{item.alias}: {rounding_note(bound)}")
+        found = windows.windows_of(item.expression) if isinstance(item, ir.DerivedItem) else []
+        if found:
+            notes.append(f"{item.alias}: {windows.describe_windows(found)}")
     return notes
 
 
@@ -497,12 +509,15 @@ def refuse_order_statistics(statement: ir.Statement, construct: str) -> None:
                 "outputs cannot carry. Ask for it in a statement of its own (it is measured with the batch).")
 
 
-def check_outputs(statement: ir.Statement, table: sch.Table) -> None:
+def check_outputs(statement: ir.Statement, table: sch.Table, groups: npt.NDArray[np.int64], cells: int) -> None:
     """Before anything is spent: output names unique (with ``_stddev``/``_upper``), ORDER BY keys known,
-    and HAVING comparing values of one kind (numbers, strings or dates), so that answering never fails."""
+    HAVING comparing values of one kind (numbers, strings or dates), and windows over the statement's
+    ``groups`` (each row's group per GROUP BY column) of ``cells`` cells answerable
+    (``dpsql.sql.windows``), so that answering never fails."""
     outputs = statement.outputs
     if outputs is None:
         return
+    windows.check_windows(statement, table, groups, cells)
     refuse_order_statistics(statement, "HAVING, arithmetic or constant columns")
     names: list[str] = []
     for item in outputs.items:

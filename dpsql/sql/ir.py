@@ -360,7 +360,35 @@ class Call:
     digits: int = 0
 
 
-Expression = AggregateLeaf | AggregateRef | Constant | Negate | Arithmetic | OutputRef | GroupRef | Call
+WindowFunction = TypingLiteral["sum", "count", "avg"]
+FrameKind = TypingLiteral["rows", "range"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Frame:
+    """A window frame: ``start`` and ``end`` rows from the current one (negative: PRECEDING; None:
+    UNBOUNDED); a RANGE frame's 0 is the current row with its peers (equal ORDER BY keys)."""
+
+    kind: FrameKind
+    start: int | None
+    end: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Window:
+    """``function(argument) OVER (PARTITION BY ... ORDER BY ... frame)`` over the statement's released
+    groups (``dpsql.sql.windows``); ``argument`` is one aggregate; ``order_by``
+    holds (column, descending) pairs; the keys are GROUP BY columns."""
+
+    function: WindowFunction
+    argument: Expression
+    partition_by: tuple[Column, ...]
+    order_by: tuple[tuple[Column, bool], ...]
+    frame: Frame
+    span: Span
+
+
+Expression = AggregateLeaf | AggregateRef | Constant | Negate | Arithmetic | OutputRef | GroupRef | Call | Window
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -26,8 +26,12 @@ Grammar (anything else raises :class:`~dpsql.errors.UnsupportedQueryError`)::
     item       := column [[AS] name]                -- the column must be in GROUP BY
                 | case | datepart [[AS] name]       -- the same expression must be in GROUP BY
                 | aggregate [[AS] name]             -- at least one aggregate per statement (or in HAVING)
-                | expression [[AS] name]            -- aggregates and numbers with + - * /, unary -, ( )
+                | expression [[AS] name]            -- aggregates and numbers with + - * /, unary -, ( ), windows
                 | value [[AS] name]                 -- a constant column
+    window     := (SUM | AVG | COUNT) '(' aggregate ')' OVER '(' [PARTITION BY name, ...]
+                  [ORDER BY name [ASC | DESC], ...] [(ROWS | RANGE) [BETWEEN] bound [AND bound]] ')'
+                                                    -- over the released groups (dpsql.sql.windows); names:
+                                                    -- GROUP BY columns or group keys' output names
     condition  := operand (op | [NOT] BETWEEN | [NOT] IN | IS [NOT] NULL) ... | AND | OR | NOT | ( )
                                                     -- operands: expressions, output names, GROUP BY columns, values
     aggregate  := plain [FILTER '(' WHERE predicate ')']  -- rows where WHERE AND the filter are TRUE
@@ -93,7 +97,7 @@ from sqlglot import exp
 from sqlglot.tokens import TokenType  # type: ignore[attr-defined]  # re-exported there
 
 from dpsql.errors import InvalidQueryError, ProgrammingError, SqlSyntaxError
-from dpsql.sql import derived, filters, group_keys, grouping_sets, ir
+from dpsql.sql import derived, filters, group_keys, grouping_sets, ir, windows
 from dpsql.sql.flatten import flatten, row_count
 from dpsql.sql.joins import is_join_clause, parse_joins
 from dpsql.sql.predicates import DEFAULT_SCHEMA, OPERATORS, parse_column, parse_predicate
@@ -354,14 +358,19 @@ def _reject_forbidden(select: exp.Select, scope: Scope) -> None:
     """Reject the first (in text order) subquery, CTE, window, DISTINCT, ... anywhere, and any join but
     the FROM clause's own (read by :mod:`dpsql.sql.joins`)."""
     found = []
+    selected = {id(node) for item in select.expressions for node in item.walk()}
     for node in select.walk():
         name = next((name for kind, name in _FORBIDDEN if isinstance(node, kind)), None)
+        if isinstance(node, exp.Window) and id(node) in selected and windows.is_group_window(node):
+            continue  # a window over the released groups (dpsql.sql.windows)
         if name is not None and node is not select and not is_join_clause(node, select) \
                 and not is_count_distinct(node):
             found.append((node_span(node, scope), name, node))
     if not found:
         return
-    span, name, _ = min(found, key=lambda entry: entry[0].start)
+    span, name, node = min(found, key=lambda entry: entry[0].start)
+    if isinstance(node, exp.Window):
+        raise windows.refusal(node, scope, id(node) in selected)
     raise unsupported(name, span, scope)
 
 

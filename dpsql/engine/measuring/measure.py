@@ -19,8 +19,10 @@ from dpsql.engine.measuring.measurements import PlannedVector
 from dpsql.engine.measuring.order_statistics import add_total_covariances
 from dpsql.engine.measuring.scan import batch_vector, scan
 from dpsql.engine.vocabulary import AnswerKey, AnswerSet, Report
+from dpsql.matrix import linalg
 from dpsql.noise import RandomSource
 from dpsql.planning import mechanism
+from dpsql.planning.noise_forms import ExactForm, MeasuredForm
 from dpsql.schema import Column
 from dpsql.sql.compile import CompiledBatch, CompiledGroup
 from dpsql.sql.derived import covariance_pairs
@@ -73,12 +75,16 @@ def measure_groups(compiled: CompiledBatch, measurements: Sequence[PlannedVector
                                                measurement=release))
             positions = [p for p, block in enumerate(group.blocks) if block.data == m.vector]
             stacked = mechanism.answer(group.workload(m.vector), release)
+            profile = linalg.pinv_gram(release.strategy)
             ends = np.cumsum([group.blocks[p].workload.shape[0] for p in positions])
             for position, end in zip(positions, ends):
                 rows = slice(end - group.blocks[position].workload.shape[0], end)
                 unit = group.blocks[position].scale * m.quantum
+                form = MeasuredForm(workload=group.blocks[position].workload, profile=profile,
+                                    variance=release.noise_variance, scale=unit, source=release)
                 answers[AnswerKey(index, position)] = mechanism.Answers(values=stacked.values[rows] * unit,
-                                                                        variances=stacked.variances[rows] * unit**2)
+                                                                        variances=stacked.variances[rows] * unit**2,
+                                                                        form=form)
             add_covariances(compiled, index, positions, release, m.quantum, answers)
             add_total_covariances(group, index, positions, release, m.quantum, answers)
     return AnswerSet(answers)
@@ -88,7 +94,8 @@ def zero_answers(group: CompiledGroup, index: int, zero: Sequence[PlannedVector]
     """Exact zeros (variance 0) for the blocks of data vectors with an identically zero workload."""
     vectors = {m.vector for m in zero}
     return {AnswerKey(index, position): mechanism.Answers(values=np.zeros(block.workload.shape[0]),
-                                                          variances=np.zeros(block.workload.shape[0]))
+                                                          variances=np.zeros(block.workload.shape[0]),
+                                                          form=ExactForm())
             for position, block in enumerate(group.blocks) if block.data in vectors}
 
 

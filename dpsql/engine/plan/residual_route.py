@@ -58,6 +58,7 @@ from dpsql.sql.compile import CompiledBatch, batch_table, compile_batch
 from dpsql.sql.derived import covariance_pairs
 from dpsql.sql.units import reads_units
 from dpsql.sql.vectors import COUNTS
+from dpsql.sql.windows import has_windows
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -198,6 +199,9 @@ def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: Sequence[f
     if any(covariance_pairs(statement) for statement in batch.statements):
         return NotApplicable("ResidualPlanner was not considered: an output combines several aggregates, whose "
                              "covariances only the statement groups compute.")
+    if any(has_windows(statement) for statement in batch.statements):
+        return NotApplicable("ResidualPlanner was not considered: a window combines the answers of several groups, "
+                             "whose covariances only the statement groups compute.")
     group = compiled.groups[0]
     if any(block.total is not None for block in group.blocks):
         return NotApplicable("ResidualPlanner was not considered: order statistics (MEDIAN, PERCENTILE, MIN, MAX) "

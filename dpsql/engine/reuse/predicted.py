@@ -36,12 +36,14 @@ from dpsql.engine.reuse.reuse import planned_answers
 from dpsql.engine.vocabulary import AnswerKey, AnswerSet
 from dpsql.matrix import linalg
 from dpsql.planning.mechanism import Answers, Measurement
+from dpsql.planning.noise_forms import ExactForm, MeasuredForm
 from dpsql.releases.information import KeptInformation
 from dpsql.residual import planner as residual
 from dpsql.residual import queries as mq
 from dpsql.sql import derived as d
 from dpsql.sql import ir
 from dpsql.sql.vectors import SPREADS
+from dpsql.sql.windows import windows_of
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -83,6 +85,9 @@ def predicted_stddevs(prepared: Prepared,
                            for output in statement.aggregates if (index, output.aggregate.alias) not in skipped})
         else:  # exact for linear outputs: Var(Σ c_i a_i) = cᵀ Σ c, whatever the values (zeros here)
             state = StatementAnswers(statement, mine)
+            state.add_windows(chosen.compiled, [w for item in outputs.items if isinstance(item, ir.DerivedItem)
+                                                and (index, item.alias) not in skipped
+                                                for w in windows_of(item.expression)], mine)
             result.append({item.alias: np.sqrt(state.variance(state.evaluate(item.expression)))
                            for item in outputs.items
                            if isinstance(item, ir.DerivedItem) and (index, item.alias) not in skipped})
@@ -165,20 +170,23 @@ def _group_answers(plan: GroupsPlan) -> dict[AnswerKey, Answers]:
             profile = linalg.pinv_gram(calibration.strategy)
             stacked = calibration.variance * linalg.quadratic_diag(group.workload(m.vector), profile)
             ends = np.cumsum([group.blocks[p].workload.shape[0] for p in positions])
+            # a stand-in release: answer_covariance reads only the strategy and the noise variance, never y
+            release = Measurement(strategy=calibration.strategy, y=np.zeros(0), noise=calibration.noise,
+                                  noise_scale=calibration.scale, noise_variance=calibration.variance)
             for position, end in zip(positions, ends):
                 rows = slice(end - group.blocks[position].workload.shape[0], end)
                 unit = group.blocks[position].scale * m.quantum
                 variances = stacked[rows] * unit**2
-                result[AnswerKey(index, position)] = Answers(values=np.zeros(variances.size), variances=variances)
-            # a stand-in release: answer_covariance reads only the strategy and the noise variance, never y
-            release = Measurement(strategy=calibration.strategy, y=np.zeros(0), noise=calibration.noise,
-                                  noise_scale=calibration.scale, noise_variance=calibration.variance)
+                form = MeasuredForm(workload=group.blocks[position].workload, profile=profile,
+                                    variance=calibration.variance, scale=unit, source=release)
+                result[AnswerKey(index, position)] = Answers(values=np.zeros(variances.size), variances=variances,
+                                                             form=form)
             add_covariances(plan.compiled, index, positions, release, m.quantum, result)
     return result
 
 
 def _zeros(rows: int) -> Answers:
-    return Answers(values=np.zeros(rows), variances=np.zeros(rows))
+    return Answers(values=np.zeros(rows), variances=np.zeros(rows), form=ExactForm())
 
 
 def _residual_variances(plan: ResidualPlan) -> dict[AnswerKey, FloatArray]:

@@ -54,6 +54,7 @@ from dpsql.engine.measuring.measurements import PlannedVector
 from dpsql.engine.reuse.release_store import ReleaseStore
 from dpsql.matrix.workloads import Workload
 from dpsql.planning import mechanism
+from dpsql.planning.noise_forms import WhitenedForm
 from dpsql.releases.gls import Part, Pool, Projection
 from dpsql.releases.information import KeptInformation, cells_key
 from dpsql.releases.kept import KeptMeasurement
@@ -343,7 +344,8 @@ class Reuse:
             covariances = {q: read.covariances(other) * unit * other_unit
                            for q, (other_pool, other, other_unit) in rows.items() if q > p and other_pool is found}
             answers[AnswerKey(compiled.group, p)] = mechanism.Answers(
-                values=read.values * unit, variances=read.covariances(read) * unit**2, covariances=covariances)
+                values=read.values * unit, variances=read.covariances(read) * unit**2, covariances=covariances,
+                form=WhitenedForm(whitened=read.whitened, scale=unit, source=found))
         return answers
 
     def _projected(self, found: Pool, workload: Workload) -> Projection:
