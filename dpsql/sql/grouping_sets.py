@@ -66,6 +66,11 @@ def expand(select: exp.Select, scope: Scope, union: ir.UnionPart | None, stateme
         raise unsupported("GROUP BY ROLLUP, CUBE or GROUPING SETS inside a UNION ALL", group, scope,
                           "Send the grouping sets statement on its own (it is one table already), or write each "
                           "GROUP BY as a part of the UNION ALL.")
+    window = select.find(exp.Window)
+    if window is not None:
+        raise unsupported("a window function over ROLLUP, CUBE or GROUPING SETS", window, scope,
+                          "SQL computes it over the rows of every grouping set together, totals included; ask "
+                          "for the window over a plain GROUP BY of the keys you need.")
     if group.args.get("all"):
         raise unsupported("GROUP BY ALL with ROLLUP, CUBE or GROUPING SETS", group, scope,
                           "Name the plain keys beside ROLLUP, CUBE or GROUPING SETS.")

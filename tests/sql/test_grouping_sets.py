@@ -318,6 +318,9 @@ def test_rollup_rows_are_calibrated_at_epsilon_one(data: duckdb.DuckDBPyConnecti
     ("SELECT COUNT(*) FROM people GROUP BY ALL, ROLLUP (sex)", UnsupportedQueryError,
      'GROUP BY ALL with ROLLUP, CUBE or GROUPING SETS is not supported (line 1, col 43: "ROLLUP (sex)")'),
     ("SELECT COUNT(*) FROM people GROUP BY ROLLUP (3)", ProgrammingError, "GROUP BY position 3 is out of range"),
+    # DuckDB's window runs over every grouping set's rows, totals included; dpsql's windows run within one GROUP BY
+    ("SELECT sex, COUNT(*) / SUM(COUNT(*)) OVER () FROM people GROUP BY ROLLUP (sex)", UnsupportedQueryError,
+     "a window function over ROLLUP, CUBE or GROUPING SETS is not supported (line 1, col 24"),
 ])
 def test_refusals_name_the_construct_and_charge_nothing(data: duckdb.DuckDBPyConnection, sql: str,
                                                         error: type[Exception], words: str) -> None:
