@@ -38,6 +38,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def parser() -> argparse.ArgumentParser:
+    """The ``dpsql`` command's argument parser (docs/cli.md is generated from it)."""
+    return _parser()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dpsql",
                                      description="Differentially private aggregate SQL, answered jointly.")
