@@ -1,4 +1,4 @@
-"""Every code block of docs/*.md runs, so that no example can rot.
+"""Every code block of README.md and docs/*.md runs, so that no example can rot.
 
 A page is a script: its ```python and ```bash blocks run in order in one temporary folder. The
 python blocks share one namespace (``exec`` in this process, the folder as working directory); the
@@ -28,7 +28,7 @@ import pytest
 import dpsql
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = sorted((ROOT / "docs").glob("*.md"))
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUN = ("python", "bash")
 MARKER = re.compile(r"<!--\s*docs-test:\s*(\w+)\s*(.*?)\s*-->")
 FENCE = re.compile(r"^```(\S*)\s*$")
@@ -154,3 +154,14 @@ def test_the_collector_reads_fences_markers_and_installs() -> None:
     assert [(b.language, b.line, b.marker, b.reason, b.runs) for b in found] == [
         ("bash", 2, "", "", True), ("python", 8, "skip", "needs a server", False), ("text", 11, "", "", False)]
     assert shell_script(found[0].text) == "dpsql demo\necho hi\n"
+
+
+def test_readme_keeps_the_command_ci_runs_and_runs_its_csv_path() -> None:
+    """.ci/run greps the README's test command; the README's path from a CSV runs in test_page_runs, install lines
+    aside: exactly the commands it shows."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert '\npip install ".[test]" && python -m pytest -n auto -m "not slow"\n' in readme
+    assert len(readme.splitlines()) <= 200
+    runnable = "".join(block.text for block in blocks(readme) if block.runs and block.marker == "")
+    for step in ("census.csv", "dpsql schema suggest", "dpsql budget set", "dpsql run"):
+        assert step in runnable
