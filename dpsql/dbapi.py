@@ -24,7 +24,7 @@ import duckdb
 import pyarrow as pa
 
 from dpsql.backends.base import Backend
-from dpsql.backends.choose import choose_backend, is_address
+from dpsql.backends.choose import choose_backend, file_table, is_address
 from dpsql.backends.duckdb import attached_files
 from dpsql.budget.account import Account
 from dpsql.budget.accounting import Budget, PrivacyBudget, PrivacyCost
@@ -109,10 +109,10 @@ def connect(
         raise ProgrammingError(f"a connection to {str(database).split('://')[0]}://... reads data stored on a server: "
                                "its budget is kept in a ledger, so pass ledger=PATH and dataset='name' (the owner "
                                "sets its total with `dpsql budget set --db ADDRESS --ledger PATH --dataset NAME`).")
-    backend = choose_backend(database, dialect=dialect, tables=tables)
+    loaded = Schema.load(source)
+    backend = choose_backend(database, dialect=dialect, tables=tables, table=file_table(database, loaded))
     try:
         books = _books(database, backend, budget, ledger, dataset, analyst)
-        loaded = Schema.load(source)
         if isinstance(books, Account):  # charges check the data and schema the owner bound the dataset to
             books = books.bound_to(Binding(schema=loaded.canonical(), database=backend.identity))
         return Connection(backend, loaded, books, rng, default_cost)

@@ -34,6 +34,17 @@ WARNING = """\
 # legal or physical limits, a published survey design. Then delete this warning.
 # ====================================================================================="""
 
+#: What the two grids of an ordered column mean, written once under the table.
+GRIDS = """\
+# Numbers and dates have two grids. `resolution` (for dates: `unit`) is the finest step a WHERE
+# range may cut at: with resolution = 1, `age BETWEEN 25 AND 34` works; a cut inside a step is
+# refused, naming the allowed cuts around it. `bin_width` is the width of the groups GROUP BY
+# reports, a whole multiple of resolution. A finer resolution means more cells to plan over."""
+_BIN_NOTE = "  # GROUP BY reports bins this wide"
+_RESOLUTION_NOTE = "  # WHERE ranges may cut at any multiple of this"
+#: Integer columns spanning at most this many values get resolution = 1; wider ones a tenth of their bin_width.
+_MAX_CUTS = 1000
+
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 #: Aim for at most this many bins per ordered column (1-2-5 widths give 20 to 50).
 _TARGET_BINS = 50
@@ -45,13 +56,16 @@ def suggest_schema(connection_or_path: duckdb.DuckDBPyConnection | str | os.Path
 
     Text and boolean columns with at most ``max_categories`` distinct values become categorical
     (others are written commented out), integer and floating columns get ``lower``/``upper`` and a
-    round ``bin_width`` giving about 10 to 100 bins, and date/timestamp columns ``lower``/``upper``
-    and a ``unit``. The privacy unit is ``"row"``; change it when one person has several rows.
+    round ``bin_width`` giving about 10 to 100 bins and a ``resolution`` (1 for integers spanning at
+    most 1,000 values, else a tenth of the bin width) so that WHERE ranges cut finer than GROUP BY
+    bins, and date/timestamp columns ``lower``/``upper`` and a ``unit``; comments explain both grids.
+    The privacy unit is ``"row"``; change it when one person has several rows.
 
     Args:
         connection_or_path: an open DuckDB connection (left open), or a database path (opened read-only,
-            without external access; a missing file is an OperationalError).
-        table: the table (or view) name.
+            without external access; a missing file is an OperationalError), or a CSV or Parquet file (read
+            into memory as table ``table``).
+        table: the table (or view) name; for a CSV or Parquet file, the name the schema gives it.
         max_categories: the most distinct values a categorical suggestion lists.
 
     Returns:
@@ -62,7 +76,7 @@ def suggest_schema(connection_or_path: duckdb.DuckDBPyConnection | str | os.Path
             supported type.
         OperationalError: DuckDB failed.
     """
-    with DuckDBBackend(connection_or_path) as backend:  # a path: read-only and locked, as dpsql.connect opens it
+    with DuckDBBackend(connection_or_path, table=table) as backend:  # read-only and locked, as dpsql.connect opens it
         return _suggest(backend.connection, table, max_categories)
 
 
@@ -77,7 +91,7 @@ def _suggest(connection: duckdb.DuckDBPyConnection, table: str, max_categories: 
     header = [WARNING.format(table=table), "", f"[tables.{_key(table)}]",
               "# \"row\": each row is one person. If a person can have several rows, use instead",
               '# privacy_unit = { column = "<person id column>", max_rows = <public limit> }',
-              'privacy_unit = "row"']
+              'privacy_unit = "row"', GRIDS]
     return "\n".join(header + [text for _, text in sections]) + "\n"
 
 
@@ -142,11 +156,13 @@ def _numeric(connection: duckdb.DuckDBPyConnection, table: str, name: str, famil
         return "# every value is NULL (or not finite); declare the range from public knowledge."
     if family == "integer":
         lower, upper, width = _integer_grid(int(low), int(high))
+        step = 1 if upper - lower + 1 <= _MAX_CUTS else width // 10
         return (f'type = "integer"\nlower = {lower}  # READ FROM THE DATA\nupper = {upper}  # READ FROM THE DATA\n'
-                f"bin_width = {width}")
+                f"bin_width = {width}{_BIN_NOTE}\nresolution = {step}{_RESOLUTION_NOTE}")
     lower_d, upper_d, width_d = _number_grid(Decimal(repr(float(low))), Decimal(repr(float(high))))
     return (f'type = "numeric"\nlower = {_decimal(lower_d)}  # READ FROM THE DATA\n'
-            f"upper = {_decimal(upper_d)}  # READ FROM THE DATA\nbin_width = {_decimal(width_d)}")
+            f"upper = {_decimal(upper_d)}  # READ FROM THE DATA\nbin_width = {_decimal(width_d)}{_BIN_NOTE}\n"
+            f"resolution = {_decimal(width_d / 10)}{_RESOLUTION_NOTE}")
 
 
 def _dates(connection: duckdb.DuckDBPyConnection, table: str, name: str) -> str:
@@ -160,9 +176,10 @@ def _dates(connection: duckdb.DuckDBPyConnection, table: str, name: str) -> str:
         unit, width = "month", 1
     else:
         unit, width = "year", _nice_integer((high.year - low.year + 1) / _TARGET_BINS)
-    bins = f"\nbin_width = {width}" if width > 1 else ""
+    bins = f"\nbin_width = {width}  # GROUP BY reports bins of this many {unit}s" if width > 1 else ""
     return (f'type = "date"\nlower = {low.isoformat()}  # READ FROM THE DATA\n'
-            f'upper = {high.isoformat()}  # READ FROM THE DATA\nunit = "{unit}"{bins}')
+            f'upper = {high.isoformat()}  # READ FROM THE DATA\nunit = "{unit}"  # WHERE ranges may cut at any {unit}'
+            f"{bins}")
 
 
 # ====================================================================================== queries

@@ -213,3 +213,38 @@ def test_readers_share_one_file_while_a_connection_is_open(database: Path, tmp_p
         assert child.returncode == 0, child.stderr  # and in another process
         assert notebook.cursor().execute(BATCH, epsilon=1.0, reuse=False).rowcount == 2  # the first handle works
     assert len(Ledger(default_path(database)).history(database.name)) == 5
+
+
+# ======================================================= issue 34: what to do when DuckDB will not open the file
+def test_a_duckdb_connection_open_in_this_process_is_named_with_what_to_do(database: Path) -> None:
+    with duckdb.connect(str(database), read_only=True) as notebook:  # the analyst's own look at the data
+        with pytest.raises(dpsql.OperationalError) as caught:
+            dpsql.connect(database, schema=SCHEMA)
+        assert notebook.sql("SELECT COUNT(*) FROM people").fetchall() == [(300,)]  # untouched
+    message = str(caught.value)
+    assert "this process already has" in message and "read_only=True" in message and "con.close()" in message
+    assert "open for writing" not in message  # the trap: it is not open for writing
+    with dpsql.connect(database, schema=SCHEMA) as private:  # once it is closed, dpsql opens the file
+        assert private.cursor().execute(BATCH, epsilon=1.0).rowcount == 2
+
+
+@pytest.mark.slow
+def test_a_writer_in_another_process_is_named_by_its_pid(database: Path) -> None:
+    holder = subprocess.Popen([sys.executable, "-c", f"import duckdb, sys; con = duckdb.connect({str(database)!r}); "
+                               "print('open', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+        with pytest.raises(dpsql.OperationalError) as caught:
+            dpsql.connect(database, schema=SCHEMA)
+    finally:
+        holder.communicate("")
+    message = str(caught.value)
+    assert f"process {holder.pid} (" in message and "open for writing" in message and "read_only=True" in message
+
+
+def test_a_file_that_is_not_a_database_is_named(tmp_path: Path) -> None:
+    notes = tmp_path / "people.db"
+    notes.write_text("sex\nF\n")
+    with pytest.raises(dpsql.OperationalError, match=r"'.*people\.db' is not a DuckDB database file.*\.csv"):
+        dpsql.connect(notes, schema=SCHEMA, ledger=tmp_path / "books", dataset="people")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from dpsql.answers.tables import PLUS_MINUS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -43,6 +45,21 @@ def test_demo_command_runs(demo_run: tuple[subprocess.CompletedProcess[str], Pat
     titles = [line[3:] for line in demo.QUERIES.splitlines() if line.startswith("-- ") and line[3].isdigit()]
     assert len(titles) == 12 and all(f"\n{title}\n" in result.stdout for title in titles)
     assert {p.name for p in tmp_path.iterdir()} >= {"census.duckdb", "schema.toml", "queries.sql"}
+    out = result.stdout
+    assert PLUS_MINUS in out and out.index(PLUS_MINUS) < out.index(f"\n{titles[0]}\n")  # what ± means, first
+    assert "Statements:" not in out and "candidates" not in out and "dpsql demo --explain" in out  # no plan
+
+
+@pytest.mark.slow
+def test_demo_explain_prints_the_plan_after_the_answers(tmp_path: Path) -> None:
+    from dpsql.cli import demo
+
+    lines: list[str] = []
+    demo.run(tmp_path, people=DEMO_ROWS, explain=True, echo=lines.append)
+    out = "\n".join(lines)
+    plan = out.index("How dpsql planned the batch")
+    assert out.index("12. Dependents: children or seniors") < plan < out.index("Statements: the expected standard")
+    assert "was not used (" not in out and "Error:" not in out  # notes are sentences, not exception text
 
 
 @pytest.mark.slow

@@ -9,8 +9,10 @@ import duckdb
 import numpy as np
 import pytest
 
+import dpsql
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import SchemaError
+from dpsql.noise import SeededRandomSource
 from dpsql.schema import Categorical, Ordered, Schema
 from dpsql.suggest import suggest_schema
 
@@ -98,3 +100,22 @@ def test_suggest_errors() -> None:
         suggest_schema(con, "main.blobs")
     with pytest.raises(SchemaError, match="supported type"):
         suggest_schema(con, "blobs")
+
+
+def test_a_suggested_schema_answers_a_first_range_query_exactly_at_a_large_epsilon() -> None:
+    con = duckdb.connect()
+    people(con)
+    con.execute('INSERT INTO "People Data" (id, age, income) SELECT 1000 + i, 18 + i % 72, i * 731.5 '
+                "FROM range(3000) AS r(i)")  # integers over more than 1,000 values: resolution a tenth of a bin
+    text = suggest_schema(con, "People Data")
+    assert "`resolution`" in text and "`bin_width`" in text and "age BETWEEN 25 AND 34" in text  # both explained
+    columns = Schema.load(text).table("People Data").columns
+    assert [columns[name].domain.grid.step for name in ("age", "id")] == [1, 10]  # the ids span 0..3999
+    sql = """SELECT COUNT(*) AS n FROM "People Data" WHERE age BETWEEN 25 AND 34;
+             SELECT COUNT(*) AS n FROM "People Data" WHERE income >= 100000 AND id < 2500"""
+    exact = [con.execute(query).fetchone()[0] for query in sql.split(";")]
+    with dpsql.connect(con, schema=text, budget=dpsql.Budget(rho=1e9), rng=SeededRandomSource(34)) as private:
+        tables = private.cursor().execute(sql, rho=1e8).fetch_arrow_tables()
+    for table, count in zip(tables, exact, strict=True):
+        row = table.to_pylist()[0]
+        assert row["n"] == pytest.approx(count, abs=6 * row["n_stddev"] + 1e-6)

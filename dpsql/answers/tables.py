@@ -162,6 +162,11 @@ def _derived_metadata(statement: ir.Statement) -> dict[str, Any]:
     return derived.metadata(statement)
 
 
+#: The line printed above answers shown as ``value ± stddev``: what the ± is.
+PLUS_MINUS = ("Each answer reads value ± one standard error: the standard deviation of the noise in it (the exact "
+              "value lies within two standard errors about 95 % of the time).")
+
+
 def format_table(table: pa.Table, *, limit: int | None = None) -> str:
     """A plain-text rendering: values and their ± standard errors, aligned."""
     shown = table if limit is None else table.slice(0, limit)

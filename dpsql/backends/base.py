@@ -25,6 +25,7 @@ a second backend can depend on it alone. ``dpsql.backends.duckdb.DuckDBBackend``
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import math
@@ -200,8 +201,55 @@ def missing_members(candidate: object) -> list[str]:
     return [name for name in BACKEND_MEMBERS if inspect.getattr_static(candidate, name, sentinel) is sentinel]
 
 
+#: Files read as one table (an in-memory copy, :meth:`dpsql.backends.duckdb.DuckDBBackend`) where a database is
+#: expected, by name ending, and DuckDB's reader of each.
+DATA_FILE_READERS: Mapping[str, str] = {".csv": "read_csv", ".csv.gz": "read_csv", ".tsv": "read_csv",
+                                        ".parquet": "read_parquet"}
+_HASH_CHUNK = 1 << 20
+
+
+def data_file_suffix(path: object) -> str | None:
+    """The name ending of a CSV or Parquet path (``".csv"``, ``".parquet"``, ...; any case), else None."""
+    if not isinstance(path, (str, os.PathLike)):
+        return None
+    name = os.fspath(path).lower()
+    return next((suffix for suffix in sorted(DATA_FILE_READERS, key=len, reverse=True) if name.endswith(suffix)),
+                None)
+
+
+def data_file_table(path: str | os.PathLike[str]) -> str:
+    """The table a CSV or Parquet file is read as when no schema names one: its name without the ending
+    (``adult.csv`` → ``adult``)."""
+    name = os.path.basename(os.fspath(path))
+    suffix = data_file_suffix(path) or ""
+    return name[:len(name) - len(suffix)] or name
+
+
+def content_identity(path: str | os.PathLike[str]) -> str:
+    """A data file's identity: its real path and the SHA-256 of its bytes (FIPS 180-4), as canonical JSON.
+
+    For a CSV or Parquet file, which dpsql copies into memory whole: any change to its contents
+    (an appended or edited row, a file written over the path) changes the hash, and moving it
+    changes the path; the owner then rebinds on purpose, as for a database file.
+
+    Raises:
+        OperationalError: the file cannot be read.
+    """
+    real = os.path.realpath(os.fspath(path))
+    digest = hashlib.sha256()
+    try:
+        with open(real, "rb") as handle:
+            while chunk := handle.read(_HASH_CHUNK):
+                digest.update(chunk)
+    except OSError as err:
+        raise OperationalError(f"cannot read the data file '{path}' ({err.strerror or err}); the ledger binds a "
+                               "budget to the file's contents.") from None
+    return json.dumps({"path": real, "sha256": digest.hexdigest()}, sort_keys=True, separators=(",", ":"))
+
+
 def file_identity(path: str | os.PathLike[str]) -> str:
-    """A database file's identity: its real path and inode number, as canonical JSON.
+    """A database file's identity: its real path and inode number, as canonical JSON (a CSV or Parquet
+    file's: :func:`content_identity`).
 
     A database written in place (appending or deleting rows) keeps it. A copy, or another file
     moved or written over the path (``mv``, re-creation), is a new inode; moving the file itself
@@ -212,6 +260,8 @@ def file_identity(path: str | os.PathLike[str]) -> str:
     Raises:
         OperationalError: the file cannot be read.
     """
+    if data_file_suffix(path) is not None:
+        return content_identity(path)
     real = os.path.realpath(os.fspath(path))
     try:
         inode = os.stat(real).st_ino

@@ -1,6 +1,7 @@
 """Which backend a ``dpsql.connect`` argument means: DuckDB by default, Spark, PostgreSQL, or any Backend.
 
-- a path, ``":memory:"`` or a duckdb connection: ``DuckDBBackend``, the embedded default;
+- a path, ``":memory:"`` or a duckdb connection: ``DuckDBBackend``, the embedded default (a CSV or
+  Parquet path: its in-memory copy as one table, ``table``);
 - ``"sc://host:port"``: Spark Connect (``SparkBackend.remote``; install ``dpsql[spark-connect]``);
 - a ``SparkSession``, classic or Connect: ``SparkBackend`` (``dpsql[spark]``);
 - ``"postgresql://..."``: PostgreSQL through ADBC (``PostgresBackend.from_uri``; ``dpsql[postgres]``);
@@ -19,12 +20,13 @@ from typing import Any
 
 import duckdb
 
-from dpsql.backends.base import Backend, missing_members
+from dpsql.backends.base import Backend, data_file_suffix, missing_members
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.backends.postgres import PostgresBackend
 from dpsql.backends.spark import SparkBackend, is_spark_session
 from dpsql.backends.sql_dialects import DIALECTS, DUCKDB, POSTGRES, SPARK
 from dpsql.errors import ProgrammingError
+from dpsql.schema import Schema
 
 #: URI prefixes of the engines reached by address.
 SPARK_CONNECT = "sc://"
@@ -36,8 +38,10 @@ def is_address(database: object) -> bool:
     return isinstance(database, str) and database.startswith((SPARK_CONNECT, *POSTGRES_URIS))
 
 
-def choose_backend(database: Any, *, dialect: str | None = None, tables: Mapping[str, Any] | None = None) -> Backend:
+def choose_backend(database: Any, *, dialect: str | None = None, tables: Mapping[str, Any] | None = None,
+                   table: str | None = None) -> Backend:
     """The backend over ``database`` (see the module table); a backend opened here is closed by its ``close``.
+    ``table``: the name a CSV or Parquet file is read as (default: the file's name without its ending).
 
     Raises:
         ProgrammingError: ``dialect`` is not one dpsql knows, does not fit ``database``, ``tables`` is given for
@@ -61,7 +65,7 @@ def choose_backend(database: Any, *, dialect: str | None = None, tables: Mapping
         if tables:
             raise ProgrammingError("tables= maps declared tables to Spark or PostgreSQL references; a DuckDB database "
                                    "reads each declared table by its name: create a view with that name instead.")
-        return DuckDBBackend(database)
+        return DuckDBBackend(database, table=table)
     if dialect == POSTGRES.name:
         if not (hasattr(database, "cursor") and hasattr(database, "close")):
             raise ProgrammingError(f"dialect='postgres' takes a PEP 249 connection to PostgreSQL (ADBC or psycopg); "
@@ -79,6 +83,23 @@ def choose_backend(database: Any, *, dialect: str | None = None, tables: Mapping
                                "as it is. Drop them.")
     backend: Backend = database
     return backend
+
+
+def file_table(database: object, schema: Schema) -> str | None:
+    """The table a CSV or Parquet ``database`` is read as: the schema's one declared table (None for anything else).
+
+    Raises:
+        ProgrammingError: the schema declares no table or several (a file is one table).
+    """
+    if data_file_suffix(database) is None:
+        return None
+    names = [table.name for table in schema.tables.values()]
+    if len(names) != 1:
+        raise ProgrammingError(f"'{database}' is a CSV or Parquet file, read as one table, but the schema declares "
+                               f"{len(names)} tables ({', '.join(names) or 'none'}). Declare one table, or load the "
+                               "files into one DuckDB database (CREATE TABLE name AS SELECT * FROM "
+                               "read_csv('file.csv')) and pass that. Nothing was opened or charged.")
+    return names[0]
 
 
 def _check_dialect(dialect: str | None, expected: str, what: str) -> None:

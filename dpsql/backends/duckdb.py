@@ -11,6 +11,7 @@ scan on the database's own tables and views, and running a query to Arrow on Duc
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -19,7 +20,13 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.backends.base import file_identity
+from dpsql.backends.base import (
+    DATA_FILE_READERS,
+    content_identity,
+    data_file_suffix,
+    data_file_table,
+    file_identity,
+)
 from dpsql.backends.cell_sql import DatabaseColumn, table_ref
 from dpsql.backends.sql_backend import SqlBackend
 from dpsql.backends.sql_dialects import DUCKDB
@@ -48,38 +55,56 @@ class DuckDBBackend(SqlBackend):
     connection passed in is used as it is: it cannot be reconfigured, so only the catalog check
     of :func:`describe` (tables and views of its own catalog, no replacement scans) applies.
 
+    A CSV or Parquet file (``DATA_FILE_READERS``: ``.csv``, ``.csv.gz``, ``.tsv``, ``.parquet``) is
+    read once, whole, into a table of an in-memory database with the same locked configuration
+    (:func:`_load_data_file`): the scans then read exactly the bytes whose SHA-256 is the
+    backend's ``identity``, and no later change to the file reaches them.
+
     Args:
-        database: a database path, ``":memory:"``, or an open ``duckdb`` connection. A connection
-            passed in stays open after :meth:`close`; one opened here is closed by it.
+        database: a database path, a CSV or Parquet file, ``":memory:"``, or an open ``duckdb``
+            connection. A connection passed in stays open after :meth:`close`; one opened here is
+            closed by it.
+        table: the table a CSV or Parquet file is read as (default: its name without the ending,
+            ``adult.csv`` → ``adult``); ignored for a database.
 
     Raises:
         OperationalError: there is no file at the path (nothing is created), or DuckDB cannot open
             it (e.g. another process holds it read-write, or this process has it open with another
-            configuration).
+            configuration), or cannot read a CSV or Parquet file.
     """
 
     sql_dialect = DUCKDB
 
-    def __init__(self, database: str | os.PathLike[str] | duckdb.DuckDBPyConnection = ":memory:") -> None:
+    def __init__(self, database: str | os.PathLike[str] | duckdb.DuckDBPyConnection = ":memory:", *,
+                 table: str | None = None) -> None:
         super().__init__()
         self._path: str | None = None
+        self._content: str | None = None  # a CSV or Parquet file's content_identity, taken as it was read
         if isinstance(database, duckdb.DuckDBPyConnection):
             self._connection: duckdb.DuckDBPyConnection | None = database
             self._owns_connection = False
             return
-        self._connection = _open_locked(os.fspath(database))
+        name = os.fspath(database)
+        if data_file_suffix(name) is not None:
+            self._connection, self._content = _load_data_file(name, table or data_file_table(name))
+        else:
+            self._connection = _open_locked(name)
         self._owns_connection = True
-        self._path = None if os.fspath(database) == ":memory:" else os.fspath(database)
+        self._path = None if name == ":memory:" else name
 
     @property
     def in_memory(self) -> bool:
-        """True when no database attached to the connection is stored in a file (or other external storage)."""
-        return not attached_files(self.connection)
+        """True when no database attached to the connection is stored in a file (or other external storage);
+        False for a CSV or Parquet file's copy (the data are the file's)."""
+        return self._content is None and not attached_files(self.connection)
 
     @property
     def identity(self) -> str:
-        """The opened database file's :func:`~dpsql.backends.base.file_identity`; ``""`` for ``":memory:"``
-        and for a connection passed in (its files are not bound: pass the path to bind one)."""
+        """The opened database file's :func:`~dpsql.backends.base.file_identity` (a CSV or Parquet file's
+        :func:`~dpsql.backends.base.content_identity`, of the bytes read); ``""`` for ``":memory:"`` and for a
+        connection passed in (its files are not bound: pass the path to bind one)."""
+        if self._content is not None:
+            return self._content
         return "" if self._path is None else file_identity(self._path)
 
     @property
@@ -143,8 +168,71 @@ def _open_locked(name: str) -> duckdb.DuckDBPyConnection:
     try:
         return duckdb.connect(name, read_only=name != ":memory:", config=dict(_LOCKED))
     except duckdb.Error as err:
-        raise OperationalError(f"DuckDB cannot open the database '{name}' read-only: {err}. If this process (or "
-                               "another) has it open for writing, close that connection first.") from err
+        raise OperationalError(_open_failure(name, err)) from err
+
+
+def _open_failure(name: str, err: duckdb.Error) -> str:
+    """Why DuckDB could not open ``name`` read-only, in words, and what to do (DuckDB's text at the end)."""
+    text = str(err)
+    if "different configuration" in text:
+        situation = (f"this process already has '{name}' open in another DuckDB connection (e.g. "
+                     f"duckdb.connect('{name}') or duckdb.connect('{name}', read_only=True) in this notebook or "
+                     "script), and DuckDB opens one file with one configuration per process, while dpsql opens it "
+                     "locked (no external access). Close that connection (con.close()) before dpsql.connect, and "
+                     "open it again after closing dpsql's; or read the data yourself from another process.")
+    elif "lock" in text.lower():
+        holder = re.search(r"Conflicting lock is held in (.+?) \(PID (\d+)\)", text)
+        who = f"process {holder.group(2)} ({os.path.basename(holder.group(1))})" if holder else "another process"
+        situation = (f"{who} has '{name}' open for writing, and DuckDB lets a writer keep every other process out. "
+                     "Close that connection, or open it there with read_only=True (any number of read-only "
+                     "processes can share the file), then try again.")
+    elif "not a valid DuckDB database" in text:
+        situation = (f"'{name}' is not a DuckDB database file. Pass a DuckDB database, or a CSV or Parquet file "
+                     "with its usual ending (.csv, .csv.gz, .tsv, .parquet), which dpsql reads as one table.")
+    else:
+        situation = "check the path and that it is a DuckDB database file."
+    return f"DuckDB cannot open the database '{name}' read-only: {situation} (DuckDB: {text})"
+
+
+def _load_data_file(name: str, table: str) -> tuple[duckdb.DuckDBPyConnection, str]:
+    """A locked in-memory database holding the CSV or Parquet file ``name`` as table ``table``, and the
+    file's :func:`content_identity`.
+
+    The file is read by DuckDB's reader (``read_csv`` with its type detection, or ``read_parquet``)
+    in a separate, unlocked in-memory connection, the path bound as a parameter; the rows are then
+    copied into the locked one, which can read no file. The file is hashed before and after
+    reading: if it changed meanwhile, nothing is returned. DuckDB's messages are withheld (a CSV
+    reader's message quotes lines of the file).
+    """
+    if not os.path.isfile(name):
+        where = f"'{name}'" if os.path.isabs(name) else f"'{name}' (resolved to '{os.path.abspath(name)}')"
+        raise OperationalError(f"There is no data file at {where}: check the path (dpsql reads CSV and Parquet "
+                               "files read-only and never creates one).")
+    before = content_identity(name)
+    reader = DATA_FILE_READERS[data_file_suffix(name) or ""]
+    source = duckdb.connect(":memory:")
+    try:
+        rows = arrow_table(source.sql(f"SELECT * FROM {reader}($path)", params={"path": name}))
+    except duckdb.Error as err:
+        kind = "CSV file with a header row" if reader == "read_csv" else "Parquet file"
+        raise OperationalError(f"DuckDB cannot read '{name}' with {reader} ({type(err).__name__}); its message is "
+                               f"withheld because it may quote the file's contents. Check that it is a {kind}, e.g. "
+                               f"in duckdb: SELECT * FROM {reader}('{name}') LIMIT 5.") from None
+    finally:
+        source.close()
+    if content_identity(name) != before:
+        raise OperationalError(f"The data file '{name}' changed while dpsql read it; nothing was read. Try again "
+                               "once it is written.")
+    connection = _open_locked(":memory:")
+    try:
+        connection.register("dpsql_file_rows", rows)
+        connection.execute(exp.Create(this=exp.Table(this=exp.to_identifier(table, quoted=True)), kind="TABLE",
+                                      expression=exp.select("*").from_("dpsql_file_rows")).sql(DIALECT))
+        connection.unregister("dpsql_file_rows")
+    except duckdb.Error as err:
+        connection.close()
+        raise OperationalError(f"DuckDB cannot copy '{name}' into table '{table}' ({type(err).__name__}).") from None
+    return connection, before
 
 
 def attached_files(connection: duckdb.DuckDBPyConnection) -> list[str]:

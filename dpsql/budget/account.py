@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from dpsql.budget.accounting import PrivacyCost
+from dpsql.budget.accounting import UNIT, PrivacyCost
 from dpsql.budget.records import Balance, BatchRecord, Binding, KeptRelease
 from dpsql.errors import ProgrammingError
 from dpsql.schema import Schema
@@ -89,6 +89,36 @@ class LedgerBudget:
     def price(self, cost: PrivacyCost) -> Fraction:
         return self.balance.price(cost)
 
+    def __repr__(self) -> str:
+        """One line: the dataset, its unit, total, spent, left and the number of charges (as last read)."""
+        balance, unit = self.balance, UNIT[self.balance.family]
+        return (f"<LedgerBudget dataset '{balance.dataset}': total {unit}={_number(self.balance.binding.total)}, "
+                f"spent {_number(self.balance.binding.spent)}, left {_number(self.left)}, "
+                f"{balance.charges} charge(s)>")
+
+    def __str__(self) -> str:
+        """A few lines: where the budget is kept, and its total, spent and left (``details()`` for the rest)."""
+        balance, unit, level = self.balance, UNIT[self.balance.family], self.balance.binding
+        return "\n".join([f"privacy budget of {level.scope} (ledger {self.account.ledger.path})",
+                          f"  total  {unit}={_number(level.total)}", f"  spent  {unit}={_number(level.spent)}",
+                          f"  left   {unit}={_number(self.left)}",
+                          f"  {balance.charges} charge(s); budget.details() lists them"])
+
+    def details(self) -> str:
+        """Every level (the dataset's total, an analyst's), the binding, and every charge, read from the ledger now."""
+        account = self.account
+        balance, unit = account.ledger.balance(account.dataset, account.analyst), UNIT[self.balance.family]
+        lines = [f"ledger {account.ledger.path}, dataset '{account.dataset}', budget in {balance.family}"]
+        lines += [f"{limit.scope}: total {unit}={_number(limit.total)}, spent {_number(limit.spent)}, left "
+                  f"{_number(limit.left)}" for limit in balance.limits]
+        if account.binding is not None:
+            lines.append(f"bound to schema {account.binding.fingerprint[:12]} and {account.binding.data}")
+        charges = account.ledger.history(account.dataset, account.analyst)
+        lines.append(f"charges: {len(charges)}")
+        lines += [f"  #{charge.id}  {charge.time}  {charge.cost.describe()}  {charge.mechanism}"
+                  + (f"  analyst {charge.analyst}" if charge.analyst else "") for charge in charges]
+        return "\n".join(lines)
+
     def check(self, cost: PrivacyCost) -> Fraction:
         """Read the ledger again (fail closed), then check the cost against it. Charges nothing."""
         account = self.account
@@ -103,3 +133,7 @@ class LedgerBudget:
         self.balance = account.ledger.charge(account.dataset, cost, self.batch, analyst=account.analyst,
                                              binding=account.binding)
         self.charge_id = self.balance.last_charge
+
+
+def _number(value: Fraction) -> str:
+    return f"{float(value):.10g}"

@@ -32,7 +32,8 @@ analyst of the dataset reuse every release (``set_sharing``, ``dpsql budget set 
 an owner action, recorded; ``--no-share-releases`` returns to the default).
 
 Binding: the first total of a dataset binds it (``Binding``) to its database file's identity
-(``dpsql.backends.base.file_identity``: real path and inode) and to the schema's privacy-relevant parts
+(``dpsql.backends.base.file_identity``: real path and inode; a CSV or Parquet file's real path and the
+SHA-256 of its contents) and to the schema's privacy-relevant parts
 (``Schema.canonical``: tables, privacy unit and ``max_rows``, domains, measure bounds, truncation).
 Every charge, in its own transaction, compares the connection's binding with the dataset's and
 refuses a difference (LedgerError naming what differs, never data). Rebinding is an explicit,

@@ -45,7 +45,8 @@ class Binding:
 
     @property
     def data(self) -> str:
-        """The bound data in words: ``file '<path>' (inode N)``, or a backend's identity."""
+        """The bound data in words: ``file '<path>' (inode N)``, ``file '<path>' (SHA-256 …)``, or a backend's
+        identity."""
         return _describe_file(self.database)
 
     def differences(self, bound: Binding) -> list[str]:
@@ -91,16 +92,30 @@ def _database_difference(mine: str, bound: str) -> str:
     if not mine:
         return (f"the dataset is bound to {_describe_file(bound)}, and this connection has no database file (pass the "
                 "database's path, not a DuckDB connection)")
+    if _field(mine, "sha256") and _field(mine, "path") == _field(bound, "path"):
+        return (f"the contents of file '{_field(mine, 'path')}' changed since the dataset was bound (SHA-256 "
+                f"{_field(mine, 'sha256')[:12]}…, bound {_field(bound, 'sha256')[:12]}…): a CSV or Parquet file is "
+                "bound by its contents")
     return (f"this connection reads {_describe_file(mine)}, not the bound {_describe_file(bound)} (a copy, a replaced "
             "or a moved file)")
 
 
-def _describe_file(identity: str) -> str:
+def _field(identity: str, key: str) -> str:
+    """One field of a file identity's JSON (``path``, ``inode``, ``sha256``), or ''."""
     try:
         found = json.loads(identity)
-        return f"file '{found['path']}' (inode {found['inode']})"
-    except (ValueError, KeyError, TypeError):
-        return f"the data {identity!r}"
+    except ValueError:
+        return ""
+    return str(found.get(key, "")) if isinstance(found, dict) else ""
+
+
+def _describe_file(identity: str) -> str:
+    path, inode, digest = (_field(identity, key) for key in ("path", "inode", "sha256"))
+    if path and digest:
+        return f"file '{path}' (SHA-256 {digest[:12]}…)"
+    if path and inode:
+        return f"file '{path}' (inode {inode})"
+    return f"the data {identity!r}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,7 +13,7 @@ import json
 from fractions import Fraction
 from pathlib import Path
 
-from dpsql.backends.choose import choose_backend, is_address
+from dpsql.backends.choose import choose_backend, file_table, is_address
 from dpsql.budget.account import Account
 from dpsql.budget.accounting import UNIT, PrivacyCost, epsilon_from_rho
 from dpsql.budget.ledger import (
@@ -26,7 +26,7 @@ from dpsql.budget.ledger import (
     Ledger,
     default_path,
 )
-from dpsql.errors import OperationalError, ProgrammingError
+from dpsql.errors import OperationalError, ProgrammingError, SchemaError
 from dpsql.schema import Schema
 
 DEFAULT_DELTA = 1e-6
@@ -102,14 +102,30 @@ def account(arguments: argparse.Namespace) -> Account:
 
 
 def _binding(arguments: argparse.Namespace) -> Binding | None:
-    """What --schema binds the dataset to: the schema, and the data's identity (a file's, or the backend's)."""
-    if arguments.schema is None:
-        return None
-    schema = Schema.load(arguments.schema)
-    if not is_address(arguments.db):
-        return Binding.of(schema, arguments.db)
-    backend = choose_backend(arguments.db, tables=arguments.tables)
+    """What --schema binds the dataset to: the schema, and the data's identity (a file's, or the backend's).
+
+    The data are opened as a run opens them and every declared table is looked up in their catalog
+    (names and types, no rows), so a file that is not a database dpsql can read, or one without the
+    schema's tables, is refused before anything is written.
+    """
+    schema = Schema.load(arguments.schema) if arguments.schema is not None else None
     try:
+        backend = choose_backend(arguments.db, tables=arguments.tables,
+                                 table=file_table(arguments.db, schema) if schema is not None else None)
+    except OperationalError as err:
+        raise OperationalError(f"{err} Nothing was set.") from err
+    try:
+        if schema is None:
+            return None
+        problems = {}
+        for table in schema.tables.values():
+            try:
+                backend.check_table(table)
+            except SchemaError as err:
+                problems[table.name] = str(err)
+        if problems:
+            raise SchemaError(f"the data at '{arguments.db}' do not fit the schema {arguments.schema} (table(s) "
+                              f"{', '.join(problems)}): {' '.join(problems.values())} Nothing was set.")
         return Binding(schema=schema.canonical(), database=backend.identity)
     finally:
         backend.close()
@@ -130,8 +146,8 @@ def _set(arguments: argparse.Namespace) -> int:
     if arguments.epsilon is not None or arguments.rho is not None:
         total = (PrivacyCost(epsilon=arguments.epsilon) if arguments.epsilon is not None
                  else PrivacyCost(rho=arguments.rho))
-        books.ledger.set_total(books.dataset, total, analyst=books.analyst, binding=_binding(arguments),
-                               rebind=arguments.rebind)
+        binding = _binding(arguments)  # the data are opened and checked before anything is written
+        books.ledger.set_total(books.dataset, total, analyst=books.analyst, binding=binding, rebind=arguments.rebind)
     if sharing is not None:
         books.ledger.set_sharing(books.dataset, sharing)
     print(f"ledger: {books.ledger.path} (key {books.ledger.key_path})")

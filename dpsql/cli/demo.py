@@ -5,7 +5,7 @@ queries are the ones in ``examples/census/``. The demo writes the database, ``sc
 ``queries.sql`` into a folder, sets a total budget of ε = 3 in a fresh ledger next to the
 database (as the data owner would with ``dpsql budget set``), runs the batch once at ε = 1 with OS
 randomness, and prints each statement's private answers with their standard errors and the budget
-spent and left.
+spent and left (the plan too with ``--explain``).
 """
 
 from __future__ import annotations
@@ -131,11 +131,14 @@ def write_files(folder: Path, people: int = 1_000_000) -> Path:
     return database
 
 
-def run(folder: Path | None = None, *, people: int = 1_000_000, epsilon: float = 1.0,
+def run(folder: Path | None = None, *, people: int = 1_000_000, epsilon: float = 1.0, explain: bool = False,
         echo: Callable[[str], None] = print) -> list[pa.Table]:
-    """Build the demo database and answer the example batch privately; returns the result tables."""
+    """Build the demo database and answer the example batch privately; returns the result tables.
+
+    Prints the answers first, under a line saying what ± means; with ``explain``, the plan follows
+    them (it is made before the batch is answered, as ``dpsql explain`` would show it)."""
     import dpsql
-    from dpsql.answers.tables import format_table
+    from dpsql.answers.tables import PLUS_MINUS, format_table
 
     started = time.perf_counter()
     keep = folder is not None
@@ -152,7 +155,7 @@ def run(folder: Path | None = None, *, people: int = 1_000_000, epsilon: float =
     statements = [line for line in QUERIES.splitlines() if line.startswith("-- ") and line[3].isdigit()]
     with dpsql.connect(str(database), schema=folder / "schema.toml") as connection:
         cursor = connection.cursor()
-        echo(f"\nPlan (nothing spent yet):\n{cursor.explain(QUERIES, epsilon=epsilon)}\n")
+        plan = cursor.explain(QUERIES, epsilon=epsilon) if explain else None  # before the batch is answered
         answering = time.perf_counter()
         cursor.execute(QUERIES, epsilon=epsilon)
         tables = cursor.fetch_arrow_tables()
@@ -160,10 +163,16 @@ def run(folder: Path | None = None, *, people: int = 1_000_000, epsilon: float =
         echo(f"Answered {len(tables)} statements as one release at ε = {epsilon} in "
              f"{time.perf_counter() - answering:.1f} s; budget spent ε = {float(budget.spent):g}, "
              f"left ε = {budget.remaining:g} of {budget.total.describe()} (dpsql budget show --db {database}).\n")
+    echo(f"{PLUS_MINUS}\n")
     for title, table in zip(statements, tables):
         echo(title[3:])
         echo(format_table(table, limit=12))
         echo("")
+    if plan is not None:
+        echo(f"How dpsql planned the batch (made before it was answered; nothing spent):\n{plan}\n")
+    else:
+        echo(f"How dpsql planned the batch: dpsql demo --explain, or dpsql explain {folder / 'queries.sql'} --db "
+             f"{database} --schema {folder / 'schema.toml'} --epsilon {epsilon:g} --no-reuse")
     if not keep:
         echo(f"(The files are in {folder}; run `dpsql demo --dir DIR` to keep them somewhere else.)")
     return tables

@@ -40,21 +40,20 @@ def explain(prepared: Prepared, budget: PrivacyBudget | None = None) -> str:
         assert isinstance(residual, ResidualPlan)
         lines.append("Route: ResidualPlanner — its expected error equals the SVD lower bound of this batch's workload, "
                      "so no strategy answers it more accurately; statement groups were not planned.")
-        return "\n".join(lines + residual.explain_lines() + _statements(prepared))
-    standard_rmse = math.sqrt(groups.expected_total / groups.answer_count)
+        return "\n".join(lines + _statements(prepared) + ["", *residual.explain_lines()])
     if isinstance(residual, NotApplicable):
-        lines.append(f"Route: statement groups (expected RMSE per answer {standard_rmse:.4g}); {residual.reason}")
+        lines.append(f"Route: statement groups. {residual.reason}")
     else:
-        rp_rmse = math.sqrt(residual.total_variance / residual.answer_count)
-        lines.append(f"Route: {chosen.name} — expected RMSE per answer: ResidualPlanner {rp_rmse:.4g}, "
-                     f"statement groups {standard_rmse:.4g}; the lower statement-weighted objective answers "
-                     f"(ResidualPlanner {residual.objective:.6g}, statement groups {groups.objective:.6g}).")
+        lines.append(f"Route: {chosen.name}, whose statement-weighted objective (Σ weight · mean squared error / "
+                     f"answering alone) is the lower: ResidualPlanner {residual.objective:.6g}, statement groups "
+                     f"{groups.objective:.6g}.")
+    lines += _statements(prepared) + [""]  # the headline: each statement's expected error in its own units
+    if isinstance(residual, ResidualPlan):
         lines.extend(residual.explain_lines())
         if chosen is residual:
-            return "\n".join(lines + _statements(prepared))
+            return "\n".join(lines)
         lines.append("")
-    return "\n".join(lines + _groups(groups) + _statements(prepared)
-                     + not_kept_notes(compiled, groups.measurements))
+    return "\n".join(lines + _groups(groups) + not_kept_notes(compiled, groups.measurements))
 
 
 def _groups(plan: GroupsPlan) -> list[str]:
@@ -105,9 +104,10 @@ def _statements(prepared: Prepared) -> list[str]:
     chosen = prepared.chosen
     errors = chosen.statement_errors()
     unit = "ε" if prepared.cost.family == "epsilon" else "ρ"
-    lines = ["", f"Statements: expected RMSE per answer, and answering each alone ({unit}/{len(errors)} per statement, "
-                 "split evenly over its aggregate parts); "
-                 "ratio = mean squared error / alone's (at most 1 unless noted):"]
+    lines = ["", f"Statements: the expected standard error of each one's answers (RMSE over its rows, in its own "
+                 f"units: a count in rows, a SUM in its column's units), and answering it alone ({unit}/{len(errors)} "
+                 "per statement, split evenly over its aggregate parts); ratio = mean squared error / alone's (at most "
+                 "1 unless noted):"]
     notes = dict(chosen.guard_notes)
     for s, e in enumerate(errors):
         weight = chosen.weights[s] if chosen.weights else 1.0

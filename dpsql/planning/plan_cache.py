@@ -41,8 +41,8 @@ from dpsql.planning.structure import structure_digest
 #: made under other rules are not reused. 2: domains keyed by their declaration (``declaration()``).
 #: 3: statement groups' candidate scores keyed by the group's statements (``load_scores``).
 #: 4: a batch's partition keyed by its statements' digests (what they ask, not where they are);
-#: workloads fed by their parts' digests (``structure_digest``).
-DECISION_FORMAT = "4"
+#: workloads fed by their parts' digests (``structure_digest``). 5: notes on strategies left out are sentences.
+DECISION_FORMAT = "5"
 #: Decisions kept in memory per process.
 MEMORY_ENTRIES = 4096
 

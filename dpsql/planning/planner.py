@@ -41,7 +41,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpsql import strategies
-from dpsql.errors import DomainTooLargeError, DpsqlError, ShapeError
+from dpsql.errors import DomainTooLargeError, DpsqlError, PlanningLimitError, ShapeError, UnsupportedStrategyError
 from dpsql.matrix.partitions import Partition, Parts, part_of_cell, partition_form
 from dpsql.matrix.workloads import Explicit, FloatArray, Kron, VStack, Workload
 from dpsql.noise import Noise
@@ -194,7 +194,7 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
             scoring.score(name, A)
             options[name] = A
         except DpsqlError as err:
-            notes.append(f"{name} was not used ({type(err).__name__}: {err}); the best standard strategy stands in.")
+            notes.append(unused_note(name, err))
     if quick and own is not None:  # after the quick template, whose error usually rules it out unscored
         scoring.score("workload", own)
     scores = scoring.ordered([*options, *templates])
@@ -448,8 +448,28 @@ def _optimized(W: Workload, templates: Mapping[str, Callable[[], Workload]], *, 
             result[name] = strategy_cache.cached(W, noise=noise, template=f"{name} quick" if quick else name,
                                                  build=_rounded(build), on_build=announce)
         except (DpsqlError, ArithmeticError, np.linalg.LinAlgError, ValueError) as err:
-            notes.append(f"{name} was not used ({type(err).__name__}: {err}); the best standard strategy stands in.")
+            notes.append(unused_note(name, err))
     return result
+
+
+def why_unused(err: BaseException) -> str:
+    """Why a strategy (or route) could not be used, in words chosen by the error's class; the error's own text,
+    which may print whole matrices, is left out."""
+    if isinstance(err, UnsupportedStrategyError):
+        return ("the strategy it found does not measure every query of the batch (some lie outside what it "
+                "measures), so their answers would be biased")
+    if isinstance(err, (DomainTooLargeError, PlanningLimitError)):
+        return "the cells it would work over exceed dpsql's planning limits"
+    if isinstance(err, ShapeError):
+        return "the batch's queries do not have the form it needs"
+    if isinstance(err, (ArithmeticError, np.linalg.LinAlgError, ValueError)):
+        return "its numerical optimization did not reach a usable strategy"
+    return "it could not be built for these queries"
+
+
+def unused_note(name: str, err: BaseException) -> str:
+    """The EXPLAIN note for a candidate strategy left out: a sentence naming it and why (:func:`why_unused`)."""
+    return f"{name} was not used: {why_unused(err)}; the best of the other strategies stands in."
 
 
 def split_budget(errors: Sequence[float], total: float, *, noise: Noise) -> list[float]:

@@ -5,6 +5,9 @@ on stderr."""
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -13,9 +16,10 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
 
+from dpsql.answers.tables import PLUS_MINUS
 from dpsql.budget.accounting import PrivacyCost
 from dpsql.budget.ledger import Binding, Ledger, default_path
-from dpsql.cli import main
+from dpsql.cli import BROKEN_PIPE, main
 from dpsql.schema import Schema
 
 SCHEMA = """
@@ -36,6 +40,8 @@ lower = 0
 upper = 1000
 bin_width = 500
 """
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 QUERIES = """-- two statements, one batch
 SELECT sex, COUNT(*) AS n FROM people GROUP BY sex;
 SELECT age, AVG(income) AS mean_income FROM people WHERE age >= 20 GROUP BY age;
@@ -75,7 +81,19 @@ def test_run_prints_each_statement_with_standard_errors(files: dict[str, str],
     assert [band[0] for band in bands] == [str(age) for age in range(0, 100, 10)]  # every declared age band
     assert [band[2] for band in bands[:2]] == ["NULL", "NULL"]  # WHERE age >= 20 leaves no row in them: AVG is NULL
     assert all("±" in " ".join(band) for band in bands[2:])
+    assert lines[0] == PLUS_MINUS and "one standard error" in lines[0]  # what ± means comes first
+    assert err.splitlines() == [f"budget: charged ε=1; left 99.5 of ρ=100 (ledger {files['db']}.dpsql-ledger)"]
+
+
+def test_run_verbose_reports_progress_and_explain_prints_the_plan_after_the_answers(
+        files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(arguments(files, "run", "--verbose", "--explain")) == 0
+    out, err = capsys.readouterr()
     assert "answered 2 statement(s)" in err and "Traceback" not in err  # progress goes to stderr, results to stdout
+    plan = out.index("How dpsql planned the batch (before it was answered; nothing spent):")
+    assert out.index("-- statement 2") < plan < out.index("Statements: the expected standard error")
+    assert main(arguments(files)) == 0
+    assert "Statements:" not in capsys.readouterr().out  # no plan without --explain
 
 
 def test_run_reads_the_batch_from_standard_input(files: dict[str, str], capsys: pytest.CaptureFixture[str],
@@ -88,7 +106,7 @@ def test_run_reads_the_batch_from_standard_input(files: dict[str, str], capsys: 
 
 def test_run_with_rho(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(arguments(files, cost=("--rho", "0.5"))) == 0
-    assert capsys.readouterr().out.count("±") == 10
+    assert capsys.readouterr().out.removeprefix(PLUS_MINUS).count("±") == 10
 
 
 @pytest.mark.parametrize("file_format, read", [("parquet", pq.read_table), ("csv", pa_csv.read_csv)])
@@ -138,6 +156,25 @@ def test_schema_suggest_prints_the_not_private_warning(files: dict[str, str],
     assert "NOT PRIVATE" in out and "[tables.people" in out and "sex" in out
 
 
+def test_a_csv_from_schema_suggest_to_a_charged_answer(files: dict[str, str], tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    csv = tmp_path / "adult.csv"
+    with duckdb.connect(files["db"], read_only=True) as con:
+        pa_csv.write_csv(con.sql("SELECT * FROM people").to_arrow_table(), csv)
+    assert main(["schema", "suggest", "--db", str(csv)]) == 0  # the table: the file's name without .csv
+    suggested = capsys.readouterr().out
+    assert "[tables.adult]" in suggested
+    (tmp_path / "adult.toml").write_text(suggested)
+    books = ["--db", str(csv), "--schema", str(tmp_path / "adult.toml")]
+    assert main(["budget", "set", *books, "--epsilon", "5"]) == 0
+    assert f"ledger: {csv}.dpsql-ledger" in capsys.readouterr().out
+    queries = _write(tmp_path, "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex")
+    assert main(["run", queries, *books, "--epsilon", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "F" in out and "±" in out
+    assert len(Ledger(default_path(csv)).history("adult.csv")) == 1
+
+
 @pytest.mark.parametrize("make_args, error_name, phrase", [
     (lambda f, t: arguments({**f, "queries": _write(t, "SELECT COUNT(* FROM people")}), "SqlSyntaxError",
      "line 1, col"),
@@ -178,7 +215,7 @@ def test_the_queries_file_may_hold_unicode_and_comments(files: dict[str, str], t
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     path = _write(tmp_path, "/* Übersicht — naïve */\nSELECT COUNT(*) AS n FROM people WHERE sex = 'F'; -- done\n")
     assert main(arguments({**files, "queries": path})) == 0
-    assert capsys.readouterr().out.count("±") == 1
+    assert capsys.readouterr().out.removeprefix(PLUS_MINUS).count("±") == 1
 
 
 def test_a_batch_without_a_cost_exits_2_naming_the_three_ways_to_give_one(files: dict[str, str],
@@ -356,3 +393,63 @@ def test_budget_set_refuses_a_total_below_what_is_spent(files: dict[str, str],
 def test_budget_set_needs_a_total(files: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["budget", "set", "--db", files["db"]]) == 2
     assert "needs a total (--epsilon E or --rho R), --share-releases or --no-share-releases" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("make_data, schema_text, error_name, phrase", [
+    (lambda folder: _write(folder, "sex,age\nF,30\n"), SCHEMA, "OperationalError",
+     "is not a DuckDB database file"),  # a CSV without its .csv ending
+    (lambda folder: _database(folder, "CREATE TABLE visits AS SELECT 1 AS age"),
+     SCHEMA + '\n[tables.trips.columns.km]\ntype = "integer"\nlower = 0\nupper = 9\n', "SchemaError",
+     "(table(s) people, trips)"),  # neither declared table is in the database
+])
+def test_budget_set_refuses_data_it_cannot_read_before_writing_anything(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str], make_data,  # type: ignore[no-untyped-def]
+                                                                        schema_text: str, error_name: str,
+                                                                        phrase: str) -> None:
+    data = make_data(tmp_path)
+    schema = tmp_path / "owner.toml"
+    schema.write_text(schema_text)
+    assert main(["budget", "set", "--db", data, "--schema", str(schema), "--epsilon", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"dpsql: {error_name}: " in err and phrase in err and "Nothing was set" in err
+    assert not default_path(data).exists() and not Path(str(default_path(data)) + ".key").exists()
+
+
+def _database(folder: Path, sql: str) -> str:
+    path = folder / "other.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute(sql)
+    return str(path)
+
+
+@pytest.mark.parametrize("command, status", [
+    (lambda f: ["budget", "show", "--db", f["db"]], BROKEN_PIPE), (lambda f: arguments(f, "explain"), BROKEN_PIPE),
+    (lambda f: ["schema", "suggest", "--db", f["db"], "--table", "people"], BROKEN_PIPE),
+    (lambda f: ["--help"], 0)])  # argparse's help ignores a closed pipe itself
+def test_output_into_a_closed_pipe_ends_quietly(files: dict[str, str], command, status: int) -> None:  # type: ignore[no-untyped-def]
+    reader, writer = os.pipe()
+    os.close(reader)  # `dpsql ... | head -1` once head has gone: every write fails with EPIPE
+    try:
+        done = subprocess.run([sys.executable, "-m", "dpsql.cli", *command(files)], stdout=writer,
+                              stderr=subprocess.PIPE, text=True, env=ENV, timeout=300, check=False)
+    finally:
+        os.close(writer)
+    assert done.returncode == status and done.stderr == ""
+
+
+def test_run_chart_without_matplotlib_refuses_before_charging(files: dict[str, str], tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    chart = tmp_path / "answers.png"
+    with monkeypatch.context() as without:
+        without.setitem(sys.modules, "matplotlib", None)  # as if the extra 'plots' were not installed
+        assert main(arguments(files, "run", "--chart", str(chart))) == 2
+    assert 'pip install "dpsql[plots]"' in capsys.readouterr().err and not chart.exists()
+    assert Ledger(default_path(files["db"])).history("people.duckdb") == []  # refused before the charge
+
+
+def test_run_chart_draws_the_answers(files: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    chart = tmp_path / "answers.png"
+    assert main(arguments(files, "run", "--chart", str(chart))) == 0
+    assert f"chart: {chart}" in capsys.readouterr().err and chart.read_bytes().startswith(b"\x89PNG")

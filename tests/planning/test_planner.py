@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from dpsql import engine, strategies
 from dpsql.budget.accounting import PrivacyCost
-from dpsql.errors import ShapeError
+from dpsql.errors import DomainTooLargeError, ShapeError, UnsupportedStrategyError
 from dpsql.matrix import workloads
 from dpsql.planning import accuracy, planner
 from dpsql.schema import Schema
@@ -57,7 +57,9 @@ def test_a_failing_template_falls_back_and_says_so(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(strategies, "opt0", broken)
     choice = planner.plan(workloads.AllRange(16), noise="gaussian")
     assert "HDMM" not in choice.candidates
-    assert any("HDMM was not used" in note and "did not converge" in note for note in choice.notes)
+    assert "HDMM was not used: its numerical optimization did not reach a usable strategy; the best of the other " \
+           "strategies stands in." in choice.notes
+    assert not any("did not converge" in note or "Error" in note for note in choice.notes)  # a sentence, no exception
 
 
 def test_sql_batch_of_200_ranges_beats_hierarchical() -> None:
@@ -283,3 +285,15 @@ def test_the_workload_candidate_is_left_unscored_where_its_floor_says_it_loses()
     choice = planner.plan(workloads.AllRange(16), noise="laplace", quick=True)
     assert choice.name == "identity" and "workload" not in choice.candidates
     assert any("not scored" in note and "workload" in note for note in choice.notes)
+
+
+@pytest.mark.parametrize("error, reason", [
+    (UnsupportedStrategyError("strategy VStack([Weighted(1.04858e+06, Kron([Explicit(4, 3)])]) does not support"),
+     "does not measure every query of the batch"),
+    (DomainTooLargeError("marginal (0, 1) has about 1e+19 cells"), "exceed dpsql's planning limits"),
+    (np.linalg.LinAlgError("SVD did not converge"), "numerical optimization did not reach a usable strategy"),
+    (ShapeError("marginal (0,) is listed twice"), "do not have the form it needs")])
+def test_a_strategy_left_out_is_explained_in_a_sentence(error: Exception, reason: str) -> None:
+    note = planner.unused_note("HDMM-union", error)
+    assert note.startswith("HDMM-union was not used: ") and reason in note and note.endswith("stands in.")
+    assert str(error) not in note and type(error).__name__ not in note

@@ -117,7 +117,8 @@ def test_explain_and_metadata_show_each_statement_against_answering_it_alone() -
     con = dpsql.connect(table(), schema=schema(), budget=Budget(epsilon=10.0), rng=SeededRandomSource(3))
     cursor = con.cursor()
     text = cursor.explain(BATCH, epsilon=1.0, weights=[1, 3])
-    assert "Statements: expected RMSE per answer" in text and "statement 2: s " in text and "(alone 280" in text
+    assert "Statements: the expected standard error of each one's answers" in text
+    assert "statement 2: s " in text and "(alone 280" in text
     assert "weight 3" in text
     tables = cursor.execute(BATCH, epsilon=1.0, weights=[1, 3]).fetch_arrow_tables()
     entry = json.loads(tables[1].schema.metadata[b"dpsql"])["statement_error"]

@@ -47,6 +47,7 @@ from dpsql.errors import DomainTooLargeError, ShapeError
 from dpsql.matrix.workloads import Explicit, Kron, Sum, Workload
 from dpsql.noise import RandomSource
 from dpsql.planning.mechanism import Answers, Measurement
+from dpsql.planning.planner import why_unused
 from dpsql.planning.weights import block_weight
 from dpsql.residual import planner as residual
 from dpsql.residual import queries as mq
@@ -231,7 +232,7 @@ def plan(batch: ir.Batch, schema: Schema, cost: PrivacyCost, weights: Sequence[f
                                     rho=Fraction(cost.value) / rows_per_unit**2,
                                     weights=[selection_weights[a] for a in marginals])
     except (DomainTooLargeError, ShapeError) as err:
-        return NotApplicable(f"ResidualPlanner was not used ({type(err).__name__}: {err}).")
+        return NotApplicable(f"ResidualPlanner was not used: {why_unused(err)}.")
     scale = _sigma2_lookup(selection.closure, selection.sigma2)
     variances = tuple(np.zeros(block.workload.shape[0]) if q is None else mq.variances(q, scale)
                       for q, block in zip(queries, group.blocks))
