@@ -44,9 +44,11 @@ def test_measure_quantum_is_schema_arithmetic() -> None:
 INTERNAL_REFERENCE = re.compile(r"seed[ -]00[0-9]|[Ii]ssue [0-9]|digest §|research digest|\.md §")
 
 
-def test_code_and_readme_cite_papers_not_internal_notes() -> None:
+def test_code_and_documentation_cite_papers_not_internal_notes() -> None:
     files = sorted(PACKAGE.rglob("*.py"))
-    found = [f"{path.name}:{number}" for path in [*files, PACKAGE.parent / "README.md"]
+    root = PACKAGE.parent
+    pages = [root / "README.md", root / "ARCHITECTURE.md", *sorted((root / "docs").rglob("*.md"))]
+    found = [f"{path.name}:{number}" for path in [*files, *pages]
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              if INTERNAL_REFERENCE.search(line)]
     assert found == []

@@ -86,7 +86,7 @@ def test_importing_dpsql_and_its_backends_imports_no_engine_driver() -> None:
 
 
 def test_every_exception_class_is_on_the_dpsql_module() -> None:
-    """What the README names as an error can be caught as ``dpsql.<Name>``, and is exported."""
+    """What the documentation names as an error can be caught as ``dpsql.<Name>``, and is exported."""
     import inspect
 
     from dpsql import errors

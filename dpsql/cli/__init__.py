@@ -52,6 +52,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def parser() -> argparse.ArgumentParser:
+    """The ``dpsql`` command's argument parser (docs/cli.md is generated from it)."""
+    return _parser()
+
+
 def _discard_stdout() -> None:
     """Point standard output at the null device, so the interpreter's last flush at exit does not fail again."""
     try:

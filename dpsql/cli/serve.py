@@ -48,7 +48,7 @@ def _serve(arguments: argparse.Namespace) -> int:
     missing = [f"--{name}" for name in ("db", "schema", "config") if getattr(arguments, name) is None]
     if missing:
         raise ProgrammingError(f"dpsql serve needs {', '.join(missing)}: the database, its public schema and the "
-                               "server's configuration (see README, 'A private SQL endpoint').")
+                               "server's configuration (see docs/serve.md, 'Serving analysts').")
     try:
         from dpsql.server.server import DpsqlServer, serve_forever
     except ModuleNotFoundError as err:

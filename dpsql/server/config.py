@@ -89,8 +89,8 @@ class ServeConfig:
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise ProgrammingError(f"no server configuration at {path}: write one (README, 'A private SQL "
-                                   "endpoint').") from None
+            raise ProgrammingError(f"no server configuration at {path}: write one (docs/serve.md, 'Serving "
+                                   "analysts').") from None
         except tomllib.TOMLDecodeError as err:
             raise ProgrammingError(f"{path} is not valid TOML: {err}.") from None
         return cls.of(data, where=str(path), base=path.parent)

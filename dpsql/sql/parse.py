@@ -125,7 +125,7 @@ from dpsql.sql.units import is_count_distinct, parse_count_distinct
 __all__ = ["parse_batch"]
 
 
-# Limits (README "Limits"): bounded work before anything is planned, explain included. Each is
+# Limits (docs/sql.md, "Limits"): bounded work before anything is planned, explain included. Each is
 # checked before the work it bounds and refused with InvalidQueryError naming the limit and where.
 #: Characters in one batch's SQL text.
 MAX_SQL_LENGTH = 200_000

@@ -32,7 +32,7 @@ from dpsql.sql import ir
 SUPPORTED = (
     "dpsql answers SELECT [group keys,] aggregates (COUNT, SUM, AVG, MEDIAN, ...) and arithmetic on them "
     "FROM a table [JOIN a public or unit table] [WHERE predicates on columns] [GROUP BY keys] [HAVING ...]; "
-    "see the README's \"Supported SQL\"."
+    "see the SQL reference, docs/sql.md."
 )
 _SYNTAX_ADVICE = "dpsql reads DuckDB SQL; fix the text at this position."
 

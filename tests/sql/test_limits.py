@@ -1,4 +1,4 @@
-"""Bounded work, clear errors (issue 14 item 11): every limit of README "Limits" refuses its input
+"""Bounded work, clear errors (issue 14 item 11): every limit of docs/sql.md "Limits" refuses its input
 with a ProgrammingError / NotSupportedError naming the limit and the place, before anything is
 planned or charged — explain included."""
 

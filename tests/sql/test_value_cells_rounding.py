@@ -24,7 +24,8 @@ SQL = "SELECT COUNT(*) AS n, SUM(income) AS s FROM people"
 
 
 def incomes() -> duckdb.DuckDBPyConnection:
-    """10,000 incomes in [0, 2000]: all in the first README bin [0, 10000), whose midpoint is 5000."""
+    """10,000 incomes in [0, 2000]: all in the first bin [0, 10000) of the schema reference's income column,
+    whose midpoint is 5000."""
     con = duckdb.connect()
     con.register("source", pa.table({"income": np.random.default_rng(0).uniform(0, 2000, 10_000)}))
     con.execute("CREATE TABLE people AS SELECT * FROM source")
@@ -38,7 +39,7 @@ def income_schema(**extra: object) -> Schema:
 
 
 def test_rounding_value_cells_are_not_used_by_default_and_sums_stay_within_their_error_bars() -> None:
-    """README's income column with incomes in [0, 2000]: COUNT(*) + SUM once answered
+    """The schema reference's income column with incomes in [0, 2000]: COUNT(*) + SUM once answered
     ~4.97e7 ± 1.4e6 for a true ~9.9e6 (28 standard errors). Now measured apart: over 30 seeded
     releases the SUM's z-scores have mean within 4.5/√R of 0 and every |z| below 6."""
     con = incomes()
