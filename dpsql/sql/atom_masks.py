@@ -57,7 +57,8 @@ def _categorical_mask(column: sch.Column, domain: sch.Categorical,
         if literal.value not in domain.values:
             raise SchemaError(
                 f"{literal.value!r} is not a declared value of {column.key} ({literal.span.describe()}); "
-                f"declared values: {', '.join(map(str, domain.values))}."
+                f"declared values: {', '.join(map(str, domain.values))}. Compare with one of them, or declare the "
+                "value in the schema (the values are public, so adding one costs nothing)."
             )
         member[domain.values.index(literal.value)] = True
     negated = atom.negated if isinstance(atom, ir.InList) else atom.operator == "<>"

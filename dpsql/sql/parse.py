@@ -144,20 +144,35 @@ _GROUP_SUPPORTED = group_keys.KEY_SUPPORTED
 _ORDER_SUPPORTED = "ORDER BY takes output names or 1-based select positions, each optionally ASC or DESC."
 _LIMIT_SUPPORTED = "LIMIT and OFFSET take a non-negative integer or a ? bound to one."
 
-_FORBIDDEN: tuple[tuple[type[exp.Expr], str], ...] = (
-    (exp.With, "WITH (common table expression)"),
-    (exp.Join, "JOIN"),
-    (exp.Subquery, "subquery"),
-    (exp.Exists, "EXISTS (subquery)"),
-    (exp.Select, "subquery"),
-    (exp.SetOperation, "UNION/INTERSECT/EXCEPT"),
-    (exp.Window, "window function (OVER)"),
-    (exp.Distinct, "DISTINCT"),
-    (exp.Qualify, "QUALIFY"),
-    (exp.TableSample, "SAMPLE"),
-    (exp.Lateral, "LATERAL"),
-    (exp.Pivot, "PIVOT"),
-    (exp.Unnest, "UNNEST"),
+_SUBQUERY_REWRITE = ("A subquery's rows depend on the data in ways the declared cells cannot express: write its "
+                     "condition on this table's columns in WHERE, or name a filtered view in a WITH at the start "
+                     "(WITH adults AS (SELECT * FROM people WHERE age >= 18) SELECT COUNT(*) FROM adults).")
+_SET_REWRITE = ("Combine statements with UNION ALL; INTERSECT and EXCEPT would compare released rows: send the "
+                "statements separately.")
+#: Constructs refused wherever they appear, each with its name and the supported SQL that asks the same thing.
+_FORBIDDEN: tuple[tuple[type[exp.Expr], str, str], ...] = (
+    (exp.With, "WITH (common table expression) inside a statement",
+     "Write the WITH at the start of the query, before its SELECT."),
+    (exp.Join, "JOIN", "dpsql joins a public table by lookup, or a table with rows per person to its privacy unit's "
+                       "table on the declared key (FROM visits v JOIN people p USING (person_id)); see Joins in the "
+                       "SQL reference, docs/sql.md."),
+    (exp.Subquery, "subquery", _SUBQUERY_REWRITE),
+    (exp.Exists, "EXISTS (subquery)", _SUBQUERY_REWRITE),
+    (exp.Select, "subquery", _SUBQUERY_REWRITE),
+    (exp.SetOperation, "UNION/INTERSECT/EXCEPT", _SET_REWRITE),
+    (exp.Window, "window function (OVER)", SUPPORTED),
+    (exp.Distinct, "DISTINCT", "SELECT DISTINCT col lists values: SELECT col, COUNT(*) FROM t GROUP BY col gives "
+                               "every declared value with its count; SUM(DISTINCT x) and AVG(DISTINCT x) have no "
+                               "bounded sensitivity: use SUM(x) or AVG(x)."),
+    (exp.Qualify, "QUALIFY", "Filter the released groups with HAVING: SELECT k, COUNT(*) FROM t GROUP BY k HAVING "
+                             "COUNT(*) > 100."),
+    (exp.TableSample, "SAMPLE", "dpsql answers over every row (the noise protects the people in it): drop the "
+                                "sample, or narrow the rows with WHERE."),
+    (exp.Lateral, "LATERAL", _SUBQUERY_REWRITE),
+    (exp.Pivot, "PIVOT", "Group by both columns (GROUP BY a, b) and pivot the released table afterwards, e.g. with "
+                         "pyarrow or pandas: post-processing is free."),
+    (exp.Unnest, "UNNEST", "dpsql reads declared columns of scalar values: declare the nested values as a column "
+                           "of a table."),
 )
 _CLAUSES = frozenset({"expressions", "from_", "from", "where", "group", "having", "order", "limit", "offset", "joins"})
 _CLAUSE_NAMES = {"into": "SELECT INTO", "windows": "WINDOW", "sort": "SORT BY", "cluster": "CLUSTER BY",
@@ -347,11 +362,13 @@ def _require_select(tree: exp.Expr, scope: Scope) -> exp.Select:
         keyword = find_word(scope, {"UNION", "INTERSECT", "EXCEPT"})
         if keyword is not None:
             span = scope.source.token_span(keyword, scope.last)
-            raise unsupported(scope.source.word(keyword), span, scope)
-        raise unsupported(type(tree).__name__.upper(), scope.span, scope)
+            raise unsupported(scope.source.word(keyword), span, scope, _SET_REWRITE)
+        raise unsupported(type(tree).__name__.upper(), scope.span, scope, _SET_REWRITE)
     if isinstance(tree, exp.Subquery):
-        raise unsupported("a parenthesized query", scope.span, scope)
-    raise unsupported(f"{scope.source.word(scope.first) or 'this'} statement", scope.span, scope)
+        raise unsupported("a parenthesized query", scope.span, scope, "Write the SELECT without the parentheses.")
+    raise unsupported(f"{scope.source.word(scope.first) or 'this'} statement", scope.span, scope,
+                      "dpsql answers aggregate SELECT queries and opens the data read-only; run other statements "
+                      "in the database itself, as its owner.")
 
 
 def _reject_forbidden(select: exp.Select, scope: Scope) -> None:
@@ -360,18 +377,18 @@ def _reject_forbidden(select: exp.Select, scope: Scope) -> None:
     found = []
     selected = {id(node) for item in select.expressions for node in item.walk()}
     for node in select.walk():
-        name = next((name for kind, name in _FORBIDDEN if isinstance(node, kind)), None)
+        forbidden = next(((name, rewrite) for kind, name, rewrite in _FORBIDDEN if isinstance(node, kind)), None)
         if isinstance(node, exp.Window) and id(node) in selected and windows.is_group_window(node):
             continue  # a window over the released groups (dpsql.sql.windows)
-        if name is not None and node is not select and not is_join_clause(node, select) \
+        if forbidden is not None and node is not select and not is_join_clause(node, select) \
                 and not is_count_distinct(node):
-            found.append((node_span(node, scope), name, node))
+            found.append((node_span(node, scope), forbidden, node))
     if not found:
         return
-    span, name, node = min(found, key=lambda entry: entry[0].start)
+    span, (name, rewrite), node = min(found, key=lambda entry: entry[0].start)
     if isinstance(node, exp.Window):
         raise windows.refusal(node, scope, id(node) in selected)
-    raise unsupported(name, span, scope)
+    raise unsupported(name, span, scope, rewrite)
 
 
 def _reject_other_clauses(select: exp.Select, scope: Scope) -> None:
@@ -387,7 +404,8 @@ def _parse_from(select: exp.Select, scope: Scope) -> Scope:
     """Read ``FROM table [[AS] alias]`` and its JOIN (:mod:`dpsql.sql.joins`) into the scope."""
     clause = select.args.get("from_") or select.args.get("from")
     if clause is None:
-        raise unsupported("a SELECT without FROM", scope.span, scope)
+        raise unsupported("a SELECT without FROM", scope.span, scope,
+                          "Name a declared table: SELECT COUNT(*) FROM <table>.")
     table = clause.this
     if not isinstance(table, exp.Table):
         raise unsupported(f"{describe(table, scope)} in FROM", table, scope)
@@ -457,7 +475,9 @@ def _parse_select_list(select: exp.Select, group_by: tuple[ir.Column, ...], keye
     keys = [(node, key) for node, key in keyed if key is not None]
     items = tuple(_parse_select_item(node, grouped, keys, scope, grouping) for node in select.expressions)
     if not any(derived.measures(item) for item in items) and not derived.having_measures(select):
-        raise unsupported("a SELECT without COUNT, SUM or AVG", scope.span, scope)
+        raise unsupported("a SELECT without COUNT, SUM or AVG", scope.span, scope,
+                          "A list of groups is released with a count: SELECT k, COUNT(*) FROM t GROUP BY k (every "
+                          "declared value of k is a group, so the list itself is public).")
     return _unique_aliases(items)
 
 
@@ -482,20 +502,33 @@ def _parse_select_item(node: exp.Expr, grouped: set[str], keys: list[tuple[exp.E
     if isinstance(value, exp.Column) and isinstance(value.this, exp.Identifier):
         column = parse_column(value, scope, "in SELECT", SUPPORTED)
         if column.name.lower() not in grouped:
-            raise unsupported(f"selecting column '{column.name}' without grouping by it", value, scope)
+            raise unsupported(f"selecting column '{column.name}' without grouping by it", value, scope,
+                              f"A row's value is never released: group by it (... GROUP BY {column.name}) or "
+                              f"aggregate it (AVG({column.name}), MEDIAN({column.name})).")
         return ir.GroupColumn(column=column, alias=alias or column.name, span=span)
     special = parse_quantile(value, alias, span, scope) or parse_count_distinct(value, alias, span, scope)
     if special is not None:
         return special if condition is None else replace(special, filter=condition)
     function = _AGGREGATES.get(type(value))
     if function is None:
-        raise unsupported(_describe_item(value, scope), value, scope)
+        described = _describe_item(value, scope)
+        raise unsupported(described, value, scope, _ITEM_REWRITES.get(described.split(" ", 1)[0], SUPPORTED))
     argument = _parse_aggregate_argument(value, function, scope)
     default = _default_alias(function, argument)
     if type(value) in _SPELLED and argument is not None:
         default = f"{_SPELLED[type(value)]}_{argument.name}"
     return ir.Aggregate(function=function, column=argument, alias=alias or default, span=span, filter=condition,
                         scale=scale)
+
+
+#: What to write instead of a select item that is neither a column nor an aggregate dpsql answers, by the first
+#: word of its description.
+_ITEM_REWRITES = {
+    "SELECT": "Ask for aggregates: SELECT COUNT(*) FROM t, or SELECT k, COUNT(*), AVG(x) FROM t GROUP BY k; no row "
+              "of the table is ever released.",
+    "aggregate": _AGGREGATE_SUPPORTED + " Also MEDIAN, PERCENTILE_CONT/DISC, QUANTILE_CONT/DISC, MIN and MAX of an "
+                                        "ordered column, and COUNT(DISTINCT <privacy unit column>).",
+}
 
 
 def _describe_item(value: exp.Expr, scope: Scope) -> str:

@@ -133,7 +133,8 @@ def _relation(statement: ir.Statement, schema: sch.Schema) -> sch.Table:
     right = schema.table(join.table, join.table_span.describe())
     if left.name == right.name:
         raise UnsupportedQueryError(f"a self-join of '{left.name}' ({where}) is not supported: each row would be "
-                                    f"paired with other rows of the same table, and {_UNBOUNDED}.")
+                                    f"paired with other rows of the same table, and {_UNBOUNDED}. Ask each "
+                                    "condition of the pair as a statement of its own, over the one table.")
     if left.privacy_unit.table == right.name:
         return _build(left, right, outer=join.kind == "left")
     if right.privacy_unit.table == left.name:
