@@ -336,8 +336,12 @@ class Ledger:
             shared = check_same_data(books, dataset, binding, rebind=rebind, ledger=self.path)
             return ("rebind" if shared else "bind" if exists else "set"), binding
         if binding is None or binding == current[0]:
-            if rebind:
+            if rebind and binding is None:
                 raise ProgrammingError("rebind= (--rebind) needs the new binding: pass --schema SCHEMA (and --db).")
+            if rebind:
+                raise ProgrammingError(f"dataset '{dataset}' is already bound to this schema and these data: there is "
+                                       "nothing to rebind, and nothing was set. Leave out --rebind to change the total; "
+                                       "rebind after the schema or the data change.")
             return "change", None
         if not rebind:
             raise ProgrammingError(f"{self._mismatch(dataset, binding, current)} Nothing was set. If the data or the "

@@ -405,3 +405,11 @@ def test_a_binding_that_is_not_one_is_refused_before_the_ledger_is_created(tmp_p
     with pytest.raises(ProgrammingError, match=r"binding= must be a dpsql\.budget\.ledger\.Binding.*Nothing was set"):
         Ledger(path).set_total("people.duckdb", PrivacyCost(epsilon=1.0), binding=binding)
     assert not path.exists()
+
+
+def test_a_rebind_to_the_same_binding_says_there_is_nothing_to_rebind(owner: dict[str, Path]) -> None:
+    binding = Binding.of(Schema.load(SCHEMA), owner["db"])
+    with pytest.raises(ProgrammingError, match="already bound to this schema and these data: there is nothing to "
+                                               "rebind"):
+        Ledger(owner["ledger"]).set_total("people.duckdb", PrivacyCost(epsilon=7.0), binding=binding, rebind=True)
+    assert [a.action for a in Ledger(owner["ledger"]).actions("people.duckdb")] == ["set"]  # nothing recorded
