@@ -340,8 +340,8 @@ class Ledger:
                 raise ProgrammingError("rebind= (--rebind) needs the new binding: pass --schema SCHEMA (and --db).")
             if rebind:
                 raise ProgrammingError(f"dataset '{dataset}' is already bound to this schema and these data: there is "
-                                       "nothing to rebind, and nothing was set. Leave out --rebind to change the total; "
-                                       "rebind after the schema or the data change.")
+                                       "nothing to rebind, and nothing was set. Leave out --rebind to change the "
+                                       "total; rebind after the schema or the data change.")
             return "change", None
         if not rebind:
             raise ProgrammingError(f"{self._mismatch(dataset, binding, current)} Nothing was set. If the data or the "
