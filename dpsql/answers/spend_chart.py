@@ -47,7 +47,7 @@ def cumulative(charges: Sequence[Charge]) -> dict[str, list[tuple[datetime, Frac
 
 
 def draw(charges: Sequence[Charge], balance: Balance, path: str | os.PathLike[str] | None = None) -> Figure:
-    """The spend over time: one step line per analyst (:func:`cumulative`), and a dashed horizontal line
+    """The spend over time: one step line per analyst (:func:`cumulative`), and a dotted horizontal line
     per total of ``balance``; saved to ``path`` (PNG, SVG, PDF by its ending) when given.
 
     Raises:

@@ -56,6 +56,14 @@ def test_each_analyst_is_a_line_of_cumulative_charges_and_each_total_a_horizonta
         ("total of the analyst 'bo' on dataset 'people'", [4.0, 4.0])]
 
 
+def test_a_budget_without_charges_is_its_total_alone(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    ledger = _ledger(tmp_path, [])
+    figure = spend_chart.draw(ledger.history("people"), ledger.balance("people"), tmp_path / "spend.svg")
+    assert [line.get_label() for line in figure.get_axes()[0].get_lines()] == ["total of the dataset 'people'"]
+    assert (tmp_path / "spend.svg").read_text(encoding="utf-8").lstrip().startswith("<?xml")
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["ana", "bo", "cy"]), st.integers(1, 64)), min_size=1, max_size=12))
 def test_the_lines_are_the_running_sums_of_each_analysts_prices(spends: list[tuple[str, int]]) -> None:
