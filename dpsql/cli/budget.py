@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from fractions import Fraction
 from pathlib import Path
 
+from dpsql.answers import charts, spend_chart
 from dpsql.backends.choose import choose_backend, file_table, is_address
 from dpsql.budget.account import Account
 from dpsql.budget.accounting import UNIT, PrivacyCost, epsilon_from_rho
@@ -26,7 +28,7 @@ from dpsql.budget.ledger import (
     Ledger,
     default_path,
 )
-from dpsql.errors import OperationalError, ProgrammingError, SchemaError
+from dpsql.errors import InterfaceError, OperationalError, ProgrammingError, SchemaError
 from dpsql.schema import Schema
 
 DEFAULT_DELTA = 1e-6
@@ -85,6 +87,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[
                                         "only the releases her own charges paid for (the default)")
     actions.choices["show"].add_argument("--delta", type=float, default=DEFAULT_DELTA,
                                          help=f"δ for the (ε, δ)-DP reading of a ρ budget (default {DEFAULT_DELTA:g})")
+    actions.choices["show"].add_argument("--chart", type=Path,
+                                         help="also draw the spend over time into this image (.png, .svg, .pdf): the "
+                                         "cumulative charge per analyst and the totals (needs the optional extra "
+                                         "plots: pip install \"dpsql[plots]\")")
 
 
 def account(arguments: argparse.Namespace) -> Account:
@@ -157,13 +163,22 @@ def _set(arguments: argparse.Namespace) -> int:
 
 
 def _show(arguments: argparse.Namespace) -> int:
+    if arguments.chart is not None:
+        charts.require()  # before printing anything
     books = account(arguments)
     balance = books.ledger.balance(books.dataset, books.analyst)
+    history = books.ledger.history(books.dataset, books.analyst)
     print(f"ledger: {books.ledger.path}")
     _print_balance(balance, arguments.delta)
-    _print_charges(books.ledger.history(books.dataset, books.analyst))
+    _print_charges(history)
     _print_sharing(books.ledger.shares_releases(books.dataset))
     _print_releases(books.ledger.releases(books.dataset))
+    if arguments.chart is not None:
+        try:
+            spend_chart.draw(history, balance, arguments.chart)
+        except OSError as err:
+            raise InterfaceError(f"cannot write the chart '{arguments.chart}': {err.strerror or err}.") from err
+        print(f"chart: {arguments.chart}", file=sys.stderr)
     return 0
 
 

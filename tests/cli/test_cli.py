@@ -453,3 +453,25 @@ def test_run_chart_draws_the_answers(files: dict[str, str], tmp_path: Path, caps
     chart = tmp_path / "answers.png"
     assert main(arguments(files, "run", "--chart", str(chart))) == 0
     assert f"chart: {chart}" in capsys.readouterr().err and chart.read_bytes().startswith(b"\x89PNG")
+
+
+def test_budget_show_chart_draws_the_spend(files: dict[str, str], tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    assert main(arguments(files, "run", cost=("--rho", "0.5"))) == 0
+    assert main(arguments(files, "run", "--no-reuse", cost=("--rho", "0.25"))) == 0
+    chart = tmp_path / "spend.png"
+    capsys.readouterr()
+    assert main(["budget", "show", "--db", files["db"], "--chart", str(chart)]) == 0
+    out, err = capsys.readouterr()
+    assert "charges: 2" in out and f"chart: {chart}" in err and chart.read_bytes().startswith(b"\x89PNG")
+
+
+def test_budget_show_chart_without_matplotlib_says_how_to_install_it(files: dict[str, str], tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    chart = tmp_path / "spend.png"
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the extra 'plots' were not installed
+    assert main(["budget", "show", "--db", files["db"], "--chart", str(chart)]) == 2
+    out, err = capsys.readouterr()
+    assert 'pip install "dpsql[plots]"' in err and out == "" and not chart.exists()

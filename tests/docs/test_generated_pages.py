@@ -36,6 +36,18 @@ def test_the_cli_reference_lists_every_command() -> None:
         assert f"`{command}`" in page
 
 
+def test_every_picture_the_site_embeds_is_drawn_by_a_plots_block_of_its_page() -> None:
+    """docs/scripts/pictures.py makes the pictures from the pages' own blocks (they are never committed): each
+    ``images/NAME`` a page embeds is written by one of its blocks marked ``plots``, which dpsql draws with --chart."""
+    pictures = script("pictures")
+    found = {}
+    for page in pictures.code_blocks.PAGES:
+        drawing = "".join(block.text for block in pictures.code_blocks.blocks(page.read_text(encoding="utf-8"))
+                          if block.runs and block.marker == "plots")
+        found.update({f"{page.name}: {name}": f"--chart {name}" in drawing for name in pictures.embedded(page)})
+    assert found == {"getting-started.md: answers.png": True, "getting-started.md: spend.png": True}
+
+
 def test_the_epsilon_tables_are_what_dpsql_reports() -> None:
     tables = script("epsilon_table")
     with warnings.catch_warnings():
