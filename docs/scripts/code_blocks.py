@@ -14,7 +14,9 @@ An HTML comment on the line before a fence (invisible on the rendered page) chan
 ``plots``: ``tests/docs/test_code_blocks.py`` runs it where matplotlib is installed, and
 ``docs/scripts/pictures.py`` runs it to make the site's pictures). In a bash block,
 ``pip install ... && rest`` runs ``rest`` and a line that only installs is left out: the
-environment it runs in is already installed.
+environment it runs in is already installed. A block that starts a process in the background (a
+server) writes its process id to a ``NAME.pid`` file in the folder; whatever such a process is still
+running when the page ends, or fails, is stopped (SIGTERM), so a failing page leaves nothing behind.
 
 Used by ``tests/docs/test_code_blocks.py`` and ``docs/scripts/pictures.py``.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -119,3 +122,13 @@ def run_page(page: Path, folder: Path, *, slow: bool, plots: bool) -> None:
                                   f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}")
     finally:
         os.chdir(previous)
+        _stop_background(folder)
+
+
+def _stop_background(folder: Path) -> None:
+    """SIGTERM to every process whose id a block left in a ``*.pid`` file of ``folder``."""
+    for pid_file in folder.glob("*.pid"):
+        try:
+            os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
+        except (ValueError, ProcessLookupError):
+            pass

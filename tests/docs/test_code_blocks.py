@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -91,6 +92,28 @@ def test_a_page_runs_in_order_and_its_plots_blocks_only_when_asked(tmp_path: Pat
         with pytest.raises(code_blocks.BlockError, match=r"page\.md:11: the bash block failed \(4\)"):
             code_blocks.run_page(page, folder, slow=False, plots=plots)
         assert (folder / "ran.txt").read_text(encoding="utf-8") == ran
+
+
+def test_a_background_process_a_page_leaves_is_stopped_when_it_fails(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("```bash\nsleep 300 > /dev/null 2>&1 &\necho $! > server.pid\n```\n```bash\nexit 3\n```\n",
+                    encoding="utf-8")
+    with pytest.raises(code_blocks.BlockError):
+        code_blocks.run_page(page, tmp_path, slow=False, plots=False)
+    pid = int((tmp_path / "server.pid").read_text(encoding="utf-8"))
+    for _ in range(200):  # SIGTERM was sent: the process ends (or waits, a zombie, for its parent to reap it)
+        if _ended(pid):
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"process {pid} still runs")
+
+
+def _ended(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except FileNotFoundError:
+        return True
 
 
 def test_readme_keeps_the_command_ci_runs_and_runs_its_csv_path() -> None:
