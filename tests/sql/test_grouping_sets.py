@@ -268,7 +268,9 @@ def test_a_rollups_totals_are_the_sums_of_their_parts(data: duckdb.DuckDBPyConne
 def test_a_cubes_grouping_sets_start_in_one_statement_group(data: duckdb.DuckDBPyConnection) -> None:
     """A CUBE of 4 keys is 16 GROUP BYs: planned as one group over their joint cells (the greedy merge
     search, capped at MAX_GROUP_EVALUATIONS candidates, keeps the 16 written out apart), so its standard
-    errors are lower than those of the GROUP BYs written out (root mean square 7.9 against 20.6)."""
+    errors are lower than those of the GROUP BYs written out (root mean square 7.9 against 20.6 on one OpenBLAS
+    kernel, 7.9 against 16.8 on Haswell's, whose HDMM optima for the written-out groups differ: the bounds below
+    hold on both with room)."""
     keys = ["region", "x", "hours", "income"]
     cube = f"SELECT {', '.join(keys)}, COUNT(*) AS n FROM people WHERE sex = 'F' GROUP BY CUBE ({', '.join(keys)})"
     written = "; ".join(f"SELECT {''.join(k + ', ' for k in chosen)}COUNT(*) AS n FROM people WHERE sex = 'F'"
@@ -281,7 +283,7 @@ def test_a_cubes_grouping_sets_start_in_one_statement_group(data: duckdb.DuckDBP
             tables = connection.cursor().execute(sql, epsilon=1.0).fetch_arrow_tables()
         stddevs.append(np.concatenate([table.column("n_stddev").to_numpy() for table in tables]))
     assert len(stddevs[0]) == len(stddevs[1]) == 1980
-    assert stddevs[0].max() < 0.8 * stddevs[1].max() and np.mean(stddevs[0]**2) < 0.2 * np.mean(stddevs[1]**2)
+    assert stddevs[0].max() < 0.8 * stddevs[1].max() and np.mean(stddevs[0]**2) < 0.4 * np.mean(stddevs[1]**2)
 
 
 @pytest.mark.slow
