@@ -6,13 +6,14 @@ errors (AVG = SUM/COUNT by the delta method), and the order of the rows.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
 from dpsql.planning.mechanism import Answers
-from dpsql.schema import Categorical, Table
+from dpsql.schema import Categorical, Domain, Table
 from dpsql.sql import ir
 from dpsql.sql.compile import CompiledBatch, CompiledStatement, OutputAggregate
 from dpsql.sql.group_keys import key_type, label_array
@@ -61,11 +62,11 @@ def aggregate_values(statement: CompiledStatement, output: OutputAggregate,
     return mean, np.sqrt(variance)
 
 
-def spread_values(function: str, found: Sequence[Answers], blocks: Sequence[int], rows: npt.NDArray[np.int64]
-                  ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
-    """A variance or standard deviation from the noisy SUM S₁, COUNT n and SUM of squares S₂ (``found``,
-    the answers of ``blocks`` in that order), in output row order: (values, standard errors √(∇ᵀΣ∇),
-    where STDDEV was clamped at 0); Σ is the answers' covariance row by row (:func:`spread_gradient`)."""
+def values_and_covariance(found: Sequence[Answers], blocks: Sequence[int], rows: npt.NDArray[np.int64]
+                          ) -> tuple[FloatArray, FloatArray]:
+    """The answers of ``blocks`` (``found``, in that order) in output row order: values (rows, m) and their
+    covariance row by row (rows, m, m), the variances on the diagonal and, where two blocks share a
+    measurement, its covariances (0 between data vectors measured with independent noise)."""
     values = np.stack([a.values[rows] for a in found], axis=1)
     m = len(found)
     sigma = np.zeros((len(rows), m, m))
@@ -74,6 +75,15 @@ def spread_values(function: str, found: Sequence[Answers], blocks: Sequence[int]
         for k, c in enumerate(blocks):
             if k != j and c in a.covariances:
                 sigma[:, j, k] = sigma[:, k, j] = a.covariances[c][rows]
+    return values, sigma
+
+
+def spread_values(function: str, found: Sequence[Answers], blocks: Sequence[int], rows: npt.NDArray[np.int64]
+                  ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+    """A variance or standard deviation from the noisy SUM S₁, COUNT n and SUM of squares S₂ (``found``,
+    the answers of ``blocks`` in that order), in output row order: (values, standard errors √(∇ᵀΣ∇),
+    where STDDEV was clamped at 0); Σ is the answers' covariance row by row (:func:`spread_gradient`)."""
+    values, sigma = values_and_covariance(found, blocks, rows)
     value, gradient, clamped = spread_gradient(function, values, sigma)
     return value, np.sqrt(np.maximum(np.einsum("ni,nij,nj->n", gradient, sigma, gradient), 0.0)), clamped
 
@@ -123,7 +133,12 @@ def group_columns(compiled: CompiledBatch, statement: CompiledStatement, index: 
     key = statement.statement.group_keys[index] if statement.statement.group_keys else None
     if key is not None:  # a CASE/date-part key: labels typed by the key, no _upper
         return {alias: label_array(key, picked)}
-    domain = axis.column.domain
+    return _domain_columns(axis.column.domain, alias, picked)
+
+
+def _domain_columns(domain: Domain, alias: str, picked: Sequence[Any]) -> dict[str, pa.Array]:
+    """A plain column's labels (None: NULL) typed by its domain: a categorical value, or a bin as its
+    lower bound plus ``<alias>_upper`` where the domain reports it."""
     if isinstance(domain, Categorical):
         kind = pa.string() if all(isinstance(v, str) for v in domain.values) else pa.int64()
         return {alias: pa.array(picked, type=kind)}
@@ -139,15 +154,7 @@ def rolled_up_columns(table: Table, item: ir.GroupColumn, rows: int) -> dict[str
     SETS): NULL in each of ``rows`` rows, typed as :func:`group_columns` types the key's labels."""
     if item.key is not None:
         return {item.alias: pa.nulls(rows, type=key_type(item.key))}
-    domain = table.column(item.column.name).domain
-    if isinstance(domain, Categorical):
-        kind = pa.string() if all(isinstance(v, str) for v in domain.values) else pa.int64()
-        return {item.alias: pa.nulls(rows, type=kind)}
-    arrow_type = _ARROW_TYPES[domain.kind]
-    result = {item.alias: pa.nulls(rows, type=arrow_type)}
-    if domain.reports_upper:
-        result[f"{item.alias}_upper"] = pa.nulls(rows, type=arrow_type)
-    return result
+    return _domain_columns(table.column(item.column.name).domain, item.alias, [None] * rows)
 
 
 def rows_kept(table: pa.Table, offset: int, limit: int | None) -> pa.Table:

@@ -40,6 +40,7 @@ from dpsql.answers.columns import (
     rows_kept,
     sort_order,
     spread_gradient,
+    values_and_covariance,
 )
 from dpsql.errors import UnsupportedQueryError
 from dpsql.planning.mechanism import Answers
@@ -69,14 +70,7 @@ class _Statement:
         self.statement = statement
         self.positions = sorted({b for output in statement.aggregates for b in output.blocks})
         self.column = {b: j for j, b in enumerate(self.positions)}
-        m, n = len(self.positions), len(rows)
-        self.values = np.stack([answers[b].values[rows] for b in self.positions], axis=1)
-        self.sigma = np.zeros((n, m, m))
-        for j, b in enumerate(self.positions):
-            self.sigma[:, j, j] = answers[b].variances[rows]
-            for k, c in enumerate(self.positions):
-                if k != j and c in answers[b].covariances:
-                    self.sigma[:, j, k] = self.sigma[:, k, j] = answers[b].covariances[c][rows]
+        self.values, self.sigma = values_and_covariance([answers[b] for b in self.positions], self.positions, rows)
         self.windows: dict[ir.Window, tuple[int, FloatArray]] = {}
 
     def add_windows(self, compiled: CompiledBatch, found: Sequence[ir.Window], answers: Mapping[int, Answers]) -> None:
