@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ import pyarrow as pa
 from hypothesis import strategies as st
 
 from dpsql.backends.duckdb import DuckDBBackend
+from dpsql.planning import mechanism
 
 #: A mixed table's columns (counts, ranges, a numeric measure, rounded value cells, a truncated measure),
 #: shared by the pinned-answers test and the second backend's test.
@@ -136,3 +137,24 @@ def assert_refused_free(data: duckdb.DuckDBPyConnection, schema: dict[str, Any],
         with pytest.raises(error) as caught:
             private.cursor().execute(sql, epsilon=0.5)
         assert words in str(caught.value) and private.budget.spent == 0.0
+
+
+def duckdb_table(name: str, columns: str, rows: Sequence[tuple[object, ...]]) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB database holding table ``name`` (``columns``: its SQL column definitions) with ``rows``."""
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE {name} ({columns})")
+    con.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+    return con
+
+
+def captured_measurements(monkeypatch: Any) -> list[mechanism.Measurement]:
+    """Every measurement ``mechanism.measure`` makes from now on (the test's ``monkeypatch`` undoes the wrapping)."""
+    found: list[mechanism.Measurement] = []
+    original = mechanism.measure
+
+    def measure(*args: Any, **kwargs: Any) -> mechanism.Measurement:
+        found.append(original(*args, **kwargs))
+        return found[-1]
+
+    monkeypatch.setattr(mechanism, "measure", measure)
+    return found

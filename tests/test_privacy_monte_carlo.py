@@ -40,7 +40,7 @@ import pytest
 from scipy import stats
 
 import dpsql
-from _helpers import ScansOnce
+from _helpers import ScansOnce, duckdb_table
 from dpsql import engine
 from dpsql.budget import accounting
 from dpsql.budget.accounting import Budget, PrivacyCost
@@ -149,10 +149,7 @@ def test_the_detector_flags_a_known_violation_and_passes_a_known_safe_pair() -> 
 
 # ============================================================================== sampling the engine
 def _table(rows: Sequence[tuple[object, ...]], columns: str) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect(":memory:")
-    con.execute(f"CREATE TABLE t ({columns})")
-    con.executemany(f"INSERT INTO t VALUES ({', '.join('?' * len(rows[0]))})", rows)
-    return con
+    return duckdb_table("t", columns, rows)
 
 
 def _outputs(table: pa.Table, names: Sequence[str]) -> list[float]:

@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 from test_calibration import assert_calibrated, releases
 
 import dpsql
+from _helpers import captured_measurements, duckdb_table
 from dpsql import engine
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.noise import SeededRandomSource
-from dpsql.planning import mechanism
 from dpsql.schema import Schema
 from dpsql.sql import derived
 from dpsql.sql.parse import parse_batch
@@ -51,10 +51,7 @@ def _rows(seed: int = 5) -> list[tuple[object, ...]]:
 
 
 def _table(rows: list[tuple[object, ...]]) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
-    con.execute("CREATE TABLE people (sex VARCHAR, region VARCHAR, hours INTEGER, x INTEGER)")
-    con.executemany("INSERT INTO people VALUES (?, ?, ?, ?)", rows)
-    return con
+    return duckdb_table("people", "sex VARCHAR, region VARCHAR, hours INTEGER, x INTEGER", rows)
 
 
 @pytest.fixture(scope="module")
@@ -214,18 +211,6 @@ def test_explain_states_that_having_is_post_processing() -> None:
 
 
 # ============================================================================== standard errors
-def _captured_measurements(monkeypatch: pytest.MonkeyPatch) -> list[mechanism.Measurement]:
-    found: list[mechanism.Measurement] = []
-    original = mechanism.measure
-
-    def measure(*args: Any, **kwargs: Any) -> mechanism.Measurement:
-        found.append(original(*args, **kwargs))
-        return found[-1]
-
-    monkeypatch.setattr(mechanism, "measure", measure)
-    return found
-
-
 def test_a_linear_combination_has_the_exact_standard_error_of_the_covariance_formula(
         data: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch) -> None:
     """d = 2·COUNT(*) − 3·COUNT(hours) + SUM(hours)/4, all three read from one value-cell count
@@ -233,7 +218,7 @@ def test_a_linear_combination_has_the_exact_standard_error_of_the_covariance_for
     covariances matter (the answer without them differs)."""
     sql = ("SELECT sex, COUNT(*) AS n, COUNT(hours) AS h, SUM(hours) AS s, "
            "2 * COUNT(*) - 3 * COUNT(hours) + SUM(hours) / 4 AS d FROM people GROUP BY sex")
-    releases_seen = _captured_measurements(monkeypatch)
+    releases_seen = captured_measurements(monkeypatch)
     prepared = engine.prepare(sql, SCHEMA, PrivacyCost(epsilon=1.0))
     table = engine.run(prepared, backend=DuckDBBackend(data), budget=Budget(epsilon=2.0),
                        rng=SeededRandomSource(1))[0]

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from test_calibration import assert_calibrated, releases
 
 import dpsql
-from _helpers import assert_refused_free
+from _helpers import assert_refused_free, duckdb_table
 from dpsql import engine
 from dpsql.answers.columns import spread_values
 from dpsql.backends import Squared
@@ -60,11 +60,8 @@ def _rows(seed: int = 11) -> list[tuple[object, ...]]:
 
 
 def _table(rows: list[tuple[object, ...]]) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
-    con.execute("CREATE TABLE people (sex VARCHAR, region VARCHAR, x DOUBLE, hours INTEGER, temp INTEGER, "
-                "label VARCHAR)")
-    con.executemany("INSERT INTO people VALUES (?, ?, ?, ?, ?, ?)", rows)
-    return con
+    return duckdb_table("people", "sex VARCHAR, region VARCHAR, x DOUBLE, hours INTEGER, temp INTEGER, label VARCHAR",
+                        rows)
 
 
 @pytest.fixture(scope="module")

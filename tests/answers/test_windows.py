@@ -22,13 +22,12 @@ from hypothesis import strategies as st
 from test_calibration import assert_calibrated, releases
 from test_derived_sql import SCHEMA, SCHEMA_DICT, _rows, _table, assert_matches_duckdb, connect
 
-from _helpers import assert_refused_free
+from _helpers import assert_refused_free, captured_measurements
 from dpsql import engine
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.errors import NotSupportedError, ProgrammingError
 from dpsql.noise import SeededRandomSource
-from dpsql.planning import mechanism
 from dpsql.sql import windows
 
 
@@ -150,18 +149,6 @@ def test_every_declared_group_is_a_row_of_the_window_also_an_empty_one(data: duc
 
 
 # ============================================================================== standard errors
-def _captured(monkeypatch: pytest.MonkeyPatch) -> list[mechanism.Measurement]:
-    found: list[mechanism.Measurement] = []
-    original = mechanism.measure
-
-    def measure(*args: Any, **kwargs: Any) -> mechanism.Measurement:
-        found.append(original(*args, **kwargs))
-        return found[-1]
-
-    monkeypatch.setattr(mechanism, "measure", measure)
-    return found
-
-
 def test_window_standard_errors_are_c_sigma_c_of_the_dense_covariance(
         data: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch) -> None:
     """Per sex × x group (20 rows, one count measurement): a running total within each sex, a
@@ -173,7 +160,7 @@ def test_window_standard_errors_are_c_sigma_c_of_the_dense_covariance(
            "SUM(COUNT(*)) OVER (ORDER BY sex, x ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS moving "
            "FROM people GROUP BY sex, x; SELECT sex, COUNT(*) AS n FROM people GROUP BY sex; "
            "SELECT x, COUNT(*) AS n FROM people WHERE x BETWEEN 2 AND 6 GROUP BY x")
-    seen = _captured(monkeypatch)
+    seen = captured_measurements(monkeypatch)
     prepared = engine.prepare(sql, SCHEMA, PrivacyCost(epsilon=1.0))
     table = engine.run(prepared, backend=DuckDBBackend(data), budget=Budget(epsilon=2.0), rng=SeededRandomSource(3))[0]
     compiled = prepared.chosen.compiled

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import dpsql
-from _helpers import assert_refused_free
+from _helpers import assert_refused_free, duckdb_table
 from dpsql import engine
 from dpsql.backends.cell_sql import DatabaseColumn, SourceTable, build_query, table_ref
 from dpsql.backends.duckdb import DuckDBBackend
@@ -41,10 +41,7 @@ def _rows(seed: int = 1) -> list[tuple[object, ...]]:
 
 
 def _table(rows: list[tuple[object, ...]]) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
-    con.execute("CREATE TABLE v (person INTEGER, kind VARCHAR, cost INTEGER, age INTEGER)")
-    con.executemany("INSERT INTO v VALUES (?, ?, ?, ?)", rows)
-    return con
+    return duckdb_table("v", "person INTEGER, kind VARCHAR, cost INTEGER, age INTEGER", rows)
 
 
 @pytest.fixture(scope="module")
