@@ -158,3 +158,20 @@ def captured_measurements(monkeypatch: Any) -> list[mechanism.Measurement]:
 
     monkeypatch.setattr(mechanism, "measure", measure)
     return found
+
+
+def assert_matches_duckdb(con: duckdb.DuckDBPyConnection, sql: str, table: pa.Table) -> None:
+    """Same rows in the same order as DuckDB's answer to ``sql`` (strings and NULLs equal, rolled-up keys
+    NULL); numbers within 6 reported standard errors, which must be tiny (the test's budget is very large)."""
+    names = [n for n in table.column_names if not n.endswith("_stddev")]
+    rows = [list(row) for row in zip(*(table.column(n).to_pylist() for n in names))]
+    truth = con.execute(sql).fetchall()
+    assert len(rows) == len(truth) and len(names) == len(truth[0]), (rows, truth)
+    for row_index, (got, expected) in enumerate(zip(rows, truth)):
+        for name, value, true in zip(names, got, expected):
+            if isinstance(true, str) or true is None:
+                assert value == true, (name, got, expected)
+                continue
+            stddev = table.column(f"{name}_stddev")[row_index].as_py() if f"{name}_stddev" in table.column_names else 0
+            assert stddev <= 1e-3 * max(1.0, abs(float(true))), (name, stddev)
+            assert abs(value - float(true)) <= 6 * stddev + 1e-9 * max(1.0, abs(float(true))), (name, value, true)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from test_calibration import assert_calibrated, releases
 
 import dpsql
-from _helpers import captured_measurements, duckdb_table
+from _helpers import assert_matches_duckdb, captured_measurements, duckdb_table
 from dpsql import engine
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.budget.accounting import Budget, PrivacyCost
@@ -63,28 +63,6 @@ def data() -> Iterator[duckdb.DuckDBPyConnection]:
 
 def connect(con: duckdb.DuckDBPyConnection, seed: int = 0, **budget: float) -> dpsql.Connection:
     return dpsql.connect(con, schema=SCHEMA, budget=Budget(**(budget or {"rho": 1e7})), rng=SeededRandomSource(seed))
-
-
-def _values(table: pa.Table) -> tuple[list[str], list[list[object]]]:
-    """The output columns (no ``_stddev``) and their rows."""
-    names = [n for n in table.column_names if not n.endswith("_stddev")]
-    return names, [list(row) for row in zip(*(table.column(n).to_pylist() for n in names))]
-
-
-def assert_matches_duckdb(con: duckdb.DuckDBPyConnection, sql: str, table: pa.Table) -> None:
-    """Same rows in the same order as DuckDB's answer to ``sql``; numbers within 6 reported standard
-    errors, which are tiny at this budget."""
-    names, rows = _values(table)
-    truth = con.execute(sql).fetchall()
-    assert len(rows) == len(truth) and len(names) == len(truth[0]), (rows, truth)
-    for row_index, (got, expected) in enumerate(zip(rows, truth)):
-        for name, value, true in zip(names, got, expected):
-            if isinstance(true, str) or true is None:
-                assert value == true, (name, got, expected)
-                continue
-            stddev = table.column(f"{name}_stddev")[row_index].as_py() if f"{name}_stddev" in table.column_names else 0
-            assert stddev <= 1e-3 * max(1.0, abs(float(true))), (name, stddev)
-            assert abs(value - float(true)) <= 6 * stddev + 1e-9 * max(1.0, abs(float(true))), (name, value, true)
 
 
 # ============================================================================== against DuckDB

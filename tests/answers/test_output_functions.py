@@ -19,8 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_calibration import assert_calibrated, releases
-from test_derived_sql import SCHEMA_DICT, _rows, _table, assert_matches_duckdb, connect
+from test_derived_sql import SCHEMA_DICT, _rows, _table, connect
 
+from _helpers import assert_matches_duckdb
 from dpsql.answers.derived import Differentiated, applied
 from dpsql.errors import NotSupportedError
 from dpsql.sql import derived, ir

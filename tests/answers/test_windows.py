@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_calibration import assert_calibrated, releases
-from test_derived_sql import SCHEMA, SCHEMA_DICT, _rows, _table, assert_matches_duckdb, connect
+from test_derived_sql import SCHEMA, SCHEMA_DICT, _rows, _table, connect
 
-from _helpers import assert_refused_free, captured_measurements
+from _helpers import assert_matches_duckdb, assert_refused_free, captured_measurements
 from dpsql import engine
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.budget.accounting import Budget, PrivacyCost

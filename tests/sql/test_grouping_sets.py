@@ -23,7 +23,7 @@ from test_calibration import assert_calibrated, releases
 from test_group_keys import REGIONS_SQL, public_answer
 
 import dpsql
-from _helpers import assert_refused_free
+from _helpers import assert_matches_duckdb, assert_refused_free
 from dpsql import engine
 from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.errors import InvalidQueryError, ProgrammingError, UnsupportedQueryError
@@ -68,23 +68,6 @@ def data() -> Iterator[duckdb.DuckDBPyConnection]:
 
 def connect(con: duckdb.DuckDBPyConnection, seed: int = 0, schema: Any = SCHEMA, **budget: float) -> dpsql.Connection:
     return dpsql.connect(con, schema=schema, budget=Budget(**(budget or {"rho": 1e7})), rng=SeededRandomSource(seed))
-
-
-def assert_matches_duckdb(con: duckdb.DuckDBPyConnection, truth_sql: str, table: pa.Table) -> None:
-    """The rows of DuckDB's answer in the same order (rolled-up keys NULL), the same column types'
-    kinds; numbers within 6 reported standard errors, which are tiny at this budget."""
-    names = [n for n in table.column_names if not n.endswith("_stddev")]
-    rows = [list(row) for row in zip(*(table.column(n).to_pylist() for n in names))]
-    truth = con.execute(truth_sql).fetchall()
-    assert len(rows) == len(truth) and len(names) == len(truth[0]), (rows, truth)
-    for row_index, (got, expected) in enumerate(zip(rows, truth)):
-        for name, value, true in zip(names, got, expected):
-            if isinstance(true, str) or true is None:
-                assert value == true, (name, got, expected)
-                continue
-            stddev = table.column(f"{name}_stddev")[row_index].as_py() if f"{name}_stddev" in table.column_names else 0
-            assert stddev <= 1e-3 * max(1.0, abs(float(true))), (name, stddev)
-            assert abs(value - float(true)) <= 6 * stddev + 1e-9 * max(1.0, abs(float(true))), (name, value, true)
 
 
 def answer(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
