@@ -23,6 +23,7 @@ answered one way); were they to, 0 is returned, as for answers measured apart.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +58,13 @@ class NoiseForm(ABC):
         ``left`` and ``right`` are combinations over the two blocks' answer rows, one row per output."""
 
 
+def _per_pair(left: Combination, right: Combination, paired: Callable[[IntArray, IntArray], FloatArray]) -> FloatArray:
+    """``paired`` (distinct rows of ``left``, of ``right``) computed once per distinct pair of the two
+    combinations' rows that some output pairs, then given to every output of that pair."""
+    pairs, inverse = np.unique(np.stack([left.which, right.which]), axis=1, return_inverse=True)
+    return np.asarray(paired(pairs[0], pairs[1])[inverse.ravel()], dtype=np.float64)
+
+
 def _zeros(left: Combination) -> FloatArray:
     return np.zeros(left.outputs)
 
@@ -87,11 +95,13 @@ class MeasuredForm(NoiseForm):
             return other.covariance(right, self, left)
         reach = np.asarray(other.workload.T @ right.distinct.T.toarray(), dtype=np.float64)  # W'ᵀ Rᵀ: cells × D
         spread = np.asarray(self.workload @ np.asarray(self.profile @ reach), dtype=np.float64)  # W M W'ᵀ Rᵀ
-        pairs, inverse = np.unique(np.stack([left.which, right.which]), axis=1, return_inverse=True)
-        rows = sp.coo_array(left.distinct[pairs[0]])
-        found = np.bincount(rows.row, weights=rows.data * spread[rows.col, pairs[1][rows.row]],
-                            minlength=pairs.shape[1])
-        return self.variance * self.scale * other.scale * np.asarray(found[inverse.ravel()], dtype=np.float64)
+
+        def paired(lefts: IntArray, rights: IntArray) -> FloatArray:
+            rows = sp.coo_array(left.distinct[lefts])
+            return np.asarray(np.bincount(rows.row, weights=rows.data * spread[rows.col, rights[rows.row]],
+                                          minlength=lefts.size), dtype=np.float64)
+
+        return self.variance * self.scale * other.scale * _per_pair(left, right, paired)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -107,6 +117,5 @@ class WhitenedForm(NoiseForm):
         if not isinstance(other, WhitenedForm) or other.source is not self.source:
             return _zeros(left)
         ours, theirs = left.distinct @ self.whitened, right.distinct @ other.whitened
-        pairs, inverse = np.unique(np.stack([left.which, right.which]), axis=1, return_inverse=True)
-        found = np.einsum("ij,ij->i", ours[pairs[0]], theirs[pairs[1]])
-        return self.scale * other.scale * np.asarray(found[inverse.ravel()], dtype=np.float64)
+        return self.scale * other.scale * _per_pair(
+            left, right, lambda lefts, rights: np.einsum("ij,ij->i", ours[lefts], theirs[rights]))
