@@ -189,6 +189,7 @@ def test_budget_stops_with_the_best_iterate_so_far(monkeypatch: pytest.MonkeyPat
     """max_evaluations=20: exactly 20 loss evaluations (no further starts), and the strategy
     returned is the best of them, no worse than the identity."""
     W, seen = wl.AllRange(256), []
+    hdmm.forget_runs()  # a run kept by an earlier test would be replayed without evaluating the loss
 
     def counting(theta: np.ndarray, G: np.ndarray, noise: str) -> tuple[float, np.ndarray]:
         loss, grad = pidentity_loss(theta, G, noise)  # type: ignore[arg-type]
@@ -201,6 +202,41 @@ def test_budget_stops_with_the_best_iterate_so_far(monkeypatch: pytest.MonkeyPat
     scale = np.trace(W.gram().dense()) / 256
     assert accuracy.expected_error(W, A, noise="laplace") == pytest.approx(2 * min(seen) * scale, rel=1e-9)
     assert accuracy.expected_error(W, A, noise="laplace") <= accuracy.expected_error(W, identity(256), noise="laplace")
+
+
+@pytest.mark.parametrize("noise", NOISES)
+@pytest.mark.parametrize("budget", [3, 40, 150, 2_000])
+def test_kept_runs_replay_the_same_strategy_within_the_same_budget(noise: str, budget: int) -> None:
+    """A run replayed from the per-process memo gives bit for bit the strategy of running it again,
+    under every work budget (a replay counts the evaluations it stands for, and is refused where the
+    budget left would have cut the run short), after the same runs under a larger or smaller budget."""
+    W = wl.VStack([wl.Kron([wl.AllRange(6), wl.Total(3)]), wl.Kron([wl.Prefix(6), wl.Identity(3)]),
+                   wl.Kron([wl.Total(6), wl.Identity(3)])])
+    for optimize in (opt_kron, opt_union):
+        hdmm.forget_runs()
+        fresh = optimize(W, noise=noise, max_evaluations=budget).dense()  # type: ignore[arg-type]
+        for other in (budget // 2 + 1, budget, 2 * budget, 10_000):
+            optimize(W, noise=noise, max_evaluations=other)  # type: ignore[arg-type]
+            np.testing.assert_array_equal(fresh, optimize(W, noise=noise, max_evaluations=budget).dense())  # type: ignore[arg-type]
+
+
+def test_kept_runs_spare_the_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second OPT₊ of one workload evaluates the loss fewer times than the first (its block coordinate
+    descent and OPT⊗'s solve the same factors from the same starts), with the same strategy."""
+    W = wl.VStack([wl.Kron([wl.AllRange(8), wl.Total(5)]), wl.Kron([wl.Total(8), wl.Prefix(5)])])
+    calls: list[int] = []
+
+    def counting(theta: np.ndarray, G: np.ndarray, noise: str) -> tuple[float, np.ndarray]:
+        calls.append(1)
+        return pidentity_loss(theta, G, noise)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hdmm, "pidentity_loss", counting)
+    hdmm.forget_runs()
+    first = opt_union(W, noise="laplace").dense()
+    cold = len(calls)
+    second = opt_union(W, noise="laplace").dense()
+    np.testing.assert_array_equal(first, second)
+    assert cold > 0 and len(calls) == cold  # every run of the second call was replayed
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, None])
