@@ -45,7 +45,7 @@ from dpsql.errors import DomainTooLargeError, DpsqlError, PlanningLimitError, Sh
 from dpsql.matrix.partitions import Partition, Parts, part_of_cell, partition_form
 from dpsql.matrix.workloads import Explicit, FloatArray, Kron, VStack, Workload
 from dpsql.noise import Noise
-from dpsql.planning import accuracy, plan_cache, strategy_cache
+from dpsql.planning import accuracy, plan_cache, strategy_cache, summed_axes
 from dpsql.planning.mechanism import integral_strategy
 
 #: Per-attribute strategy families: (name, builder for an ordered attribute of n cells).
@@ -159,6 +159,14 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
     form = partition_form(W)
     if form is not None:
         return _partition_plan(W, form, noise=noise, sizes=sizes)
+    reduced = None if extra else summed_axes.reduction(W, sizes)
+    if reduced is not None:  # attributes read only through totals: planned on the others (exact)
+        inner = plan(reduced.workload, noise=noise, sizes=reduced.sizes, ordered=ordered, optimize=optimize,
+                     quick=quick, progress=progress)
+        lifted = reduced.lift(inner.strategy)
+        if lifted is not None:
+            return Plan(strategy=lifted, name=inner.name, noise=noise, candidates=dict(inner.candidates),
+                        queries=W.shape[0], workload=W, notes=(*inner.notes, reduced.note()))
     options = {**candidates(sizes, ordered), **(extra or {})}
     key = _decision_key(W, noise=noise, sizes=sizes, ordered=ordered, optimize=optimize, quick=quick, extra=extra)
     known = plan_cache.load(key)
