@@ -42,7 +42,8 @@ from dpsql.planning.structure import structure_digest
 #: 3: statement groups' candidate scores keyed by the group's statements (``load_scores``).
 #: 4: a batch's partition keyed by its statements' digests (what they ask, not where they are);
 #: workloads fed by their parts' digests (``structure_digest``). 5: notes on strategies left out are sentences.
-DECISION_FORMAT = "5"
+#: 6: a workload reading an attribute only through totals is planned on the others (``summed_axes``).
+DECISION_FORMAT = "6"
 #: Decisions kept in memory per process.
 MEMORY_ENTRIES = 4096
 
