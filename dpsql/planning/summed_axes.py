@@ -85,10 +85,9 @@ class Reduction:
             return factor
         if not isinstance(factor, (Identity, Total, Explicit)):
             return None
-        if len(span) == 1:  # a factor of one column over a summed attribute: f 1ᵀ
-            if isinstance(factor, Identity):
-                return Total(self.full[span[0]])
-            return Explicit(np.asarray(factor.dense(), dtype=np.float64) @ np.ones((1, self.full[span[0]])))
+        if len(span) == 1:  # a factor of one column over a summed attribute: f 1ᵀ = f ⊗ 1ᵀ
+            total = Total(self.full[span[0]])
+            return total if isinstance(factor, Identity) else Kron([factor, total])
         kept = [i for i in span if i not in summed]
         if summed == list(span[len(kept):]):  # every summed attribute after the others: F ⊗ 1ᵀ
             return Kron([factor, Total(int(np.prod([self.full[i] for i in summed])))])
@@ -133,8 +132,7 @@ def reduction(W: Workload, sizes: Sequence[int]) -> Reduction | None:
         return None
     blocks: list[Workload] = []
     for weight, factors in terms:
-        reduced = [Explicit(np.asarray(f.dense(), dtype=np.float64)[:, :1]) if i in summed else f
-                   for i, f in enumerate(factors)]
+        reduced = [_first_column(f) if i in summed else f for i, f in enumerate(factors)]
         block: Workload = Kron(reduced)
         blocks.append(block if weight == 1.0 else Weighted(weight, block))
     return Reduction(workload=blocks[0] if len(blocks) == 1 else VStack(blocks),
@@ -155,12 +153,28 @@ def _terms(W: Workload, weight: float) -> list[tuple[float, tuple[Workload, ...]
 
 
 def _constant_rows(factor: Workload) -> bool:
-    """Whether every row of a factor is constant (c·1ᵀ), read from its entries (small: one attribute)."""
+    """Whether every row of a factor is constant (c·1ᵀ), from its stored entries (never densified)."""
     if isinstance(factor, Total):
         return True
     if isinstance(factor, Identity):
         return factor.shape[1] == 1
     if not isinstance(factor, Explicit):
         return False
-    dense = np.asarray(factor.dense(), dtype=np.float64)
-    return bool(np.all(dense == dense[:, :1]))
+    matrix = factor.matrix
+    if isinstance(matrix, np.ndarray):
+        return bool(np.all(matrix == matrix[:, :1]))
+    stored = np.diff(matrix.indptr)  # a sparse row is constant when empty, or full with equal entries
+    if np.any((stored != 0) & (stored != matrix.shape[1])):
+        return False
+    firsts = np.repeat(matrix.data[matrix.indptr[:-1][stored > 0]], stored[stored > 0])
+    return bool(np.all(matrix.data == firsts))
+
+
+def _first_column(factor: Workload) -> Workload:
+    """A constant-row factor's one column f (factor = f 1ᵀ)."""
+    if isinstance(factor, Total):
+        return Identity(1)
+    matrix = factor.matrix if isinstance(factor, Explicit) else np.asarray(factor.dense())
+    if isinstance(matrix, np.ndarray):
+        return Explicit(matrix[:, :1])
+    return Explicit(matrix[:, [0]].toarray())

@@ -8,6 +8,7 @@ import math
 import duckdb
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -200,3 +201,21 @@ def test_sums_planned_on_the_unsummed_attributes_are_calibrated_at_epsilon_1(dat
     z = np.array(scores)
     assert abs(z.mean()) < 4 / math.sqrt(z.size)
     assert abs(z.var() - 1) < 4 * math.sqrt(5 / z.size)
+
+
+@given(st.integers(0, 2**16), st.integers(2, 5))
+@settings(max_examples=40, deadline=None)
+def test_sparse_factors_are_read_as_their_dense_entries(seed: int, n: int) -> None:
+    """A factor is read as constant-row from its stored entries alone: sparse and dense forms of one workload
+    reduce alike (empty rows, full rows of one value, and rows that differ in one entry)."""
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, 3, size=(3, 1)) * np.ones((3, n))
+    if rng.random() < 0.5:
+        rows[int(rng.integers(3)), int(rng.integers(n))] += 1
+    other = np.vstack([np.eye(1, 3), rng.integers(0, 2, size=(1, 3))])
+    dense = wl.Kron([wl.Explicit(other), wl.Explicit(rows)])
+    sparse = wl.Kron([wl.Explicit(other), wl.Explicit(sp.csr_array(rows))])
+    found, again = reduction(dense, (3, n)), reduction(sparse, (3, n))
+    assert (found is None) == (again is None) == (not np.all(rows == rows[:, :1]))
+    if found is not None and again is not None:
+        np.testing.assert_array_equal(found.workload.dense(), again.workload.dense())
