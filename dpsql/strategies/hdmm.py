@@ -49,7 +49,10 @@ OPT₊: partition W's terms into groups g with workloads W⁽ᵍ⁾, run OPT⊗ 
     A group with e_g = 0 (an all-zero sub-workload) gets c_g = 0 and no block. Default groups: the
     terms with the same set of non-Total attributes (a factor is Total when every row is constant,
     i.e. its Gram is a multiple of J = 11ᵀ), so a term like AllRange ⊗ Total gets a strategy that
-    only pays for the first attribute.
+    only pays for the first attribute. Where some group reads every attribute (of more than one cell)
+    beyond its total, its block has full column rank, and then under Laplace noise every factor whose
+    weighted Gram is ∝ J is the total row 1ᵀ alone: its exact optimum (loss c for G = cJ, the SVD
+    bound), which p-Identity only approaches (Θ = t·1ᵀ, t → ∞), at no optimizer's cost.
 """
 
 from __future__ import annotations
@@ -266,6 +269,8 @@ def _factor_losses(grams: Sequence[FloatArray], A: FloatArray, noise: Noise) -> 
     """:func:`_factor_loss` for many Grams of one factor: (AᵀA)⁻¹ once, then trace(G M) = Σ G ∘ M
     (M symmetric) per Gram — one n³ solve instead of one per union term."""
     delta2 = np.abs(A).sum(axis=0).max() ** 2 if noise == "laplace" else (A * A).sum(axis=0).max()
+    if A.shape[0] == 1 and A.shape[1] > 1:  # the total 1ᵀ (:func:`_total_factor`): (AᵀA)⁺ = J/n²
+        return np.array([delta2 * float(G.sum()) / A.shape[1] ** 2 for G in grams])
     M = np.linalg.solve(A.T @ A, np.eye(A.shape[1]))
     M = (M + M.T) / 2
     return np.array([delta2 * float(np.sum(G * M)) for G in grams])
@@ -282,11 +287,15 @@ def default_ps(n: int) -> tuple[int, ...]:
 
 
 def _solve(G: FloatArray, noise: Noise, p: int | None, rng: np.random.Generator, restarts: int,
-           budget: WorkBudget, warm: FloatArray | None = None) -> tuple[float, FloatArray, FloatArray | None]:
-    """(loss, dense strategy, Θ or None) minimising Δ²·trace(G (AᵀA)⁻¹) for one attribute."""
+           budget: WorkBudget, warm: FloatArray | None = None,
+           totals: bool = False) -> tuple[float, FloatArray, FloatArray | None]:
+    """(loss, dense strategy, Θ or None) minimising Δ²·trace(G (AᵀA)⁻¹) for one attribute; with ``totals``,
+    a G ∝ J under Laplace noise gets its optimum in closed form (:func:`_total_factor`)."""
     n = G.shape[0]
     if n == 1 or not np.any(G):
         return float(np.trace(G)), np.eye(n), None
+    if totals and noise == "laplace" and _is_total(G):
+        return _total_factor(G, rng, restarts)
     if noise == "gaussian":
         A = _unit_columns(opt_gaussian(G, budget)[1])
         return _factor_loss(G, A, noise), A, None
@@ -295,6 +304,18 @@ def _solve(G: FloatArray, noise: Noise, p: int | None, rng: np.random.Generator,
         raise ShapeError(f"p must be a positive integer; got {p!r}.")
     loss, theta = _opt_pidentity(G, noise, tuple(int(q) for q in ps), rng, restarts, budget, warm)
     return loss, pidentity_strategy(theta, noise), theta
+
+
+def _total_factor(G: FloatArray, rng: np.random.Generator, restarts: int) -> tuple[float, FloatArray, None]:
+    """(loss, 1ᵀ, None) for G = cJ: the total alone, Δ₁ = 1 and trace(cJ · J/n²) = c, the SVD bound
+    (trace(G^½)²/n = (√(cn))²/n), so nothing does better; p-Identity only approaches it as Θ = t·1ᵀ, t → ∞.
+    The random starts the search would have drawn are drawn, so every other factor's starts stay as they were.
+    The factor has rank 1: callers use it where the strategy stacks it with a full-rank block."""
+    n = G.shape[0]
+    ps = default_ps(n)
+    for r in range(restarts):
+        rng.random((ps[r % len(ps)], n))
+    return float(G[0, 0]), np.ones((1, n)), None
 
 
 def opt0(W: Workload, *, noise: Noise = "gaussian", p: int | None = None, seed: int = 0,
@@ -345,10 +366,10 @@ def _kron_grams(W: Workload, caller: str) -> tuple[FloatArray, list[list[FloatAr
 
 
 def _opt_kron_grams(weights: FloatArray, grams: list[list[FloatArray]], noise: Noise, rng: np.random.Generator,
-                    restarts: int, budget: WorkBudget) -> tuple[float, list[FloatArray]]:
-    """OPT⊗ block coordinate descent on Σₖ wₖ² ⊗ᵢ Gₖᵢ (module doc).
+                    restarts: int, budget: WorkBudget, totals: bool = False) -> tuple[float, list[FloatArray]]:
+    """OPT⊗ block coordinate descent on Σₖ wₖ² ⊗ᵢ Gₖᵢ (module doc); ``totals``: see :func:`_solve`.
 
-    Returns (loss, factors): the loss Σₖ wₖ² Πᵢ Δ(Aᵢ)² trace(Gₖᵢ (AᵢᵀAᵢ)⁻¹) of the dense factors
+    Returns (loss, factors): the loss Σₖ wₖ² Πᵢ Δ(Aᵢ)² trace(Gₖᵢ (AᵢᵀAᵢ)⁺) of the dense factors
     Aᵢ (each Δ = 1) that are returned with it.
     """
     d = len(grams[0])
@@ -361,7 +382,7 @@ def _opt_kron_grams(weights: FloatArray, grams: list[list[FloatArray]], noise: N
         for i in range(d):
             c = weights * np.prod(np.delete(table, i, axis=1), axis=1)
             G = sum(ck * row[i] for ck, row in zip(c, grams))
-            new, A, theta = _solve(G, noise, None, rng, restarts if cycle == 0 else 0, budget, thetas[i])
+            new, A, theta = _solve(G, noise, None, rng, restarts if cycle == 0 else 0, budget, thetas[i], totals)
             if new < float(c @ table[:, i]):
                 factors[i], thetas[i] = A, theta
                 table[:, i] = _factor_losses([row[i] for row in grams], A, noise)
@@ -430,6 +451,14 @@ def _default_groups(grams: list[list[FloatArray]]) -> list[list[int]]:
     return list(groups.values())
 
 
+def _covers(grams: list[list[FloatArray]], group: list[int]) -> bool:
+    """Whether a group's terms read every attribute of more than one cell beyond its total: its OPT⊗ block,
+    p-Identity on each, then has full column rank, and so has the stack, whatever the other blocks are —
+    so those may measure an attribute they read only through totals by its total alone."""
+    return all(G.shape[0] == 1 or any(not _is_total(grams[k][i]) for k in group)
+               for i, G in enumerate(grams[group[0]]))
+
+
 def union_groups(W: Workload) -> list[list[int]]:
     """The default OPT₊ grouping of W's terms (see :func:`opt_union`); ShapeError if W is not a union of Krons."""
     return _default_groups(_kron_grams(W, "opt_union")[1])
@@ -469,7 +498,9 @@ def opt_union(W: Workload, *, noise: Noise = "gaussian", groups: Sequence[Sequen
     weights, grams = _kron_grams(W, "opt_union")
     parts = _default_groups(grams) if groups is None else _check_groups(groups, len(weights))
     rng, budget = np.random.default_rng(seed), WorkBudget(max_evaluations)
-    solved = [_opt_kron_grams(weights[g], [grams[k] for k in g], noise, rng, int(restarts), budget) for g in parts]
+    totals = any(_covers(grams, g) for g in parts)
+    solved = [_opt_kron_grams(weights[g], [grams[k] for k in g], noise, rng, int(restarts), budget, totals)
+              for g in parts]
     if not any(loss > 0.0 for loss, _ in solved):  # an all-zero workload: any strategy is exact
         return Kron([Explicit(A) for A in solved[0][1]])
     c, _ = union_bound([loss for loss, _ in solved], noise)

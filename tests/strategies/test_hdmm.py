@@ -383,3 +383,30 @@ def test_opt_union_zero_groups_get_no_block(noise: str) -> None:
 def test_opt_union_deterministic_for_fixed_seed(noise: str) -> None:
     one, two = (opt_union(MIXED, noise=noise, seed=3).dense() for _ in range(2))  # type: ignore[arg-type]
     np.testing.assert_array_equal(one, two)
+
+
+def _one_row_factors(A: wl.Workload) -> list[np.ndarray]:
+    blocks = A.blocks if isinstance(A, wl.VStack) else [A]
+    bases = [b.base if isinstance(b, wl.Weighted) else b for b in blocks]
+    return [f.dense() for base in bases for f in wl.kron_factors(base) if f.shape[0] == 1 and f.shape[1] > 1]
+
+
+def test_opt_union_measures_an_attribute_read_only_through_totals_by_its_total_when_a_block_covers_all() -> None:
+    """Laplace OPT₊ where one group reads every attribute: the other group's Total attribute gets the total
+    row alone (its exact optimum; p-Identity only approaches it); the stack keeps full column rank and Δ₁ = 1."""
+    W = wl.VStack([wl.Kron([wl.AllRange(8), wl.Total(5)]), wl.Kron([wl.Prefix(8), wl.Identity(5)])])
+    A = opt_union(W, noise="laplace")
+    assert [list(f.ravel()) for f in _one_row_factors(A)] == [[1.0] * 5]
+    assert A.sensitivity("l1") == pytest.approx(1.0, rel=1e-12)
+    accuracy.check_support(W, A)
+    assert hdmm.union_groups(W) == [[0], [1]]
+    assert np.linalg.matrix_rank(A.dense()) == 40
+
+
+def test_opt_union_keeps_p_identity_factors_where_no_block_covers_every_attribute() -> None:
+    """Without a block reading every attribute, a total factor would leave the stack rank-deficient (its
+    exact error then needs a dense pseudo-inverse): every factor stays p-Identity, of full rank."""
+    W = wl.VStack([wl.Kron([wl.AllRange(8), wl.Total(5)]), wl.Kron([wl.Total(8), wl.Prefix(5)])])
+    A = opt_union(W, noise="laplace")
+    assert _one_row_factors(A) == []
+    assert np.linalg.matrix_rank(A.dense()) == 40
