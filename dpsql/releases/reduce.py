@@ -229,8 +229,10 @@ def on_classes_of_root(X: FloatArray, b: FloatArray, found: Meet) -> Reduced:
 
     An SVD of m × n' costs O(m² n') against the O(n'³) of Nᵀ M N's eigendecomposition (Golub and Van
     Loan, "Matrix Computations", 2013, 8.6). Returns (S_θ, r_θ, R_θ), R_θ = (I − Pₓ) X U D^(-1/2) a root of
-    S_θ of m rows; where X has as many rows as cells, M is reduced as it is and R_θ is :func:`psd_root`'s."""
-    if found.refines or X.shape[0] >= found.of_measured.size:
+    S_θ of m rows (where the K cells are the classes, N is empty and R_θ is X, its columns relabelled: no
+    decomposition at all); where X has as many rows as cells, M is reduced as it is and R_θ is
+    :func:`psd_root`'s."""
+    if X.shape[0] >= found.of_measured.size:
         S_theta, r_theta = on_classes(X.T @ X, b, found)
         return S_theta, r_theta, psd_root(S_theta)
     scale, U, N = _class_coordinates(found)
