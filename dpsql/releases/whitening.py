@@ -36,19 +36,31 @@ def whitening(information: FloatArray, cutoff: float) -> tuple[IntArray, FloatAr
     restricted to them is certainly of full rank under ``cutoff`` (module docstring; a zero diagonal
     entry of a positive semidefinite M is a zero row and column: e_i spans an exact null direction,
     which the eigendecomposition's cutoff drops too); None otherwise (then decompose M)."""
+    found = certain_cholesky(information, cutoff)
+    if found is None:
+        return None
+    kept, _, inverse = found
+    whitened = np.zeros((information.shape[0], kept.size))
+    whitened[kept] = inverse.T
+    return kept, whitened
+
+
+def certain_cholesky(information: FloatArray, cutoff: float) -> tuple[IntArray, FloatArray, FloatArray] | None:
+    """(kept, L, L⁻¹): the cells whose diagonal entry is not zero and the Cholesky factor of M restricted
+    to them (M[kept, kept] = L Lᵀ) with its inverse, when that restriction is certainly of full rank
+    under ``cutoff`` (tr M · tr M⁻¹ · cutoff · MARGIN < 1: no eigenvalue of M outside the zero rows is
+    at or below ``cutoff`` of the largest); None otherwise."""
     n = information.shape[0]
     kept = np.flatnonzero(np.diagonal(information) != 0)
     if kept.size == 0:
         return None
     part = information[np.ix_(kept, kept)] if kept.size < n else information
     try:
-        lower = np.linalg.cholesky(part)
+        lower = np.asarray(np.linalg.cholesky(part), dtype=np.float64)
     except np.linalg.LinAlgError:
         return None
-    inverse = solve_triangular(lower, np.eye(kept.size), lower=True, check_finite=False)  # L⁻¹
+    inverse: FloatArray = solve_triangular(lower, np.eye(kept.size), lower=True, check_finite=False)  # L⁻¹
     bound = float(np.trace(part)) * float(np.sum(inverse * inverse))
     if not bound * cutoff * MARGIN < 1.0:
         return None
-    whitened = np.zeros((n, kept.size))
-    whitened[kept] = inverse.T
-    return kept.astype(np.int64), whitened
+    return kept.astype(np.int64), lower, inverse
