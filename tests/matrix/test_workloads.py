@@ -707,3 +707,12 @@ def test_kron_is_np_kron_bit_for_bit(data: st.DataObject) -> None:
         assert Kron([Explicit(a), Explicit(b)]).dense().tobytes() == expected.tobytes()
     if ndim == (1, 1):
         assert kronvec.kron_vectors([a, b]).tobytes() == np.kron(np.kron(np.ones(1), a), b).tobytes()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 6), min_size=0, max_size=4), min_size=1, max_size=8))
+def test_shared_cuts_are_the_cuts_every_factorisation_allows(factorisations: list[list[int]]) -> None:
+    """kronvec.shared_cuts, which reads each distinct factorisation once, is the intersection over all of
+    them of their cumulative products."""
+    expected = set.intersection(*[set(np.cumprod(sizes, dtype=np.int64).tolist()) for sizes in factorisations])
+    assert kronvec.shared_cuts(factorisations + factorisations[:1]) == expected
