@@ -96,16 +96,24 @@ def _factor(family: str, n: int) -> Workload:
 
 
 def candidates(sizes: Sequence[int], ordered: Sequence[bool]) -> dict[str, Workload]:
-    """Kronecker strategies over attributes of the given cell counts; identity on unordered ones."""
+    """Kronecker strategies over attributes of the given cell counts; identity on unordered ones. Each
+    is built once per layout (:func:`_standard`), so what is kept per strategy object (its sensitivity,
+    pseudo-inverse, eigenvalue bound) is computed once for every workload scored over that layout."""
     if not sizes:
         return {"identity": strategies.identity(1)}
-    result = {}
+    return dict(_standard(tuple(sizes), tuple(ordered)))
+
+
+@functools.lru_cache(maxsize=256)
+def _standard(sizes: tuple[int, ...], ordered: tuple[bool, ...]) -> tuple[tuple[str, Workload], ...]:
+    """:func:`candidates` of one layout, built once."""
+    result = []
     for name in FAMILIES:
         if name != "identity" and not any(o and n > 2 for o, n in zip(ordered, sizes)):
             continue
         factors = [_factor(name, n) if o and n > 2 else _factor("identity", n) for n, o in zip(sizes, ordered)]
-        result[name] = strategies.kron(factors)
-    return result
+        result.append((name, strategies.kron(factors)))
+    return tuple(result)
 
 
 #: Work budget of each optimized template, in objective evaluations (dpsql.strategies.budget); the
