@@ -65,8 +65,8 @@ def _collect_axis(terms: list[Term], axis: int, keys: dict[int, tuple[Workload, 
             result.extend(members)
             continue
         total = members[0][0] * _dense(members[0][1][axis])
-        for weight, factors in members[1:]:
-            total += weight * _dense(factors[axis])
+        for weight, factors in members[1:]:  # 1.0 · F is F exactly: added as it is
+            total += _dense(factors[axis]) if weight == 1.0 else weight * _dense(factors[axis])
         first = members[0][1]
         result.append((1.0, (*first[:axis], Explicit(total), *first[axis + 1:])))
     return result
@@ -77,8 +77,9 @@ def _small(factor: Workload) -> bool:
 
 
 def _dense(factor: Workload) -> FloatArray:
+    """The factor's entries, read only (an explicit factor's own array, not a copy)."""
     if isinstance(factor, Explicit) and isinstance(factor.matrix, np.ndarray):
-        return factor.matrix.astype(np.float64, copy=True)
+        return np.asarray(factor.matrix, dtype=np.float64)
     return np.asarray(factor.dense(), dtype=np.float64)
 
 

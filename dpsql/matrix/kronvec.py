@@ -9,6 +9,8 @@ every term is monotone in each of them.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -24,13 +26,28 @@ def kron_vectors(vectors: Sequence[npt.NDArray[np.float64]]) -> npt.NDArray[np.f
     """v₁ ⊗ v₂ ⊗ … as one vector (row-major, like np.kron)."""
     result: npt.NDArray[np.float64] = np.ones(1)
     for vector in vectors:
-        result = np.asarray(np.kron(result, vector), dtype=np.float64)
+        result = np.asarray(kron(result, vector), dtype=np.float64)
     return result
 
 
+def kron(a: npt.ArrayLike, b: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """``np.kron(a, b)``, bit for bit: for two vectors or two matrices, entry (i·r + k, j·s + l) is the one
+    product a_ij · b_kl, formed here by one broadcast multiply, without np.kron's general-shape steps (its
+    cost on the small factors of a statement's blocks); other shapes are left to np.kron."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim == b.ndim == 1:
+        return np.multiply.outer(a, b).reshape(a.shape[0] * b.shape[0])
+    if a.ndim == b.ndim == 2:
+        (p, q), (r, s) = a.shape, b.shape
+        return np.multiply(a[:, None, :, None], b[None, :, None, :]).reshape(p * r, q * s)
+    return np.asarray(np.kron(a, b))
+
+
 def shared_cuts(factorisations: Sequence[Sequence[int]]) -> set[int]:
-    """Cumulative domain sizes at which every factorisation can be cut (all end at the total)."""
-    return set.intersection(*[set(np.cumprod(sizes).tolist()) for sizes in factorisations])
+    """Cumulative domain sizes at which every factorisation can be cut (all end at the total); each
+    distinct factorisation is read once (a stack of a thousand blocks has a handful)."""
+    distinct = {tuple(sizes) for sizes in factorisations}
+    return set.intersection(*[set(itertools.accumulate(sizes, operator.mul)) for sizes in distinct])
 
 
 def group_by_cuts(sizes: Sequence[int], cuts: set[int]) -> list[range]:

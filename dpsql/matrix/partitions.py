@@ -155,7 +155,7 @@ def _form(W: Workload, *, owners: bool) -> Form | None:
     if isinstance(W, Kron):
         return _kept(W, owners, lambda: _kron_form(W, owners))
     if isinstance(W, VStack):
-        return _stacked_form(W, owners)
+        return _kept(W, owners, lambda: _stacked_form(W, owners))
     return None
 
 
@@ -175,7 +175,7 @@ _kept_forms: weakref.WeakKeyDictionary[Workload, dict[bool, Form | None]] = weak
 def _kept(W: Workload, owners: bool, compute: Callable[[], Form | None]) -> Form | None:
     """``compute()``, W's form, kept per workload object while it lives (its arrays read-only): a block and
     its factors are read again by every stack holding them (a planning search scores many candidate groups
-    of the same compiled blocks, and the planner reads a stack's form again after the planning-size check)."""
+    of the same compiled blocks), and a stack by the planning-size check and then by the planner."""
     kept = _kept_forms.setdefault(W, {})
     if owners not in kept:
         found = compute()

@@ -26,7 +26,7 @@ import numpy.typing as npt
 import scipy.sparse as sp
 
 from dpsql.errors import DomainTooLargeError, ShapeError
-from dpsql.matrix.kronvec import ColumnTerm, align_terms, kron_vectors, max_of_kron_sum
+from dpsql.matrix.kronvec import ColumnTerm, align_terms, kron, kron_vectors, max_of_kron_sum
 
 FloatArray = npt.NDArray[np.float64]
 Norm = Literal["l1", "l2"]
@@ -513,7 +513,7 @@ class Kron(Workload):
         check_dense_size(*self.shape, f"densifying {self!r}")
         product = self.factors[0].dense()
         for factor in self.factors[1:]:
-            product = np.asarray(np.kron(product, factor.dense()), dtype=np.float64)
+            product = np.asarray(kron(product, factor.dense()), dtype=np.float64)
         return product
 
     def trace(self) -> float:

@@ -20,6 +20,7 @@ read-only cache folder only means nothing is stored.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -167,9 +168,16 @@ def object_key(*parts: object, omit: tuple[type, ...] = ()) -> str:
     return digest.hexdigest()
 
 
+#: Types fed by their repr at once, as the last case of :func:`_feed` feeds them: none has a declaration,
+#: fields, entries or items (exact types: a subclass takes the general path).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _feed(digest: hashlib._Hash, value: object, omit: tuple[type, ...] = ()) -> None:
     """Feed one value's exact content into ``digest`` (see :func:`object_key`)."""
-    if omit and isinstance(value, omit):
+    if type(value) in _SCALARS and not (omit and isinstance(value, omit)):
+        digest.update(f"<{type(value).__name__}:{value!r}>".encode())
+    elif omit and isinstance(value, omit):
         digest.update(f"<omitted {type(value).__qualname__}>".encode())
     elif callable(declared := getattr(value, "declaration", None)) and (parts := declared()) is not None:
         digest.update(f"<declared {type(value).__qualname__}".encode())
@@ -177,9 +185,9 @@ def _feed(digest: hashlib._Hash, value: object, omit: tuple[type, ...] = ()) -> 
         digest.update(b">")
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         digest.update(f"<{type(value).__qualname__}".encode())
-        for item in dataclasses.fields(value):
-            digest.update(f"{item.name}=".encode())
-            _feed(digest, getattr(value, item.name), omit)
+        for name in _field_names(type(value)):
+            digest.update(f"{name}=".encode())
+            _feed(digest, getattr(value, name), omit)
         digest.update(b">")
     elif isinstance(value, np.ndarray):
         digest.update(f"<array{value.dtype}{value.shape}".encode())
@@ -199,6 +207,12 @@ def _feed(digest: hashlib._Hash, value: object, omit: tuple[type, ...] = ()) -> 
             _feed(digest, item, omit)
     else:
         digest.update(f"<{type(value).__name__}:{value!r}>".encode())
+
+
+@functools.cache
+def _field_names(kind: type) -> tuple[str, ...]:
+    """A dataclass's field names in order (``dataclasses.fields``), read once per class."""
+    return tuple(item.name for item in dataclasses.fields(kind))
 
 
 def _numbers(values: Sequence[object]) -> np.ndarray | None:

@@ -96,16 +96,24 @@ def _factor(family: str, n: int) -> Workload:
 
 
 def candidates(sizes: Sequence[int], ordered: Sequence[bool]) -> dict[str, Workload]:
-    """Kronecker strategies over attributes of the given cell counts; identity on unordered ones."""
+    """Kronecker strategies over attributes of the given cell counts; identity on unordered ones. Each
+    is built once per layout (:func:`_standard`), so what is kept per strategy object (its sensitivity,
+    pseudo-inverse, eigenvalue bound) is computed once for every workload scored over that layout."""
     if not sizes:
         return {"identity": strategies.identity(1)}
-    result = {}
+    return dict(_standard(tuple(sizes), tuple(ordered)))
+
+
+@functools.lru_cache(maxsize=256)
+def _standard(sizes: tuple[int, ...], ordered: tuple[bool, ...]) -> tuple[tuple[str, Workload], ...]:
+    """:func:`candidates` of one layout, built once."""
+    result = []
     for name in FAMILIES:
         if name != "identity" and not any(o and n > 2 for o, n in zip(ordered, sizes)):
             continue
         factors = [_factor(name, n) if o and n > 2 else _factor("identity", n) for n, o in zip(sizes, ordered)]
-        result[name] = strategies.kron(factors)
-    return result
+        result.append((name, strategies.kron(factors)))
+    return tuple(result)
 
 
 #: Work budget of each optimized template, in objective evaluations (dpsql.strategies.budget); the
@@ -378,15 +386,17 @@ def stacked_rows(W: Workload) -> FloatArray:
 
 def distinct_rows(matrix: FloatArray) -> FloatArray:
     """``np.unique(matrix, axis=0)``: the distinct rows in lexicographic order. Equal rows are found by their
-    bytes (a sort of m fixed-width keys, O(m log m · n)), then only the k distinct rows are ordered
+    bytes (a dictionary of the m rows' bytes, O(m · n), in place of a sort of m wide keys whose comparisons
+    run over the long runs of zeros a statement's rows share), then only the k distinct rows are ordered
     (``np.lexsort``, O(n · k log k)), instead of a field-by-field sort of all m rows. A matrix with a −0.0 or a
     NaN entry, whose bytes do not decide equality, is left to ``np.unique``."""
     if matrix.ndim != 2 or matrix.shape[1] == 0 or np.isnan(matrix).any() or np.any((matrix == 0) & np.signbit(matrix)):
         return np.unique(matrix, axis=0)
     rows = np.ascontiguousarray(matrix, dtype=np.float64)
-    keys = rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel()
-    _, first = np.unique(keys, return_index=True)
-    distinct = rows[np.sort(first)]
+    first: dict[bytes, int] = {}  # each distinct row's first index, in row order
+    for index, row in enumerate(rows):
+        first.setdefault(row.tobytes(), index)
+    distinct = rows[np.fromiter(first.values(), dtype=np.intp, count=len(first))]
     return distinct[np.lexsort(distinct.T[::-1])]
 
 

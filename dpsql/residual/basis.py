@@ -127,6 +127,8 @@ def kron_terms(W: Workload, weight: float = 1.0) -> list[tuple[float, tuple[Work
 def _flat_factors(W: Workload) -> tuple[Workload, ...]:
     """W's Kronecker factors, nested Krons flattened (a non-Kron W is its own single factor)."""
     if isinstance(W, Kron):
+        if not any(isinstance(factor, Kron) for factor in W.factors):
+            return W.factors  # already flat (the usual block of a statement)
         return tuple(f for factor in W.factors for f in _flat_factors(factor))
     return (W,)
 

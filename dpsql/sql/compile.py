@@ -55,7 +55,7 @@ from dpsql.sql.axes import Axis
 from dpsql.sql.boxes import Box, BoxBudget, intersect, merge, union
 from dpsql.sql.cell_totals import batch_cell_totals as batch_cell_totals  # re-exported: the scans sum cells with it
 from dpsql.sql.filters import Atom, statement_atoms
-from dpsql.sql.group_keys import KeyGroups, key_groups, keys_of, membership, plain_groups
+from dpsql.sql.group_keys import KeyGroups, key_groups, keys_of, membership, plain_groups, weighted_membership
 from dpsql.sql.relations import joined_relation, resolve
 from dpsql.sql.value_cells import ValueCells
 from dpsql.sql.vectors import COUNTS, SPREADS, DataVector, aggregate_vectors
@@ -578,9 +578,11 @@ class _StatementCompiler:
 
     def _grouped(self, axis: Axis, mask: npt.NDArray[np.float64]) -> Explicit:
         """membership · diag(mask): which cells each GROUP BY group of this axis holds, weighted by the
-        box's mask; dense up to DENSE_STACK entries, else sparse (one entry per cell at most)."""
-        return _explicit(membership(self.keys[self.position[axis.column.name]], axis.cell_of_base, axis.size)
-                         @ sp.diags_array(mask))
+        box's mask; dense up to DENSE_STACK entries (``weighted_membership``), else sparse."""
+        groups = self.keys[self.position[axis.column.name]]
+        if len(groups.labels) * axis.size <= DENSE_STACK:
+            return Explicit(weighted_membership(groups, axis.cell_of_base, mask))
+        return _explicit(membership(groups, axis.cell_of_base, axis.size) @ sp.diags_array(mask))
 
     def _block(self, true: list[Box], group_axes: tuple[int, ...],
                weights: tuple[int, npt.NDArray[np.float64]] | None = None) -> Workload:

@@ -435,6 +435,19 @@ def membership(groups: KeyGroups, cell_of_base: npt.NDArray[np.int64], cells: in
     return sp.csr_array((np.ones(pairs.shape[1]), (pairs[0], pairs[1])), shape=(len(groups.labels), cells))
 
 
+def weighted_membership(groups: KeyGroups, cell_of_base: npt.NDArray[np.int64],
+                        weights: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """:func:`membership` · diag(``weights``) as a dense (groups × cells) array, entry for entry what the
+    sparse product gives: M[g, c] = w_c where batch cell c is in group g and w_c ≠ 0, else +0.0 (the
+    product stores no zero, so a −0.0 weight reads +0.0). O(groups · cells), without building either
+    sparse matrix."""
+    keep = (groups.group_of_base >= 0) & (cell_of_base >= 0)
+    columns = cell_of_base[keep]
+    out = np.zeros((len(groups.labels), len(weights)))
+    out[groups.group_of_base[keep], columns] = np.where(weights != 0.0, weights, 0.0)[columns]
+    return out
+
+
 def label_array(key: ir.GroupKey, labels: Sequence[object]) -> pa.Array:
     """Output labels typed by the key: strings, int64 (integers, EXTRACT), float64, date32 (dates)."""
     if isinstance(key, ir.DateKey):

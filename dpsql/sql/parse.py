@@ -174,6 +174,7 @@ _FORBIDDEN: tuple[tuple[type[exp.Expr], str, str], ...] = (
     (exp.Unnest, "UNNEST", "dpsql reads declared columns of scalar values: declare the nested values as a column "
                            "of a table."),
 )
+_FORBIDDEN_KINDS = tuple(kind for kind, _, _ in _FORBIDDEN)
 _CLAUSES = frozenset({"expressions", "from_", "from", "where", "group", "having", "order", "limit", "offset", "joins"})
 _CLAUSE_NAMES = {"into": "SELECT INTO", "windows": "WINDOW", "sort": "SORT BY", "cluster": "CLUSTER BY",
                  "distribute": "DISTRIBUTE BY", "locks": "FOR UPDATE", "kind": "SELECT AS STRUCT/VALUE",
@@ -375,13 +376,16 @@ def _reject_forbidden(select: exp.Select, scope: Scope) -> None:
     """Reject the first (in text order) subquery, CTE, window, DISTINCT, ... anywhere, and any join but
     the FROM clause's own (read by :mod:`dpsql.sql.joins`)."""
     found = []
-    selected = {id(node) for item in select.expressions for node in item.walk()}
+    selected: set[int] = set()  # the select list's nodes, read at the first window (most statements have none)
     for node in select.walk():
-        forbidden = next(((name, rewrite) for kind, name, rewrite in _FORBIDDEN if isinstance(node, kind)), None)
-        if isinstance(node, exp.Window) and id(node) in selected and windows.is_group_window(node):
-            continue  # a window over the released groups (dpsql.sql.windows)
-        if forbidden is not None and node is not select and not is_join_clause(node, select) \
-                and not is_count_distinct(node):
+        if not isinstance(node, _FORBIDDEN_KINDS):
+            continue
+        forbidden = next((name, rewrite) for kind, name, rewrite in _FORBIDDEN if isinstance(node, kind))
+        if isinstance(node, exp.Window):
+            selected = selected or {id(inner) for item in select.expressions for inner in item.walk()}
+            if id(node) in selected and windows.is_group_window(node):
+                continue  # a window over the released groups (dpsql.sql.windows)
+        if node is not select and not is_join_clause(node, select) and not is_count_distinct(node):
             found.append((node_span(node, scope), forbidden, node))
     if not found:
         return

@@ -127,3 +127,23 @@ def test_kept_product_forms_and_flat_blocks_match_the_forms_computed_afresh(seed
         assert (a is None) == (b is None)
         if a is not None and b is not None:
             assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_a_stacks_form_is_read_once_per_stack_and_kept_read_only() -> None:
+    """The planning-size check and the planner both read a statement group's stack: its form (and each
+    cell's part) is computed once per stack object, its arrays read-only, equal to a new stack's."""
+    from dpsql.matrix import partitions
+
+    blocks = [Ranges(6, [(0, 1), (2, 5)]), Explicit(np.array([[0.0, 0, 2, 2, 2, 2], [3, 3, 0, 0, 0, 0]]))]
+    W = VStack(blocks)
+    first = partitions.partition_form(W)
+    assert first is not None and first is partitions.partition_form(W)
+    assert not any(a.flags.writeable for f in first.factors for a in (f.weights, f.sizes, f.part))
+    owner, parts = partitions.part_of_cell(W)
+    assert partitions.part_of_cell(W)[0] is owner and not owner.flags.writeable
+    fresh = VStack(list(blocks))
+    again = partitions.partition_form(fresh)
+    assert again is not None and again is not first
+    assert all(np.array_equal(a, b) for f, g in zip(first.factors, again.factors, strict=True)
+               for a, b in ((f.weights, g.weights), (f.sizes, g.sizes), (f.part, g.part)))
+    assert np.array_equal(partitions.part_of_cell(fresh)[0], owner) and partitions.part_of_cell(fresh)[1] == parts

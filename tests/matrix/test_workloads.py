@@ -686,3 +686,33 @@ def test_max_of_kron_sum_with_length_one_vector() -> None:
              (np.array([0.0, 1.0]), np.array([1.0, 1.0, 5.0]))]
     brute = sum(reduce(np.kron, t) for t in terms)
     assert max_of_kron_sum(terms) == pytest.approx(brute.max())  # raises ValueError
+
+
+_ENTRIES = st.sampled_from([0.0, -0.0, 1.0, -1.0, 0.5, 3.0, -2.25, 1e-300, 1e150, 7.0 / 3.0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_kron_is_np_kron_bit_for_bit(data: st.DataObject) -> None:
+    """kronvec.kron forms np.kron's very products, for vectors, matrices and mixed shapes alike,
+    and Kron.dense and kron_vectors (which use it) give np.kron's bytes."""
+    ndim = data.draw(st.sampled_from([(1, 1), (2, 2), (1, 2), (2, 1)]))
+    shapes = [tuple(data.draw(st.integers(1, 4)) for _ in range(d)) for d in ndim]
+    a, b = (np.array(data.draw(st.lists(_ENTRIES, min_size=math.prod(s), max_size=math.prod(s)))).reshape(s)
+            for s in shapes)
+    expected = np.kron(a, b)
+    found = kronvec.kron(a, b)
+    assert found.shape == expected.shape and found.tobytes() == expected.tobytes()
+    if ndim == (2, 2):
+        assert Kron([Explicit(a), Explicit(b)]).dense().tobytes() == expected.tobytes()
+    if ndim == (1, 1):
+        assert kronvec.kron_vectors([a, b]).tobytes() == np.kron(np.kron(np.ones(1), a), b).tobytes()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 6), min_size=0, max_size=4), min_size=1, max_size=8))
+def test_shared_cuts_are_the_cuts_every_factorisation_allows(factorisations: list[list[int]]) -> None:
+    """kronvec.shared_cuts, which reads each distinct factorisation once, is the intersection over all of
+    them of their cumulative products."""
+    expected = set.intersection(*[set(np.cumprod(sizes, dtype=np.int64).tolist()) for sizes in factorisations])
+    assert kronvec.shared_cuts(factorisations + factorisations[:1]) == expected

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dpsql import engine
 from dpsql.budget.accounting import PrivacyCost
@@ -220,3 +222,24 @@ def test_a_domain_on_a_grid_is_the_domain_of_its_boundaries() -> None:
     assert dataclasses.replace(grid, clamp=True).boundaries is grid.boundaries  # replace passes the grid's own
     with pytest.raises(ValueError, match="pass only grid"):
         Ordered(kind="integer", boundaries=(0.0, 2.0), grid=Grid(lower=0.0, step=1.0, cells=1, top=1.0))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pair:
+    name: str
+    value: object
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.text(max_size=8), st.integers(), st.floats(), st.booleans(), st.none()))
+def test_object_key_feeds_scalars_and_dataclass_fields_in_one_format(value: object) -> None:
+    """A scalar is fed as <type:repr> (unless its type is omitted), a dataclass field by field in
+    declaration order: the keys written to the cache folder do not depend on how they are computed."""
+    def expected(*pieces: str) -> str:
+        return hashlib.sha256((f"object|{plan_cache.DECISION_FORMAT}" + "".join(pieces)).encode()).hexdigest()
+
+    scalar = f"<{type(value).__name__}:{value!r}>"
+    assert plan_cache.object_key(value) == expected(scalar)
+    assert plan_cache.object_key(value, omit=(type(value),)) == expected(f"<omitted {type(value).__qualname__}>")
+    assert plan_cache.object_key(_Pair("a", value)) == expected(f"<{_Pair.__qualname__}", "name=<str:'a'>",
+                                                                 "value=", scalar, ">")

@@ -297,3 +297,15 @@ def test_a_strategy_left_out_is_explained_in_a_sentence(error: Exception, reason
     note = planner.unused_note("HDMM-union", error)
     assert note.startswith("HDMM-union was not used: ") and reason in note and note.endswith("stands in.")
     assert str(error) not in note and type(error).__name__ not in note
+
+
+def test_standard_candidates_are_built_once_per_layout_in_a_fresh_dict() -> None:
+    """planner.candidates gives the same strategy objects for one layout (so their sensitivities and
+    pseudo-inverses, kept per object, are computed once) in a new dict that a caller may change, equal
+    to the strategies built afresh."""
+    first, again = planner.candidates([9, 3], [True, False]), planner.candidates([9, 3], [True, False])
+    assert first is not again and list(first) == list(again) == ["identity", "H2", "H4", "wavelet"]
+    assert all(first[name] is again[name] for name in first)
+    first.pop("H2")
+    assert "H2" in planner.candidates([9, 3], [True, False])
+    assert np.array_equal(again["wavelet"].dense(), np.kron(strategies.wavelet(9).dense(), np.eye(3)))

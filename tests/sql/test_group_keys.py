@@ -15,6 +15,9 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 import dpsql
@@ -24,6 +27,7 @@ from dpsql.budget.accounting import Budget, PrivacyCost
 from dpsql.errors import SchemaError, SqlSyntaxError, UnsupportedQueryError
 from dpsql.noise import SeededRandomSource
 from dpsql.schema import Schema
+from dpsql.sql import group_keys
 
 SCHEMA = Schema.load({"tables": {"t": {"columns": {
     "age": {"type": "integer", "lower": 0, "upper": 99, "bin_width": 10, "resolution": 1},
@@ -383,3 +387,21 @@ def test_joined_and_case_groups_are_unbiased_with_calibrated_standard_errors(
 
     assert calibrated(scores), (scores.mean(axis=0), (scores**2).mean())
     assert not calibrated(scores / 2) and not calibrated(scores * 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_weighted_membership_is_the_sparse_product_entry_for_entry(data: st.DataObject) -> None:
+    """The dense builder gives bit for bit what membership · diag(weights) gives through scipy.sparse:
+    w_c in group g's row where cell c is in g, +0.0 elsewhere (a −0.0 or 0 weight included)."""
+    base = data.draw(st.integers(1, 12))
+    cells = data.draw(st.integers(1, 8))
+    labels = data.draw(st.integers(1, 5))
+    group_of_base = np.array(data.draw(st.lists(st.integers(-1, labels - 1), min_size=base + 1, max_size=base + 1)))
+    cell_of_base = np.array(data.draw(st.lists(st.integers(-1, cells - 1), min_size=base + 1, max_size=base + 1)))
+    weights = np.array(data.draw(st.lists(st.sampled_from([0.0, -0.0, 1.0, -2.5, 3e-310, 7.0]),
+                                          min_size=cells, max_size=cells)))
+    groups = group_keys.KeyGroups(labels=list(range(labels)), group_of_base=group_of_base)
+    sparse = (group_keys.membership(groups, cell_of_base, cells) @ sp.diags_array(weights)).toarray()
+    dense = group_keys.weighted_membership(groups, cell_of_base, weights)
+    assert dense.tobytes() == np.ascontiguousarray(sparse).tobytes()
