@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -175,3 +176,24 @@ def assert_matches_duckdb(con: duckdb.DuckDBPyConnection, sql: str, table: pa.Ta
             stddev = table.column(f"{name}_stddev")[row_index].as_py() if f"{name}_stddev" in table.column_names else 0
             assert stddev <= 1e-3 * max(1.0, abs(float(true))), (name, stddev)
             assert abs(value - float(true)) <= 6 * stddev + 1e-9 * max(1.0, abs(float(true))), (name, value, true)
+
+
+def benchmark_batches() -> Any:
+    """``benchmarks/batches.py`` (the named batches shared with ``benchmarks/planner.py``), loaded by path."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "batches.py"
+    spec = importlib.util.spec_from_file_location("dpsql_benchmark_batches", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def assert_pools_agree(first: Any, second: Any, queries: np.ndarray) -> None:
+    """Two GLS pools answer the same queries alike: the same answerable ones, values and covariances within
+    10⁻⁷ of the largest entry (two exact factorisations differ by rounding)."""
+    a, b = first.projected(queries), second.projected(queries)
+    np.testing.assert_array_equal(a.answerable, b.answerable)
+    scale = max(1.0, float(np.abs(b.values).max()), float(np.abs(b.covariances(b)).max()))
+    np.testing.assert_allclose(a.values[a.answerable], b.values[b.answerable], rtol=0, atol=1e-7 * scale)
+    np.testing.assert_allclose(a.covariances(a)[a.answerable], b.covariances(b)[b.answerable], rtol=0,
+                               atol=1e-7 * scale)

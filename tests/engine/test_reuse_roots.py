@@ -7,8 +7,6 @@ eigendecomposition's roots: ``tests/releases/test_roots.py``.)
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -17,21 +15,11 @@ import pyarrow as pa
 import pytest
 
 import dpsql
+from _helpers import benchmark_batches
 from dpsql.budget.accounting import Budget
 from dpsql.engine.reuse import reuse
 from dpsql.noise import SeededRandomSource
 from dpsql.releases import reduce
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _batches() -> Any:
-    """``benchmarks/batches.py`` (the named batches shared with ``benchmarks/planner.py``)."""
-    spec = importlib.util.spec_from_file_location("dpsql_benchmark_batches", ROOT / "benchmarks" / "batches.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _cursor(named: Any) -> dpsql.Cursor:
@@ -47,7 +35,7 @@ def _cursor(named: Any) -> dpsql.Cursor:
 
 
 def test_measurements_of_few_rows_over_the_classes_are_their_own_roots(monkeypatch: pytest.MonkeyPatch) -> None:
-    named = _batches()
+    named = benchmark_batches()
     cursor = _cursor(named)
     cursor.execute(";\n".join(named.ISSUE_BATCH), epsilon=1.0).fetch_arrow_tables()
     decomposed: list[tuple[int, int]] = []

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import json
 import math
 import sys
@@ -46,7 +45,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for _helpers when run as a script
-from _helpers import MIXED_COLUMNS
+from _helpers import MIXED_COLUMNS, benchmark_batches
 from dpsql import engine
 from dpsql.budget.accounting import PrivacyCost
 from dpsql.cli.demo import SCHEMA as CENSUS
@@ -68,16 +67,7 @@ DENSE_RELATIVE = 1e-7
 OTHER_RELATIVE = 1e-6
 
 
-def _batches() -> Any:
-    """``benchmarks/batches.py`` (the named batches shared with ``benchmarks/planner.py``)."""
-    spec = importlib.util.spec_from_file_location("dpsql_benchmark_batches", ROOT / "benchmarks" / "batches.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-named = _batches()
+named = benchmark_batches()
 
 
 class Case(NamedTuple):

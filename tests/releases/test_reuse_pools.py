@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _helpers import assert_pools_agree
 from dpsql.matrix.workloads import Explicit
 from dpsql.releases.gls import Pool, information_of, pool
 from dpsql.releases.kept import KeptMeasurement
@@ -279,10 +280,4 @@ def test_a_pool_factored_from_its_parts_roots_answers_as_its_eigendecomposition(
     by_roots = pool(members, parts, lift)
     by_eigen = pool(members, [(information_of(part), part[1], None) for part in parts], lift)
     assert by_roots is not None and by_eigen is not None
-    queries = rng.normal(size=(8, int(lift.max()) + 1))
-    a, b = by_roots.projected(queries), by_eigen.projected(queries)
-    np.testing.assert_array_equal(a.answerable, b.answerable)
-    scale = max(1.0, float(np.abs(b.values).max()), float(np.abs(b.covariances(b)).max()))
-    np.testing.assert_allclose(a.values[a.answerable], b.values[b.answerable], rtol=0, atol=1e-7 * scale)
-    np.testing.assert_allclose(a.covariances(a)[a.answerable], b.covariances(b)[b.answerable], rtol=0,
-                               atol=1e-7 * scale)
+    assert_pools_agree(by_roots, by_eigen, rng.normal(size=(8, int(lift.max()) + 1)))

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _helpers import assert_pools_agree
 from dpsql.matrix.workloads import Explicit
 from dpsql.releases.gls import pool
 from dpsql.releases.kept import KeptMeasurement
@@ -91,13 +92,7 @@ def test_a_pool_over_roots_that_are_the_measurements_answers_as_over_eigendecomp
     mine = pool(members, [lifted(on_classes_of_root(X, b, found), found)], lift)
     theirs = pool(members, [lifted((S, r, _eigen_root(S)), found)], lift)
     assert mine is not None and theirs is not None
-    queries = rng.normal(size=(8, cells))
-    a, e = mine.projected(queries), theirs.projected(queries)
-    np.testing.assert_array_equal(a.answerable, e.answerable)
-    scale = max(1.0, float(np.abs(e.values).max()), float(np.abs(e.covariances(e)).max()))
-    np.testing.assert_allclose(a.values[a.answerable], e.values[e.answerable], rtol=0, atol=1e-7 * scale)
-    np.testing.assert_allclose(a.covariances(a)[a.answerable], e.covariances(e)[e.answerable], rtol=0,
-                               atol=1e-7 * scale)
+    assert_pools_agree(mine, theirs, rng.normal(size=(8, cells)))
 
 
 @settings(max_examples=100, deadline=None)
