@@ -147,13 +147,15 @@ Progress = Callable[[str], None]
 
 def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None = None,
          ordered: Sequence[bool] | None = None, optimize: bool = True, quick: bool = False,
-         progress: Progress | None = None, extra: Mapping[str, Workload] | None = None) -> Plan:
+         progress: Progress | None = None, extra: Mapping[str, Workload] | None = None,
+         names: Sequence[str] | None = None) -> Plan:
     """Score every candidate on W and return the best, with all scores.
 
     ``sizes``/``ordered`` describe W's Kronecker attributes (default: one ordered attribute);
     ``optimize`` adds the HDMM and Eigen-Design templates (``quick``: only a short OPT_M, for
     searches that plan many candidate groups); ``progress`` hears about each template that has
-    to be optimized (not read from the cache); ``extra`` adds the caller's own integer strategies.
+    to be optimized (not read from the cache); ``extra`` adds the caller's own integer strategies;
+    ``names`` are the attributes' names, for the plan's notes.
 
     Cheap candidates are scored first. The templates run only when the best of them is more than
     NEAR_OPTIMAL above the SVD lower bound (no strategy can gain more). Decisions are cached by
@@ -174,7 +176,7 @@ def plan(W: Workload, *, noise: Noise = "gaussian", sizes: Sequence[int] | None 
         lifted = reduced.lift(inner.strategy)
         if lifted is not None:
             return Plan(strategy=lifted, name=inner.name, noise=noise, candidates=dict(inner.candidates),
-                        queries=W.shape[0], workload=W, notes=(*inner.notes, reduced.note()))
+                        queries=W.shape[0], workload=W, notes=(*inner.notes, reduced.note(names)))
     options = {**candidates(sizes, ordered), **(extra or {})}
     key = _decision_key(W, noise=noise, sizes=sizes, ordered=ordered, optimize=optimize, quick=quick, extra=extra)
     known = plan_cache.load(key)

@@ -50,9 +50,10 @@ class Reduction:
         """The summed attributes' positions."""
         return tuple(i for i, (n, m) in enumerate(zip(self.full, self.sizes)) if m != n)
 
-    def note(self) -> str:
-        """What was done, for the plan's notes."""
-        which = ", ".join(f"attribute {i + 1} ({self.full[i]:,} cells)" for i in self.summed)
+    def note(self, names: Sequence[str] | None = None) -> str:
+        """What was done, for the plan's notes (attributes by ``names`` where given, else by position)."""
+        which = ", ".join(f"{names[i] if names else f'attribute {i + 1}'} ({self.full[i]:,} cells)"
+                          for i in self.summed)
         cells = int(np.prod(self.sizes))
         return (f"the queries read {which} only through totals: planned on the other attributes' {cells:,} cells and "
                 "lifted (the same expected error, exactly; the total is optimal there)")

@@ -54,7 +54,8 @@ def group_drafts(index: int, group: CompiledGroup, columns: Mapping[str, Column]
         planning = weighting.scaled_stack(workload, rows, scales)
         plan = (known or {}).get((index, vector)) or planner.plan(planning, noise=noise, sizes=sizes, ordered=ordered,
                                                                    quick=quick, progress=progress,
-                                                                   extra=extra if vector == COUNTS else None)
+                                                                   extra=extra if vector == COUNTS else None,
+                                                                   names=[axis.column.name for axis in group.axes])
         quantum, bound = value_scale(columns[vector.summed], vector.squared) if vector.is_sum else (1.0, 1)
         draft = DraftVector(group=index, vector=vector, plan=plan, row_scale=unit_rows * bound, quantum=quantum,
                             block_totals=block_totals(workload, rows, plan),
@@ -138,7 +139,7 @@ def cell_bounded(draft: DraftVector, group: CompiledGroup, columns: Mapping[str,
                                  tuple(np.asarray(v, dtype=np.float64) / (top if i == position else 1)
                                        for i, v in enumerate(bounds)))
         plan = planner.plan(weighting.scaled_stack(workload, rows, scales), noise=noise, sizes=sizes, ordered=ordered,
-                            quick=quick, progress=progress)
+                            quick=quick, progress=progress, names=[axis.column.name for axis in group.axes])
         scaled = tuple(tuple(unit_rows * v for v in vector) if i == position else vector
                        for i, vector in enumerate(bounds))
         measured = mechanism.cell_bounded_strategy(plan.strategy, scaled)
