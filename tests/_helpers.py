@@ -161,9 +161,10 @@ def captured_measurements(monkeypatch: Any) -> list[mechanism.Measurement]:
     return found
 
 
-def assert_matches_duckdb(con: duckdb.DuckDBPyConnection, sql: str, table: pa.Table) -> None:
+def assert_matches_duckdb(con: duckdb.DuckDBPyConnection, sql: str, table: pa.Table, rounding: float = 1e-9) -> None:
     """Same rows in the same order as DuckDB's answer to ``sql`` (strings and NULLs equal, rolled-up keys
-    NULL); numbers within 6 reported standard errors, which must be tiny (the test's budget is very large)."""
+    NULL); numbers within 6 reported standard errors, which must be tiny (the test's budget is very large),
+    plus ``rounding`` relatively (a measure's rounding to quanta, where the test's answers have it)."""
     names = [n for n in table.column_names if not n.endswith("_stddev")]
     rows = [list(row) for row in zip(*(table.column(n).to_pylist() for n in names))]
     truth = con.execute(sql).fetchall()
@@ -175,7 +176,7 @@ def assert_matches_duckdb(con: duckdb.DuckDBPyConnection, sql: str, table: pa.Ta
                 continue
             stddev = table.column(f"{name}_stddev")[row_index].as_py() if f"{name}_stddev" in table.column_names else 0
             assert stddev <= 1e-3 * max(1.0, abs(float(true))), (name, stddev)
-            assert abs(value - float(true)) <= 6 * stddev + 1e-9 * max(1.0, abs(float(true))), (name, value, true)
+            assert abs(value - float(true)) <= 6 * stddev + rounding * max(1.0, abs(float(true))), (name, value, true)
 
 
 def benchmark_batches() -> Any:
