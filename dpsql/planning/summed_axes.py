@@ -31,6 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dpsql.matrix.workloads import Explicit, Identity, Kron, Total, VStack, Weighted, Workload
+from dpsql.residual.basis import kron_terms
 
 #: A lifted factor spanning a summed attribute between others is written out densely up to this many entries;
 #: a strategy that would need more is not lifted (the workload is then planned over all its cells).
@@ -123,33 +124,29 @@ def _spans(columns: Sequence[int], sizes: Sequence[int]) -> list[range] | None:
 def reduction(W: Workload, sizes: Sequence[int]) -> Reduction | None:
     """W″ when W is a union of Kronecker products over ``sizes`` with a summed attribute (module doc) and at
     least one attribute that is not; else None."""
-    terms = _terms(W, 1.0)
-    if terms is None or len(sizes) < 2 or any(tuple(f.shape[1] for f in factors) != tuple(sizes)
-                                               for _, factors in terms):
+    terms = kron_terms(W)
+    if len(sizes) < 2 or any(tuple(f.shape[1] for f in factors) != tuple(sizes) for _, factors in terms):
         return None
-    summed = [i for i, n in enumerate(sizes)
-              if n > 1 and all(_constant_rows(factors[i]) for _, factors in terms)]
+    summed = {i for i, n in enumerate(sizes) if n > 1 and all(_constant_rows(factors[i]) for _, factors in terms)}
     if not summed or len(summed) == sum(n > 1 for n in sizes):
         return None
-    blocks: list[Workload] = []
-    for weight, factors in terms:
-        reduced = [_first_column(f) if i in summed else f for i, f in enumerate(factors)]
-        block: Workload = Kron(reduced)
-        blocks.append(block if weight == 1.0 else Weighted(weight, block))
-    return Reduction(workload=blocks[0] if len(blocks) == 1 else VStack(blocks),
-                     sizes=tuple(1 if i in summed else int(n) for i, n in enumerate(sizes)),
-                     full=tuple(int(n) for n in sizes))
+    workload = _columns_for(W, summed)
+    return None if workload is None else Reduction(
+        workload=workload, sizes=tuple(1 if i in summed else int(n) for i, n in enumerate(sizes)),
+        full=tuple(int(n) for n in sizes))
 
 
-def _terms(W: Workload, weight: float) -> list[tuple[float, tuple[Workload, ...]]] | None:
-    """W's Kronecker terms (weight, factors) as written (VStack and Weighted around Krons), else None."""
+def _columns_for(W: Workload, summed: set[int]) -> Workload | None:
+    """W with each summed factor replaced by its one column, its stacks and weights as written (None where a
+    Kronecker term nests its factors: W″ is built from flat terms only)."""
     if isinstance(W, Weighted):
-        return _terms(W.base, weight * W.weight)
+        base = _columns_for(W.base, summed)
+        return None if base is None else Weighted(W.weight, base)
     if isinstance(W, VStack):
-        parts = [_terms(block, weight) for block in W.blocks]
-        return None if any(p is None for p in parts) else [t for p in parts for t in p]  # type: ignore[union-attr]
-    if isinstance(W, Kron):
-        return [(weight, tuple(W.factors))]
+        blocks = [_columns_for(block, summed) for block in W.blocks]
+        return None if any(b is None for b in blocks) else VStack(blocks)  # type: ignore[arg-type]
+    if isinstance(W, Kron) and not any(isinstance(f, Kron) for f in W.factors):
+        return Kron([_first_column(f) if i in summed else f for i, f in enumerate(W.factors)])
     return None
 
 
