@@ -269,7 +269,7 @@ def _factor_losses(grams: Sequence[FloatArray], A: FloatArray, noise: Noise) -> 
     """:func:`_factor_loss` for many Grams of one factor: (AᵀA)⁻¹ once, then trace(G M) = Σ G ∘ M
     (M symmetric) per Gram — one n³ solve instead of one per union term."""
     delta2 = np.abs(A).sum(axis=0).max() ** 2 if noise == "laplace" else (A * A).sum(axis=0).max()
-    if A.shape[0] == 1 and A.shape[1] > 1:  # the total 1ᵀ (:func:`_total_factor`): (AᵀA)⁺ = J/n²
+    if A.shape[0] == 1 and A.shape[1] > 1 and np.all(A == 1.0):  # the total 1ᵀ (:func:`_total_factor`): (AᵀA)⁺ = J/n²
         return np.array([delta2 * float(G.sum()) / A.shape[1] ** 2 for G in grams])
     M = np.linalg.solve(A.T @ A, np.eye(A.shape[1]))
     M = (M + M.T) / 2
